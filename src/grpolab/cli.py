@@ -1,0 +1,56 @@
+"""The ``grpolab`` command line: one subcommand per job, each in its own module.
+
+Every subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``; this file only
+dispatches and turns a ``UserError`` into a one-line message with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from grpolab.errors import UserError
+
+# subcommand -> (module, one-line help). Modules load lazily so that `grpolab --help` is fast.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("grpolab.commands.train", "train a policy with a GRPO-family estimator"),
+    "compare": ("grpolab.commands.compare", "multi-seed comparison of estimators, with a report"),
+    "eval": ("grpolab.commands.evaluate", "evaluate a model or run directory: accuracy and pass@k"),
+    "audit": ("grpolab.commands.audit", "report the gradient starvation in existing rollout logs"),
+    "gradients": ("grpolab.commands.gradients", "gradient spectrum (effective rank) of one rollout batch"),
+    "estimators": ("grpolab.commands.estimators", "list the registered advantage estimators"),
+}
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module_name, help_text) in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:  # only the chosen command's module is imported
+            importlib.import_module(module_name).add_arguments(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except UserError as error:
+        print(f"grpolab {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"grpolab {args.command}: interrupted; rerun with the same --out to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``grpolab`` command line (see ``grpolab.cli``)."""

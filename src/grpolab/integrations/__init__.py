@@ -1,0 +1,1 @@
+"""Adapters that bring grpolab estimators and starvation metrics into TRL and verl."""

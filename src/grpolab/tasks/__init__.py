@@ -1,0 +1,37 @@
+"""Task registry: ``get_task(name, **options) -> Task``.
+
+Built-in tasks: ``arith`` (the embedded synthetic arithmetic task), ``gsm8k`` and ``math500``
+(from a local jsonl file or a ``datasets`` hub id).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from grpolab.errors import UserError
+from grpolab.tasks.base import Problem, Task
+
+__all__ = ["Problem", "Task", "available", "get_task"]
+
+# name -> "module:function" building the task; imported lazily so that a task's dependencies load only
+# when it is used.
+_BUILDERS = {
+    "arith": "grpolab.tasks.arith:make_task",
+    "gsm8k": "grpolab.tasks.gsm8k:make_task",
+    "math500": "grpolab.tasks.math500:make_task",
+}
+
+
+def available() -> list[str]:
+    """Names of the built-in tasks."""
+    return sorted(_BUILDERS)
+
+
+def get_task(name: str, **options: Any) -> Task:
+    """Build the task ``name`` with its options (data path, split sizes, difficulty, seed...)."""
+    if name not in _BUILDERS:
+        raise UserError(f"unknown task {name!r}; choose one of {', '.join(available())}")
+    module_name, _, function_name = _BUILDERS[name].partition(":")
+    builder = getattr(importlib.import_module(module_name), function_name)
+    return builder(**options)
