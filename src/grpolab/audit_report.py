@@ -1,0 +1,165 @@
+"""Rendering of a ``grpolab audit`` result: a rich terminal summary and a self-contained HTML report.
+
+The HTML file embeds its figures as base64 PNGs (matplotlib, Agg backend), so it opens anywhere
+without side files. Input is the JSON-ready dict of ``grpolab.audit.audit``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+__all__ = ["render_html", "render_terminal", "sample_steps"]
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def sample_steps(per_step: list[dict[str, Any]], limit: int = 12) -> list[dict[str, Any]]:
+    """At most ``limit`` evenly spaced rows of the per-step table (first and last always included)."""
+    if len(per_step) <= limit:
+        return per_step
+    picks = sorted({round(i * (len(per_step) - 1) / (limit - 1)) for i in range(limit)})
+    return [per_step[i] for i in picks]
+
+
+def _headline_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = [
+        (
+            "groups",
+            f"{result['groups']:,} (G = {result['group_size']}"
+            + (f", {result['steps']:,} steps)" if result["steps"] else ")"),
+        ),
+        ("degenerate groups", _pct(result["degenerate"])),
+        ("  all correct", _pct(result["all_correct"])),
+        ("  all wrong", _pct(result["all_wrong"])),
+        ("D_iid (i.i.d. prediction)", _pct(result["d_iid"])),
+        ("Jensen gap (D - D_iid)", _pct(result["jensen_gap"])),
+        ("success rate", _pct(result["success_rate"])),
+        ("zero-gradient completions (group-centred)", _pct(result["zero_gradient_completions"])),
+        ("completions sign (2r-1) would use", _pct(result["sign_used_completions"])),
+    ]
+    if result["tokens"] is not None:
+        rows += [
+            ("zero-gradient tokens (group-centred)", _pct(result["zero_gradient_tokens"])),
+            ("tokens sign would use", _pct(result["sign_used_tokens"])),
+        ]
+    if result["pass_at_k"]:
+        shown = {
+            k: v
+            for k, v in result["pass_at_k"].items()
+            if int(k) & (int(k) - 1) == 0 or int(k) == len(result["pass_at_k"])
+        }
+        rows.append(("pass@k", "  ".join(f"@{k} {_pct(v)}" for k, v in shown.items())))
+    return rows
+
+
+def render_terminal(result: dict[str, Any], console: Any = None) -> None:
+    """Print the summary, the per-step table (sampled) and the success histogram with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    source = result["input"]
+    summary = Table(title=f"grpolab audit: {source['path']} ({source['kind']}, {source['files']} file(s))")
+    summary.add_column("metric")
+    summary.add_column("value", justify="right")
+    for name, value in _headline_rows(result):
+        summary.add_row(name, value)
+    console.print(summary)
+    if result["per_step"]:
+        steps = Table(title="per step (sampled)" if len(result["per_step"]) > 12 else "per step")
+        for name in ("step", "groups", "degenerate", "all correct", "all wrong", "D_iid", "success"):
+            steps.add_column(name, justify="right")
+        for row in sample_steps(result["per_step"]):
+            steps.add_row(
+                str(row["step"]),
+                str(row["groups"]),
+                _pct(row["degenerate"]),
+                _pct(row["all_correct"]),
+                _pct(row["all_wrong"]),
+                _pct(row["d_iid"]),
+                _pct(row["success_rate"]),
+            )
+        console.print(steps)
+    hist = result["success_histogram"]
+    if hist["counts"]:
+        bars = Table(title="per-prompt success rate")
+        for name in ("rate", "groups", "share"):
+            bars.add_column(name, justify="right")
+        for rate, count, share in zip(hist["rates"], hist["counts"], hist["fractions"], strict=True):
+            bars.add_row(f"{rate:.2f}", f"{count:,}", f"{_pct(share)} {'#' * round(40 * share)}")
+        console.print(bars)
+
+
+def _png(figure: Any) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _figures(result: dict[str, Any]) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures = []
+    if result["per_step"]:
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        steps = [r["step"] for r in result["per_step"]]
+        ax.stackplot(
+            steps,
+            [r["all_wrong"] for r in result["per_step"]],
+            [r["all_correct"] for r in result["per_step"]],
+            labels=["all wrong", "all correct"],
+            alpha=0.7,
+        )
+        ax.plot(steps, [r["d_iid"] for r in result["per_step"]], "k--", label="D_iid")
+        ax.set(xlabel="step", ylabel="fraction of groups", ylim=(0, 1), title="Degenerate groups per step")
+        ax.legend(loc="upper right")
+        figures.append(("Degenerate groups per step", _png(fig)))
+        plt.close(fig)
+    hist = result["success_histogram"]
+    if hist["counts"]:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        width = 0.8 / max(len(hist["rates"]) - 1, 1) if hist["exact"] else 0.09
+        ax.bar(hist["rates"], hist["fractions"], width=width)
+        ax.set(xlabel="per-prompt success rate c/n", ylabel="share of groups", title="Success histogram")
+        figures.append(("Per-prompt success histogram", _png(fig)))
+        plt.close(fig)
+    if result["pass_at_k"]:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        ks = [int(k) for k in result["pass_at_k"]]
+        ax.plot(ks, list(result["pass_at_k"].values()), "o-")
+        ax.set(xlabel="k", ylabel="pass@k", ylim=(0, 1.02), title="pass@k from the groups")
+        figures.append(("pass@k", _png(fig)))
+        plt.close(fig)
+    return figures
+
+
+def render_html(result: dict[str, Any], path: Path) -> Path:
+    """Write a self-contained HTML report (tables + embedded PNG figures) to ``path``."""
+    rows = "".join(
+        f"<tr><td>{html.escape(name)}</td><td>{html.escape(value)}</td></tr>"
+        for name, value in _headline_rows(result)
+    )
+    figures = "".join(
+        f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{html.escape(title)}</figcaption></figure>"
+        for title, data in _figures(result)
+    )
+    source = html.escape(str(result["input"]["path"]))
+    document = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>grpolab audit</title><style>"
+        "body{font-family:sans-serif;max-width:900px;margin:2em auto}td{padding:2px 12px}"
+        "tr:nth-child(odd){background:#f4f4f4}figure{display:inline-block;margin:1em}</style></head><body>"
+        f"<h1>Gradient-starvation audit</h1><p>{source}</p><table>{rows}</table>{figures}</body></html>"
+    )
+    path = Path(path)
+    path.write_text(document, encoding="utf-8")
+    return path

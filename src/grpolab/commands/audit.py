@@ -1,0 +1,67 @@
+"""``grpolab audit PATH``: report the gradient starvation in the rollout logs of a finished run.
+
+PATH is a grpolab run directory (``rollouts/*.parquet``), a TRL output directory (``completions/``
+written with ``log_completions=True``), or any Parquet / CSV / JSONL table (or directory of them) with a
+prompt-id and a reward column. See docs/audit.md and ``grpolab.audit`` for the definitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from grpolab.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", type=Path, help="run directory, TRL output directory, or a rollout table")
+    parser.add_argument(
+        "--prompt-column", help="column identifying the prompt (default: prompt_id, uid, prompt, ...)"
+    )
+    parser.add_argument("--reward-column", help="reward column; several comma-separated columns are summed")
+    parser.add_argument("--step-column", help="training-step column (default: step, global_step, ...)")
+    parser.add_argument("--length-column", help="completion length in tokens (default: length, ...)")
+    parser.add_argument("--threshold", type=float, default=0.5, help="a reward >= this is a success (0.5)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
+    parser.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report")
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from grpolab.audit import audit
+    from grpolab.audit_report import render_html, render_terminal
+
+    try:
+        result = audit(
+            args.path,
+            prompt_column=args.prompt_column,
+            reward_column=args.reward_column,
+            step_column=args.step_column,
+            length_column=args.length_column,
+            threshold=args.threshold,
+        )
+    except UserError:
+        raise
+    except ValueError as error:  # bad values inside a readable table
+        raise UserError(str(error)) from None
+    if args.html:
+        render_html(result, args.html)
+    if args.json:
+        print(json.dumps(_json_safe(result), indent=2))
+    else:
+        render_terminal(result)
+        if args.html:
+            print(f"HTML report: {args.html}")
+    return 0

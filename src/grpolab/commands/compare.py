@@ -1,0 +1,94 @@
+"""``grpolab compare``: a multi-seed comparison of advantage estimators, evaluated, with statistics and
+a report (report.html, report.md, results.parquet in --out). Rerunning with the same --out resumes."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from grpolab.config import (
+    CompareConfig,
+    TrainConfig,
+    add_config_arguments,
+    config_from_args,
+    load_config_file,
+    split_file_values,
+)
+from grpolab.errors import UserError
+from grpolab.progress import console, progress_bar
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML or TOML file with sweep and training settings (flags override it)")
+    parser.add_argument("--out", default="runs/compare", help="output directory (default: runs/compare)")
+    parser.add_argument("--no-report", action="store_true", help="gather results but skip the report")
+    add_config_arguments(parser, CompareConfig)
+    add_config_arguments(parser, TrainConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from grpolab import experiments
+
+    file_values = load_config_file(args.config) if args.config else {}
+    compare_values, train_values = split_file_values(file_values, CompareConfig, TrainConfig)
+    sweep: CompareConfig = config_from_args(args, CompareConfig, file_values=compare_values)
+    base: TrainConfig = config_from_args(args, TrainConfig, file_values=train_values)
+    out = Path(args.out)
+    specs = experiments.plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out)
+    settings = {"compare": sweep.to_dict(), "train": base.to_dict()}
+    _save_settings(out, settings)
+    outcomes = _run_with_progress(experiments, specs, sweep)
+    results, metrics = experiments.collect_results(specs)
+    experiments.write_tables(out, results, metrics, settings)
+    failed = [o for o in outcomes if not o["ok"]]
+    for outcome in failed:
+        console.print(f"[red]run {outcome['run_id']} failed:[/red] {outcome['error']}")
+    if results.empty:
+        raise UserError(f"no run finished; see the errors above and the run directories in {out / 'runs'}")
+    if not args.no_report:
+        _report(out, results, metrics, settings)
+    return 1 if failed else 0
+
+
+def _save_settings(out: Path, settings: dict[str, Any]) -> None:
+    import yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    flat = {**settings["compare"], **settings["train"]}
+    (out / "compare.yaml").write_text(yaml.safe_dump(flat, sort_keys=False))
+
+
+def _run_with_progress(experiments: Any, specs: list, sweep: CompareConfig) -> list[dict[str, Any]]:
+    total = len(specs)
+    already = sum(spec.finished for spec in specs)
+    if already:
+        console.print(f"resuming: {already} of {total} runs already finished, skipping them")
+    current: dict[str, str] = {}
+    started = time.perf_counter()
+    with progress_bar(True) as bar:
+        task_id = bar.add_task("runs", total=total, completed=already, info="") if bar else None
+
+        def on_event(event: dict[str, Any]) -> None:
+            if bar is None:
+                return
+            if "finished" in event:
+                current.pop(event["finished"]["run_id"], None)
+                bar.advance(task_id)
+            else:
+                current[event["run_id"]] = f"{event['run_id']} step {event['step']}/{event['steps']}"
+            bar.update(task_id, info="; ".join(sorted(current.values()))[:90])
+
+        outcomes = experiments.run_sweep(specs, workers=sweep.workers, backend=sweep.backend, on_event=on_event)
+    console.print(f"{len(outcomes)} run(s) trained in {time.perf_counter() - started:.0f} s")
+    return outcomes
+
+
+def _report(out: Path, results: Any, metrics: Any, settings: dict[str, Any]) -> None:
+    from grpolab import report
+
+    html_path, md_path = report.write_report(out, results, metrics, settings)
+    table = report.summary_table(results)
+    console.print(table.to_string(index=False))
+    console.print(f"report: {html_path}\nsummary: {md_path}\nresults: {out / 'results.parquet'}")

@@ -1,0 +1,49 @@
+"""``grpolab train``: one GRPO-family training run (flags = the fields of ``grpolab.config.TrainConfig``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from grpolab.config import add_config_arguments, config_from_args
+from grpolab.progress import console, progress_bar
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML or TOML file with settings (flags override it)")
+    parser.add_argument("--out", help="run directory (default: runs/<task>-<advantage>-G<G>-seed<seed>)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    add_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from grpolab.trainer import Trainer
+
+    config = config_from_args(args)
+    out = Path(args.out or f"runs/{config.task}-{config.advantage}-G{config.group_size}-seed{config.seed}")
+    with progress_bar(config.progress) as bar:
+        task_id = bar.add_task("train", total=config.steps, info="") if bar else None
+
+        def on_step(step: int, metrics: dict) -> None:
+            if bar is not None:
+                info = (f"reward {metrics['rollout/reward_mean']:.2f}  degenerate "
+                        f"{metrics.get('starvation/degenerate', 0):.2f}  {metrics['perf/step_time']:.2f}s/step")
+                bar.update(task_id, completed=step, info=info)
+
+        trainer = Trainer(config, out, resume=args.resume, on_step=on_step)
+        if bar is not None:
+            bar.update(task_id, completed=trainer.start_step)
+        result = trainer.run()
+    _print_summary(result)
+    return 0
+
+
+def _print_summary(result) -> None:
+    evaluations = {e["phase"]: e for e in result.evaluations}
+    for phase in ("start", "end"):
+        if phase in evaluations:
+            e = evaluations[phase]
+            passk = e.get("pass_at_k", {})
+            top = f", pass@{max(passk, key=int)} {passk[max(passk, key=int)]:.3f}" if passk else ""
+            console.print(f"{phase:>5}: greedy accuracy {e['greedy_accuracy']:.3f}{top}")
+    console.print(f"run directory: {result.run_dir}")

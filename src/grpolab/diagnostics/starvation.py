@@ -1,0 +1,175 @@
+"""Degeneracy (gradient starvation) of group-centred advantages, and the Jensen gap.
+
+With the group-centred advantage A = (r - mean(r)) / std(r), a group of G completions that are all right or
+all wrong has A = 0 for every member: the prompt contributes no gradient. For binary rewards and a prompt
+whose success rate is p, the chance of such a group is p^G + (1 - p)^G (gradient-starvation paper,
+arXiv 2605.07689). Over prompts x with success rates p_x, the observed rate is
+
+    D_real = E_x[p_x^G + (1 - p_x)^G]  >=  pbar^G + (1 - pbar)^G = D_iid,  pbar = E_x[p_x],
+
+by Jensen's inequality (t -> t^G + (1 - t)^G is convex); ``jensen_gap = D_real - D_iid``.
+
+Departures from the paper, all documented choices:
+
+* Unscorable completions (reward NaN) leave their group: a group is judged on its scorable members only.
+  A group with one scorable member is uniform by definition, so it counts as all-correct or all-wrong; a
+  group with none counts in ``unscorable_groups``, which is added to ``degenerate``. Without NaN rewards
+  ``degenerate == all_correct + all_wrong`` exactly as in the paper.
+* Non-binary rewards: a completion is a *success* when ``reward >= success_threshold``; degeneracy uses that
+  notion. ``useful_fraction`` instead uses the raw rewards (a completion is useful when its group-centred
+  advantage ``r - mean`` is non-zero), which for binary rewards is the same as "in a non-degenerate group".
+* ``p_mean`` is the mean over prompts of the per-prompt rate c / n (not the pooled rate), matching the
+  Jensen comparison above; G in ``d_iid`` is the nominal group size (the number of columns).
+* ``expected_degeneracy`` uses the unbiased count estimator (C(c, G) + C(n - c, G)) / C(n, G), which needs
+  n >= G: it is computed over fully scorable groups (NaN when there are none). With n == G it reproduces
+  the observed rate of those groups; it becomes informative when more than G samples per prompt exist (e.g.
+  an evaluation with n = 16 samples predicting the degeneracy at G = 4). The plug-in
+  E[(c/n)^G + (1 - c/n)^G] is biased upwards and is returned as ``plugin_degeneracy``.
+
+Shapes: rewards, advantages [P, G] (P prompts, G completions per prompt); c, n [P].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from grpolab.diagnostics._arrays import as_float_matrix, as_int_vector
+from grpolab.errors import UserError
+
+
+def group_counts(rewards: Any, *, success_threshold: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """Per-prompt scorable count n [P] and success count c [P] (success: reward >= threshold; NaN skipped)."""
+    matrix = as_float_matrix(rewards, "rewards")  # [P, G]
+    scorable = ~np.isnan(matrix)
+    success = matrix >= success_threshold  # NaN compares False: unscorable is never a success
+    return np.count_nonzero(scorable, axis=1), np.count_nonzero(success, axis=1)
+
+
+def expected_degeneracy(per_prompt_success_rates: Any, G: int) -> float:
+    """E_x[p_x^G + (1 - p_x)^G] for success rates p [P]: the degeneracy rate those prompts imply."""
+    rates = np.asarray(per_prompt_success_rates, dtype=np.float64).ravel()
+    if rates.size == 0:
+        raise UserError("expected_degeneracy needs at least one success rate")
+    if np.any(~np.isfinite(rates)) or np.any((rates < 0) | (rates > 1)):
+        raise UserError("success rates must lie in [0, 1]")
+    if int(G) < 1:
+        raise UserError(f"group size G must be >= 1, got {G}")
+    return float(np.mean(rates**G + (1.0 - rates) ** G))
+
+
+def _falling_ratio(c: np.ndarray, n: int, G: int) -> np.ndarray:
+    """C(c, G) / C(n, G) = prod_{j<G} (c - j) / (n - j), elementwise over c; exactly 0 when c < G."""
+    ratio = np.ones(c.shape, dtype=np.float64)
+    for j in range(G):
+        ratio *= np.maximum(c - j, 0) / (n - j)
+    return ratio
+
+
+def _degeneracy_table(n: int, G: int) -> np.ndarray:
+    """Unbiased per-prompt estimate (C(c, G) + C(n - c, G)) / C(n, G) for c = 0..n; shape [n + 1]."""
+    c = np.arange(n + 1)
+    return _falling_ratio(c, n, G) + _falling_ratio(n - c, n, G)
+
+
+def expected_degeneracy_from_counts(c: Any, n: Any, G: int) -> float:
+    """Unbiased estimate of E_x[p_x^G + (1 - p_x)^G] from counts c [P] successes of n [P] samples, n >= G.
+
+    If c ~ Binomial(n, p) then E[C(c, G) / C(n, G)] = p^G (hypergeometric identity), so the average of
+    (C(c, G) + C(n - c, G)) / C(n, G) over prompts is unbiased. Computed as products, no factorials.
+    """
+    c_arr, n_arr = np.broadcast_arrays(as_int_vector(c, "c"), as_int_vector(n, "n"))
+    G = int(G)
+    if G < 1:
+        raise UserError(f"group size G must be >= 1, got {G}")
+    if c_arr.size == 0:
+        raise UserError("expected_degeneracy_from_counts needs at least one prompt")
+    if np.any(n_arr < G):
+        raise UserError(f"unbiased estimate needs n >= G samples per prompt (G={G}, min n={n_arr.min()})")
+    if np.any((c_arr < 0) | (c_arr > n_arr)):
+        raise UserError("counts must satisfy 0 <= c <= n")
+    total = 0.0
+    distinct = np.unique(n_arr)
+    for n_value in distinct:  # one table per distinct n; usually a single value
+        members = c_arr if distinct.size == 1 else c_arr[n_arr == n_value]
+        counts = np.bincount(members, minlength=int(n_value) + 1)
+        total += float(counts @ _degeneracy_table(int(n_value), G))
+    return total / c_arr.size
+
+
+def _useful_fraction(matrix: np.ndarray, advantages: Any) -> float:
+    """Share of the P*G completions with a non-zero finite advantage; unscorable ones are not useful."""
+    if advantages is None:
+        scorable = ~np.isnan(matrix)
+        if scorable.all():  # fast path: r - mean != 0  <=>  r != mean in IEEE arithmetic
+            return float(np.count_nonzero(matrix != matrix.mean(axis=1, keepdims=True)) / matrix.size)
+        n = scorable.sum(axis=1, keepdims=True)
+        means = np.where(n > 0, np.nansum(matrix, axis=1, keepdims=True) / np.maximum(n, 1), 0.0)
+        centred = np.where(scorable, matrix - means, 0.0)  # [P, G] group-centred advantages (unscaled)
+    else:
+        centred = as_float_matrix(advantages, "advantages")
+        if centred.shape != matrix.shape:
+            raise UserError(f"advantages shape {centred.shape} must match rewards shape {matrix.shape}")
+    useful = np.isfinite(centred) & (centred != 0)
+    return float(useful.mean())
+
+
+def degeneracy(rewards: Any, *, advantages: Any = None, success_threshold: float = 0.5) -> dict[str, float]:
+    """Starvation summary of one batch of rewards [P, G] (see the module docstring for every choice).
+
+    Keys: groups, all_correct, all_wrong, unscorable_groups, degenerate (fractions of groups), p_mean,
+    d_iid, jensen_gap, expected_degeneracy, plugin_degeneracy, useful_fraction, scorable_fraction.
+    """
+    matrix = as_float_matrix(rewards, "rewards")  # [P, G]
+    P, G = matrix.shape
+    if P == 0 or G == 0:
+        raise UserError(f"degeneracy needs a non-empty [P, G] reward matrix, got shape {matrix.shape}")
+    n, c = group_counts(matrix, success_threshold=success_threshold)
+    seen = n > 0
+    all_correct = float(np.mean(seen & (c == n)))
+    all_wrong = float(np.mean(seen & (c == 0)))
+    unscorable = float(np.mean(~seen))
+    degenerate = all_correct + all_wrong + unscorable
+    rates = c[seen] / n[seen]
+    p_mean = float(rates.mean()) if rates.size else 0.0
+    d_iid = p_mean**G + (1.0 - p_mean) ** G
+    full = n == G
+    return {
+        "groups": float(P),
+        "all_correct": all_correct,
+        "all_wrong": all_wrong,
+        "unscorable_groups": unscorable,
+        "degenerate": degenerate,
+        "p_mean": p_mean,
+        "d_iid": float(d_iid),
+        "jensen_gap": float(degenerate - d_iid),
+        "expected_degeneracy": (
+            expected_degeneracy_from_counts(c[full], n[full], G) if full.any() else float("nan")
+        ),
+        "plugin_degeneracy": expected_degeneracy(rates, G) if rates.size else float("nan"),
+        "useful_fraction": _useful_fraction(matrix, advantages),
+        "scorable_fraction": float(np.mean(~np.isnan(matrix))),
+    }
+
+
+def success_histogram(c: Any, n: Any, bins: int = 10) -> dict[str, Any]:
+    """Per-prompt success-rate histogram for reports. c, n: [P] (prompts with n == 0 are skipped).
+
+    When every prompt has the same n, the histogram is exact: ``counts[j]`` prompts had j = 0..n successes
+    and ``rates = j / n``. Otherwise rates c / n are binned into ``bins`` equal bins on [0, 1] and ``rates``
+    holds the bin centres. Keys: exact (bool), rates [B], edges [B + 1] (None when exact), counts [B],
+    fractions [B].
+    """
+    c_arr, n_arr = np.broadcast_arrays(as_int_vector(c, "c"), as_int_vector(n, "n"))
+    keep = n_arr > 0
+    c_arr, n_arr = c_arr[keep], n_arr[keep]
+    if c_arr.size and n_arr.min() == n_arr.max():
+        n_value = int(n_arr[0])
+        counts = np.bincount(c_arr, minlength=n_value + 1)
+        rates, edges, exact = np.arange(n_value + 1) / n_value, None, True
+    else:
+        counts, edges = np.histogram(c_arr / np.maximum(n_arr, 1), bins=bins, range=(0.0, 1.0))
+        rates, exact = (edges[:-1] + edges[1:]) / 2, False
+    total = max(int(counts.sum()), 1)
+    return {"exact": exact, "rates": rates, "edges": edges, "counts": counts, "fractions": counts / total}

@@ -1,0 +1,95 @@
+"""Evaluate a policy on a task's held-out split: greedy accuracy, pass@k for k = 1..n, per-prompt counts.
+
+pass@k uses the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374) over n samples per prompt
+(``grpolab.diagnostics.pass_at_k_curve``). Unscorable samples count as failures here (evaluation asks
+"was a correct answer produced?"), unlike training, where they are left out of group statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from grpolab import verifiers
+from grpolab.diagnostics import pass_at_k_curve
+from grpolab.models import Policy
+from grpolab.rewards import score_batch
+from grpolab.rollout import encode_prompts, sample
+from grpolab.tasks import Problem, Task
+
+__all__ = ["EvalResult", "evaluate"]
+
+
+@dataclass
+class EvalResult:
+    """Evaluation of one policy on a set of problems.
+
+    Attributes:
+        greedy_accuracy: share of problems whose greedy completion is correct.
+        n: samples per problem used for pass@k (0 if none were drawn).
+        pass_at_k: {k: mean pass@k} for k = 1..n.
+        successes: per-problem number of correct samples out of n (same order as ``problem_ids``).
+        problem_ids: the problems evaluated.
+        mean_length: mean greedy completion length in tokens.
+    """
+
+    greedy_accuracy: float
+    n: int
+    pass_at_k: dict[int, float] = field(default_factory=dict)
+    successes: list[int] = field(default_factory=list)
+    problem_ids: list[str] = field(default_factory=list)
+    mean_length: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
+        return data
+
+
+def _correct_counts(
+    policy: Policy, task: Task, problems: Sequence[Problem], samples: int, temperature: float,
+    max_new_tokens: int, generator: torch.Generator | None, batch_prompts: int,
+) -> tuple[np.ndarray, float]:
+    """Per-problem count of correct completions out of ``samples``, and the mean completion length."""
+    verifier = verifiers.get_verifier(task.verifier)
+    counts, lengths = [], []
+    for start in range(0, len(problems), batch_prompts):
+        chunk = problems[start : start + batch_prompts]
+        prompts = [p.prompt for p in chunk]
+        ids, mask = encode_prompts(policy.tokenizer, prompts, use_chat_template=task.use_chat_template)
+        rollout = sample(policy.model, policy.tokenizer, ids, mask, num_samples=samples,
+                         max_new_tokens=max_new_tokens, temperature=temperature, generator=generator)
+        references = [p.reference for p in chunk for _ in range(samples)]
+        rewards = score_batch(verifier, rollout.texts, references).rewards
+        correct = np.nan_to_num(rewards, nan=0.0) >= 0.5
+        counts.append(correct.reshape(len(chunk), samples).sum(axis=1))  # [P]
+        lengths.append(rollout.lengths.float().mean().item())
+    return np.concatenate(counts) if counts else np.zeros(0, dtype=int), float(np.mean(lengths) if lengths else 0)
+
+
+def evaluate(
+    policy: Policy, task: Task, *, n: int = 8, limit: int | None = None, seed: int = 0,
+    temperature: float = 1.0, max_new_tokens: int | None = None, batch_prompts: int = 64,
+) -> EvalResult:
+    """Greedy accuracy and (if n > 0) pass@k of ``policy`` on the first ``limit`` test problems."""
+    problems = list(task.test[:limit] if limit else task.test)
+    budget = max_new_tokens or task.max_new_tokens
+    was_training = policy.model.training
+    policy.model.eval()
+    try:
+        greedy, mean_length = _correct_counts(policy, task, problems, 1, 0.0, budget, None, batch_prompts)
+        result = EvalResult(float(greedy.mean()) if len(greedy) else 0.0, n, problem_ids=[p.id for p in problems],
+                            mean_length=mean_length)
+        if n > 0 and problems:
+            generator = torch.Generator().manual_seed(seed)
+            counts, _ = _correct_counts(policy, task, problems, n, temperature, budget, generator, batch_prompts)
+            result.successes = [int(c) for c in counts]
+            curve = pass_at_k_curve(np.full(len(counts), n), counts)
+            result.pass_at_k = {int(k): float(v) for k, v in curve.items()}
+    finally:
+        policy.model.train(was_training)
+    return result

@@ -1,0 +1,201 @@
+"""Multi-seed sweeps: every (estimator, group size, seed) is one training run with its own directory.
+
+A sweep is resumable: a run whose ``summary.json`` exists is finished and skipped; a run with
+checkpoints is resumed from the newest one; the rest start fresh. Runs go to a local process pool
+(``backend="local"``, one torch thread per worker) or to Ray (``backend="ray"``). Afterwards the runs'
+``eval.jsonl`` and ``metrics.jsonl`` are gathered into ``results.parquet`` (one row per run and
+evaluation) and ``metrics.parquet`` (one row per run and step).
+
+An estimator spelled ``name+dynamic`` (e.g. ``dr_grpo+dynamic``) is estimator ``name`` with DAPO's
+dynamic sampling switched on, so it can be compared like one more estimator.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grpolab import advantages
+from grpolab.config import TrainConfig
+from grpolab.errors import UserError
+from grpolab.runlog import read_metrics
+
+__all__ = ["RunSpec", "collect_results", "plan_runs", "run_sweep"]
+
+DYNAMIC_SUFFIX = "+dynamic"
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a sweep: its id, directory and full training config."""
+
+    run_id: str
+    estimator: str
+    seed: int
+    group_size: int
+    run_dir: Path
+    config: TrainConfig
+
+    @property
+    def finished(self) -> bool:
+        return (self.run_dir / "summary.json").is_file()
+
+    @property
+    def started(self) -> bool:
+        return any((self.run_dir / "checkpoints").glob("step-*")) if (self.run_dir / "checkpoints").is_dir() else False
+
+
+def parse_estimator(spec: str) -> tuple[str, bool]:
+    """``'dr_grpo+dynamic'`` -> (``'dr_grpo'``, True); validates the estimator name."""
+    name, dynamic = (spec[: -len(DYNAMIC_SUFFIX)], True) if spec.endswith(DYNAMIC_SUFFIX) else (spec, False)
+    if name not in advantages.available():
+        raise UserError(
+            f"unknown estimator {spec!r} in --estimators; choose from {', '.join(advantages.available())} "
+            f"(append {DYNAMIC_SUFFIX} for dynamic sampling)"
+        )
+    return name, dynamic
+
+
+def plan_runs(base: TrainConfig, estimators: list[str], seeds: list[int], group_sizes: list[int],
+              out_dir: Path) -> list[RunSpec]:
+    """The runs of a sweep, in the order they are started (seed-major, so early results span estimators)."""
+    specs = []
+    for seed in seeds:
+        for group_size in group_sizes:
+            for estimator in estimators:
+                name, dynamic = parse_estimator(estimator)
+                if advantages.info(name).needs_group and group_size < 2:
+                    raise UserError(f"estimator {name!r} needs group sizes >= 2; drop G={group_size} or the estimator")
+                config = base.replace(advantage=name, dynamic_sampling=dynamic or base.dynamic_sampling,
+                                      seed=seed, group_size=group_size, progress=False)
+                run_id = f"{estimator}-G{group_size}-seed{seed}"
+                specs.append(RunSpec(run_id, estimator, seed, group_size, out_dir / "runs" / run_id, config))
+    return specs
+
+
+# ---------------------------------------------------------------------------- running one run
+
+
+def run_one(spec: RunSpec, queue: Any = None) -> dict[str, Any]:
+    """Train (or resume) one run; posts progress messages to ``queue``. Runs in a worker process."""
+    import torch
+
+    torch.set_num_threads(spec.config.threads or 1)
+    from grpolab.trainer import Trainer
+
+    def on_step(step: int, metrics: dict[str, Any]) -> None:
+        if queue is not None:
+            queue.put({"run_id": spec.run_id, "step": step, "steps": spec.config.steps,
+                       "reward": metrics.get("rollout/reward_mean")})
+
+    started = time.perf_counter()
+    try:
+        trainer = Trainer(spec.config, spec.run_dir, resume=spec.started, on_step=on_step)
+        trainer.run()
+    except Exception as error:  # one failed run must not end the sweep; it is reported at the end
+        return {"run_id": spec.run_id, "ok": False, "error": f"{type(error).__name__}: {error}"}
+    return {"run_id": spec.run_id, "ok": True, "seconds": time.perf_counter() - started}
+
+
+def _run_local(specs: list[RunSpec], workers: int, on_event: ProgressFn) -> list[dict[str, Any]]:
+    context = multiprocessing.get_context("spawn")
+    outcomes: list[dict[str, Any]] = []
+    with context.Manager() as manager:
+        queue = manager.Queue()
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            pending = {pool.submit(run_one, spec, queue) for spec in specs}
+            while pending:
+                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                _drain(queue, on_event)
+                for future in done:
+                    outcome = future.result()
+                    outcomes.append(outcome)
+                    on_event({"finished": outcome})
+            _drain(queue, on_event)
+    return outcomes
+
+
+def _drain(queue: Any, on_event: ProgressFn) -> None:
+    while not queue.empty():
+        on_event(queue.get())
+
+
+def _run_ray(specs: list[RunSpec], workers: int, on_event: ProgressFn) -> list[dict[str, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--backend ray needs Ray: pip install 'grpolab[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(num_cpus=workers, include_dashboard=False, ignore_reinit_error=True,
+                 address=os.environ.get("RAY_ADDRESS"))
+    remote = ray.remote(num_cpus=1)(run_one)
+    pending = {remote.remote(spec): spec for spec in specs}
+    outcomes = []
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            pending.pop(ref)
+            outcome = ray.get(ref)
+            outcomes.append(outcome)
+            on_event({"finished": outcome})
+    return outcomes
+
+
+def run_sweep(specs: list[RunSpec], *, workers: int | None = None, backend: str = "local",
+              on_event: ProgressFn | None = None) -> list[dict[str, Any]]:
+    """Run every unfinished run of ``specs``; returns one outcome per run started (ok, error, seconds)."""
+    todo = [spec for spec in specs if not spec.finished]
+    on_event = on_event or (lambda event: None)
+    if not todo:
+        return []
+    workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+    if backend == "local":
+        return _run_local(todo, workers, on_event)
+    if backend == "ray":
+        return _run_ray(todo, workers, on_event)
+    raise UserError(f"unknown backend {backend!r}; choose local or ray")
+
+
+# ---------------------------------------------------------------------------- gathering results
+
+
+def _run_columns(spec: RunSpec) -> dict[str, Any]:
+    return {"run_id": spec.run_id, "estimator": spec.estimator, "seed": spec.seed, "group_size": spec.group_size,
+            "task": spec.config.task, "model": spec.config.model, "steps": spec.config.steps}
+
+
+def collect_results(specs: list[RunSpec]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(results, metrics) tables of the finished runs: one row per run and evaluation / run and step."""
+    results, metrics = [], []
+    for spec in specs:
+        if not spec.finished:
+            continue
+        columns = _run_columns(spec)
+        for row in read_metrics(spec.run_dir / "eval.jsonl"):
+            passk = row.get("pass_at_k", {})
+            results.append({**columns, "phase": row["phase"], "step": row["step"],
+                            "completions_generated": row.get("completions_generated", 0),
+                            "greedy_accuracy": row["greedy_accuracy"], "n": row.get("n", 0),
+                            "pass_at_k": [passk[k] for k in sorted(passk, key=int)],
+                            "successes": row.get("successes", []), "mean_length": row.get("mean_length", 0.0)})
+        for row in read_metrics(spec.run_dir / "metrics.jsonl"):
+            metrics.append({**{k: columns[k] for k in ("run_id", "estimator", "seed", "group_size")}, **row})
+    return pd.DataFrame(results), pd.DataFrame(metrics)
+
+
+def write_tables(out_dir: Path, results: pd.DataFrame, metrics: pd.DataFrame, settings: dict[str, Any]) -> None:
+    """Write results.parquet, metrics.parquet and the sweep settings (compare.json)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results.to_parquet(out_dir / "results.parquet", index=False)
+    metrics.to_parquet(out_dir / "metrics.parquet", index=False)
+    (out_dir / "compare.json").write_text(json.dumps(settings, indent=1, default=str))

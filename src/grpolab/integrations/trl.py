@@ -1,0 +1,138 @@
+"""TRL adapter: ``trl.GRPOTrainer`` with grpolab's advantage estimators and starvation metrics.
+
+``GRPOTrainer(advantage="sign", ...)`` is TRL's trainer with one change: after TRL has generated,
+scored and *gathered* the rewards of every process (``_calculate_rewards`` returns the rewards of the
+whole generation batch on every rank), grpolab recomputes the advantages from those rewards and hands
+each process its own slice, the slice TRL itself uses (``process_index * local_batch`` onwards).
+Generation, vLLM, DeepSpeed/FSDP, the loss and the optimiser are TRL's, untouched. TRL 1.16 has no
+advantage hook (its maintainers point to overriding ``_generate_and_score_completions``), so this
+wraps that method and ``_calculate_rewards``; it never copies TRL's advantage code.
+
+Metrics go through TRL's own logger (``self._metrics[mode]``), under ``starvation/``: ``all_correct``,
+``all_wrong``, ``degenerate``, ``d_iid``, ``jensen_gap`` and ``useful_fraction`` of the generation batch.
+The ``advantage`` column of TRL's completion logs (``log_completions=True``) holds grpolab's advantages.
+
+Departures from TRL (and from the papers):
+
+* The reward of a completion is TRL's weighted sum over reward functions (``reward_weights``), with
+  NaN when every reward function returned ``None``; the estimator then sees NaN (advantage 0).
+* ``scale_rewards`` and ``multi_objective_aggregation`` are TRL's advantage knobs and do not apply;
+  ``multi_objective_aggregation="normalize_then_sum"`` is refused rather than silently ignored.
+* With ``advantage="grpo"`` (sample std, eps 1e-4; grpolab's defaults) the advantages equal TRL's
+  default ``scale_rewards="group"`` ones up to float rounding: tests/test_integration_trl.py checks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from grpolab import advantages as advantage_registry
+
+try:
+    from trl import GRPOTrainer as _TRLGRPOTrainer
+except ImportError as _error:  # pragma: no cover - depends on the optional extra
+    raise ImportError(
+        "grpolab.integrations.trl needs TRL, which is an optional extra: pip install 'grpolab[trl]'"
+    ) from _error
+
+__all__ = ["STARVATION_METRICS", "GRPOTrainer", "resolve_advantage"]
+
+AdvantageFn = Callable[..., torch.Tensor]
+STARVATION_METRICS = ("all_correct", "all_wrong", "degenerate", "d_iid", "jensen_gap", "useful_fraction")
+
+
+def resolve_advantage(advantage: str | AdvantageFn) -> tuple[str, AdvantageFn]:
+    """(display name, callable) for a registry name or a callable ``fn(rewards[P, G], **hp) -> [P, G]``."""
+    if callable(advantage):
+        return getattr(advantage, "__name__", "custom"), advantage
+    if not isinstance(advantage, str):
+        raise TypeError(f"advantage must be a registry name or a callable, got {type(advantage).__name__}")
+    advantage_registry.info(advantage)  # ValueError listing the known names
+    return advantage, advantage_registry.get(advantage)
+
+
+def group_rewards(
+    rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, num_generations: int
+) -> torch.Tensor:
+    """Weighted reward per completion, grouped: [N, F] -> [P, G] with N = P * G; NaN if all F are NaN.
+
+    TRL's sampler puts the G completions of a prompt next to each other in the gathered batch, which
+    is what TRL's own ``view(-1, num_generations)`` relies on too.
+    """
+    weights = reward_weights.to(rewards_per_func.device, rewards_per_func.dtype)
+    rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)  # [N]
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = float("nan")
+    if rewards.numel() % num_generations:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {num_generations}")
+    return rewards.view(-1, num_generations)  # [P, G]
+
+
+def starvation_metrics(rewards: torch.Tensor, advantages: torch.Tensor) -> dict[str, float]:
+    """The ``starvation/`` metrics of one generation batch: rewards, advantages [P, G]."""
+    from grpolab import diagnostics
+
+    stats = diagnostics.degeneracy(rewards, advantages=advantages)
+    return {f"starvation/{key}": float(stats[key]) for key in STARVATION_METRICS if key in stats}
+
+
+class GRPOTrainer(_TRLGRPOTrainer):
+    """``trl.GRPOTrainer`` whose advantages come from a grpolab estimator.
+
+    Args:
+        *args, **kwargs: passed to ``trl.GRPOTrainer`` unchanged.
+        advantage: a name from ``grpolab.advantages.available()`` ("grpo", "sign", ...) or a callable
+            ``fn(rewards[P, G], **advantage_kwargs) -> advantages[P, G]``.
+        advantage_kwargs: the estimator's keyword hyper-parameters (e.g. ``{"k": 4}`` for ``passk``).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        advantage: str | AdvantageFn = "grpo",
+        advantage_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.advantage_name, self.advantage_fn = resolve_advantage(advantage)
+        self.advantage_kwargs = dict(advantage_kwargs or {})
+        self._gathered_rewards: torch.Tensor | None = None
+        super().__init__(*args, **kwargs)
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "grpolab's GRPOTrainer computes advantages from the weighted sum of the rewards; "
+                f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported, "
+                "use 'sum_then_normalize' (TRL's default)"
+            )
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._gathered_rewards = rewards_per_func  # [N_all_processes, F], same on every rank
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):  # type: ignore[override]
+        output = super()._generate_and_score_completions(inputs)
+        if self._gathered_rewards is None:
+            raise RuntimeError("TRL did not call _calculate_rewards; this TRL version is not supported")
+        rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards = group_rewards(rewards_per_func, self.reward_weights, num_generations)  # [P, G]
+        advantages = self.advantage_fn(rewards, **self.advantage_kwargs)  # [P, G]
+        all_advantages = advantages.reshape(-1).to(rewards_per_func.dtype)  # [N_all]
+        local = output["advantages"]
+        start = self.accelerator.process_index * len(local)  # TRL's process_slice
+        output["advantages"] = all_advantages[start : start + len(local)].to(local.device, local.dtype)
+        self._replace_logged_advantages(all_advantages)
+        for name, value in starvation_metrics(rewards, advantages).items():
+            self._metrics[mode][name].append(value)
+        return output
+
+    def _replace_logged_advantages(self, all_advantages: torch.Tensor) -> None:
+        """Put grpolab's advantages where TRL just logged its own (the last N of the completion log)."""
+        logged = self._logs["advantages"]
+        count = min(len(all_advantages), len(logged))
+        for _ in range(count):
+            logged.pop()
+        logged.extend(all_advantages[len(all_advantages) - count :].tolist())

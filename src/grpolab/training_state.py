@@ -1,0 +1,108 @@
+"""Run-level helpers of the trainer: building the task, LoRA wrapping, evaluations during a run, and
+writing the final model and ``summary.json`` (whose presence marks a run as complete).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpolab.config import TrainConfig
+from grpolab.errors import UserError
+from grpolab.evaluation import evaluate
+from grpolab.models import Policy
+from grpolab.runlog import read_metrics
+from grpolab.tasks import Task, get_task
+
+if TYPE_CHECKING:
+    from grpolab.trainer import Trainer
+
+__all__ = ["RunResult", "finish_run", "load_task_for", "prepare_eval_log", "run_evaluation", "wrap_lora"]
+
+
+@dataclass
+class RunResult:
+    """What a finished run leaves behind: its directory, last metrics and evaluations."""
+
+    run_dir: Path
+    steps: int
+    final_metrics: dict[str, Any] = field(default_factory=dict)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_task_for(config: TrainConfig) -> Task:
+    """The task of a config; data options are passed only to the tasks that read files."""
+    options: dict[str, Any] = {}
+    if config.task in ("gsm8k", "math500"):
+        if config.data is not None:
+            options["path"] = config.data
+        if config.task_limit is not None:
+            options["limit"] = config.task_limit
+    elif config.data is not None:
+        raise UserError(f"task {config.task!r} is generated, not read from a file; drop --data")
+    task = get_task(config.task, **options)
+    if not task.train:
+        raise UserError(f"task {config.task!r} has no training problems; check --data / --task-limit")
+    return task
+
+
+def wrap_lora(model: Any, config: TrainConfig) -> Any:
+    """Wrap ``model`` with LoRA adapters on the target modules that exist in it (peft)."""
+    from peft import LoraConfig, get_peft_model
+
+    wanted = [name.strip() for name in config.lora_targets.split(",") if name.strip()]
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [name for name in wanted if name in present]
+    if not targets:
+        raise UserError(
+            f"none of the LoRA target modules {wanted} exist in this model; pass --lora-targets with "
+            f"names from: {', '.join(sorted(n for n in present if n)[:20])}"
+        )
+    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, target_modules=targets, lora_dropout=0.0)
+    return get_peft_model(model, lora)
+
+
+def prepare_eval_log(path: Path, *, resume_from_step: int | None) -> None:
+    """Drop evaluations that a resumed run will redo (steps >= resume_from_step), or all of them."""
+    if not path.exists():
+        return
+    keep = [row for row in read_metrics(path) if resume_from_step is not None and row["step"] < resume_from_step]
+    path.write_text("".join(json.dumps(row) + "\n" for row in keep))
+
+
+def run_evaluation(trainer: Trainer, step: int, phase: str) -> dict[str, Any]:
+    """Evaluate the current policy on the test split and append the result to ``eval.jsonl``."""
+    config = trainer.config
+    policy = Policy(trainer.model, trainer.policy.tokenizer, trainer.policy.source, trainer.policy.base)
+    result = evaluate(policy, trainer.task, n=config.eval_samples, limit=config.eval_limit, seed=config.seed,
+                      temperature=config.temperature, max_new_tokens=trainer.max_new_tokens)
+    row = {"step": step, "phase": phase, "completions_generated": trainer.completions_generated, **result.to_dict()}
+    with (trainer.run_dir / "eval.jsonl").open("a") as handle:
+        handle.write(json.dumps(row) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return row
+
+
+def _save_final_model(trainer: Trainer) -> None:
+    final = trainer.run_dir / "final"
+    final.mkdir(exist_ok=True)
+    trainer.model.save_pretrained(str(final), safe_serialization=True)
+    trainer.policy.tokenizer.save_pretrained(str(final))
+    if trainer.config.lora:
+        (final / "base_model.txt").write_text(trainer.policy.source + "\n")
+
+
+def finish_run(trainer: Trainer, metrics: dict[str, Any]) -> RunResult:
+    """Save the final model and write ``summary.json``; returns the run's result."""
+    _save_final_model(trainer)
+    evaluations = read_metrics(trainer.run_dir / "eval.jsonl")
+    summary = {"status": "complete", "steps": trainer.config.steps, "final_metrics": metrics,
+               "evaluations": [{k: v for k, v in e.items() if k != "successes"} for e in evaluations]}
+    staging = trainer.run_dir / "summary.json.tmp"
+    staging.write_text(json.dumps(summary, indent=1))
+    os.replace(staging, trainer.run_dir / "summary.json")
+    return RunResult(trainer.run_dir, trainer.config.steps, metrics, evaluations)

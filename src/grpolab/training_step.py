@@ -1,0 +1,222 @@
+"""The pieces of one training step: the batch being trained on, the optimizer, the policy update and
+the starvation metrics. Shapes: P groups, G completions each, B = P * G, T completion tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from grpolab.config import TrainConfig
+from grpolab.diagnostics import degeneracy
+from grpolab.losses import aggregate, aggregation_denominator, policy_loss
+from grpolab.rollout import Rollout, token_logprobs
+from grpolab.tasks import Problem
+
+__all__ = ["StepBatch", "build_optimizer", "starvation_metrics", "update_policy"]
+
+
+def _pad_to(tensor: torch.Tensor, width: int, *, left: bool) -> torch.Tensor:
+    missing = width - tensor.shape[1]
+    if missing <= 0:
+        return tensor
+    pad = tensor.new_zeros((tensor.shape[0], missing))
+    return torch.cat([pad, tensor] if left else [tensor, pad], dim=1)
+
+
+@dataclass
+class StepBatch:
+    """The groups a step trains on (rows p*G .. p*G+G-1 belong to problem p).
+
+    Attributes:
+        problems: the P problems.
+        prompt_ids, prompt_mask: [B, Lp] left-padded prompts.
+        completion_ids, completion_mask: [B, T] right-padded completions.
+        rewards: [P, G] float64, NaN = unscorable.
+        texts: B completion texts.
+        truncated: [B] bool.
+        entropy: [B, T] sampling entropy per token.
+    """
+
+    problems: list[Problem]
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    rewards: np.ndarray
+    texts: list[str]
+    truncated: torch.Tensor
+    entropy: torch.Tensor
+
+    @classmethod
+    def make(cls, problems: list[Problem], rollout: Rollout, rewards: np.ndarray) -> StepBatch:
+        return cls(problems, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
+                   rollout.completion_mask, rewards, list(rollout.texts), rollout.truncated, rollout.entropy)
+
+    @property
+    def group_size(self) -> int:
+        return self.rewards.shape[1]
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.problems)
+
+    @property
+    def size(self) -> int:
+        return len(self.texts)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """[P, G] completion lengths in tokens."""
+        return self.completion_mask.sum(dim=1).numpy().reshape(self.rewards.shape)
+
+    def select_groups(self, groups: list[int]) -> StepBatch:
+        g = self.group_size
+        rows = [p * g + i for p in groups for i in range(g)]
+        return StepBatch([self.problems[p] for p in groups], self.prompt_ids[rows], self.prompt_mask[rows],
+                         self.completion_ids[rows], self.completion_mask[rows], self.rewards[groups],
+                         [self.texts[r] for r in rows], self.truncated[rows], self.entropy[rows])
+
+    def non_degenerate(self) -> StepBatch:
+        """Only the groups whose scorable rewards are not all equal (DAPO's dynamic-sampling filter)."""
+        keep = [p for p, row in enumerate(self.rewards) if len(set(row[~np.isnan(row)].tolist())) > 1]
+        return self.select_groups(keep)
+
+    def first(self, num_groups: int) -> StepBatch:
+        return self.select_groups(list(range(min(num_groups, self.num_groups))))
+
+    def concat(self, other: StepBatch) -> StepBatch:
+        lp = max(self.prompt_ids.shape[1], other.prompt_ids.shape[1])
+        t = max(self.completion_ids.shape[1], other.completion_ids.shape[1])
+
+        def join(a: torch.Tensor, b: torch.Tensor, width: int, left: bool) -> torch.Tensor:
+            return torch.cat([_pad_to(a, width, left=left), _pad_to(b, width, left=left)])
+
+        return replace(
+            self, problems=self.problems + other.problems,
+            prompt_ids=join(self.prompt_ids, other.prompt_ids, lp, True),
+            prompt_mask=join(self.prompt_mask, other.prompt_mask, lp, True),
+            completion_ids=join(self.completion_ids, other.completion_ids, t, False),
+            completion_mask=join(self.completion_mask, other.completion_mask, t, False),
+            rewards=np.concatenate([self.rewards, other.rewards]), texts=self.texts + other.texts,
+            truncated=torch.cat([self.truncated, other.truncated]),
+            entropy=join(self.entropy, other.entropy, t, False),
+        )
+
+    def rollout_metrics(self, completions_generated: int) -> dict[str, float]:
+        rewards = self.rewards[~np.isnan(self.rewards)]
+        tokens = self.completion_mask.sum().clamp(min=1)
+        return {
+            "rollout/reward_mean": float(rewards.mean()) if rewards.size else 0.0,
+            "rollout/accuracy": float((rewards >= 0.5).mean()) if rewards.size else 0.0,
+            "rollout/completion_length": float(self.lengths.mean()) if self.size else 0.0,
+            "rollout/truncated": float(self.truncated.float().mean()) if self.size else 0.0,
+            "rollout/entropy": float((self.entropy * self.completion_mask).sum() / tokens),
+            "rollout/groups": float(self.num_groups),
+            "rollout/completions_generated": float(completions_generated),
+        }
+
+
+def starvation_metrics(
+    rewards: np.ndarray, advantages: torch.Tensor | None = None, lengths: np.ndarray | None = None
+) -> dict[str, float]:
+    """``starvation/*`` metrics of a step: degeneracy, D_iid, Jensen gap, useful completions and tokens."""
+    if rewards.size == 0:
+        return {}
+    adv = None if advantages is None else advantages.detach().cpu().numpy()
+    stats = degeneracy(rewards, advantages=adv)
+    metrics = {f"starvation/{k}": float(v) for k, v in stats.items() if np.isscalar(v)}
+    if adv is not None and lengths is not None and lengths.sum() > 0:
+        metrics["starvation/useful_token_fraction"] = float(lengths[adv != 0].sum() / lengths.sum())
+    return metrics
+
+
+def build_optimizer(params: dict[str, torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(list(params.values()), lr=config.lr, betas=config.adam_betas,
+                             weight_decay=config.weight_decay)
+
+
+def _autocast(config: TrainConfig) -> contextlib.AbstractContextManager:
+    if config.dtype == "bfloat16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config: TrainConfig) -> torch.Tensor:
+    ids = torch.cat([batch.prompt_ids[rows], batch.completion_ids[rows]], dim=1)
+    mask = torch.cat([batch.prompt_mask[rows], batch.completion_mask[rows]], dim=1)
+    with _autocast(config):
+        logprobs, _ = token_logprobs(model, ids, mask, batch.completion_ids.shape[1], temperature=config.temperature)
+    return logprobs.float()
+
+
+@torch.no_grad()
+def _frozen_logprobs(model: torch.nn.Module, batch: StepBatch, chunks: list[list[int]], config: TrainConfig) -> dict:
+    return {tuple(rows): _logprobs(model, batch, rows, config) for rows in chunks}
+
+
+def update_policy(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: StepBatch, advantages: torch.Tensor,
+    config: TrainConfig, *, lr: float, max_length: int, reference: torch.nn.Module | None = None,
+) -> dict[str, Any]:
+    """``num_iterations`` optimizer steps on ``batch`` with advantages [P, G]; returns ``loss/*`` metrics."""
+    flat = advantages.reshape(-1).float()  # [B]
+    mask = batch.completion_mask.float()
+    denominator = aggregation_denominator(mask, config.loss_aggregation, max_length=max_length)
+    rows = list(range(batch.size)) if config.beta > 0 else torch.nonzero(flat).flatten().tolist()
+    chunks = [rows[i : i + config.micro_batch_size] for i in range(0, len(rows), config.micro_batch_size)]
+    old = _frozen_logprobs(model, batch, chunks, config) if config.num_iterations > 1 else None
+    ref = _frozen_logprobs(reference, batch, chunks, config) if reference is not None else None
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+    for _ in range(config.num_iterations):
+        _zero_grads(params)
+        totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+        for rows_chunk in chunks:
+            _micro_step(model, batch, rows_chunk, flat, mask, config, denominator, old, ref, totals)
+        grad_norm = _clip(params, config.max_grad_norm)
+        optimizer.step()
+    tokens = float(mask[rows].sum()) if rows else 0.0
+    return {
+        "loss/policy": totals["loss"], "loss/kl": totals["kl"] / max(tokens, 1.0),
+        "loss/clip_fraction": totals["clipped"] / max(tokens, 1.0), "loss/grad_norm": grad_norm,
+        "loss/lr": lr, "loss/trained_sequences": float(len(rows)), "loss/train_tokens": tokens,
+    }
+
+
+def _micro_step(model, batch, rows, flat, mask, config, denominator, old, ref, totals) -> None:
+    key = tuple(rows)
+    logprobs = _logprobs(model, batch, rows, config)
+    terms = policy_loss(
+        logprobs, old[key] if old is not None else logprobs.detach(), flat[rows],
+        epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
+        ref_logprobs=ref[key] if ref is not None else None, beta=config.beta,
+    )
+    loss = aggregate(terms.loss, mask[rows], config.loss_aggregation, denominator=denominator)
+    loss.backward()
+    totals["loss"] += float(loss.detach())
+    totals["kl"] += float((terms.kl * mask[rows]).sum())
+    totals["clipped"] += float((terms.clipped * mask[rows]).sum())
+
+
+def _zero_grads(params: list[torch.nn.Parameter]) -> None:
+    """Zero (and create) every gradient, so that a step with no trained rows is an AdamW step with a
+    zero gradient, exactly as if the zero-advantage rows had been computed."""
+    for param in params:
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        else:
+            param.grad.zero_()
+
+
+def _clip(params: list[torch.nn.Parameter], max_norm: float) -> float:
+    if max_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    grads = [p.grad.detach().norm() for p in params if p.grad is not None]
+    return float(torch.stack(grads).norm()) if grads else 0.0

@@ -1,0 +1,726 @@
+"""Tests for ``grpolab.advantages``: hand-computed tables, plain-loop equivalence, properties, errors.
+
+Shapes: rewards and advantages are [P, G] (P prompts, G completions per prompt).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from grpolab import advantages as adv
+from grpolab.advantages import available, compute_advantages, get, info, register
+
+NAN = math.nan
+ALL = available()
+GROUP = [name for name in ALL if info(name).needs_group]
+BINARY_ONLY = [name for name in ALL if info(name).binary_only]
+ZERO_SUM = [name for name in ALL if info(name).zero_sum]
+SETTINGS = settings(max_examples=20, deadline=None, database=None)
+
+
+def _binary_rewards(min_g: int = 2, max_g: int = 6, nan: bool = True) -> st.SearchStrategy[np.ndarray]:
+    """[P, G] float64 arrays of 0 / 1 (and NaN when ``nan``)."""
+    values = [0.0, 1.0, NAN] if nan else [0.0, 1.0]
+    shapes = st.tuples(st.integers(1, 5), st.integers(min_g, max_g))
+    return shapes.flatmap(lambda shape: hnp.arrays(np.float64, shape, elements=st.sampled_from(values)))
+
+
+def _dyadic_rewards(nan: bool = True) -> st.SearchStrategy[np.ndarray]:
+    """[P, G] arrays of multiples of 1/4 in [-2, 2] (exact in binary floating point), plus NaN."""
+    values = [q / 4 for q in range(-8, 9)] + ([NAN] if nan else [])
+    shapes = st.tuples(st.integers(1, 4), st.integers(2, 6))
+    return shapes.flatmap(lambda shape: hnp.arrays(np.float64, shape, elements=st.sampled_from(values)))
+
+
+def _advantages(name: str, rewards: np.ndarray, **hyperparameters: object) -> np.ndarray:
+    return compute_advantages(name, rewards, **hyperparameters).numpy()
+
+
+# ---------------------------------------------------------------------------- hand-computed tables
+
+# One table for every estimator, on the same four groups of G = 4:
+#   row 0: one success  (mean 1/4), row 1: two successes (mean 1/2), row 2: all correct, row 3: all wrong.
+HAND_REWARDS = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
+S3 = math.sqrt(1 / 3)  # sample std of row 1: squares = 4 * 0.25 = 1, / (G - 1) = 1/3
+POP_STD_PP = math.sqrt(1.75 / 16)  # reinforce_pp: see its table
+NGRPO_STD = math.sqrt(0.24)  # ngrpo rows 0 and 1: see its table
+
+HAND_TABLES: list[tuple[str, dict, list[list[float]]]] = [
+    # grpo, sample std, eps = 1e-4.
+    # row 0: mean 0.25, deviations 0.75 / -0.25, squares 0.5625 + 3 * 0.0625 = 0.75,
+    #        sample var 0.75 / 3 = 0.25, std 0.5.
+    # row 1: mean 0.5, deviations +-0.5, std sqrt(1/3).  rows 2, 3: deviations 0 -> 0.
+    (
+        "grpo",
+        {},
+        [
+            [0.75 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001],
+            [0.5 / (S3 + 1e-4), 0.5 / (S3 + 1e-4), -0.5 / (S3 + 1e-4), -0.5 / (S3 + 1e-4)],
+            [0, 0, 0, 0],
+            [0, 0, 0, 0],
+        ],
+    ),
+    # grpo, population std, eps = 0: row 0 var 0.75 / 4 = 0.1875; row 1 var 1 / 4, std 0.5 -> +-1.
+    (
+        "grpo",
+        {"std": "population", "eps": 0.0},
+        [
+            [
+                0.75 / math.sqrt(0.1875),
+                -0.25 / math.sqrt(0.1875),
+                -0.25 / math.sqrt(0.1875),
+                -0.25 / math.sqrt(0.1875),
+            ],
+            [1, 1, -1, -1],
+            [0, 0, 0, 0],
+            [0, 0, 0, 0],
+        ],
+    ),
+    # dr_grpo: r - mean.
+    ("dr_grpo", {}, [[0.75, -0.25, -0.25, -0.25], [0.5, 0.5, -0.5, -0.5], [0, 0, 0, 0], [0, 0, 0, 0]]),
+    # rloo: r_i - mean of the other three. row 0: 1 - 0 = 1, 0 - 1/3; row 1: 1 - 1/3 = 2/3, 0 - 2/3.
+    ("rloo", {}, [[1, -1 / 3, -1 / 3, -1 / 3], [2 / 3, 2 / 3, -2 / 3, -2 / 3], [0, 0, 0, 0], [0, 0, 0, 0]]),
+    # sign: 2r - 1.
+    ("sign", {}, [[1, -1, -1, -1], [1, 1, -1, -1], [1, 1, 1, 1], [-1, -1, -1, -1]]),
+    # fixed_baseline: r - b.
+    ("fixed_baseline", {}, [[0.5, -0.5, -0.5, -0.5], [0.5, 0.5, -0.5, -0.5], [0.5] * 4, [-0.5] * 4]),
+    (
+        "fixed_baseline",
+        {"baseline": 0.25},
+        [[0.75, -0.25, -0.25, -0.25], [0.75, 0.75, -0.25, -0.25], [0.75] * 4, [-0.25] * 4],
+    ),
+    # reinforce: r.  nsr: r - 1.  w_reinforce: lambda (0.1, or 0.5) for correct, -1 for wrong.
+    ("reinforce", {}, HAND_REWARDS),
+    ("nsr", {}, [[0, -1, -1, -1], [0, 0, -1, -1], [0, 0, 0, 0], [-1, -1, -1, -1]]),
+    ("w_reinforce", {}, [[0.1, -1, -1, -1], [0.1, 0.1, -1, -1], [0.1] * 4, [-1] * 4]),
+    ("w_reinforce", {"lam": 0.5}, [[0.5, -1, -1, -1], [0.5, 0.5, -1, -1], [0.5] * 4, [-1] * 4]),
+    # reinforce_pp: centred = dr_grpo values; batch mean 0;
+    # population var = (0.5625 + 3 * 0.0625 + 4 * 0.25 + 8 * 0) / 16 = 1.75 / 16; A = centred / (std + 1e-6).
+    (
+        "reinforce_pp",
+        {},
+        [
+            [c / (POP_STD_PP + 1e-6) for c in (0.75, -0.25, -0.25, -0.25)],
+            [c / (POP_STD_PP + 1e-6) for c in (0.5, 0.5, -0.5, -0.5)],
+            [0, 0, 0, 0],
+            [0, 0, 0, 0],
+        ],
+    ),
+    # passk, k = 2: C(4, 2) = 6 pairs.
+    # row 0: N_neg = 3, R = 1 - C(3,2)/C(4,2) = 1/2, sigma = 1/2; A_pos = (1 - 1/2) / (1/2) = 1;
+    #        A_neg = (1 - 1/2 - C(2,1)/C(3,1)) / (1/2) = (1/2 - 2/3) * 2 = -1/3.
+    # row 1: N_neg = 2, R = 1 - 1/6 = 5/6, sigma = sqrt(5)/6; A_pos = (1/6) / (sqrt(5)/6) = 1/sqrt(5);
+    #        A_neg = (1/6 - C(1,1)/C(3,1)) / (sqrt(5)/6) = -1/sqrt(5).   rows 2, 3: sigma = 0 -> 0.
+    (
+        "passk",
+        {},
+        [
+            [1, -1 / 3, -1 / 3, -1 / 3],
+            [1 / math.sqrt(5), 1 / math.sqrt(5), -1 / math.sqrt(5), -1 / math.sqrt(5)],
+            [0, 0, 0, 0],
+            [0, 0, 0, 0],
+        ],
+    ),
+    # passk, k = 4: the only subset is the whole group, so R = pass of the group and sigma = 0 -> all 0.
+    ("passk", {"k": 4}, [[0] * 4] * 4),
+    # ngrpo, max_reward 1, eps 1e-4: statistics over the group plus a virtual 1 (5 values, population std).
+    # row 0: [1,0,0,0,1] mean 0.4, var (2 * 0.36 + 3 * 0.16) / 5 = 0.24;
+    # row 1: [1,1,0,0,1] mean 0.6, var (3 * 0.16 + 2 * 0.36) / 5 = 0.24.
+    # row 2: [1,1,1,1,1] -> 0.  row 3: [0,0,0,0,1] mean 0.2, var (4 * 0.04 + 0.64) / 5 = 0.16, std 0.4.
+    (
+        "ngrpo",
+        {},
+        [
+            [0.6 / (NGRPO_STD + 1e-4)] + [-0.4 / (NGRPO_STD + 1e-4)] * 3,
+            [0.4 / (NGRPO_STD + 1e-4)] * 2 + [-0.6 / (NGRPO_STD + 1e-4)] * 2,
+            [0, 0, 0, 0],
+            [-0.2 / 0.4001] * 4,
+        ],
+    ),
+    # maxrl: (r - mean) / mean. row 0: 0.75 / 0.25 = 3, -0.25 / 0.25 = -1; row 1: +-1; rows 2, 3: 0.
+    ("maxrl", {}, [[3, -1, -1, -1], [1, 1, -1, -1], [0, 0, 0, 0], [0, 0, 0, 0]]),
+]
+
+
+@pytest.mark.parametrize(("name", "hyperparameters", "expected"), HAND_TABLES)
+def test_hand_computed_table(name: str, hyperparameters: dict, expected: list[list[float]]) -> None:
+    rewards = np.array(HAND_REWARDS, dtype=np.float64)
+    np.testing.assert_allclose(_advantages(name, rewards, **hyperparameters), expected, rtol=1e-9, atol=1e-12)
+
+
+def test_every_estimator_has_a_hand_table() -> None:
+    assert {name for name, _, _ in HAND_TABLES} == set(ALL)
+
+
+def test_hand_computed_grpo_with_an_unscorable_member() -> None:
+    # Scored members [1, 0, 0]: mean 1/3, squares 4/9 + 2 * 1/9 = 2/3, sample var 1/3; the NaN gets 0.
+    result = _advantages("grpo", np.array([[1.0, NAN, 0.0, 0.0]]))
+    denominator = S3 + 1e-4
+    np.testing.assert_allclose(
+        result, [[(2 / 3) / denominator, 0, -(1 / 3) / denominator, -(1 / 3) / denominator]]
+    )
+
+
+def test_hand_computed_non_binary_rewards() -> None:
+    # dr_grpo on [0.2, 0.6, 1.0]: mean 0.6 -> [-0.4, 0, 0.4]; rloo = 3/2 of that; maxrl = (r - 0.6) / 0.6.
+    rewards = np.array([[0.2, 0.6, 1.0]])
+    np.testing.assert_allclose(_advantages("dr_grpo", rewards), [[-0.4, 0, 0.4]], atol=1e-12)
+    np.testing.assert_allclose(_advantages("rloo", rewards), [[-0.6, 0, 0.6]], atol=1e-12)
+    np.testing.assert_allclose(_advantages("maxrl", rewards), [[-2 / 3, 0, 2 / 3]], atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- plain-loop references
+
+
+def _scored(group: list[float]) -> list[float]:
+    return [x for x in group if not math.isnan(x)]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _pstd(values: list[float]) -> float:
+    mu = _mean(values)
+    return math.sqrt(sum((x - mu) ** 2 for x in values) / len(values))
+
+
+def _ratio(numerator: float, spread: float, eps: float) -> float:
+    return numerator / (spread + eps) if spread > 0 else 0.0
+
+
+def _loop_grpo(group: list[float], eps: float = 1e-4, std: str = "sample") -> list[float]:
+    scored = _scored(group)
+    if len(scored) < 2:
+        return [0.0] * len(group)
+    mu = _mean(scored)
+    divisor = len(scored) - 1 if std == "sample" else len(scored)
+    sigma = math.sqrt(sum((x - mu) ** 2 for x in scored) / divisor)
+    return [_ratio(x - mu, sigma, eps) for x in group]
+
+
+def _loop_dr_grpo(group: list[float]) -> list[float]:
+    scored = _scored(group)
+    return [x - _mean(scored) for x in group] if scored else [0.0] * len(group)
+
+
+def _loop_rloo(group: list[float]) -> list[float]:
+    out = []
+    for i, x in enumerate(group):
+        others = _scored(group[:i] + group[i + 1 :])
+        out.append(x - _mean(others) if others else 0.0)
+    return out
+
+
+def _loop_passk(group: list[float], k: int = 2) -> list[float]:
+    """Brute force: every k-subset of the scored members, subset reward = max of its members."""
+    index = [i for i, x in enumerate(group) if not math.isnan(x)]
+    subsets = list(itertools.combinations(index, k))
+    if not subsets:
+        return [0.0] * len(group)
+    subset_reward = {s: max(group[i] for i in s) for s in subsets}
+    mu = _mean(list(subset_reward.values()))
+    sigma = _pstd(list(subset_reward.values()))
+    if sigma == 0:
+        return [0.0] * len(group)
+    out = [0.0] * len(group)
+    for i in index:
+        containing = [s for s in subsets if i in s]
+        out[i] = _mean([(subset_reward[s] - mu) / sigma for s in containing])
+    return out
+
+
+def _loop_ngrpo(group: list[float], max_reward: float = 1.0, eps: float = 1e-4) -> list[float]:
+    augmented = [*_scored(group), max_reward]
+    mu, sigma = _mean(augmented), _pstd(augmented)
+    return [_ratio(x - mu, sigma, eps) for x in group]
+
+
+def _loop_maxrl(group: list[float]) -> list[float]:
+    scored = _scored(group)
+    mu = _mean(scored) if scored else 0.0
+    return [(x - mu) / mu if mu > 0 else 0.0 for x in group]
+
+
+PER_GROUP = {
+    "grpo": _loop_grpo,
+    "dr_grpo": _loop_dr_grpo,
+    "rloo": _loop_rloo,
+    "passk": _loop_passk,
+    "ngrpo": _loop_ngrpo,
+    "maxrl": _loop_maxrl,
+    "sign": lambda g: [2 * x - 1 for x in g],
+    "fixed_baseline": lambda g, baseline=0.5: [x - baseline for x in g],
+    "reinforce": lambda g: list(g),
+    "nsr": lambda g: [x - 1 for x in g],
+    "w_reinforce": lambda g, lam=0.1: [lam if x == 1 else -1.0 for x in g],
+}
+
+
+def _loop_reinforce_pp(rewards: list[list[float]], eps: float = 1e-6) -> list[list[float]]:
+    centred = [_loop_dr_grpo(group) for group in rewards]
+    scored = [c for row in centred for c in row if not math.isnan(c)]
+    if not scored:
+        return [[0.0] * len(row) for row in rewards]
+    mu, sigma = _mean(scored), _pstd(scored)
+    return [[_ratio(c - mu, sigma, eps) for c in row] for row in centred]
+
+
+def _loop(name: str, rewards: np.ndarray, **hyperparameters: object) -> np.ndarray:
+    """The plain per-group Python loop; NaN rewards get 0."""
+    rows = rewards.tolist()
+    if name == "reinforce_pp":
+        out = _loop_reinforce_pp(rows, **hyperparameters)
+    else:
+        out = [PER_GROUP[name](row, **hyperparameters) for row in rows]
+    return np.where(np.isnan(rewards), 0.0, np.array(out, dtype=np.float64))
+
+
+EQUIVALENCE_CASES = [
+    ("grpo", {}),
+    ("grpo", {"eps": 0.0}),
+    ("grpo", {"eps": 1e-2, "std": "population"}),
+    ("grpo", {"std": "population"}),
+    ("dr_grpo", {}),
+    ("rloo", {}),
+    ("sign", {}),
+    ("fixed_baseline", {}),
+    ("fixed_baseline", {"baseline": 0.0}),
+    ("fixed_baseline", {"baseline": 0.3}),
+    ("reinforce", {}),
+    ("nsr", {}),
+    ("w_reinforce", {}),
+    ("w_reinforce", {"lam": 0.7}),
+    ("reinforce_pp", {}),
+    ("reinforce_pp", {"eps": 0.0}),
+    ("passk", {}),
+    ("passk", {"k": 1}),
+    ("passk", {"k": 3}),
+    ("passk", {"k": 5}),
+    ("ngrpo", {}),
+    ("ngrpo", {"max_reward": 2.0, "eps": 0.0}),
+    ("maxrl", {}),
+]
+
+
+def test_equivalence_cases_cover_every_estimator() -> None:
+    assert {name for name, _ in EQUIVALENCE_CASES} == set(ALL)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(("name", "hyperparameters"), EQUIVALENCE_CASES)
+def test_vectorised_equals_plain_loop(name: str, hyperparameters: dict, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    binary = rng.integers(0, 2, size=(8, 6)).astype(np.float64)  # [P, G]
+    binary[rng.random(binary.shape) < 0.2] = NAN
+    binary[0] = 1.0  # an all-correct group
+    binary[1] = 0.0  # an all-wrong group
+    binary[2, :5] = NAN  # a group with a single scorable member
+    batches = [binary]
+    if not info(name).binary_only:
+        continuous = rng.uniform(-1.0, 2.0, size=(5, 4))  # [P, G]
+        continuous[rng.random(continuous.shape) < 0.2] = NAN
+        batches.append(continuous)
+    for rewards in batches:
+        np.testing.assert_allclose(
+            _advantages(name, rewards, **hyperparameters),
+            _loop(name, rewards, **hyperparameters),
+            rtol=1e-9,
+            atol=1e-9,
+        )
+
+
+# ---------------------------------------------------------------------------- passk
+
+
+@SETTINGS
+@given(rewards=_binary_rewards(min_g=2, max_g=7), k_seed=st.integers(0, 100))
+def test_passk_equals_brute_force_enumeration(rewards: np.ndarray, k_seed: int) -> None:
+    k = 1 + k_seed % rewards.shape[1]
+    np.testing.assert_allclose(_advantages("passk", rewards, k=k), _loop("passk", rewards, k=k), atol=1e-9)
+
+
+@SETTINGS
+@given(rewards=_binary_rewards())
+def test_passk_with_k_1_is_grpo_with_population_std(rewards: np.ndarray) -> None:
+    expected = _advantages("grpo", rewards, std="population", eps=0.0)
+    np.testing.assert_allclose(_advantages("passk", rewards, k=1), expected, atol=1e-9)
+
+
+def test_passk_group_with_fewer_than_k_scored_members_gets_zero() -> None:
+    # Row 0 has one scored member (< k = 2): no pair exists, so 0; row 1 is unaffected by row 0.
+    rewards = np.array([[1.0, NAN, NAN], [1.0, 0.0, 0.0]])
+    result = _advantages("passk", rewards, k=2)
+    np.testing.assert_array_equal(result[0], [0, 0, 0])
+    np.testing.assert_allclose(result[1], _advantages("passk", rewards[1:], k=2)[0])
+
+
+@pytest.mark.parametrize("k", [0, 4, 2.0, True, "2"])
+def test_passk_rejects_bad_k(k: object) -> None:
+    with pytest.raises(ValueError, match=r"'passk'.*k must be an integer"):
+        compute_advantages("passk", [[1, 0, 0]], k=k)
+
+
+def test_passk_accepts_numpy_integer_k() -> None:
+    # [1, 0, 0], k = 2: pairs {1,0a}, {1,0b} -> 1, {0a,0b} -> 0; R = 2/3, sigma = sqrt(2/9) = sqrt(2)/3.
+    # A_pos = (1/3) / sigma = 1/sqrt(2); a wrong member is in one pair of reward 1 and one of 0, so
+    # A_neg = (1/2 - 2/3) / sigma = -1/(2 sqrt(2)).
+    expected = [[2**-0.5, -(2**-0.5) / 2, -(2**-0.5) / 2]]
+    np.testing.assert_allclose(_advantages("passk", np.array([[1.0, 0, 0]]), k=np.int64(2)), expected)
+
+
+# ---------------------------------------------------------------------------- grpo std conventions
+
+
+@SETTINGS
+@given(rewards=_binary_rewards(nan=False))
+def test_grpo_sample_std_equals_trl_formula(rewards: np.ndarray) -> None:
+    r = torch.from_numpy(rewards).to(torch.float32)
+    trl = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True, unbiased=True) + 1e-4)
+    result = compute_advantages("grpo", r)
+    assert result.dtype == torch.float32
+    torch.testing.assert_close(result, trl, rtol=1e-6, atol=1e-7)
+    r64 = torch.from_numpy(rewards)
+    trl64 = (r64 - r64.mean(1, keepdim=True)) / (r64.std(1, keepdim=True, unbiased=True) + 1e-4)
+    torch.testing.assert_close(compute_advantages("grpo", r64), trl64, rtol=1e-12, atol=1e-14)
+
+
+@SETTINGS
+@given(rewards=_dyadic_rewards(nan=False))
+def test_grpo_population_std_differs_by_sqrt_g_over_g_minus_1(rewards: np.ndarray) -> None:
+    g = rewards.shape[1]
+    sample = _advantages("grpo", rewards, eps=0.0)
+    population = _advantages("grpo", rewards, eps=0.0, std="population")
+    np.testing.assert_allclose(population, sample * math.sqrt(g / (g - 1)), rtol=1e-9, atol=1e-12)
+
+
+def test_grpo_g2_one_success_sample_vs_population() -> None:
+    # [1, 0]: deviations +-0.5; sample std sqrt(0.5) -> +-1/sqrt(2); population std 0.5 -> +-1.
+    np.testing.assert_allclose(_advantages("grpo", np.array([[1.0, 0.0]]), eps=0.0), [[2**-0.5, -(2**-0.5)]])
+    np.testing.assert_allclose(
+        _advantages("grpo", np.array([[1.0, 0.0]]), eps=0.0, std="population"), [[1, -1]]
+    )
+
+
+def test_grpo_rejects_unknown_std() -> None:
+    with pytest.raises(ValueError, match=r"'grpo'.*std must be"):
+        compute_advantages("grpo", [[1, 0]], std="unbiased")
+
+
+@pytest.mark.parametrize("name", ["grpo", "ngrpo", "reinforce_pp"])
+def test_eps_zero_on_constant_groups_gives_zero_not_an_error(name: str) -> None:
+    # With eps = 0 a zero-spread group used to give 0 / 0 -> "produced non-finite advantages".
+    rewards = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    np.testing.assert_array_equal(_advantages(name, rewards, eps=0.0), np.zeros((2, 3)))
+
+
+# ---------------------------------------------------------------------------- properties
+
+
+@SETTINGS
+@pytest.mark.parametrize("name", ALL)
+@given(rewards=_binary_rewards())
+def test_never_nan_shape_kept_and_nan_gets_zero(name: str, rewards: np.ndarray) -> None:
+    result = compute_advantages(name, rewards)
+    assert result.shape == rewards.shape
+    assert result.dtype == torch.float64
+    assert torch.isfinite(result).all()
+    assert (result.numpy()[np.isnan(rewards)] == 0).all()
+
+
+@SETTINGS
+@pytest.mark.parametrize("name", [n for n in ALL if not info(n).binary_only])
+@given(rewards=_dyadic_rewards())
+def test_non_binary_rewards_finite(name: str, rewards: np.ndarray) -> None:
+    result = compute_advantages(name, rewards)
+    assert result.shape == rewards.shape and torch.isfinite(result).all()
+
+
+@pytest.mark.parametrize(
+    ("rewards", "expected_dtype"),
+    [
+        (torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float32), torch.float32),
+        (torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64), torch.float64),
+        (torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float16), torch.float16),
+        (torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.bfloat16), torch.bfloat16),
+        (torch.tensor([[1, 0, 0]]), torch.float32),
+        (torch.tensor([[True, False, False]]), torch.float32),
+        (np.array([[1.0, 0.0, 0.0]], dtype=np.float64), torch.float64),
+        (np.array([[1.0, 0.0, 0.0]], dtype=np.float32), torch.float32),
+        (np.array([[1.0, 0.0, 0.0]], dtype=np.float16), torch.float16),
+        (np.array([[1, 0, 0]]), torch.float32),
+        ([[1, 0, 0]], torch.float32),
+        ([[1.0, 0.0, 0.0]], torch.float32),
+    ],
+    ids=lambda value: str(getattr(value, "dtype", type(value).__name__)),
+)
+def test_input_types_and_dtype_rules(rewards: object, expected_dtype: torch.dtype) -> None:
+    reference = {name: compute_advantages(name, np.array([[1.0, 0.0, 0.0]])) for name in ALL}
+    for name in ALL:
+        result = compute_advantages(name, rewards)
+        assert isinstance(result, torch.Tensor)
+        assert result.dtype == expected_dtype and result.shape == (1, 3), name
+        torch.testing.assert_close(result.to(torch.float64), reference[name], rtol=1e-2, atol=1e-2)
+
+
+def test_none_in_a_nested_list_is_unscorable() -> None:
+    torch.testing.assert_close(
+        compute_advantages("grpo", [[1, None, 0]]), compute_advantages("grpo", [[1, NAN, 0]]), rtol=0, atol=0
+    )
+
+
+def test_torch_input_with_grad_is_accepted_and_not_tracked() -> None:
+    rewards = torch.tensor([[1.0, 0.0]], requires_grad=True)
+    assert not compute_advantages("grpo", rewards).requires_grad
+
+
+@SETTINGS
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "passk", "maxrl"])
+@given(shape=st.tuples(st.integers(1, 4), st.integers(2, 6)), value=st.sampled_from([0.0, 1.0]))
+def test_constant_groups_give_zero_for_centred_estimators(
+    name: str, shape: tuple[int, int], value: float
+) -> None:
+    np.testing.assert_array_equal(_advantages(name, np.full(shape, value)), np.zeros(shape))
+
+
+@SETTINGS
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "maxrl", "ngrpo"])
+@given(
+    shape=st.tuples(st.integers(1, 4), st.integers(2, 6)),
+    value=st.sampled_from([0.1, 0.25, 1 / 3, 2.0, 3.75]),
+)
+def test_constant_non_binary_groups(name: str, shape: tuple[int, int], value: float) -> None:
+    # ngrpo: the virtual sample is max_reward, so a constant group gives 0 only when value == max_reward.
+    hyperparameters = {"max_reward": value} if name == "ngrpo" else {}
+    np.testing.assert_array_equal(_advantages(name, np.full(shape, value), **hyperparameters), 0.0)
+
+
+@pytest.mark.parametrize("name", ["grpo", "reinforce_pp"])
+@pytest.mark.parametrize("value", [0.1, -2.0 * 13.314301209144567, 1 / 3])
+def test_eps_zero_constant_groups_of_inexact_values_give_zero(name: str, value: float) -> None:
+    # Regression: the mean of five copies of 0.1 used to differ from 0.1 by rounding, and with eps = 0 the
+    # ratio of that noise to an equally tiny std gave advantages of +-0.89 instead of 0.
+    rewards = np.array([[value] * 5, [0.0, 1.0, 0.0, 1.0, 1.0]])
+    result = _advantages(name, rewards, eps=0.0)
+    np.testing.assert_allclose(result[0], np.zeros(5), atol=1e-12)  # reinforce_pp: batch mean ~ 1e-17
+    np.testing.assert_array_equal(_advantages(name, np.full((3, 5), value), eps=0.0), np.zeros((3, 5)))
+
+
+@pytest.mark.parametrize("g", [2, 3, 8])
+def test_ngrpo_constant_groups(g: int) -> None:
+    assert (_advantages("ngrpo", np.ones((2, g))) == 0).all()  # all correct: 0
+    assert (_advantages("ngrpo", np.zeros((2, g))) < 0).all()  # all wrong: negative, no starvation
+
+
+@pytest.mark.parametrize("g", [1, 2, 5])
+def test_sign_on_constant_groups_is_plus_minus_one(g: int) -> None:
+    np.testing.assert_array_equal(_advantages("sign", np.ones((3, g))), np.ones((3, g)))
+    np.testing.assert_array_equal(_advantages("sign", np.zeros((3, g))), -np.ones((3, g)))
+
+
+@SETTINGS
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
+@given(rewards=_dyadic_rewards(), shift=st.sampled_from([-3.0, -0.5, 0.25, 1.0, 7.5]))
+def test_shift_invariance(name: str, rewards: np.ndarray, shift: float) -> None:
+    np.testing.assert_allclose(_advantages(name, rewards + shift), _advantages(name, rewards), atol=1e-8)
+
+
+@SETTINGS
+@given(rewards=_dyadic_rewards(), scale=st.floats(0.01, 100.0))
+def test_grpo_scale_invariance(rewards: np.ndarray, scale: float) -> None:
+    # Exact with eps = 0; with eps > 0 the invariance is only approximate (eps does not scale).
+    np.testing.assert_allclose(
+        _advantages("grpo", rewards * scale, eps=0.0),
+        _advantages("grpo", rewards, eps=0.0),
+        rtol=1e-9,
+        atol=1e-9,
+    )
+
+
+@SETTINGS
+@pytest.mark.parametrize("name", ALL)
+@given(rewards=_binary_rewards(), seed=st.integers(0, 2**32 - 1))
+def test_permutation_equivariance_within_groups(name: str, rewards: np.ndarray, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    order = np.argsort(rng.random(rewards.shape), axis=1)  # [P, G] an independent permutation per group
+    permuted = np.take_along_axis(rewards, order, axis=1)
+    expected = np.take_along_axis(_advantages(name, rewards), order, axis=1)
+    np.testing.assert_allclose(_advantages(name, permuted), expected, rtol=1e-12, atol=1e-12)
+
+
+@SETTINGS
+@given(rewards=_dyadic_rewards(nan=False))
+def test_rloo_is_g_over_g_minus_1_times_dr_grpo(rewards: np.ndarray) -> None:
+    g = rewards.shape[1]
+    np.testing.assert_allclose(
+        _advantages("rloo", rewards), g / (g - 1) * _advantages("dr_grpo", rewards), atol=1e-12
+    )
+
+
+@SETTINGS
+@pytest.mark.parametrize("name", ZERO_SUM)
+@given(rewards=_binary_rewards(nan=False))
+def test_zero_sum_estimators_sum_to_zero_per_group(name: str, rewards: np.ndarray) -> None:
+    np.testing.assert_allclose(_advantages(name, rewards).sum(axis=1), 0.0, atol=1e-9)
+
+
+def test_zero_sum_flag_matches_behaviour() -> None:
+    # Every estimator that is not flagged fails to sum to 0 on some fully scored binary group.
+    assert set(ZERO_SUM) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "passk", "maxrl"}
+    rewards = np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    for name in set(ALL) - set(ZERO_SUM):
+        assert np.abs(_advantages(name, rewards).sum(axis=1)).max() > 0.1, name
+
+
+@SETTINGS
+@given(rewards=_binary_rewards())
+def test_sign_is_twice_fixed_baseline_at_one_half(rewards: np.ndarray) -> None:
+    np.testing.assert_array_equal(
+        _advantages("sign", rewards), 2 * _advantages("fixed_baseline", rewards, baseline=0.5)
+    )
+
+
+@SETTINGS
+@given(rewards=_binary_rewards())
+def test_reinforce_pp_batch_mean_zero_std_one(rewards: np.ndarray) -> None:
+    centred = _advantages("dr_grpo", rewards)[~np.isnan(rewards)]
+    if centred.size == 0 or centred.std() < 1e-3:
+        return  # degenerate batch: every group constant, so every advantage is 0
+    scored = _advantages("reinforce_pp", rewards)[~np.isnan(rewards)]
+    assert abs(scored.mean()) < 1e-9
+    assert abs(scored.std() - 1.0) < 1e-4  # population std; eps = 1e-6 in the divisor
+
+
+# ---------------------------------------------------------------------------- NaN rules
+
+
+@SETTINGS
+@pytest.mark.parametrize("name", ALL)
+@given(
+    group=hnp.arrays(np.float64, st.integers(3, 7), elements=st.sampled_from([0.0, 1.0])),
+    position=st.integers(0, 6),
+)
+def test_nan_member_is_left_out_of_group_statistics(name: str, group: np.ndarray, position: int) -> None:
+    position %= group.size
+    with_nan = group.copy()
+    with_nan[position] = NAN
+    without = np.delete(group, position)
+    result = _advantages(name, with_nan[None, :])[0]  # [G]
+    assert result[position] == 0
+    np.testing.assert_allclose(
+        np.delete(result, position), _advantages(name, without[None, :])[0], atol=1e-12
+    )
+
+
+def test_all_nan_group_gets_zero_and_leaves_other_groups_alone() -> None:
+    rewards = np.array([[NAN, NAN, NAN], [1.0, 0.0, 0.0]])
+    for name in ALL:
+        result = _advantages(name, rewards)
+        np.testing.assert_array_equal(result[0], [0, 0, 0])
+        np.testing.assert_allclose(result[1], _advantages(name, rewards[1:])[0], atol=1e-12, err_msg=name)
+
+
+# ---------------------------------------------------------------------------- errors and registry
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("bad", [math.inf, -math.inf])
+def test_infinite_rewards_rejected(name: str, bad: float) -> None:
+    with pytest.raises(ValueError, match=rf"'{name}'.*inf"):
+        compute_advantages(name, [[1.0, bad, 0.0]])
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("rewards", [[1.0, 0.0], [[[1.0, 0.0]]], 1.0], ids=["1-D", "3-D", "0-D"])
+def test_wrong_rank_rejected(name: str, rewards: object) -> None:
+    with pytest.raises(ValueError, match=rf"'{name}'.*shape \[P, G\]"):
+        compute_advantages(name, rewards)
+
+
+@pytest.mark.parametrize("name", GROUP)
+def test_group_of_one_rejected_for_group_estimators(name: str) -> None:
+    with pytest.raises(ValueError, match=rf"'{name}' needs groups of G >= 2.*G = 1"):
+        compute_advantages(name, [[1.0], [0.0]])
+
+
+def test_group_estimators_are_the_expected_ones() -> None:
+    assert set(GROUP) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "passk", "ngrpo", "maxrl"}
+    for name in set(ALL) - set(GROUP):
+        assert compute_advantages(name, [[1.0], [0.0]]).shape == (2, 1)
+
+
+@pytest.mark.parametrize("name", BINARY_ONLY)
+@pytest.mark.parametrize("bad", [0.5, 2.0, -1.0])
+def test_non_binary_rejected_for_binary_only_estimators(name: str, bad: float) -> None:
+    assert set(BINARY_ONLY) == {"sign", "w_reinforce", "passk"}
+    with pytest.raises(ValueError, match=rf"'{name}' is defined only for binary rewards.*{bad}"):
+        compute_advantages(name, [[1.0, bad, 0.0]])
+
+
+def test_non_numeric_rewards_rejected() -> None:
+    with pytest.raises(ValueError, match=r"'grpo'.*must be numbers"):
+        compute_advantages("grpo", [["right", "wrong"]])
+
+
+def test_bad_hyperparameter_rejected_with_estimator_name() -> None:
+    with pytest.raises(ValueError, match=r"'dr_grpo'.*bad hyper-parameters"):
+        compute_advantages("dr_grpo", [[1, 0]], eps=0.1)
+
+
+def test_unknown_estimator_lists_available_names() -> None:
+    for call in (lambda: compute_advantages("gpro", [[1, 0]]), lambda: info("gpro"), lambda: get("gpro")):
+        with pytest.raises(ValueError, match="unknown advantage estimator 'gpro'") as error:
+            call()
+        assert all(name in str(error.value) for name in ALL)
+
+
+def test_duplicate_register_rejected() -> None:
+    before = dict(adv._REGISTRY)
+    with pytest.raises(ValueError, match="'grpo' is already registered"):
+        register("grpo")(lambda rewards: rewards)
+    assert adv._REGISTRY == before
+
+
+def test_get_validates_like_compute_advantages() -> None:
+    fn = get("passk")
+    torch.testing.assert_close(fn([[1, 0, 0]], k=2), compute_advantages("passk", [[1, 0, 0]], k=2))
+    with pytest.raises(ValueError, match="'passk' is defined only for binary"):
+        fn([[0.5, 0, 0]])
+
+
+@pytest.fixture
+def scratch_registry():
+    """Lets a test register estimators; removes whatever it added afterwards."""
+    before = set(adv._REGISTRY)
+    yield
+    for name in set(adv._REGISTRY) - before:
+        del adv._REGISTRY[name]
+
+
+@pytest.mark.usefixtures("scratch_registry")
+def test_user_registered_estimator_works_through_compute_advantages() -> None:
+    @register("test_median_baseline", needs_group=True, zero_sum=False)
+    def median_baseline(rewards: torch.Tensor, *, offset: float = 0.0) -> torch.Tensor:
+        return rewards - rewards.nanmedian(dim=1, keepdim=True).values + offset
+
+    assert "test_median_baseline" in available()
+    assert info("test_median_baseline").needs_group
+    # [1, 0, 0] median 0 -> [1, 0, 0] + 0.5; the NaN member gets 0; the registry's input rules apply.
+    result = compute_advantages("test_median_baseline", [[1, 0, 0], [1, 1, NAN]], offset=0.5)
+    np.testing.assert_allclose(result.numpy(), [[1.5, 0.5, 0.5], [0.5, 0.5, 0.0]])
+    with pytest.raises(ValueError, match="'test_median_baseline' needs groups"):
+        compute_advantages("test_median_baseline", [[1.0]])
+    with pytest.raises(ValueError, match="'test_median_baseline' is already registered"):
+        register("test_median_baseline")(median_baseline)
+
+
+def test_scratch_registry_fixture_cleaned_up() -> None:
+    assert "test_median_baseline" not in available()

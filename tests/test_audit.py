@@ -1,0 +1,182 @@
+"""grpolab audit: the streaming aggregation equals grpolab.diagnostics on the same groups, every input
+format gives the same answer, bad files give clean errors, and the CLI writes JSON and HTML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from grpolab import audit as audit_module
+from grpolab import diagnostics
+from grpolab.audit import audit
+from grpolab.cli import main
+from grpolab.errors import UserError
+
+KEYS = ("all_correct", "all_wrong", "degenerate", "p_mean", "d_iid", "jensen_gap")
+
+
+def _rewards(P: int, G: int, seed: int, nan_share: float = 0.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    p = rng.beta(0.4, 0.4, size=(P, 1))
+    rewards = (rng.random((P, G)) < p).astype(np.float64)  # [P, G]
+    rewards[rng.random((P, G)) < nan_share] = np.nan
+    return rewards
+
+
+def _rounded(value: object) -> object:
+    """``value`` with every float rounded to 12 digits (sums in another order differ in the last bits)."""
+    if isinstance(value, float):
+        return round(value, 12)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _long(rewards: np.ndarray, step: int | None = None) -> pd.DataFrame:
+    P, G = rewards.shape
+    frame = pd.DataFrame(
+        {
+            "prompt_id": np.repeat([f"q{i}" for i in range(P)], G),
+            "reward": rewards.reshape(-1),
+            "length": np.tile(np.arange(1, G + 1), P),
+        }
+    )
+    if step is not None:
+        frame.insert(0, "step", step)
+    return frame
+
+
+@pytest.mark.parametrize(("P", "G", "nan_share"), [(50, 4, 0.0), (40, 8, 0.1), (30, 2, 0.0)])
+def test_matches_diagnostics_degeneracy(tmp_path: Path, P: int, G: int, nan_share: float) -> None:
+    rewards = _rewards(P, G, seed=P, nan_share=nan_share)
+    _long(rewards).sample(frac=1.0, random_state=0).to_parquet(tmp_path / "log.parquet")  # shuffled rows
+    result = audit(tmp_path / "log.parquet")
+    expected = diagnostics.degeneracy(rewards)
+    for key in KEYS:
+        assert result[key] == pytest.approx(expected[key]), key
+    assert result["groups"] == P and result["group_size"] == G
+    if nan_share == 0:
+        assert 1 - result["zero_gradient_completions"] == pytest.approx(expected["useful_fraction"])
+        curve = diagnostics.pass_at_k_curve(np.full(P, G), np.nansum(rewards, axis=1).astype(int))
+        assert result["pass_at_k"] == pytest.approx({str(k): v for k, v in curve.items()})
+
+
+def test_hand_computed_steps_tokens_and_sign(tmp_path: Path) -> None:
+    frame = pd.DataFrame(
+        {
+            "step": [0, 0, 0, 0, 1, 1, 1, 1],
+            "prompt_id": ["a", "a", "b", "b", "a", "a", "b", "b"],
+            "reward": [1, 1, 0, 1, 0, 0, np.nan, 1],
+            "length": [10, 20, 30, 40, 1, 2, 3, 4],
+        }
+    )
+    frame.to_csv(tmp_path / "log.csv", index=False)
+    result = audit(tmp_path / "log.csv")
+    assert result["groups"] == 4 and result["steps"] == 2
+    assert [s["degenerate"] for s in result["per_step"]] == [0.5, 1.0]  # step 1: all-wrong + one scorable
+    assert result["all_correct"] == 0.5 and result["all_wrong"] == 0.25
+    assert result["zero_gradient_completions"] == 6 / 8  # groups (0,a), (1,a), (1,b)
+    assert result["zero_gradient_tokens"] == (30 + 3 + 7) / 110
+    assert result["sign_used_completions"] == 7 / 8 and result["sign_used_tokens"] == 107 / 110
+    counts = result["success_histogram"]["counts"]  # c/n = 0, 1/2, 1, 1 (n = 1 for (1,b)): binned
+    assert (counts[0], counts[5], counts[-1], sum(counts)) == (1, 1, 2, 4)
+
+
+def test_formats_agree_and_streaming_merge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    frame = pd.concat([_long(_rewards(20, 4, seed=s), step=s) for s in range(3)], ignore_index=True)
+    frame.to_parquet(tmp_path / "a.parquet")
+    frame.to_csv(tmp_path / "a.csv", index=False)
+    frame.to_json(tmp_path / "a.jsonl", orient="records", lines=True)
+    reference = audit(tmp_path / "a.parquet")
+    for name in ("a.csv", "a.jsonl"):
+        other = audit(tmp_path / name)
+        assert {k: other[k] for k in KEYS} == pytest.approx({k: reference[k] for k in KEYS}), name
+    monkeypatch.setattr(audit_module, "_COMPACT_ROWS", 5)
+    monkeypatch.setattr(audit_module, "_MERGE_ROWS", 7)
+    streamed = audit(tmp_path / "a.parquet", batch_rows=9)  # groups split across batches, many merges
+    streamed.pop("input"), reference.pop("input")
+    assert _rounded(streamed) == _rounded(reference)
+
+
+def test_grpolab_run_directory(tmp_path: Path) -> None:
+    from grpolab.runlog import RolloutLog
+
+    log = RolloutLog(tmp_path / "rollouts")
+    for step, rewards in enumerate(([1.0, 1.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0])):
+        log.write(
+            step,
+            {
+                "step": [step] * 4,
+                "prompt_id": ["p0", "p0", "p1", "p1"],
+                "sample": [0, 1, 0, 1],
+                "completion": ["x"] * 4,
+                "reward": rewards,
+                "advantage": [0.0] * 4,
+                "length": [3] * 4,
+                "truncated": [False] * 4,
+            },
+        )
+    result = audit(tmp_path)
+    assert result["input"]["kind"] == "grpolab" and result["groups"] == 4
+    assert [s["degenerate"] for s in result["per_step"]] == [0.5, 1.0]
+
+
+def test_trl_completion_logs(tmp_path: Path) -> None:
+    folder = tmp_path / "completions"
+    folder.mkdir()
+    prompts = [[{"role": "user", "content": f"q{i}"}] for i in (0, 0, 1, 1)]
+    table = {
+        "prompt": prompts,
+        "completion": ["a", "b", "c", "d"],
+        "accuracy": [1.0, 0.0, None, None],
+        "format": [0.0, 0.0, 1.0, None],
+        "advantage": [0.7, -0.7, 0, 0],
+    }
+    for step in (1, 2):  # TRL rewrites the same buffer at every logging step: step 2 is a duplicate
+        pd.DataFrame({"step": step, **table}).to_parquet(folder / f"completions_{step:05d}.parquet")
+    result = audit(tmp_path)
+    assert result["input"]["kind"] == "trl" and result["input"]["columns"]["reward"] == ["accuracy", "format"]
+    assert result["groups"] == 2 and result["completions"] == 4
+    assert result["all_correct"] == 0.5  # prompt q1: one scorable completion with reward 0 + 1 = 1
+
+
+def test_missing_column_error_lists_columns(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"question": ["a"], "score_x": [1.0]}), tmp_path / "bad.parquet")
+    with pytest.raises(UserError, match=r"prompt and reward column; columns present: question, score_x"):
+        audit(tmp_path / "bad.parquet")
+    with pytest.raises(UserError, match=r"no reward column 'nope'; columns present: question, score_x"):
+        audit(tmp_path / "bad.parquet", prompt_column="question", reward_column="nope")
+
+
+def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pq.write_table(pa.table({"prompt_id": ["a"], "text": ["x"]}), tmp_path / "bad.parquet")
+    assert main(["audit", str(tmp_path / "bad.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "reward" in err and "prompt_id, text" in err
+    assert main(["audit", str(tmp_path / "missing.parquet")]) == 2
+    (tmp_path / "notes.txt").write_text("x")
+    assert main(["audit", str(tmp_path / "notes.txt")]) == 2
+    (tmp_path / "broken.parquet").write_text("not parquet")
+    assert main(["audit", str(tmp_path / "broken.parquet")]) == 2
+
+
+def test_cli_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pd.concat([_long(_rewards(10, 4, seed=s), step=s) for s in range(2)]).to_parquet(tmp_path / "r.parquet")
+    html_path = tmp_path / "report.html"
+    assert main(["audit", str(tmp_path / "r.parquet"), "--json", "--html", str(html_path)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in ("groups", "degenerate", "all_correct", "all_wrong", "d_iid", "jensen_gap", "pass_at_k"):
+        assert key in result
+    assert set(result["pass_at_k"]) == {"1", "2", "3", "4"}
+    text = html_path.read_text()
+    assert text.count("data:image/png;base64,") == 3 and "<table>" in text
+    assert main(["audit", str(tmp_path / "r.parquet")]) == 0
+    assert "degenerate groups" in capsys.readouterr().out

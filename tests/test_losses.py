@@ -1,0 +1,227 @@
+"""Tests for ``grpolab.losses``: the clipped surrogate on hand-computed values, aggregation, micro-batches.
+
+Shapes: logprobs, loss and mask are [B, T] (B completions, T tokens); advantages [B] or [B, T].
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpolab.losses import AGGREGATION_MODES, PolicyLossTerms, aggregate, aggregation_denominator, policy_loss
+
+SETTINGS = settings(max_examples=20, deadline=None, database=None)
+F64 = torch.float64
+
+# Token ratios pi / pi_old used in the tables: inside the range, above it, below it.
+RATIOS = [1.1, 1.5, 0.5]
+OLD = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -3.0]], dtype=F64)  # [B, T]
+LOGPROBS = OLD + torch.log(torch.tensor([RATIOS, RATIOS], dtype=F64))  # [B, T]
+ADVANTAGES = torch.tensor([2.0, -1.0], dtype=F64)  # [B]: one positive, one negative completion
+
+
+def test_policy_loss_asymmetric_clip_hand_table() -> None:
+    # Clip range [1 - 0.2, 1 + 0.28] = [0.8, 1.28]; loss = max(-A r, -A clip(r)).
+    # A = +2: r 1.1 -> max(-2.2, -2.2)  = -2.2 (inside, not clipped)
+    #         r 1.5 -> max(-3.0, -2.56) = -2.56 (clipped at 1 + eps_high)
+    #         r 0.5 -> max(-1.0, -1.6)  = -1.0 (below the range, but A > 0: unclipped branch)
+    # A = -1: r 1.1 -> max(1.1, 1.1)    = 1.1 (inside)
+    #         r 1.5 -> max(1.5, 1.28)   = 1.5 (above the range, but A < 0: unclipped branch)
+    #         r 0.5 -> max(0.5, 0.8)    = 0.8 (clipped at 1 - eps_low)
+    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES, epsilon_low=0.2, epsilon_high=0.28)
+    assert isinstance(terms, PolicyLossTerms)
+    expected = torch.tensor([[-2.2, -2.56, -1.0], [1.1, 1.5, 0.8]], dtype=F64)
+    torch.testing.assert_close(terms.loss, expected)
+    torch.testing.assert_close(terms.clipped, torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=F64))
+    torch.testing.assert_close(terms.kl, torch.zeros_like(expected))
+
+
+def test_policy_loss_symmetric_clip_hand_table() -> None:
+    # epsilon_high=None -> [0.8, 1.2]. A = +2, r 1.5 -> max(-3.0, -2.4) = -2.4; A = -1, r 0.5 -> 0.8.
+    # Small clip 0.05 -> [0.95, 1.05]: A = +2, r 1.1 -> -2.1 (clipped); A = -1, r 1.1 -> 1.1 (not clipped).
+    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES)
+    torch.testing.assert_close(terms.loss, torch.tensor([[-2.2, -2.4, -1.0], [1.1, 1.5, 0.8]], dtype=F64))
+    narrow = policy_loss(LOGPROBS, OLD, ADVANTAGES, epsilon_low=0.05)
+    torch.testing.assert_close(narrow.loss, torch.tensor([[-2.1, -2.1, -1.0], [1.1, 1.5, 0.95]], dtype=F64))
+    torch.testing.assert_close(narrow.clipped, torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=F64))
+
+
+def test_policy_loss_at_ratio_one_is_minus_advantage() -> None:
+    terms = policy_loss(OLD.clone(), OLD, ADVANTAGES)
+    torch.testing.assert_close(terms.loss, -ADVANTAGES[:, None].expand(2, 3))
+    assert (terms.clipped == 0).all()
+
+
+def test_per_token_advantages_equal_broadcast_per_completion_advantages() -> None:
+    per_token = ADVANTAGES[:, None].expand(2, 3)  # [B, T]
+    a = policy_loss(LOGPROBS, OLD, ADVANTAGES, epsilon_high=0.28)
+    b = policy_loss(LOGPROBS, OLD, per_token, epsilon_high=0.28)
+    torch.testing.assert_close(a.loss, b.loss)
+    torch.testing.assert_close(a.clipped, b.clipped)
+
+
+@SETTINGS
+@given(
+    log_ratio=st.floats(-2.0, 2.0),
+    advantage=st.floats(-3.0, 3.0),
+    eps_low=st.floats(0.0, 0.5),
+    eps_high=st.floats(0.0, 0.5),
+)
+def test_policy_loss_equals_ppo_formula(
+    log_ratio: float, advantage: float, eps_low: float, eps_high: float
+) -> None:
+    # PPO: -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A); TRL's clipped indicator.
+    ratio = math.exp(log_ratio)
+    expected = -min(ratio * advantage, min(max(ratio, 1 - eps_low), 1 + eps_high) * advantage)
+    is_clipped = (ratio > 1 + eps_high and advantage > 0) or (ratio < 1 - eps_low and advantage < 0)
+    old = torch.tensor([[-1.0]], dtype=F64)
+    terms = policy_loss(
+        old + log_ratio, old, torch.tensor([advantage], dtype=F64), epsilon_low=eps_low, epsilon_high=eps_high
+    )
+    assert terms.loss.item() == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert terms.clipped.item() == float(is_clipped)
+
+
+def test_kl_k3_hand_values() -> None:
+    # k3 = exp(ref - logp) - (ref - logp) - 1.
+    # ref - logp = 0.5 -> e^0.5 - 1.5 = 0.14872127...; ref - logp = -1 -> e^-1 + 1 - 1 = 0.36787944...;
+    # ref - logp = 0 -> 0.
+    logprobs = torch.tensor([[-1.0, -1.0, -2.0]], dtype=F64)
+    ref = torch.tensor([[-0.5, -2.0, -2.0]], dtype=F64)
+    terms = policy_loss(
+        logprobs, logprobs.detach(), torch.tensor([1.0], dtype=F64), ref_logprobs=ref, beta=0.1
+    )
+    expected_kl = torch.tensor([[math.exp(0.5) - 1.5, math.exp(-1.0), 0.0]], dtype=F64)
+    torch.testing.assert_close(terms.kl, expected_kl)
+    torch.testing.assert_close(
+        terms.kl[0, :2], torch.tensor([0.14872127070012819, 0.36787944117144233], dtype=F64)
+    )
+    # ratio 1, A = 1: surrogate -1 per token, plus beta * kl.
+    torch.testing.assert_close(terms.loss, -1.0 + 0.1 * expected_kl)
+
+
+@SETTINGS
+@given(log_ratio=st.floats(-5.0, 5.0))
+def test_kl_nonnegative_and_zero_at_equal_policies(log_ratio: float) -> None:
+    logprobs = torch.tensor([[-1.0, -1.0]], dtype=F64)
+    ref = logprobs + torch.tensor([[log_ratio, 0.0]], dtype=F64)
+    kl = policy_loss(logprobs, logprobs, torch.tensor([1.0], dtype=F64), ref_logprobs=ref, beta=1.0).kl
+    assert kl[0, 0] >= 0
+    assert kl[0, 1] == 0
+
+
+def test_beta_without_reference_rejected() -> None:
+    with pytest.raises(ValueError, match="beta > 0 needs ref_logprobs"):
+        policy_loss(LOGPROBS, OLD, ADVANTAGES, beta=0.04)
+
+
+def test_beta_zero_ignores_reference() -> None:
+    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES, ref_logprobs=OLD - 1.0)
+    torch.testing.assert_close(terms.loss, policy_loss(LOGPROBS, OLD, ADVANTAGES).loss)
+    assert (terms.kl == 0).all()
+
+
+def test_gradient_flows_and_clipped_tokens_get_none() -> None:
+    # token_mean over 6 tokens: d loss / d logp = -A r / 6 on unclipped-branch tokens, 0 on clipped ones.
+    logprobs = LOGPROBS.clone().requires_grad_(True)
+    ref = OLD - 0.1
+    terms = policy_loss(logprobs, OLD, ADVANTAGES, epsilon_high=0.28)
+    aggregate(terms.loss, torch.ones(2, 3)).backward()
+    grad = logprobs.grad
+    assert grad is not None and torch.isfinite(grad).all()
+    ratio = torch.tensor([RATIOS, RATIOS], dtype=F64)
+    expected = (-ADVANTAGES[:, None] * ratio / 6) * (1 - terms.clipped)
+    torch.testing.assert_close(grad, expected)
+    # with a KL term every token gets a gradient, and all are finite
+    logprobs.grad = None
+    terms = policy_loss(logprobs, OLD, ADVANTAGES, ref_logprobs=ref, beta=0.5)
+    for mode in AGGREGATION_MODES:
+        logprobs.grad = None
+        aggregate(terms.loss, torch.tensor([[1, 1, 0], [1, 0, 0]]), mode).backward(retain_graph=True)
+        assert torch.isfinite(logprobs.grad).all() and logprobs.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------- aggregation
+
+LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=F64)
+MASK = torch.tensor([[1, 1, 0], [1, 0, 0]])
+
+
+@pytest.mark.parametrize(
+    ("mode", "kwargs", "expected"),
+    [
+        # (1 + 2 + 4) / 3 tokens
+        ("token_mean", {}, 7 / 3),
+        # mean of the sequence means (1 + 2) / 2 = 1.5 and 4 / 1 = 4 -> 2.75
+        ("seq_mean_token_mean", {}, 2.75),
+        # (1 + 2 + 4) / (B * T) = 7 / 6; with max_length 5: 7 / 10
+        ("seq_mean_token_sum_norm", {}, 7 / 6),
+        ("seq_mean_token_sum_norm", {"max_length": 5}, 7 / 10),
+        # mean of the sequence sums 3 and 4 -> 3.5
+        ("seq_mean_token_sum", {}, 3.5),
+    ],
+)
+def test_aggregate_hand_computed_2x3(mode: str, kwargs: dict, expected: float) -> None:
+    assert aggregate(LOSS, MASK, mode, **kwargs).item() == pytest.approx(expected, rel=1e-12)
+    assert aggregate(LOSS, MASK.bool(), mode, **kwargs).item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_aggregation_denominators_hand_computed() -> None:
+    assert aggregation_denominator(MASK, "token_mean") == 3.0
+    assert aggregation_denominator(MASK, "seq_mean_token_mean") == 2.0
+    assert aggregation_denominator(MASK, "seq_mean_token_sum") == 2.0
+    assert aggregation_denominator(MASK, "seq_mean_token_sum_norm") == 6.0
+    assert aggregation_denominator(MASK, "seq_mean_token_sum_norm", max_length=5) == 10.0
+
+
+def test_default_mode_is_token_mean() -> None:
+    assert aggregate(LOSS, MASK).item() == pytest.approx(7 / 3)
+
+
+@pytest.mark.parametrize("mode", AGGREGATION_MODES)
+def test_empty_mask_gives_zero_not_nan(mode: str) -> None:
+    assert aggregate(LOSS, torch.zeros(2, 3), mode).item() == 0.0
+
+
+@pytest.mark.parametrize("mode", AGGREGATION_MODES)
+def test_masked_tokens_do_not_matter(mode: str) -> None:
+    changed = LOSS.clone()
+    changed[MASK == 0] = 1e6
+    assert aggregate(changed, MASK, mode).item() == pytest.approx(aggregate(LOSS, MASK, mode).item())
+
+
+@SETTINGS
+@pytest.mark.parametrize("mode", AGGREGATION_MODES)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    batch=st.integers(1, 8),
+    cuts=st.lists(st.integers(1, 7), max_size=3),
+    max_length=st.sampled_from([None, 12]),
+)
+def test_micro_batch_sum_equals_full_batch(
+    mode: str, seed: int, batch: int, cuts: list[int], max_length: int | None
+) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    loss = torch.randn(batch, 5, generator=generator, dtype=F64)  # [B, T]
+    mask = (torch.rand(batch, 5, generator=generator) < 0.6).to(torch.int64)  # [B, T], some rows empty
+    full = aggregate(loss, mask, mode, max_length=max_length)
+    denominator = aggregation_denominator(mask, mode, max_length=max_length)
+    bounds = [0, *sorted({c for c in cuts if c < batch}), batch]
+    parts = [
+        aggregate(loss[lo:hi], mask[lo:hi], mode, denominator=denominator)
+        for lo, hi in itertools.pairwise(bounds)
+    ]
+    torch.testing.assert_close(sum(parts), full)
+
+
+@pytest.mark.parametrize("call", [aggregate, aggregation_denominator])
+def test_unknown_mode_rejected_with_list_of_modes(call) -> None:
+    args = (LOSS, MASK, "seq-mean-token-mean") if call is aggregate else (MASK, "seq-mean-token-mean")
+    with pytest.raises(ValueError, match="unknown loss aggregation mode 'seq-mean-token-mean'") as error:
+        call(*args)
+    assert all(mode in str(error.value) for mode in AGGREGATION_MODES)

@@ -1,0 +1,173 @@
+"""Statistics: tiny hand-computed cases and agreement with scipy where scipy has the same function."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from grpolab.stats import (
+    bootstrap_ci,
+    cohens_d,
+    hedges_g,
+    holm_correction,
+    mann_whitney,
+    pairwise_comparisons,
+    permutation_test,
+    welch_t_test,
+)
+
+
+def test_bootstrap_ci_basic() -> None:
+    values = np.array([0.2, 0.4, 0.6, 0.8])
+    mean, low, high = bootstrap_ci(values, n_resamples=5000, random_state=1)
+    assert mean == pytest.approx(0.5)
+    assert 0.2 <= low < mean < high <= 0.8
+    # resampled means live on the grid k / 20 between 0.2 and 0.8; percentiles are near mean -+ 1.96 * 0.112
+    assert low == pytest.approx(0.5 - 1.96 * math.sqrt(0.05 / 4), abs=0.06)
+    assert bootstrap_ci(values, random_state=1) == bootstrap_ci(values, random_state=1)  # seeded
+
+
+def test_bootstrap_ci_degenerate_cases() -> None:
+    assert bootstrap_ci([0.7]) == (0.7, 0.7, 0.7)
+    assert bootstrap_ci([1.0, 1.0, 1.0]) == (1.0, 1.0, 1.0)
+    with pytest.raises(ValueError):
+        bootstrap_ci([])
+    with pytest.raises(ValueError):
+        bootstrap_ci([1.0, float("nan")])
+
+
+def test_welch_hand_computed() -> None:
+    # a = [1, 2, 3]: mean 2, s^2 = 1; b = [4, 6]: mean 5, s^2 = 2
+    # se^2 = 1/3 + 2/2 = 4/3; t = -3 / sqrt(4/3) = -2.598...
+    # dof = (4/3)^2 / ((1/3)^2 / 2 + 1^2 / 1) = (16/9) / (1/18 + 1) = 32/19
+    t, dof, p = welch_t_test([1, 2, 3], [4, 6])
+    assert t == pytest.approx(-3 / math.sqrt(4 / 3))
+    assert dof == pytest.approx(32 / 19)
+    assert p == pytest.approx(2 * scipy_stats.t.sf(abs(t), 32 / 19))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_welch_matches_scipy(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(0, 1, size=5 + seed), rng.normal(0.5, 2, size=7)
+    t, dof, p = welch_t_test(a, b)
+    ref = scipy_stats.ttest_ind(a, b, equal_var=False)
+    assert t == pytest.approx(ref.statistic) and p == pytest.approx(ref.pvalue)
+    assert dof == pytest.approx(ref.df)
+
+
+def test_welch_zero_variance() -> None:
+    assert welch_t_test([1, 1, 1], [1, 1]) == (0.0, 3.0, 1.0)
+    t, dof, p = welch_t_test([1, 1, 1], [2, 2])
+    assert t == -math.inf and dof == 3.0 and p == 0.0
+    t, dof, p = welch_t_test([1, 1, 1], [2, 3])  # one side constant: the other's dof
+    assert dof == pytest.approx(1.0) and 0 < p < 1
+    with pytest.raises(ValueError):
+        welch_t_test([1], [2, 3])
+
+
+def test_permutation_exact_hand_computed() -> None:
+    # a = [1, 2], b = [3, 4]: C(4, 2) = 6 splits; |mean diff| per split of a:
+    # {1,2}: 2, {1,3}: 1, {1,4}: 0, {2,3}: 0, {2,4}: 1, {3,4}: 2 -> 2 of 6 reach the observed 2
+    assert permutation_test([1, 2], [3, 4]) == pytest.approx(2 / 6)
+
+
+def test_permutation_exact_5_vs_5_matches_enumeration_and_scipy() -> None:
+    a, b = [0.71, 0.74, 0.69, 0.80, 0.77], [0.30, 0.28, 0.35, 0.70, 0.25]
+    pooled = np.array(a + b)
+    observed = abs(np.mean(a) - np.mean(b))
+    splits = list(itertools.combinations(range(10), 5))
+    assert len(splits) == 252
+    hits = sum(
+        abs(pooled[list(s)].mean() - np.delete(pooled, list(s)).mean()) >= observed - 1e-12 for s in splits
+    )
+    assert permutation_test(a, b) == pytest.approx(hits / 252)
+    ref = scipy_stats.permutation_test(
+        (a, b),
+        lambda x, y: abs(np.mean(x) - np.mean(y)),
+        permutation_type="independent",
+        alternative="greater",
+        n_resamples=np.inf,
+    )
+    assert permutation_test(a, b) == pytest.approx(ref.pvalue)
+
+
+def test_permutation_monte_carlo() -> None:
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(0, 1, 15), rng.normal(0, 1, 15)  # C(30, 15) splits: Monte Carlo
+    p = permutation_test(a, b, n_resamples=4000, random_state=0)
+    assert p == permutation_test(a, b, n_resamples=4000, random_state=0)
+    assert p == pytest.approx(scipy_stats.ttest_ind(a, b).pvalue, abs=0.05)
+    assert permutation_test(np.arange(15.0), np.arange(15.0) + 100, n_resamples=999) == pytest.approx(
+        1 / 1000
+    )
+
+
+def test_mann_whitney() -> None:
+    a, b = [1.0, 2.0, 3.5, 4.0], [5.0, 6.0, 7.5, 2.5, 9.0]
+    assert mann_whitney(a, b) == pytest.approx(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    assert mann_whitney([1, 1], [1, 1, 1]) == 1.0
+
+
+def test_holm_hand_computed() -> None:
+    # sorted p = 0.01, 0.02, 0.04 (m = 3): 3*0.01 = 0.03, 2*0.02 = 0.04, 1*0.04 = 0.04 (running max)
+    np.testing.assert_allclose(holm_correction([0.04, 0.01, 0.02]), [0.04, 0.03, 0.04])
+    # step-down with running max: sorted 0.2, 0.3 -> 2*0.2 = 0.4, max(0.4, 1*0.3) = 0.4; 4*0.5 capped at 1
+    np.testing.assert_allclose(holm_correction([0.3, 0.2]), [0.4, 0.4])
+    # the running max matters: sorted 0.01, 0.011 -> 0.02, max(0.02, 0.011) = 0.02
+    np.testing.assert_allclose(holm_correction([0.011, 0.01]), [0.02, 0.02])
+    np.testing.assert_allclose(holm_correction([0.5, 0.5, 0.5, 0.5]), [1, 1, 1, 1])
+    assert holm_correction([]).shape == (0,)
+
+
+def test_holm_matches_statsmodels_formula_on_random_values() -> None:
+    p = np.random.default_rng(0).random(12) ** 3
+    adjusted = holm_correction(p)
+    order = np.argsort(p)
+    expected = np.maximum.accumulate(np.minimum(1, (12 - np.arange(12)) * p[order]))
+    np.testing.assert_allclose(adjusted[order], expected)
+    assert np.all(adjusted >= p)
+
+
+def test_effect_sizes() -> None:
+    # a = [1, 2, 3], b = [4, 6]: pooled var = (2 * 1 + 1 * 2) / 3 = 4/3; d = -3 / sqrt(4/3)
+    d = cohens_d([1, 2, 3], [4, 6])
+    assert d == pytest.approx(-3 / math.sqrt(4 / 3))
+    # df = 3: J = Gamma(1.5) / (sqrt(1.5) Gamma(1)) = 0.7236
+    assert hedges_g([1, 2, 3], [4, 6]) == pytest.approx(d * math.gamma(1.5) / math.sqrt(1.5))
+    assert hedges_g(np.arange(50.0), np.arange(50.0) + 3) == pytest.approx(
+        cohens_d(np.arange(50.0), np.arange(50.0) + 3) * (1 - 3 / (4 * 98 - 1)), rel=1e-4
+    )
+    assert cohens_d([2, 2], [2, 2]) == 0.0 and cohens_d([3, 3], [2, 2]) == math.inf
+
+
+def test_pairwise_comparisons() -> None:
+    rng = np.random.default_rng(1)
+    groups = {
+        "grpo": rng.normal(0.3, 0.05, 5),
+        "sign": rng.normal(0.7, 0.05, 5),
+        "rloo": rng.normal(0.3, 0.05, 5),
+    }
+    rows = pairwise_comparisons(groups, n_resamples=1000)
+    assert [(r["name_a"], r["name_b"]) for r in rows] == [
+        ("grpo", "sign"),
+        ("grpo", "rloo"),
+        ("sign", "rloo"),
+    ]
+    first = rows[0]
+    assert first["n_a"] == 5 and first["mean_difference"] == pytest.approx(
+        groups["grpo"].mean() - groups["sign"].mean()
+    )
+    assert first["welch_p"] == pytest.approx(welch_t_test(groups["grpo"], groups["sign"])[2])
+    assert first["permutation_p"] == pytest.approx(2 / 252)  # exact: only the two perfect splits
+    for family in ("welch_p", "permutation_p", "mann_whitney_p"):
+        np.testing.assert_allclose(
+            [r[f"{family}_holm"] for r in rows], holm_correction([r[family] for r in rows])
+        )
+    assert first["hedges_g"] < -3
+    with pytest.raises(ValueError):
+        pairwise_comparisons({"only": [1, 2]})
