@@ -143,7 +143,9 @@ def test_canary_grpo_matches_trl_two_processes(tiny_model: str, tmp_path: Path) 
 
 def test_sign_gives_plus_minus_one_and_logs_starvation(tiny_model: str, tmp_path: Path) -> None:
     # only all-correct (A) and all-wrong (B) groups: every group starves a group-centred estimator
-    trainer = _trainer(tiny_model, str(tmp_path), "sign", kinds="AB", per_device_train_batch_size=16)
+    trainer = _trainer(
+        tiny_model, str(tmp_path), "sign", kinds="AB", per_device_train_batch_size=16, log_completions=True
+    )
     trainer.train()
     logged = list(trainer._logs["advantages"])
     rewards = trainer._logs["rewards"]["mixed_reward"]
@@ -155,6 +157,11 @@ def test_sign_gives_plus_minus_one_and_logs_starvation(tiny_model: str, tmp_path
     for key in ("all_correct", "all_wrong", "degenerate", "d_iid", "jensen_gap", "useful_fraction"):
         assert f"starvation/{key}" in entries[-1]
     assert all(e["starvation/degenerate"] == 1.0 for e in entries)
+    from grpolab.audit import audit  # TRL's own completion logs, audited
+
+    report = audit(tmp_path)
+    assert report["input"]["kind"] == "trl" and report["degenerate"] == 1.0
+    assert report["zero_gradient_completions"] == 1.0 and report["sign_used_completions"] == 1.0
 
 
 def test_resolve_advantage_names_and_callables() -> None:

@@ -17,7 +17,7 @@ from grpolab.diagnostics import pass_at_k_curve
 from grpolab.errors import UserError
 from grpolab.report import summary_table, write_report
 from grpolab.report_render import chromium_command, screenshot
-from grpolab.report_tables import jensen_table
+from grpolab.report_tables import equal_cost_table, jensen_table
 
 # Final greedy accuracy per (estimator, G) and seed: the hand-computed means below come from these.
 FINALS = {
@@ -210,6 +210,7 @@ def test_full_report_is_complete_and_self_contained(full_report: tuple[Path, Pat
     assert "With n = 3 vs 3 seeds the exact permutation test cannot go below p = 0.1" in markdown  # 2 / 20
     budget = f"| dr_grpo+dynamic | 4 | 3 | {int(STEPS * PROMPTS_PER_STEP * 4 * 1.6):,} | 56.0% | 1,920 |"
     assert budget in markdown  # dynamic sampling used 1.6x the completions; budget = the others' total
+    assert "G = 4, at equal sampling cost (1,920 completions): sign 78.0%, dr_grpo 29.0%, dr_grpo+dynamic" in markdown
     assert "max-width:100%" in page and "overflow-x:auto" in page
 
 
@@ -241,6 +242,31 @@ def test_missing_and_empty_metrics_still_write_a_report(tmp_path: Path) -> None:
         html_path, md_path = write_report(tmp_path / name, results, empty, config)
         assert "No training metrics were recorded." in md_path.read_text()
         _assert_valid_pngs(html_path.read_text(), 3)  # accuracy, start policy, pass@k; no dynamics
+
+
+def test_parquet_round_trip_and_partial_evaluations(tmp_path: Path) -> None:
+    """As the sweep saves them: list columns come back as numpy arrays; one run lacks its start evaluation
+    and the start evaluations hold no pass@k (n = 0 samples)."""
+    results, metrics, config = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
+    starts = results["phase"] == "start"
+    results.loc[starts, "pass_at_k"] = pd.Series([[]] * int(starts.sum()), index=results.index[starts])
+    results = results[~(starts & (results["run_id"] == "sign-G2-s0"))]
+    results.to_parquet(tmp_path / "results.parquet", index=False)
+    metrics.to_parquet(tmp_path / "metrics.parquet", index=False)
+    results, metrics = pd.read_parquet(tmp_path / "results.parquet"), pd.read_parquet(tmp_path / "metrics.parquet")
+    html_path, md_path = write_report(tmp_path, results, metrics, config)
+    assert "| sign | 2 | 2 | 72.0% | [" in md_path.read_text()  # mean of 0.70, 0.74
+    _assert_valid_pngs(html_path.read_text(), 4)
+    assert summary_table(results).loc[0, "start_accuracy"] == pytest.approx(0.25)
+
+
+def test_equal_cost_table_with_only_end_evaluations() -> None:
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo+dynamic"), seeds=2, sizes=(2,))
+    table = equal_cost_table(results[results["phase"] != "step"]).set_index("estimator")
+    assert table.loc["sign", "budget"] == STEPS * PROMPTS_PER_STEP * 2  # what the plain runs used
+    assert table.loc["sign", "accuracy_at_budget"] == pytest.approx(0.72)  # its end evaluation fits
+    assert np.isnan(table.loc["dr_grpo+dynamic", "accuracy_at_budget"])  # only its start fits: no claim
+    assert table.loc["dr_grpo+dynamic", "completions_end"] == int(STEPS * PROMPTS_PER_STEP * 2 * 1.6)
 
 
 def test_results_without_end_evaluation_is_a_clear_error(tmp_path: Path) -> None:

@@ -139,11 +139,32 @@ def _overview(results: pd.DataFrame, config: dict[str, Any]) -> str:
     )
 
 
+def _equal_cost_readings(table: pd.DataFrame) -> list[str]:
+    """One line per group size: each estimator's accuracy at the shared completions budget (or its cost)."""
+    lines = []
+    for size, group in table.groupby("group_size"):
+        if group["accuracy_at_budget"].notna().all():
+            parts = [f"{r.estimator} {_pct(r.accuracy_at_budget)}" for r in group.itertuples()]
+            lines.append(
+                f"G = {size}, at equal sampling cost ({group['budget'].iloc[0]:,.0f} completions): "
+                + ", ".join(parts)
+                + " (mean over seeds; last evaluation within the budget)."
+            )
+        else:
+            parts = [f"{r.estimator} {r.completions_end:,.0f}" for r in group.itertuples()]
+            lines.append(
+                f"G = {size}: no evaluation at equal cost; completions used by the end: " + ", ".join(parts) + "."
+            )
+    return lines
+
+
 def _summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Section]:
     runs, summary = run_table(results), summary_table(results)
     rows, notes = comparisons(runs)
     notes += permutation_floor_notes(rows)
     readings = [reading(r) for r in rows] + notes
+    if results["estimator"].str.contains(DYNAMIC, regex=False).any():
+        readings += _equal_cost_readings(equal_cost_table(results))
     summary_section = Section(
         "Summary",
         [_overview(results, config)],
@@ -239,18 +260,13 @@ def _pass_at_k_section(runs: pd.DataFrame) -> Section:
         "shrinks as k grows is search compression (the policy finds more often what it could already "
         "find); a gain at large k would be new capacity."
     )
-    return Section(
-        "pass@k",
-        [text],
-        figures=[
-            (
-                "pass_at_k",
-                "pass@k per estimator at the end of training (solid) and of the shared start policy "
-                "(black dashed); log2 k axis.",
-                _png(figs.figure_pass_at_k(runs)),
-            )
-        ],
-    )
+    section = Section("pass@k", [text])
+    if not any(len(p or []) for p in runs["end_pass_at_k"]):
+        section.notes.append("The evaluations hold no pass@k values (n = 0 samples per prompt): no curves.")
+        return section
+    caption = "pass@k per estimator at the end of training (solid) and of the shared start policy (black dashed)."
+    section.figures.append(("pass_at_k", caption, _png(figs.figure_pass_at_k(runs))))
+    return section
 
 
 def _usable_metrics(metrics: pd.DataFrame | None) -> tuple[pd.DataFrame, str | None]:
@@ -342,12 +358,13 @@ def _equal_cost_section(results: pd.DataFrame) -> Section:
 
 def _rank_section(metrics: pd.DataFrame) -> Section:
     text = (
-        "Effective rank (entropy of the normalised singular values) of the gradient matrix, at the steps "
-        f"where it was tracked. For the zero-sum estimators ({', '.join(ZERO_SUM)}) the advantages of a "
-        "group sum to 0, so with binary rewards a group's update lies in span{sum of the gradients of its "
-        "correct completions, sum of those of its wrong ones}: rank at most 2 (dotted line). sign "
-        "(A = 2r - 1) is not zero-sum: all-correct and all-wrong groups still contribute, so the bound "
-        "does not apply to it and its rank may exceed 2."
+        "Effective rank (exp of the entropy of the normalised singular values) of the gradient matrix, at the "
+        f"steps where it was tracked. For the zero-sum estimators ({', '.join(ZERO_SUM)}) the advantages of a "
+        "group sum to 0, so with binary rewards a group contributes a combination of two vectors, the summed "
+        "gradients of its correct and of its wrong completions: the rank-2 bound (dotted line) of the "
+        "policy-gradient foundations paper. sign (A = 2r - 1) is not zero-sum: all-correct and all-wrong "
+        "groups still contribute and the two weights are not tied, so the bound does not apply to it and its "
+        "measured rank can exceed 2."
     )
     return Section(
         "Gradient effective rank",

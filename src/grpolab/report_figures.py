@@ -19,6 +19,7 @@ Departures from the paper's figures (arXiv 2605.07689):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 
@@ -71,8 +72,30 @@ def _panels(n_panels: int, width: float, height: float, sharey: bool = True) -> 
 
 
 def _outside_legend(ax: plt.Axes) -> None:
-    """One legend right of the last panel, so it never hides a curve."""
+    """One legend right of the last panel, so it never hides a curve (none when nothing is labelled)."""
+    if not ax.get_legend_handles_labels()[0]:
+        return
     ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def _accuracy_bar(ax: plt.Axes, x: int, row: pd.Series, seeds: np.ndarray, color: Any, jitter: np.ndarray) -> None:
+    """One bar (mean, %) with its CI whisker (none for one seed), the seeds as dots and the mean as a label."""
+    mean = 100 * row["final_accuracy"]
+    has_ci = bool(np.isfinite(row["ci_low"]) and np.isfinite(row["ci_high"]))
+    err = [[mean - 100 * row["ci_low"]], [100 * row["ci_high"] - mean]] if has_ci else None
+    ax.bar(
+        x,
+        mean,
+        color=color,
+        alpha=0.75,
+        width=0.65,
+        yerr=err,
+        capsize=5,
+        error_kw={"elinewidth": 1.4, "ecolor": "#222"},
+    )
+    ax.scatter(x + jitter, seeds, s=22, color="white", edgecolor="#222", zorder=3, linewidth=0.9)
+    top = max(mean, seeds.max(), 100 * row["ci_high"] if has_ci else mean)
+    ax.annotate(f"{mean:.1f}%", (x, top), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=9)
 
 
 def figure_final_accuracy(runs: pd.DataFrame, summary: pd.DataFrame) -> Figure:
@@ -89,30 +112,9 @@ def figure_final_accuracy(runs: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         rows = summary[summary["group_size"] == size].set_index("estimator")
         present = [n for n in names if n in rows.index]
         for x, name in enumerate(present):
-            row = rows.loc[name]
-            mean = 100 * row["final_accuracy"]
-            err = [[mean - 100 * row["ci_low"]], [100 * row["ci_high"] - mean]]
-            ax.bar(
-                x,
-                mean,
-                color=colors[name],
-                alpha=0.75,
-                width=0.65,
-                yerr=err,
-                capsize=5,
-                error_kw={"elinewidth": 1.4, "ecolor": "#222"},
-            )
-            seeds = 100 * runs.loc[(runs["estimator"] == name) & (runs["group_size"] == size), "final_accuracy"]
-            jitter = rng.uniform(-0.14, 0.14, size=len(seeds))
-            ax.scatter(x + jitter, seeds, s=22, color="white", edgecolor="#222", zorder=3, linewidth=0.9)
-            ax.annotate(
-                f"{mean:.1f}%",
-                (x, 100 * row["ci_high"]),
-                xytext=(0, 4),
-                textcoords="offset points",
-                ha="center",
-                fontsize=9,
-            )
+            mask = (runs["estimator"] == name) & (runs["group_size"] == size)
+            seeds = 100 * runs.loc[mask, "final_accuracy"].to_numpy(float)
+            _accuracy_bar(ax, x, rows.loc[name], seeds, colors[name], rng.uniform(-0.14, 0.14, seeds.size))
         crowded = len(present) > 3 or max(len(n) for n in present) > 10
         ax.set_xticks(range(len(present)), present, rotation=20 if crowded else 0)
         if crowded:
@@ -209,9 +211,11 @@ def figure_start_policy(histogram: dict | None, jensen: pd.DataFrame, n_prompts:
     return fig
 
 
-def _mean_curve(curves: pd.Series) -> np.ndarray:
-    """Mean of equally long pass@k lists (truncated to the shortest)."""
-    arrays = [np.asarray(c, dtype=float) for c in curves]
+def _mean_curve(curves: pd.Series) -> np.ndarray | None:
+    """Mean of pass@k lists [n] (truncated to the shortest; empty lists skipped), None when there are none."""
+    arrays = [np.asarray(c, dtype=float) for c in curves if c is not None and len(c)]
+    if not arrays:
+        return None
     length = min(a.size for a in arrays)
     return np.mean([a[:length] for a in arrays], axis=0)
 
@@ -227,24 +231,18 @@ def figure_pass_at_k(runs: pd.DataFrame) -> Figure:
     fig, axes = _panels(len(sizes), 5.0, 4.0)
     for ax, size in zip(axes, sizes, strict=True):
         subset = runs[runs["group_size"] == size]
-        starts = subset["start_pass_at_k"].dropna()
-        if len(starts):
-            curve = _mean_curve(starts)
+        curve = _mean_curve(subset["start_pass_at_k"])
+        if curve is not None:
             ax.plot(np.arange(1, curve.size + 1), 100 * curve, "k--", lw=1.6, label="start (all runs)")
         for name in names:
-            ends = subset.loc[subset["estimator"] == name, "end_pass_at_k"].dropna()
-            if len(ends):
-                curve = _mean_curve(ends)
+            curve = _mean_curve(subset.loc[subset["estimator"] == name, "end_pass_at_k"])
+            if curve is not None:
                 ax.plot(
-                    np.arange(1, curve.size + 1),
-                    100 * curve,
-                    "-o",
-                    ms=3.5,
-                    color=colors[name],
-                    label=f"{name} (end)",
+                    np.arange(1, curve.size + 1), 100 * curve, "-o", ms=3.5, color=colors[name], label=f"{name} (end)"
                 )
         ax.set_xscale("log", base=2)
-        ks = 2 ** np.arange(int(np.log2(max(2, runs["n"].max()))) + 1)
+        n_max = int(max(2, runs["n"].max()))
+        ks = sorted({2**i for i in range(int(np.log2(n_max)) + 1)} | {n_max})
         ax.set_xticks(ks, [str(k) for k in ks])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel("k (samples per prompt, log2 scale)")

@@ -48,7 +48,7 @@ figcaption{font-size:.9rem;color:#57606a;margin-top:.3rem}
 table{border-collapse:collapse;font-size:.85rem;white-space:nowrap}
 caption{text-align:left;font-weight:600;padding:.3rem 0}
 th,td{border:1px solid #d0d7de;padding:.25rem .5rem;text-align:right}th{background:#f6f8fa}
-td.text,th:first-child{text-align:left}
+td.text,th.text{text-align:left}
 .note{background:#fff8c5;border-left:4px solid #d4a72c;padding:.4rem .8rem}
 pre{background:#f6f8fa;padding:.8rem;overflow-x:auto;font-size:.85rem}
 """
@@ -58,16 +58,15 @@ def _slug(title: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in title.lower()).strip("-")
 
 
-def _cell(value: Any) -> str:
-    """A table cell; numbers (and n/a) right-aligned, words left-aligned."""
-    text = str(value)
-    numeric = bool(_NUMERIC.match(text))
-    return f"<td>{html.escape(text)}</td>" if numeric else f'<td class="text">{html.escape(text)}</td>'
-
-
 def _html_table(caption: str, frame: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    body = "".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in frame.itertuples(index=False))
+    """A scrollable table; columns of numbers (or n/a) right-aligned, columns of words left-aligned."""
+    text = [not all(_NUMERIC.match(str(v)) for v in frame[c]) for c in frame.columns]
+    align = [' class="text"' if is_text else "" for is_text in text]
+    head = "".join(f"<th{a}>{html.escape(str(c))}</th>" for a, c in zip(align, frame.columns, strict=True))
+    body = "".join(
+        "<tr>" + "".join(f"<td{a}>{html.escape(str(v))}</td>" for a, v in zip(align, row, strict=True)) + "</tr>"
+        for row in frame.itertuples(index=False)
+    )
     return (
         f'<div class="table-wrap"><table><caption>{html.escape(caption)}</caption>'
         f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"

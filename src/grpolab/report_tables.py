@@ -228,7 +228,8 @@ def equal_cost_table(results: pd.DataFrame) -> pd.DataFrame:
     for size, group in results.groupby("group_size"):
         per_run = group.groupby("run_id")
         budget = float(per_run["completions_generated"].max().min())
-        for estimator, runs in group.groupby("estimator"):
+        for estimator in estimator_order(group["estimator"]):
+            runs = group[group["estimator"] == estimator]
             at = [_at_budget(evals, budget) for _, evals in runs.groupby("run_id")]
             end = _last_eval(runs, "end")
             rows.append(

@@ -124,8 +124,10 @@ def check(gold: str, pred: str, limit: float) -> dict:
 
 
 def warm_up(servers: int = 1) -> None:
-    """Start ``servers`` idle servers now, so that the first checks do not pay the start-up."""
-    started = [_Server() for _ in range(servers)]
+    """Make sure at least ``servers`` servers are idle, so that the next checks do not pay the start-up."""
+    with _lock:
+        missing = servers - len(_idle)
+    started = [_Server() for _ in range(missing)]
     for server in started:
         _release(server)
 

@@ -103,29 +103,38 @@ class _Child:
         self.sock.close()
 
 
+def _serve(child: _Child) -> _Child:
+    """Answer stdin requests until stdin closes or the parent stops reading; returns the live child."""
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        reply = child.ask(line, float(json.loads(line)["limit"]))
+        try:
+            out.write(reply or b'{"score": 0.0, "timed_out": true, "reason": "timeout"}\n')
+            out.flush()
+        except BrokenPipeError:  # the parent is gone
+            break
+        if reply is None:  # replace the overrunning child after answering, so the caller is not kept
+            child.kill()
+            child = _Child()
+    return child
+
+
 def main() -> None:
-    """Serve requests from stdin until it closes."""
+    """Warm up, fork the first child, serve until stdin closes."""
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     # Import and warm math-verify and sympy's lazily built parts before forking, so every child is warm.
     check("\\frac{1}{2}", "0.5")
     check("\\left[ \\frac{\\pi^2}{8}, \\frac{5 \\pi}{4} \\right]", "[\\pi^2/8, 5\\pi/4]")
     child = _Child()
-    out = sys.stdout.buffer
-    out.write(b"ready\n")
-    out.flush()
-    for line in sys.stdin.buffer:
-        limit = float(json.loads(line)["limit"])
-        reply = child.ask(line, limit)
-        if reply is None:
-            out.write(b'{"score": 0.0, "timed_out": true, "reason": "timeout"}\n')
-            out.flush()
-            child.kill()
-            child = _Child()
-            continue
-        out.write(reply)
-        out.flush()
-    child.kill()
+    try:
+        sys.stdout.buffer.write(b"ready\n")
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:  # the parent is gone
+        child.kill()
+        os._exit(0)
+    _serve(child).kill()
+    os._exit(0)  # skip flushing a stdout nobody reads  # skip flushing a stdout nobody reads
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def score(completion: str, reference: str, *, time_limit_s: float = DEFAULT_TIME
 
 
 def warm_up(servers: int = 1) -> None:
-    """Start math-verify server processes now (about 1 s each) instead of at the first check."""
+    """Have ``servers`` math-verify server processes idle (starting one takes about 1-2 s) before checking."""
     _mv_pool.warm_up(servers)
 
 

@@ -1,0 +1,170 @@
+"""GSM8K and MATH-500 tasks on the shared local copies, and each reference scoring 1.0 against its own
+solution. Nothing here downloads: the hub code path runs on local files through a patched
+``datasets.load_dataset``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from grpolab import verifiers
+from grpolab.errors import UserError
+from grpolab.tasks import get_task
+from grpolab.verifiers import math_answer
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+GSM8K = DATA / "gsm8k"
+MATH500 = DATA / "math500"
+
+pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data not found at {DATA}")
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------------ self-consistency
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_every_gsm8k_solution_scores_one(split: str) -> None:
+    task = get_task("gsm8k", path=GSM8K)
+    problems = task.train if split == "train" else task.test
+    rows = _rows(GSM8K / f"{split}.jsonl")
+    assert len(problems) == len(rows)
+    failures = []
+    for problem, row in zip(problems, rows, strict=True):
+        strict_reward, parts = verifiers.score_with_details("gsm8k_strict", row["answer"], problem.reference)
+        if strict_reward != 1.0 or verifiers.score("gsm8k", row["answer"], row["answer"]) != 1.0:
+            failures.append((problem.id, problem.reference, parts))
+    assert failures == []  # no exceptions: every GSM8K solution ends in a parseable "#### N"
+
+
+def test_every_math500_solution_scores_one() -> None:
+    """All 500 answers against their own solution's last box, once through the string pre-check and once
+    through math-verify itself (no exceptions are needed; this takes about 5 s)."""
+    math_answer.warm_up()
+    task = get_task("math500", path=MATH500)
+    by_id = {row["unique_id"]: row for row in _rows(MATH500 / "test.jsonl")}
+    problems = task.train + task.test
+    assert len(problems) == len(by_id) == 500
+    failures, started = [], time.monotonic()
+    for problem in problems:
+        solution = by_id[problem.id]["solution"]
+        for precheck in (True, False):
+            reward, parts = math_answer.score_details(solution, problem.reference, precheck=precheck)
+            if reward != 1.0:
+                failures.append((problem.id, problem.reference, precheck, parts))
+    assert failures == []
+    assert time.monotonic() - started < 40.0
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+
+def test_gsm8k_task_shape() -> None:
+    task = get_task("gsm8k", path=GSM8K, limit=5)
+    assert (task.name, task.verifier, task.max_new_tokens) == ("gsm8k", "gsm8k", 256)
+    assert len(task.train) == len(task.test) == 5
+    first = task.test[0]
+    assert first.id == "gsm8k/test/0" and first.reference == "18"
+    assert "Janet" in first.prompt and "####" in first.prompt
+    assert len({p.id for p in get_task("gsm8k", path=GSM8K).train}) == 7473
+
+
+def test_gsm8k_single_file_split_by_seed() -> None:
+    a = get_task("gsm8k", path=GSM8K / "test.jsonl", seed=1, test_fraction=0.25)
+    b = get_task("gsm8k", path=GSM8K / "test.jsonl", seed=1, test_fraction=0.25)
+    c = get_task("gsm8k", path=GSM8K / "test.jsonl", seed=2, test_fraction=0.25)
+    assert a == b and a.test != c.test
+    assert len(a.test) == round(0.25 * 1319) and len(a.train) + len(a.test) == 1319
+    assert not {p.id for p in a.train} & {p.id for p in a.test}
+
+
+def test_math500_task_split_by_seed() -> None:
+    a = get_task("math500", path=MATH500, seed=0)
+    b = get_task("math500", path=MATH500 / "test.jsonl", seed=0)
+    c = get_task("math500", path=MATH500, seed=1)
+    assert (a.name, a.verifier, a.max_new_tokens) == ("math500", "math", 512)
+    assert a == b and a.test != c.test
+    assert (len(a.train), len(a.test)) == (400, 100)
+    assert "\\boxed{}" in a.test[0].prompt and a.test[0].id.startswith("test/")
+    assert len(get_task("math500", path=MATH500, limit=7).train) == 7
+
+
+def _fake_load_dataset(data_files: dict[str, Path], cache_dir: Path):
+    """A ``load_dataset`` that records its calls and reads local jsonl with the real "json" builder."""
+    import datasets
+
+    real, calls = datasets.load_dataset, []
+
+    def load_dataset(hub_id: str, config: str | None = None, *, split: str):
+        calls.append((hub_id, config, split))
+        return real("json", data_files={split: str(data_files[split])}, split=split, cache_dir=str(cache_dir))
+
+    return load_dataset, calls
+
+
+def test_hub_path_on_local_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import datasets
+
+    for name, source in (("train", GSM8K / "train.jsonl"), ("test", GSM8K / "test.jsonl")):
+        (tmp_path / f"{name}.jsonl").write_text("".join(source.open().readlines()[:20]))
+    files = {s: tmp_path / f"{s}.jsonl" for s in ("train", "test")}
+    load_dataset, calls = _fake_load_dataset(files, tmp_path / "cache")
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    task = get_task("gsm8k", limit=3)
+    assert calls == [("openai/gsm8k", "main", "train"), ("openai/gsm8k", "main", "test")]
+    assert [p.reference for p in task.test] == ["18", "3", "70000"]
+    assert get_task("gsm8k", path=tmp_path, limit=3) == task
+
+    monkeypatch.undo()
+    load_dataset, calls = _fake_load_dataset({"test": MATH500 / "test.jsonl"}, tmp_path / "cache")
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    assert get_task("math500") == get_task("math500", path=MATH500)
+    assert calls == [("HuggingFaceH4/MATH-500", None, "test")]
+
+
+def test_hub_failure_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(UserError, match=r"could not load 'openai/gsm8k'.*local jsonl path"):
+        get_task("gsm8k")
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"nope\.jsonl does not exist; pass the path"):
+        get_task("gsm8k", path=tmp_path / "nope.jsonl")
+    with pytest.raises(UserError, match=r"test\.jsonl does not exist"):
+        get_task("math500", path=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", r"bad\.jsonl:3: not valid JSON"),
+        ('{"question": "q"}', r"bad\.jsonl:3: field 'answer' is missing"),
+        ('{"question": "q", "answer": 5}', r"bad\.jsonl:3: field 'answer' is not a string \(int\)"),
+        ("[1, 2]", r"bad\.jsonl:3: expected a JSON object"),
+    ],
+)
+def test_malformed_row_names_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    good = json.dumps({"question": "q", "answer": "x\n#### 1"})
+    path = tmp_path / "bad.jsonl"
+    path.write_text(f"{good}\n\n{line}\n{good}\n")
+    with pytest.raises(UserError, match=message):
+        get_task("gsm8k", path=path)
+
+
+def test_gsm8k_answer_without_hashes(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"question": "q", "answer": "just 5"}) + "\n")
+    with pytest.raises(UserError, match=r"no '#### <number>' line"):
+        get_task("gsm8k", path=path, test_fraction=0.5)

@@ -1,0 +1,258 @@
+"""Verifiers: hand-written truth tables, the registry, robustness on arbitrary and pathological text."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from grpolab import verifiers
+from grpolab.errors import UserError
+from grpolab.verifiers import gsm8k, math_answer
+from grpolab.verifiers._text import last_boxed
+
+BINARY = {0.0, 1.0, None}
+TIME_LIMIT_S = 2.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_math_verify() -> None:
+    math_answer.warm_up()  # the one-time server start-up is not part of any per-call budget
+
+
+# ---------------------------------------------------------------------------------------------- gsm8k
+
+GSM8K_CASES = [
+    # (completion, reference, expected under "gsm8k" (strict then flexible), expected under "gsm8k_strict")
+    ("Janet makes 9 * 2 = 18 dollars.\n#### 18", "18", 1.0, 1.0),
+    ("#### 18", "#### 18", 1.0, 1.0),
+    ("so she pays $1,234.50.\n#### $1,234.50", "1234.5", 1.0, 1.0),
+    ("#### 1,234", "1234", 1.0, 1.0),
+    ("#### 1234", "1,234", 1.0, 1.0),
+    ("The answer is -3.", "-3", 1.0, 1.0),
+    ("The answer is 3.0", "3", 1.0, 1.0),
+    ("the final answer is: 42 apples", "42", 1.0, 1.0),
+    ("Answer: 42", "42", 1.0, 1.0),
+    ("We get \\boxed{42}.", "42", 1.0, 1.0),
+    ("We get \\boxed{\\$42}.", "42", 1.0, 1.0),
+    ("We get \\boxed{42 \\text{ dollars}}.", "42", 1.0, 1.0),
+    ("Total: 5 + 13 = 18 dollars.", "18", 1.0, 0.0),  # flexible only
+    ("It costs 18.", "18", 1.0, 0.0),  # trailing period
+    ("It costs \u221218 degrees", "-18", 1.0, 0.0),  # Unicode minus
+    ("#### 17", "18", 0.0, 0.0),
+    ("#### 18\nsome more text with 99", "18", 1.0, 1.0),  # strict wins over a later stray number
+    ("The answer is 5. Wait, #### 18", "18", 1.0, 1.0),  # the last strict form wins
+    ("#### 18 then \\boxed{19}", "18", 0.0, 0.0),
+    ("16-3 = 13", "-3", 0.0, 0.0),  # a minus after a digit is subtraction
+    ("no numbers at all", "18", 0.0, 0.0),
+    ("", "18", 0.0, 0.0),
+    ("#### 18", "a reference without a number", None, None),
+    ("#### 18", "3 and 4", None, None),  # ambiguous reference
+    ("#### 18", "Janet sells 16 - 3 - 4 = 9 eggs.\n#### 18", 1.0, 1.0),  # full solution as reference
+    ("#### ١٨", "18", 0.0, 0.0),  # Arabic-Indic digits are not read as numbers
+    ("#### １８", "18", 0.0, 0.0),  # fullwidth digits neither
+]
+
+
+@pytest.mark.parametrize(("completion", "reference", "auto", "strict"), GSM8K_CASES)
+def test_gsm8k_table(completion: str, reference: str, auto: float | None, strict: float | None) -> None:
+    assert verifiers.score("gsm8k", completion, reference) == auto
+    assert verifiers.score("gsm8k_strict", completion, reference) == strict
+
+
+def test_gsm8k_flexible_mode_and_details() -> None:
+    assert gsm8k.score("#### 18 but later 20", "20", mode="flexible") == 1.0
+    reward, parts = verifiers.score_with_details("gsm8k", "total 1,234 apples", "1234")
+    assert reward == 1.0
+    assert parts == {"extracted": "1,234", "mode": "flexible", "reference": "1234"}
+
+
+# ----------------------------------------------------------------------------------------------- math
+
+MATH_CASES = [
+    ("so $x = \\boxed{\\frac{14}{3}}$.", "14/3", 1.0),
+    ("\\boxed{14/3}", "\\frac{14}{3}", 1.0),
+    ("\\boxed{(3, \\pi/2)}", "\\left( 3, \\frac{\\pi}{2} \\right)", 1.0),
+    ("\\boxed{\\dfrac{1}{2}}", "\\frac12", 1.0),
+    ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
+    ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", 1.0),
+    ("\\boxed{90^\\circ}", "90", 1.0),
+    ("\\fbox{7}", "7", 1.0),
+    ("\\boxed 7$", "7", 1.0),
+    ("first \\boxed{3}, finally \\boxed{4}", "4", 1.0),  # the last box wins
+    ("\\boxed{\\{1, 2\\}}", "\\{2, 1\\}", 1.0),
+    ("\\boxed{[0, 1)}", "[0,1)", 1.0),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2", 1.0),
+    ("\\boxed{4}", "5", 0.0),
+    ("\\boxed{(3, \\pi)}", "\\left( 3, \\frac{\\pi}{2} \\right)", 0.0),
+    ("\\boxed{[0, 1]}", "[0,1)", 0.0),
+    ("the answer is 5", "5", 0.0),  # no box: not extracted
+    ("\\boxed{5", "5", 0.0),  # never closed
+    ("\\boxed{}", "5", 0.0),
+    ("\\boxed{5}", "", None),
+    ("\\boxed{5}", "Solution text ... so $\\boxed{5}$.", 1.0),  # a solution as the reference
+]
+
+
+@pytest.mark.parametrize(("completion", "reference", "expected"), MATH_CASES)
+def test_math_table(completion: str, reference: str, expected: float | None) -> None:
+    assert verifiers.score("math", completion, reference) == expected
+
+
+def test_math_details_and_precheck() -> None:
+    reward, parts = verifiers.score_with_details("math", "\\boxed{\\left(1,2\\right)}", "(1, 2)")
+    assert (reward, parts["mode"], parts["extracted"]) == (1.0, "precheck", "\\left(1,2\\right)")
+    reward, parts = verifiers.score_with_details("math", "\\boxed{14/3}", "\\frac{14}{3}")
+    assert (reward, parts["mode"], parts["timed_out"]) == (1.0, "math_verify", False)
+
+
+def test_math_time_limit_is_hard() -> None:
+    started = time.monotonic()
+    reward, parts = verifiers.score_with_details("math", "\\boxed{10^{10^{10}}}", "5")
+    assert time.monotonic() - started < TIME_LIMIT_S
+    assert (reward, parts["timed_out"]) == (0.0, True)
+    assert verifiers.score("math", "\\boxed{14/3}", "\\frac{14}{3}") == 1.0  # the worker came back
+
+
+def test_math_from_threads() -> None:
+    cases = [(c, r, e) for c, r, e in MATH_CASES if e is not None][:8]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda case: verifiers.score("math", case[0], case[1]), cases))
+    assert results == [e for _, _, e in cases]
+
+
+def _score_math_in_worker(case: tuple[str, str]) -> float | None:
+    return verifiers.score("math", *case)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_math_from_daemonic_pool_worker() -> None:
+    with multiprocessing.get_context("fork").Pool(1) as pool:  # daemonic workers may not use mp.Process
+        assert pool.map(_score_math_in_worker, [("\\boxed{14/3}", "\\frac{14}{3}"), ("\\boxed{1}", "2")]) == [
+            1.0,
+            0.0,
+        ]
+
+
+def test_last_boxed_nesting() -> None:
+    assert last_boxed("a \\boxed{\\frac{1}{\\sqrt{2}}} b") == ("\\frac{1}{\\sqrt{2}}", 2)
+    assert last_boxed("\\boxed{" * 100 + "1" + "}" * 100) == ("1", 693)  # the innermost box is last
+    assert last_boxed("\\boxed{" + "{" * 100 + "1" + "}" * 101) is None  # deeper than MAX_BRACE_DEPTH
+    assert last_boxed("\\boxedx{1}") is None
+
+
+# ---------------------------------------------------------------------------------------------- exact
+
+@pytest.mark.parametrize(
+    ("completion", "reference", "expected"),
+    [
+        ("42", "42", 1.0),
+        ("  42\n", "42", 1.0),
+        ("1  +\t 2", "1 + 2", 1.0),
+        ("42\njunk", "42", 0.0),  # the whole completion counts
+        ("42.", "42", 0.0),
+        ("Yes", "yes", 0.0),
+        ("", "42", 0.0),
+        ("42", "   ", None),
+    ],
+)
+def test_exact_table(completion: str, reference: str, expected: float | None) -> None:
+    assert verifiers.score("exact", completion, reference) == expected
+
+
+# ------------------------------------------------------------------------------------------- registry
+
+def test_registry_names_and_duplicates() -> None:
+    assert {"gsm8k", "gsm8k_strict", "math", "exact"} <= set(verifiers.available())
+    with pytest.raises(ValueError, match="already registered"):
+        verifiers.register("gsm8k")(lambda completion, reference: 1.0)
+
+
+def test_unknown_name_message() -> None:
+    with pytest.raises(UserError, match=r"unknown verifier 'gsm9k'; choose one of .*gsm8k.*package\.module"):
+        verifiers.get_verifier("gsm9k")
+
+
+@pytest.mark.parametrize("path", ["no_such_pkg.mod:fn", "no_such_pkg.fn", "os.path:no_such_fn", "os:sep"])
+def test_bad_dotted_path_message(path: str) -> None:
+    with pytest.raises(UserError, match=r"package\.module:function|not callable"):
+        verifiers.get_verifier(path)
+
+
+def test_dotted_path_user_verifier(tmp_path, monkeypatch) -> None:
+    (tmp_path / "my_rewards.py").write_text(
+        "def length_ok(completion, reference):\n    return float(len(completion) == len(reference))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for path in ("my_rewards:length_ok", "my_rewards.length_ok"):
+        assert verifiers.get_verifier(path)("abc", "xyz") == 1.0
+        assert verifiers.score(path, "ab", "xyz") == 0.0
+        assert verifiers.score_with_details(path, "abc", "xyz") == (1.0, {})
+
+
+# ----------------------------------------------------------------------------------------- robustness
+
+PATHOLOGICAL = {
+    "1MB text": "lorem ipsum 12 " * 70_000,
+    "1MB digits": "7" * 1_000_000,
+    "1MB hashes": "#### " * 200_000,
+    "10k nested boxed": "\\boxed{" * 10_000 + "1" + "}" * 10_000,
+    "10k nested boxed at end": "x " * 10 + "\\boxed{" * 10_000,
+    "10k nested braces in box": "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_001,
+    "power tower": "\\boxed{10^{10^{10}}}",
+    "power tower plain": "The answer is 10^{10^{10}}\n#### 10^10^10",
+    "factorial": "\\boxed{(10^{9})!}",
+    "huge number": "#### " + "9" * 5_000 + "\n\\boxed{" + "9" * 900 + "}",
+    "huge decimal": "#### 0." + "0" * 8_000 + "1",
+    "many commas": "1" + ",000" * 2_000,
+    "arabic-indic digits": "#### ١٢٣٤ \\boxed{١٢٣٤}",
+    "fullwidth digits": "#### １２３４ \\boxed{１２３４}",
+    "control characters": "\x00\x01\x1b[31m#### 5\x07\r\n\\boxed{\x00}",
+    "surrogate-ish": "\ud800 \\boxed{\udfff}",
+    "unbalanced": "\\boxed{" + "\\frac{" * 500,
+    "regex bait": "answer is " + " " * 100_000 + "x",
+    "deep latex": "\\boxed{" + "\\sqrt{" * 60 + "2" + "}" * 61,
+    "long box content": "\\boxed{" + "x+" * 5_000 + "1}",
+    "matrix": "\\boxed{\\begin{pmatrix}" + "1&" * 300 + "1\\end{pmatrix}}",
+}
+REFERENCES = ["18", "#### 18", "\\frac{14}{3}", "10^{10^{10}}", "\\boxed{" * 50, "١٨", "\x00"]
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "gsm8k_strict", "math", "exact"])
+@pytest.mark.parametrize("label", sorted(PATHOLOGICAL))
+def test_pathological_inputs_are_fast(name: str, label: str) -> None:
+    text = PATHOLOGICAL[label]
+    for completion, reference in ((text, "18"), (text, "\\frac{14}{3}"), ("\\boxed{18} #### 18", text[:4000])):
+        started = time.monotonic()
+        reward = verifiers.score(name, completion, reference)
+        elapsed = time.monotonic() - started
+        assert reward in BINARY
+        assert elapsed < TIME_LIMIT_S, f"{name} took {elapsed:.2f} s on {label!r}"
+
+
+texts = st.text(st.characters(codec="utf-8"), max_size=300) | st.text("0123456789,.$-#\\{}boxed ", max_size=80)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(completion=texts, reference=texts | st.sampled_from(REFERENCES))
+def test_text_verifiers_never_raise(completion: str, reference: str) -> None:
+    for name in ("gsm8k", "gsm8k_strict", "exact"):
+        assert verifiers.score(name, completion, reference) in BINARY
+        reward, parts = verifiers.score_with_details(name, completion, reference)
+        assert reward in BINARY and isinstance(parts, dict)
+
+
+latex = st.text("0123456789+-*/^_{}()[]\\fracsqrtpi,.x =!", max_size=40)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answer=latex, reference=latex | st.sampled_from(REFERENCES))
+def test_math_never_raises_and_is_bounded(answer: str, reference: str) -> None:
+    started = time.monotonic()
+    assert verifiers.score("math", "\\boxed{" + answer + "}", reference) in BINARY
+    assert time.monotonic() - started < TIME_LIMIT_S
