@@ -21,7 +21,7 @@ demo: setup
 	$(BIN)/grpolab compare
 
 test: setup
-	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff check src tests benchmarks scripts examples
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: setup

@@ -45,18 +45,8 @@ from grpolab.report_tables import (
 
 __all__ = ["build_sections", "screenshot", "summary_table", "write_report"]
 
-RESULTS_COLUMNS = (
-    "run_id",
-    "estimator",
-    "seed",
-    "group_size",
-    "phase",
-    "step",
-    "completions_generated",
-    "greedy_accuracy",
-    "n",
-    "pass_at_k",
-    "successes",
+RESULTS_COLUMNS = tuple(
+    "run_id estimator seed group_size phase step completions_generated greedy_accuracy n pass_at_k successes".split()
 )
 METRICS_KEYS = ("run_id", "estimator", "group_size", "step")
 DYNAMIC = "+dynamic"
