@@ -186,12 +186,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on 2 cores)")
     parser.add_argument("--group", type=int, default=4, help="G for the competence measurement")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    torch.set_num_threads(args.threads)  # a fixed thread count keeps float reductions reproducible
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
     tokenizer = build_tokenizer()

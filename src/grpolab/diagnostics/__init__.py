@@ -10,8 +10,10 @@ that ``grpolab.diagnostics.spectrum`` is unambiguously the function):
 * ``zero_signal``: zero-advantage shares of completions and tokens; gradient-entry sparsity.
 """
 
+import importlib
+from typing import Any
+
 from grpolab.diagnostics.passk import pass_at_k, pass_at_k_curve
-from grpolab.diagnostics.rank import gram_matrix, spectrum, spectrum_metrics, spectrum_per_group
 from grpolab.diagnostics.starvation import (
     degeneracy,
     expected_degeneracy,
@@ -19,9 +21,24 @@ from grpolab.diagnostics.starvation import (
     group_counts,
     success_histogram,
 )
-from grpolab.diagnostics.zero_signal import gradient_sparsity, zero_advantage_fraction
 
-sparsity = zero_advantage_fraction  # the short name used in the design notes
+# The torch-based modules load on first use, so that numpy-only users (audit, report) skip importing torch.
+_LAZY = {
+    "gram_matrix": "rank",
+    "spectrum": "rank",
+    "spectrum_metrics": "rank",
+    "spectrum_per_group": "rank",
+    "gradient_sparsity": "zero_signal",
+    "zero_advantage_fraction": "zero_signal",
+    "sparsity": "zero_signal",  # the short name of zero_advantage_fraction
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'grpolab.diagnostics' has no attribute {name!r}")
+    module = importlib.import_module(f"grpolab.diagnostics.{_LAZY[name]}")
+    return getattr(module, "zero_advantage_fraction" if name == "sparsity" else name)
 
 __all__ = [
     "degeneracy",
