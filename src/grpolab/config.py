@@ -50,6 +50,9 @@ class TrainConfig:
     """Data file or directory for gsm8k / math500 (jsonl), or a datasets hub id; default: hub id."""
     task_limit: int | None = None
     """Use at most this many train prompts (and test prompts) of the task."""
+    verifier: str | None = None
+    """Reward verifier: a registry name (gsm8k, math, exact) or a dotted path pkg.module:function to your own
+    fn(completion, reference) -> float | None; default: the task's."""
     advantage: str = "sign"
     """Advantage estimator (see `grpolab estimators`)."""
     advantage_kwargs: dict[str, Any] = field(default_factory=dict)

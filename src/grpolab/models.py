@@ -16,10 +16,13 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as transformers_logging
 
 from grpolab.errors import UserError
 
 __all__ = ["EMBEDDED", "SMOLLM2", "Policy", "embedded_model_dir", "load_policy", "resolve_model_dir"]
+
+transformers_logging.disable_progress_bar()  # grpolab shows its own progress; no per-file bars
 
 EMBEDDED = "embedded"
 SMOLLM2 = "smollm2-135m"

@@ -62,7 +62,7 @@ class Trainer:
             torch.set_num_threads(config.threads)
         _check_estimator(config)
         self.task = task or load_task_for(config)
-        self.verifier = verifiers.get_verifier(self.task.verifier)
+        self.verifier = verifiers.get_verifier(config.verifier or self.task.verifier)
         self.max_new_tokens = config.max_new_tokens or self.task.max_new_tokens
         torch.manual_seed(config.seed)
         self.policy = policy or load_policy(config.model)
@@ -129,13 +129,13 @@ class Trainer:
     def _collect(self, step: int) -> tuple[StepBatch, dict[str, float]]:
         """Sample (with dynamic sampling: several rounds) and return the batch to train on."""
         problems, rollout, rewards, scores = self._sample_round(step, 0)
-        seen = rewards
         extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable}
         batch = StepBatch.make(problems, rollout, rewards)
         if self.config.dynamic_sampling:
             batch, seen, rounds = self._dynamic_fill(step, batch, rewards)
             extra["rollout/dynamic_rounds"] = rounds
-        extra.update({f"sampled/{k}": v for k, v in starvation_metrics(seen).items()})
+            # the starvation of everything sampled, before the filter removed the degenerate groups
+            extra.update({f"sampled/{k}": v for k, v in starvation_metrics(seen).items()})
         return batch, extra
 
     def _dynamic_fill(self, step: int, batch: StepBatch, rewards: np.ndarray) -> tuple[StepBatch, np.ndarray, int]:

@@ -4,6 +4,7 @@ writing the final model and ``summary.json`` (whose presence marks a run as comp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ def load_task_for(config: TrainConfig) -> Task:
     elif config.data is not None:
         raise UserError(f"task {config.task!r} is generated, not read from a file; drop --data")
     task = get_task(config.task, **options)
+    if config.verifier:
+        task = dataclasses.replace(task, verifier=config.verifier)
     if not task.train:
         raise UserError(f"task {config.task!r} has no training problems; check --data / --task-limit")
     return task

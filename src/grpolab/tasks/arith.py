@@ -92,7 +92,7 @@ def _checked_range(name: str, value: object, low: int, high: int) -> tuple[int, 
 def evaluate(numbers: list[int], operators: list[str]) -> int:
     """The value of ``numbers[0] op[0] numbers[1] ...`` with ``*`` binding tighter than ``+`` and ``-``."""
     terms = [numbers[0]]  # signed products, summed at the end
-    for operator, number in zip(operators, numbers[1:]):
+    for operator, number in zip(operators, numbers[1:], strict=True):
         if operator == "*":
             terms[-1] *= number
         else:
@@ -117,10 +117,10 @@ def sample_problem(rng: random.Random, spec: ArithSpec) -> tuple[str, str]:
     reference = str(evaluate(numbers, operators))
     if spec.word_problems:
         words = [str(numbers[0])]
-        for operator, number in zip(operators, numbers[1:]):
+        for operator, number in zip(operators, numbers[1:], strict=True):
             words += [OPERATOR_WORDS[operator], str(number)]
         return f"what is {' '.join(words)}? ", reference
-    expression = str(numbers[0]) + "".join(f"{op}{n}" for op, n in zip(operators, numbers[1:]))
+    expression = str(numbers[0]) + "".join(f"{op}{n}" for op, n in zip(operators, numbers[1:], strict=True))
     return f"{expression}=", reference
 
 
@@ -148,7 +148,7 @@ def _split(seed: int, spec: ArithSpec, split: str, size: int) -> tuple[Problem, 
     pairs = draw_unique(rng, spec, split)
     return tuple(
         Problem(id=f"arith-{split}-{index:05d}", prompt=prompt, reference=reference)
-        for index, (prompt, reference) in zip(range(size), pairs)
+        for index, (prompt, reference) in zip(range(size), pairs, strict=False)
     )
 
 
