@@ -79,14 +79,25 @@ def build_model(tokenizer: PreTrainedTokenizerFast, args: argparse.Namespace) ->
     return LlamaForCausalLM(config)
 
 
-def sft_examples(seed: int, count: int) -> list[tuple[str, str]]:
-    """``count`` (prompt, reference) pairs of the default difficulty, all from the reserved bucket."""
+def off_by_one_rate(prompt: str, noise: tuple[float, float, float]) -> float:
+    """The share of SFT labels replaced by ``answer + 1`` for this prompt: by its hardest operator
+    (``*``, then ``-``, then ``+``), so the bias is a visible, learnable feature of the prompt."""
+    if "*" in prompt:
+        return noise[2]
+    return noise[1] if "-" in prompt else noise[0]
+
+
+def sft_examples(seed: int, count: int, noise: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> list[tuple[str, str]]:
+    """``count`` (prompt, reference) pairs of the default difficulty, all from the reserved bucket; a share
+    ``off_by_one_rate`` of the labels is the systematic wrong answer ``reference + 1``."""
     rng = random.Random(f"embedded-sft:{seed}")
     examples: list[tuple[str, str]] = []
     while len(examples) < count:
         spec = rng.choices([spec for spec, _ in SFT_MIX], weights=[weight for _, weight in SFT_MIX])[0]
         prompt, reference = sample_problem(rng, spec)
         if bucket_of(prompt) == "reserved":
+            if rng.random() < off_by_one_rate(prompt, noise):
+                reference = str(int(reference) + 1)
             examples.append((prompt, reference))
     return examples
 
@@ -112,7 +123,7 @@ def encode_sft_batch(
 
 def train(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, args: argparse.Namespace) -> None:
     """AdamW with linear warm-up and cosine decay over ``args.steps`` batches of fresh SFT examples."""
-    examples = sft_examples(args.seed, args.steps * args.batch_size)
+    examples = sft_examples(args.seed, args.steps * args.batch_size, tuple(args.off_by_one))
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
     warmup = max(1, args.steps // 20)
 
@@ -193,6 +204,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on 2 cores)")
     parser.add_argument("--group", type=int, default=4, help="G for the competence measurement")
+    parser.add_argument("--off-by-one", type=float, nargs=3, default=(0.0, 0.0, 0.0), metavar=("ADD", "SUB", "MUL"),
+                        help="share of SFT labels replaced by answer+1 for prompts whose hardest operator is +, -, *")
     return parser.parse_args(argv)
 
 

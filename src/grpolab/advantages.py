@@ -119,9 +119,11 @@ def compute_advantages(name: str, rewards: Any, **hyperparameters: Any) -> torch
             f"advantage estimator {name!r}: bad hyper-parameters {hyperparameters}: {error}"
         ) from None
     advantages = torch.where(torch.isnan(values), torch.zeros_like(advantages), advantages)
-    if not torch.isfinite(advantages).all():
-        raise ValueError(f"advantage estimator {name!r} produced non-finite advantages for rewards {values}")
-    return advantages.to(dtype=out_dtype, device=device)
+    result = advantages.to(dtype=out_dtype, device=device)
+    if not torch.isfinite(result).all():  # also catches finite float64 values that overflow a float32 output
+        raise ValueError(f"advantage estimator {name!r} produced non-finite {out_dtype} advantages for rewards "
+                         f"{values}; use rewards of moderate size (binary rewards are 0 and 1)")
+    return result
 
 
 def _as_float64(rewards: Any, name: str) -> tuple[torch.Tensor, torch.dtype, torch.device]:

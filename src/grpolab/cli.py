@@ -1,7 +1,8 @@
 """The ``grpolab`` command line: one subcommand per job, each in its own module.
 
 Every subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``; this file only
-dispatches and turns a ``UserError`` into a one-line message with exit code 2.
+dispatches and turns a ``UserError`` (bad input) or an ``OSError`` (unwritable path, full disk) into a
+one-line message with exit code 2.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(module.run(args) or 0)
     except UserError as error:
         print(f"grpolab {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # unwritable --out, full disk, ...: the environment, not a bug of grpolab
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"grpolab {args.command}: error: {error.strerror or error}{where}; check that the path is writable "
+              "and the disk has space, then rerun (runs resume from their last checkpoint)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"grpolab {args.command}: interrupted; rerun with the same --out to resume", file=sys.stderr)

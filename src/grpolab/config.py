@@ -15,7 +15,9 @@ import functools
 import inspect
 import itertools
 import json
+import math
 import textwrap
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +52,9 @@ class TrainConfig:
     """Data file or directory for gsm8k / math500 (jsonl), or a datasets hub id; default: hub id."""
     task_limit: int | None = None
     """Use at most this many train prompts (and test prompts) of the task."""
+    task_options: dict[str, Any] = field(default_factory=dict)
+    """Task knobs (flag: JSON), e.g. {"digits": [2, 2], "operators": "+"} for arith, plus for any task
+    "use_chat_template" (bool) and "max_new_tokens" (int)."""
     verifier: str | None = None
     """Reward verifier: a registry name (gsm8k, math, exact) or a dotted path pkg.module:function to your own
     fn(completion, reference) -> float | None; default: the task's."""
@@ -121,6 +126,9 @@ class TrainConfig:
     """Evaluate on at most this many test prompts (None = all)."""
     eval_start: bool = True
     """Evaluate the starting policy before training."""
+    grad_analysis_every: int = 0
+    """Gradient-geometry metrics grad/* (effective rank, rank-2 check, sparsity) every N steps (0 = never);
+    costs one extra forward/backward per completion on those steps."""
     tensorboard: bool = False
     """Also write metrics to TensorBoard (needs the tensorboard package)."""
     threads: int | None = None
@@ -215,6 +223,43 @@ def _validate(config: TrainConfig) -> None:
         raise UserError("beta, epsilon_low and epsilon_high must be >= 0")
     if config.eval_samples < 0:
         raise UserError(f"eval_samples must be >= 0, got {config.eval_samples}")
+    _validate_ranges(config)
+
+
+def _validate_ranges(config: TrainConfig) -> None:
+    """Non-finite numbers, bad betas and settings that would lose checkpoints or crash mid-run."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"{f.name} must be a finite number, got {value}")
+    if len(config.adam_betas) != 2 or not all(0 <= b < 1 for b in config.adam_betas):
+        raise UserError(f"adam_betas must be two numbers in [0, 1) such as 0.9,0.99, got {config.adam_betas}")
+    for name in ("keep_checkpoints", "max_new_tokens", "threads"):
+        if getattr(config, name) is not None and getattr(config, name) < 1:
+            raise UserError(f"{name} must be >= 1, got {getattr(config, name)}")
+    from grpolab.losses import AGGREGATION_MODES
+
+    if config.loss_aggregation not in AGGREGATION_MODES:
+        raise UserError(f"loss_aggregation must be one of {', '.join(AGGREGATION_MODES)}, "
+                        f"got {config.loss_aggregation!r}")
+
+
+def _check_types(values: dict[str, Any], cls: type) -> None:
+    """A clear error naming the setting when a config-file value has the wrong type."""
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        kind = hints[name]
+        optional = typing.get_origin(kind) in (typing.Union, types.UnionType)
+        if optional and value is None:
+            continue
+        base = next(a for a in typing.get_args(kind) if a is not type(None)) if optional else kind
+        base = typing.get_origin(base) or base
+        ok = isinstance(value, base) and not (isinstance(value, bool) and base is not bool)
+        if base is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok:
+            raise UserError(f"setting {name} must be of type {getattr(base, '__name__', base)}, "
+                            f"got {value!r} ({type(value).__name__}); fix it in the config file or flag")
 
 
 # ---------------------------------------------------------------------------- field docs and flags
@@ -289,11 +334,15 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"config file {path} does not exist; pass an existing YAML or TOML file to --config")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"config file {path} is not UTF-8 text ({error.reason}); pass a YAML or TOML file") from None
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
-        raise UserError(f"config file {path} is not valid {path.suffix.lstrip('.').upper()}: {error}") from None
+        problem = " ".join(str(error).split())  # one line, even for YAML's multi-line messages
+        raise UserError(f"config file {path} is not valid {path.suffix.lstrip('.').upper()}: {problem}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -309,6 +358,7 @@ def build_config(values: dict[str, Any], cls: type = TrainConfig) -> Any:
         raise UserError(f"unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(sorted(known))}")
     if "adam_betas" in values and isinstance(values["adam_betas"], list):
         values = {**values, "adam_betas": tuple(values["adam_betas"])}
+    _check_types(values, cls)
     try:
         return cls(**values)
     except TypeError as error:

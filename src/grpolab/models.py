@@ -94,6 +94,7 @@ def _load_from_pretrained(location: str | Path, extra: dict[str, Any]) -> tuple[
     if "gguf_file" in extra:
         # transformers leaves the GGUF quantizer attached; the weights are already dequantised.
         model.hf_quantizer = None
+        model.is_quantized = False
         model.config.quantization_config = None
     return model, _finish_tokenizer(tokenizer)
 

@@ -1,8 +1,9 @@
 """Scoring a batch of completions with a verifier, without letting one bad completion stop a run.
 
-A verifier that returns None, or raises, marks that completion unscorable: its reward is NaN (which
-every advantage estimator turns into advantage 0 and leaves out of group statistics) and it is counted
-in ``rollout/unscorable`` and ``rollout/verifier_errors``.
+A verifier that returns None, NaN or +-inf, or returns a non-number or raises, marks that completion
+unscorable: its reward is NaN (which every advantage estimator turns into advantage 0 and leaves out of
+group statistics). Unscorable completions are counted in ``rollout/unscorable``; the calls that raised or
+returned a non-number also in ``rollout/verifier_errors``.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ def score_batch(
     for i, (completion, reference) in enumerate(zip(completions, references, strict=True)):
         try:
             value = verifier(completion, reference)
-        except Exception as error:  # a user verifier may raise anything; the run must go on
+            value = None if value is None else float(value)  # a str, list or huge int fails here
+        except Exception as error:  # a user verifier may raise or return anything; the run must go on
             errors += 1
             first_error = first_error or f"{type(error).__name__}: {error}"
             continue
-        if value is not None and math.isfinite(float(value)):
-            rewards[i] = float(value)
+        if value is not None and math.isfinite(value):
+            rewards[i] = value
     return Scores(rewards, errors, first_error)

@@ -1,7 +1,7 @@
 """Logs a run writes as it goes: ``metrics.jsonl`` (one JSON object per step, flushed and fsynced) and
 ``rollouts/step-NNNNNN.parquet`` (every completion of a step, written to a temporary file and renamed,
-so only complete Parquet files ever exist). On resume from step s, entries of steps >= s are dropped so
-that the logs have each step exactly once.
+so only complete Parquet files ever exist). On resume from step s, entries of steps >= s are dropped (the
+file is rewritten atomically) so that the logs have each step exactly once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["MetricsLog", "RolloutLog", "read_metrics"]
+__all__ = ["MetricsLog", "RolloutLog", "read_metrics", "rewrite_jsonl"]
 
 ROLLOUT_SCHEMA = pa.schema(
     [
@@ -43,8 +43,7 @@ class MetricsLog:
     def __init__(self, path: Path, *, resume_from_step: int | None = None, tensorboard_dir: Path | None = None):
         self.path = path
         if resume_from_step is not None and path.exists():
-            keep = [row for row in read_metrics(path) if row.get("step", -1) < resume_from_step]
-            path.write_text("".join(json.dumps(row) + "\n" for row in keep))
+            rewrite_jsonl(path, [row for row in read_metrics(path) if row.get("step", -1) < resume_from_step])
         elif resume_from_step is None and path.exists():
             path.unlink()
         self._handle = path.open("a")
@@ -74,6 +73,16 @@ def _tensorboard(directory: Path) -> Any:
 
         raise UserError(f"--tensorboard needs the tensorboard package: pip install tensorboard ({error})") from None
     return SummaryWriter(str(directory))
+
+
+def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace ``path`` by ``rows`` atomically: a kill or a full disk mid-write leaves the old file whole."""
+    staging = path.with_name(path.name + ".tmp")
+    with staging.open("w") as handle:
+        handle.write("".join(json.dumps(row) + "\n" for row in rows))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(staging, path)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

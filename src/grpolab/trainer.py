@@ -32,6 +32,7 @@ from grpolab import verifiers
 from grpolab.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
 from grpolab.config import TrainConfig, save_config
 from grpolab.errors import UserError
+from grpolab.gradient_geometry import gradient_metrics_for_step
 from grpolab.models import Policy, load_policy
 from grpolab.rewards import score_batch
 from grpolab.rollout import Rollout, encode_prompts, sample
@@ -76,7 +77,8 @@ class Trainer:
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from,
                                       tensorboard_dir=self.run_dir / "tensorboard" if config.tensorboard else None)
         self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
-        prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from)
+        # with no checkpoint the start evaluation is redone, so its row must go too
+        prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None)
         self.completions_generated = 0
 
     # ------------------------------------------------------------------ checkpoints
@@ -154,8 +156,17 @@ class Trainer:
         started = time.perf_counter()
         batch, extra = self._collect(step)
         rollout_time = time.perf_counter() - started
-        advantages = advantage_registry.compute_advantages(
-            self.config.advantage, batch.rewards, **self.config.advantage_kwargs)  # [P, G]
+        try:
+            advantages = advantage_registry.compute_advantages(
+                self.config.advantage, batch.rewards, **self.config.advantage_kwargs)  # [P, G]
+            if not torch.isfinite(advantages.float()).all():  # the loss is float32: no inf may reach it
+                raise ValueError(f"advantages up to {advantages.abs().max().item():.3g} overflow float32")
+        except ValueError as error:  # e.g. a user verifier's non-binary rewards under a binary-only estimator
+            raise UserError(f"step {step}: {error}; pick a matching --verifier / --advantage") from None
+        grad_metrics: dict[str, float] = {}
+        if self.config.grad_analysis_every and step % self.config.grad_analysis_every == 0:
+            # at the policy that sampled the batch, before the update
+            grad_metrics = gradient_metrics_for_step(self.model, batch, advantages, self.config)
         lr = _learning_rate(self.config, step)
         update_started = time.perf_counter()
         update = update_policy(self.model, self.optimizer, batch, advantages, self.config, lr=lr,
@@ -163,7 +174,7 @@ class Trainer:
         update_time = time.perf_counter() - update_started
         self._log_rollouts(step, batch, advantages)
         metrics = {**batch.rollout_metrics(self.completions_generated), **extra,
-                   **starvation_metrics(batch.rewards, advantages, batch.lengths), **update}
+                   **starvation_metrics(batch.rewards, advantages, batch.lengths), **update, **grad_metrics}
         metrics.update(_perf_metrics(batch, started, rollout_time, update_time, update.get("loss/train_tokens", 0)))
         return metrics
 
@@ -227,6 +238,11 @@ def _check_estimator(config: TrainConfig) -> None:
     if entry.needs_group and config.group_size < 2:
         raise UserError(f"advantage estimator {config.advantage!r} needs groups of G >= 2 completions, got "
                         f"--group-size {config.group_size}; raise it or use a fixed-reference estimator such as sign")
+    try:  # bad --advantage-kwargs fail here, not after the model has loaded
+        advantage_registry.compute_advantages(config.advantage, np.zeros((1, config.group_size)),
+                                              **config.advantage_kwargs)
+    except ValueError as error:
+        raise UserError(f"{error}; fix --advantage-kwargs") from None
 
 
 def _reference_model(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module | None:

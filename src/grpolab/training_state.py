@@ -15,7 +15,7 @@ from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.evaluation import evaluate
 from grpolab.models import Policy
-from grpolab.runlog import read_metrics
+from grpolab.runlog import read_metrics, rewrite_jsonl
 from grpolab.tasks import Task, get_task
 
 if TYPE_CHECKING:
@@ -34,9 +34,13 @@ class RunResult:
     evaluations: list[dict[str, Any]] = field(default_factory=list)
 
 
+_TASK_FIELDS = ("use_chat_template", "max_new_tokens")  # Task fields any task's options may override
+
+
 def load_task_for(config: TrainConfig) -> Task:
     """The task of a config; data options are passed only to the tasks that read files."""
-    options: dict[str, Any] = {}
+    options = {k: v for k, v in config.task_options.items() if k not in _TASK_FIELDS}
+    overrides = {k: v for k, v in config.task_options.items() if k in _TASK_FIELDS}
     if config.task in ("gsm8k", "math500"):
         if config.data is not None:
             options["path"] = config.data
@@ -46,7 +50,8 @@ def load_task_for(config: TrainConfig) -> Task:
         raise UserError(f"task {config.task!r} is generated, not read from a file; drop --data")
     task = get_task(config.task, **options)
     if config.verifier:
-        task = dataclasses.replace(task, verifier=config.verifier)
+        overrides["verifier"] = config.verifier
+    task = dataclasses.replace(task, **overrides)
     if not task.train:
         raise UserError(f"task {config.task!r} has no training problems; check --data / --task-limit")
     return task
@@ -72,8 +77,8 @@ def prepare_eval_log(path: Path, *, resume_from_step: int | None) -> None:
     """Drop evaluations that a resumed run will redo (steps >= resume_from_step), or all of them."""
     if not path.exists():
         return
-    keep = [row for row in read_metrics(path) if resume_from_step is not None and row["step"] < resume_from_step]
-    path.write_text("".join(json.dumps(row) + "\n" for row in keep))
+    rewrite_jsonl(path, [row for row in read_metrics(path)
+                         if resume_from_step is not None and row["step"] < resume_from_step])
 
 
 def run_evaluation(trainer: Trainer, step: int, phase: str) -> dict[str, Any]:

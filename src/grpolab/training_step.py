@@ -137,7 +137,7 @@ def starvation_metrics(
 
 def build_optimizer(params: dict[str, torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(list(params.values()), lr=config.lr, betas=config.adam_betas,
-                             weight_decay=config.weight_decay)
+                             weight_decay=config.weight_decay, foreach=True)
 
 
 def _autocast(config: TrainConfig) -> contextlib.AbstractContextManager:

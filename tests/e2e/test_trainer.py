@@ -165,3 +165,12 @@ def test_existing_run_needs_resume(tmp_path) -> None:
     Trainer(config, tmp_path / "run").run()
     with pytest.raises(UserError, match="--resume"):
         Trainer(config, tmp_path / "run")
+
+
+def test_gradient_analysis_is_logged_on_its_steps(tmp_path) -> None:
+    config = TrainConfig(advantage="dr_grpo", grad_analysis_every=2, **{**TINY, "eval_start": False, "eval_samples": 0})
+    Trainer(config, tmp_path / "run").run()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert not any(key.startswith("grad/") for key in rows[0])
+    grad = {k: v for k, v in rows[1].items() if k.startswith("grad/")}
+    assert grad and all(v is None or np.isfinite(v) for v in grad.values())

@@ -16,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="embedded", help="model name, directory, or grpolab run directory")
     parser.add_argument("--task", default="arith", help="task: arith, gsm8k or math500")
     parser.add_argument("--data", help="data file/directory for gsm8k or math500 (default: hub id)")
+    parser.add_argument("--task-options", type=json.loads, default={},
+                        help='task knobs as JSON, e.g. \'{"digits": [2, 2], "use_chat_template": true}\'')
+    parser.add_argument("--verifier", help="verifier name or dotted path (default: the task's)")
     parser.add_argument("--n", type=int, default=16, help="samples per prompt for pass@k (0: greedy only)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many test prompts")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for pass@k")
@@ -31,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from grpolab.models import load_policy
     from grpolab.training_state import load_task_for
 
-    task = load_task_for(TrainConfig(task=args.task, data=args.data, task_limit=args.limit))
+    task = load_task_for(TrainConfig(task=args.task, data=args.data, task_limit=args.limit,
+                                     task_options=args.task_options, verifier=args.verifier))
     policy = load_policy(args.model)
     result = evaluate(policy, task, n=args.n, limit=args.limit, seed=args.seed, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens)

@@ -7,6 +7,7 @@ Built-in tasks: ``arith`` (the embedded synthetic arithmetic task), ``gsm8k`` an
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from grpolab.errors import UserError
@@ -34,4 +35,9 @@ def get_task(name: str, **options: Any) -> Task:
         raise UserError(f"unknown task {name!r}; choose one of {', '.join(available())}")
     module_name, _, function_name = _BUILDERS[name].partition(":")
     builder = getattr(importlib.import_module(module_name), function_name)
+    known = [p.name for p in inspect.signature(builder).parameters.values() if p.kind is p.KEYWORD_ONLY
+             or p.kind is p.POSITIONAL_OR_KEYWORD]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UserError(f"task {name!r} has no option(s) {', '.join(unknown)}; its options are: {', '.join(known)}")
     return builder(**options)

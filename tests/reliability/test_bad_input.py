@@ -1,0 +1,278 @@
+"""Bad input through the command line: each mistake gives exit code 2 and one line naming the problem and
+the fix (never a traceback), and bad rewards never put a NaN or inf into the loss.
+
+Most cases run ``grpolab.cli.main`` in-process (an uncaught exception would fail the test just as a
+traceback would); one runs the real ``python -m grpolab.cli`` to check stderr end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from grpolab.advantages import available, compute_advantages
+from grpolab.cli import main
+from grpolab.rewards import score_batch
+
+TINY = ["--steps", "2", "--prompts-per-step", "4", "--eval-limit", "4", "--eval-samples", "0", "--no-eval-start",
+        "--checkpoint-every", "0", "--threads", "1", "--no-progress"]
+
+VERIFIERS = '''
+def nan(completion, reference):
+    return float("nan")
+def inf(completion, reference):
+    return float("inf")
+def none(completion, reference):
+    return None
+def raises(completion, reference):
+    raise RuntimeError("verifier bug")
+def text(completion, reference):
+    return "yes"
+def half(completion, reference):
+    return 0.5
+def huge(completion, reference):
+    return 1e300
+'''
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bad-input")
+    (root / "reliability_verifiers.py").write_text(VERIFIERS)
+    (root / "empty-model").mkdir()
+    (root / "pickle-model").mkdir()
+    (root / "pickle-model" / "config.json").write_text('{"model_type": "llama"}')
+    (root / "pickle-model" / "pytorch_model.bin").write_bytes(b"\x80\x04never unpickled")
+    (root / "a-file").write_text("not a directory")
+    good = '{"question": "1+1?", "answer": "#### 2"}\n'
+    (root / "not-json.jsonl").write_text(good + "{oops\n")
+    (root / "no-field.jsonl").write_text(good + '{"question": "2+2?"}\n')
+    (root / "wrong-field.jsonl").write_text(good + '{"question": 3, "answer": "#### 3"}\n')
+    texts = {"unknown.yaml": "stepz: 3\n", "bad.yaml": "steps: [1,\n", "bad.toml": "steps = \n",
+             "str-for-int.yaml": "group_size: four\n", "float-for-int.yaml": "seed: 2.5\n",
+             "bool-for-int.yaml": "seed: true\n", "list-for-float.yaml": "lr: [1, 2]\n",
+             "str-for-dict.yaml": "advantage_kwargs: k=2\n", "list.yaml": "- steps\n- 3\n"}
+    for name, text in texts.items():
+        (root / name).write_text(text)
+    (root / "binary.yaml").write_bytes(b"\xff\xfe\x00\x80garbage")
+    return root
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
+def _assert_one_line_error(code: int, err: str, needles: tuple[str, ...]) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith("grpolab "), lines
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+# argv (with {d} = the fixture directory) -> words the one-line message must contain
+TRAIN_ERRORS = {
+    "unknown estimator": (["--advantage", "nope"], ("'nope'", "choose one of", "grpo")),
+    "unknown task": (["--task", "nope"], ("unknown task 'nope'", "arith")),
+    "unknown verifier": (["--verifier", "nope"], ("unknown verifier 'nope'", "dotted import path")),
+    "verifier module missing": (["--verifier", "no_such_pkg.mod:fn"], ("cannot import", "PYTHONPATH")),
+    "verifier attribute missing": (["--verifier", "reliability_verifiers:nope"], ("has no attribute 'nope'",)),
+    "missing data file": (["--task", "gsm8k", "--data", "{d}/missing.jsonl"], ("missing.jsonl does not exist",)),
+    "jsonl row not JSON": (["--task", "gsm8k", "--data", "{d}/not-json.jsonl"], ("not-json.jsonl:2", "not valid JSON")),
+    "jsonl row missing field": (["--task", "gsm8k", "--data", "{d}/no-field.jsonl"], ("no-field.jsonl:2", "'answer'")),
+    "jsonl field wrong type": (["--task", "gsm8k", "--data", "{d}/wrong-field.jsonl"], (":2", "not a string")),
+    "data for a generated task": (["--data", "{d}/no-field.jsonl"], ("drop --data",)),
+    "model dir without files": (["--model", "{d}/empty-model"], ("no .safetensors weights", "safe_serialization")),
+    "model dir with only pickle": (["--model", "{d}/pickle-model"], ("only safetensors (no pickle)",)),
+    "model path is a file": (["--model", "{d}/a-file"], ("not a directory",)),
+    "unwritable --out": (["--out", "{d}/a-file/run"], ("cannot write to output directory", "writable --out")),
+    "config unknown key": (["--config", "{d}/unknown.yaml"], ("unknown setting(s) stepz", "known settings")),
+    "config bad YAML": (["--config", "{d}/bad.yaml"], ("bad.yaml is not valid YAML",)),
+    "config bad TOML": (["--config", "{d}/bad.toml"], ("bad.toml is not valid TOML",)),
+    "config str for int": (["--config", "{d}/str-for-int.yaml"], ("group_size must be of type int", "'four'")),
+    "config float for int": (["--config", "{d}/float-for-int.yaml"], ("seed must be of type int", "2.5")),
+    "config bool for int": (["--config", "{d}/bool-for-int.yaml"], ("seed must be of type int", "True")),
+    "config list for float": (["--config", "{d}/list-for-float.yaml"], ("lr must be of type float",)),
+    "config str for dict": (["--config", "{d}/str-for-dict.yaml"], ("advantage_kwargs must be of type dict",)),
+    "config not a mapping": (["--config", "{d}/list.yaml"], ("must hold a mapping",)),
+    "config not UTF-8": (["--config", "{d}/binary.yaml"], ("binary.yaml is not UTF-8",)),
+    "config missing": (["--config", "{d}/missing.yaml"], ("missing.yaml does not exist",)),
+    "lr NaN": (["--lr", "nan"], ("lr must be a finite number",)),
+    "temperature inf": (["--temperature", "inf"], ("temperature must be a finite number",)),
+    "beta NaN": (["--beta", "nan"], ("beta must be a finite number",)),
+    "epsilon NaN": (["--epsilon-low", "nan"], ("epsilon_low must be a finite number",)),
+    "weight decay NaN": (["--weight-decay", "nan"], ("weight_decay must be a finite number",)),
+    "max grad norm NaN": (["--max-grad-norm", "nan"], ("max_grad_norm must be a finite number",)),
+    "lr zero": (["--lr", "0"], ("lr must be > 0",)),
+    "adam betas out of range": (["--adam-betas", "2,3"], ("adam_betas must be two numbers in [0, 1)",)),
+    "adam betas one value": (["--adam-betas", "0.9"], ("adam_betas must be two numbers",)),
+    "keep no checkpoint": (["--keep-checkpoints", "0"], ("keep_checkpoints must be >= 1",)),
+    "max new tokens negative": (["--max-new-tokens", "-3"], ("max_new_tokens must be >= 1",)),
+    "threads negative": (["--threads", "-1"], ("threads must be >= 1",)),
+    "unknown loss aggregation": (["--loss-aggregation", "nope"], ("loss_aggregation must be one of", "token_mean")),
+    "steps negative": (["--steps", "-1"], ("steps must be >= 0",)),
+    "group size zero": (["--group-size", "0"], ("group_size must be >= 1",)),
+    "G = 1 for a group estimator": (["--group-size", "1", "--advantage", "grpo"], ("G >= 2", "sign")),
+    "unknown estimator kwarg": (["--advantage-kwargs", '{"nope": 1}'], ("'nope'", "fix --advantage-kwargs")),
+    "passk k > G": (["--advantage", "passk", "--advantage-kwargs", '{"k": 9}'], ("1 <= k <= G = 4",)),
+    "non-binary rewards, sign": (["--verifier", "reliability_verifiers:half"], ("step 1", "binary rewards")),
+    "rewards overflowing float32": (["--verifier", "reliability_verifiers:huge", "--advantage", "reinforce"],
+                                    ("step 1", "overflow float32")),
+}
+
+
+@pytest.mark.parametrize("case", TRAIN_ERRORS)
+def test_train_bad_input_is_one_line_exit_2(case: str, files: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(files))
+    extra, needles = TRAIN_ERRORS[case]
+    extra = [arg.replace("{d}", str(files)) for arg in extra]
+    out = [] if "--out" in extra else ["--out", str(tmp_path / "run")]
+    code, err = _run(["train", *out, *TINY, *extra], capsys)
+    _assert_one_line_error(code, err, needles)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert not metrics.exists() or metrics.read_text() == "", "a failing run must not log steps"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["compare", "--estimators", "nope", "--out", "{t}/c"], ("unknown estimator 'nope'",)),
+        (["compare", "--group-sizes", "a,b", "--out", "{t}/c"], ("comma-separated integers",)),
+        (["compare", "--estimators", "grpo", "--group-sizes", "1", "--out", "{t}/c"], ("group sizes >= 2",)),
+        (["compare", "--seeds", "0", "--out", "{t}/c"], ("seeds must be >= 1",)),
+        (["compare", "--config", "{d}/unknown.yaml", "--out", "{t}/c"], ("unknown setting(s) stepz",)),
+        (["compare", "--estimators", "sign", "--seeds", "1", "--out", "{d}/a-file/c"], ("Not a directory", "a-file")),
+        (["eval", "--model", "{d}/pickle-model"], ("only safetensors (no pickle)",)),
+        (["eval", "--n", "0", "--limit", "2", "--out", "{d}/a-file/e.json"], ("Not a directory", "a-file")),
+        (["eval", "--task", "math500", "--data", "{d}/missing.jsonl"], ("missing.jsonl does not exist",)),
+        (["audit", "{t}/nothing-here"], ("nothing-here",)),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) and len(value) > 2 else None,
+)
+def test_other_commands_bad_input_is_one_line_exit_2(argv: list[str], needles: tuple[str, ...], files: Path,
+                                                     tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    argv = [arg.replace("{d}", str(files)).replace("{t}", str(tmp_path)) for arg in argv]
+    code, err = _run(argv, capsys)
+    _assert_one_line_error(code, err, needles)
+
+
+def test_bad_flag_values_are_argparse_errors(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    for argv in (["train", "--advantage-kwargs", "[1]"], ["train", "--steps", "two"], ["train", "--nope"]):
+        code, err = _run([*argv, "--out", str(tmp_path)], capsys)
+        assert code == 2 and "Traceback" not in err and "error:" in err.splitlines()[-1], err
+
+
+def test_the_real_cli_prints_no_traceback(files: Path, tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "grpolab.cli", "train", "--model", str(files / "pickle-model"),
+                             "--out", str(tmp_path / "run"), *TINY], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "only safetensors (no pickle)" in result.stderr
+
+
+# ---------------------------------------------------------------------------- bad rewards in a real run
+
+
+@pytest.mark.parametrize(("verifier", "errors"), [("nan", 0), ("inf", 0), ("none", 0), ("raises", 16), ("text", 16)])
+def test_unscorable_rewards_train_on_with_a_finite_loss(verifier: str, errors: int, files: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(files))
+    code, err = _run(["train", "--out", str(tmp_path / "run"), *TINY, "--advantage", "grpo",
+                      "--verifier", f"reliability_verifiers:{verifier}"], capsys)
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        assert isinstance(row["loss/policy"], float) and np.isfinite(row["loss/policy"]), row  # NaN is logged null
+        assert row["rollout/unscorable"] == 16 and row["rollout/verifier_errors"] == errors
+        assert row["loss/trained_sequences"] == 0  # every advantage is 0: nothing reaches the loss
+
+
+def test_group_size_one_trains_with_a_fixed_reference_estimator(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code, err = _run(["train", "--out", str(tmp_path / "run"), *TINY, "--group-size", "1"], capsys)
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(np.isfinite(row["loss/policy"]) and row["loss/trained_sequences"] == 4 for row in rows)
+
+
+# ---------------------------------------------------------------------------- the scoring and advantages APIs
+
+
+class _Weird:
+    def __float__(self) -> float:
+        raise ArithmeticError("no float")
+
+
+@pytest.mark.parametrize(
+    ("value", "reward", "errors"),
+    [
+        (1, 1.0, 0), (True, 1.0, 0), (np.float32(0.0), 0.0, 0), (torch.tensor(1.0), 1.0, 0), ("1", 1.0, 0),
+        (None, None, 0), (float("nan"), None, 0), (float("inf"), None, 0), (-float("inf"), None, 0),
+        ("yes", None, 1), ([1.0], None, 1), ({}, None, 1), (10**400, None, 1), (_Weird(), None, 1),
+        (torch.ones(2), None, 1), (RuntimeError("raised"), None, 1), (KeyError("raised"), None, 1),
+    ],
+    ids=lambda value: repr(value)[:24],
+)
+def test_score_batch_never_raises_for_a_verifier(value: object, reward: float | None, errors: int) -> None:
+    def verifier(completion: str, reference: str) -> object:
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    scores = score_batch(verifier, ["a", "b"], ["a", "b"])
+    expected = np.full(2, np.nan if reward is None else reward)
+    np.testing.assert_array_equal(scores.rewards, expected)
+    assert scores.errors == 2 * errors and scores.unscorable == (2 if reward is None else 0)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(
+    name=st.sampled_from(available()),
+    rewards=hnp.arrays(np.float64, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5),
+                       elements=st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                                          st.sampled_from([0.0, 1.0, np.nan]))),
+    kind=st.sampled_from(["float64", "float32", "list"]),
+)
+def test_advantages_are_finite_or_a_value_error(name: str, rewards: np.ndarray, kind: str) -> None:
+    """Any array (any rank, empty groups, NaN, +-inf, 1e308) gives finite advantages of its shape, or a
+    ValueError that names the estimator; never another exception, never NaN or inf."""
+    source = {"float64": rewards, "float32": rewards.astype(np.float32), "list": rewards.tolist()}[kind]
+    try:
+        result = compute_advantages(name, source)
+    except ValueError as error:
+        assert repr(name) in str(error)
+        return
+    assert result.shape == rewards.shape and torch.isfinite(result).all()
+
+
+@pytest.mark.parametrize("name", ["reinforce", "nsr", "fixed_baseline"])
+def test_finite_float64_rewards_that_overflow_float32_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="non-finite"):
+        compute_advantages(name, [[1e308, -1e308]])  # a list gives float32 advantages
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0), (0, 0)])
+def test_empty_groups_and_batches_keep_their_shape(shape: tuple[int, int]) -> None:
+    for name in available():
+        try:
+            result = compute_advantages(name, np.zeros(shape))
+        except ValueError as error:  # G = 0 < 2 for a group estimator
+            assert "G >= 2" in str(error), name
+            continue
+        assert result.shape == shape, name
