@@ -64,13 +64,13 @@ class TrainConfig:
     """Hyper-parameters of the estimator, e.g. {"k": 2} for passk (flag: JSON)."""
     group_size: int = 4
     """G: completions sampled per prompt."""
-    prompts_per_step: int = 8
+    prompts_per_step: int = 16
     """P: prompts per training step."""
-    steps: int = 50
+    steps: int = 100
     """Training steps (one rollout batch each)."""
     seed: int = 0
     """Seed of prompt sampling, generation and initialisation; a run is deterministic for a seed."""
-    lr: float = 2e-4
+    lr: float = 1e-4
     """Peak learning rate of AdamW."""
     lr_schedule: str = "constant"
     """Learning-rate schedule after warm-up: constant, linear or cosine (decay to 0 at the last step)."""
@@ -122,7 +122,7 @@ class TrainConfig:
     """Evaluate on the test split every N steps (0 = only at the start and the end)."""
     eval_samples: int = 8
     """n: samples per test prompt for pass@k at k = 1..n (0 = greedy accuracy only)."""
-    eval_limit: int | None = 100
+    eval_limit: int | None = 200
     """Evaluate on at most this many test prompts (None = all)."""
     eval_start: bool = True
     """Evaluate the starting policy before training."""

@@ -126,8 +126,11 @@ def test_kill_nine_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_
     assert finish.returncode == 0, f"seed {seed}: {finish.stderr[-2000:]}"
     assert "Traceback" not in finish.stderr
 
+    # the reference run is a fresh process too, so that no global torch state left by other tests differs
     straight = tmp_path / "straight"
-    Trainer(CONFIG, straight).run()
+    reference = subprocess.run([sys.executable, "-m", "grpolab.cli", "train", "--out", str(straight), *FLAGS],
+                               capture_output=True, text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr[-2000:]
     _assert_same_run(straight, run, f"seed {seed}")
     _assert_no_pickle(run)
 
