@@ -123,7 +123,7 @@ def figure_final_accuracy(runs: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         ax.set_ylim(0, 105)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("Final greedy accuracy (%)")
-    fig.suptitle("Final accuracy per estimator (bars: mean, whiskers: 95% bootstrap CI, dots: seeds)")
+    fig.suptitle("Final accuracy per estimator\n(bars: mean, whiskers: 95% bootstrap CI, dots: seeds)")
     fig.tight_layout()
     return fig
 
@@ -296,7 +296,7 @@ def figure_dynamics(metrics: pd.DataFrame, columns: list[str], x: str, x_label: 
             if row == len(columns) - 1:
                 ax.set_xlabel(x_label)
     _outside_legend(grid[0][-1])
-    fig.suptitle(f"Training dynamics: mean over seeds (band: min-max), rolling mean over {window} step(s)")
+    fig.suptitle(f"Training dynamics: mean over seeds\n(band: min-max; rolling mean over {window} step(s))")
     fig.tight_layout()
     return fig
 
@@ -325,6 +325,6 @@ def figure_effective_rank(metrics: pd.DataFrame, zero_sum_bound: float = 2.0) ->
     axes[0].set_ylim(0, top)
     _outside_legend(axes[-1])
     axes[0].set_ylabel("Effective rank of the gradient")
-    fig.suptitle("Gradient effective rank over training (mean over seeds, band: min-max)")
+    fig.suptitle("Gradient effective rank over training\n(mean over seeds, band: min-max)")
     fig.tight_layout()
     return fig

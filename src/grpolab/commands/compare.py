@@ -90,5 +90,5 @@ def _report(out: Path, results: Any, metrics: Any, settings: dict[str, Any]) -> 
 
     html_path, md_path = report.write_report(out, results, metrics, settings)
     table = report.summary_table(results)
-    console.print(table.to_string(index=False))
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"), flush=True)  # wide: no rich wrapping
     console.print(f"report: {html_path}\nsummary: {md_path}\nresults: {out / 'results.parquet'}")
