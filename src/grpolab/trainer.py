@@ -71,6 +71,7 @@ class Trainer:
         self.reference = _reference_model(self.model, config)
         self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self.optimizer = build_optimizer(self.params, config)
+        self.completions_generated = 0  # restored from the checkpoint on resume
         self.start_step = self._restore() if resume else 0
         save_config(config, self.run_dir / "config.yaml")
         resume_from = self.start_step + 1 if resume else None
@@ -79,7 +80,6 @@ class Trainer:
         self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
         # with no checkpoint the start evaluation is redone, so its row must go too
         prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None)
-        self.completions_generated = 0
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -96,7 +96,7 @@ class Trainer:
                 param.copy_(checkpoint.weights[name])
         names = {id(p): n for n, p in self.params.items()}
         restore_optimizer(self.optimizer, names, checkpoint.optimizer, checkpoint.state.get("optimizer", {}))
-        self._restored_generated = int(checkpoint.state.get("completions_generated", 0))
+        self.completions_generated = int(checkpoint.state.get("completions_generated", 0))
         return checkpoint.step
 
     def _save(self, step: int) -> None:
@@ -196,7 +196,6 @@ class Trainer:
     def run(self) -> RunResult:
         """Train from ``start_step`` to ``config.steps`` with evaluations and checkpoints."""
         config = self.config
-        self.completions_generated = getattr(self, "_restored_generated", 0)
         if self.start_step == 0 and config.eval_start:
             run_evaluation(self, 0, "start")
         metrics: dict[str, Any] = {}
