@@ -126,6 +126,9 @@ class TrainConfig:
     """Evaluate on at most this many test prompts (None = all)."""
     eval_start: bool = True
     """Evaluate the starting policy before training."""
+    eval_validation: bool = False
+    """Also evaluate the validation split at the end (phase 'validation'), for hyper-parameter selection;
+    a task without its own validation split gives up a hash-chosen tenth of its train problems for it."""
     grad_analysis_every: int = 0
     """Gradient-geometry metrics grad/* (effective rank, rank-2 check, sparsity) every N steps (0 = never);
     costs one extra forward/backward per completion on those steps."""

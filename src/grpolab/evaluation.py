@@ -34,7 +34,9 @@ class EvalResult:
         pass_at_k: {k: mean pass@k} for k = 1..n.
         successes: per-problem number of correct samples out of n (same order as ``problem_ids``).
         problem_ids: the problems evaluated.
+        families: each problem's family (same order; "" when the task has none).
         mean_length: mean greedy completion length in tokens.
+        split: the split evaluated, ``test`` or ``validation``.
     """
 
     greedy_accuracy: float
@@ -42,7 +44,9 @@ class EvalResult:
     pass_at_k: dict[int, float] = field(default_factory=dict)
     successes: list[int] = field(default_factory=list)
     problem_ids: list[str] = field(default_factory=list)
+    families: list[str] = field(default_factory=list)
     mean_length: float = 0.0
+    split: str = "test"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -73,17 +77,21 @@ def _correct_counts(
 
 def evaluate(
     policy: Policy, task: Task, *, n: int = 8, limit: int | None = None, seed: int = 0,
-    temperature: float = 1.0, max_new_tokens: int | None = None, batch_prompts: int = 64,
+    temperature: float = 1.0, max_new_tokens: int | None = None, batch_prompts: int = 64, split: str = "test",
 ) -> EvalResult:
-    """Greedy accuracy and (if n > 0) pass@k of ``policy`` on the first ``limit`` test problems."""
-    problems = list(task.test[:limit] if limit else task.test)
+    """Greedy accuracy and (if n > 0) pass@k of ``policy`` on the first ``limit`` problems of ``split``
+    (``test``, or ``validation`` for hyper-parameter selection)."""
+    if split not in ("test", "validation"):
+        raise ValueError(f"split must be test or validation, got {split!r}")
+    pool = task.test if split == "test" else task.validation
+    problems = list(pool[:limit] if limit else pool)
     budget = max_new_tokens or task.max_new_tokens
     was_training = policy.model.training
     policy.model.eval()
     try:
         greedy, mean_length = _correct_counts(policy, task, problems, 1, 0.0, budget, None, batch_prompts)
         result = EvalResult(float(greedy.mean()) if len(greedy) else 0.0, n, problem_ids=[p.id for p in problems],
-                            mean_length=mean_length)
+                            families=[p.family for p in problems], mean_length=mean_length, split=split)
         if n > 0 and problems:
             generator = torch.Generator().manual_seed(seed)
             counts, _ = _correct_counts(policy, task, problems, n, temperature, budget, generator, batch_prompts)

@@ -108,6 +108,8 @@ class Trainer:
     # ------------------------------------------------------------------ one step
 
     def _choose_problems(self, step: int, round_: int) -> list[Problem]:
+        if self.task.train_stream is not None:  # fresh prompts every step: nothing to memorise
+            return self.task.train_stream(self.config.seed, step, round_, self.config.prompts_per_step)
         rng = np.random.default_rng(_step_seed(self.config.seed, step, round_))
         pool = self.task.train
         count = min(self.config.prompts_per_step, len(pool))
@@ -206,6 +208,8 @@ class Trainer:
                 run_evaluation(self, step, "step")
             if step == config.steps:
                 run_evaluation(self, step, "end")
+                if config.eval_validation:
+                    run_evaluation(self, step, "validation", split="validation")
             if step == config.steps or (config.checkpoint_every and step % config.checkpoint_every == 0):
                 self._save(step)
             if self.on_step is not None:

@@ -11,9 +11,9 @@ import inspect
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.tasks.base import Problem, Task
+from grpolab.tasks.base import Problem, Task, TrainStream, with_validation
 
-__all__ = ["Problem", "Task", "available", "get_task"]
+__all__ = ["Problem", "Task", "TrainStream", "available", "get_task", "with_validation"]
 
 # name -> "module:function" building the task; imported lazily so that a task's dependencies load only
 # when it is used.
