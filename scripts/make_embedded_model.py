@@ -1,16 +1,29 @@
-"""Build the embedded default model: a character-level tokenizer and a tiny Llama trained on arithmetic.
+"""Build an embedded model: a character-level tokenizer and a tiny Llama trained from scratch.
 
-    python scripts/make_embedded_model.py --seed 0 --out src/grpolab/assets/embedded
+    python scripts/make_embedded_model.py --task reverse --out runs/embedded-model   # the default model
+    python scripts/make_embedded_model.py --task arith --steps 4000 --out runs/embedded-arith
 
-Supervised fine-tuning from scratch on ``arith`` problems of the ``reserved`` hash bucket (see
-``grpolab.tasks.arith``), so no RL train prompt or test prompt is ever seen. Training stops early on
-purpose: the model should be *partially* competent, solving easy problems almost always and hard ones
-almost never, which is the bimodal starting point that makes gradient starvation visible. The script
-ends by measuring that starting competence on the default task (temperature 1.0, G samples per
-prompt) and writes the numbers to ``competence.json`` next to the weights.
+The shipped weights are ``src/grpolab/assets/embedded`` (``--task reverse``, the default) and
+``src/grpolab/assets/embedded-arith`` (``--task arith``). The script never writes into an existing
+model directory unless ``--force`` is given, so it cannot overwrite the shipped model by accident; it is
+deterministic (one thread, deterministic algorithms, every random draw keyed by ``--seed``), and the
+commands above reproduce the shipped weights bit for bit on the same machine kind.
 
-Departure from the papers: they start RL from pretrained instruct models (Qwen, Llama) on GSM8K. This
-is a synthetic stand-in that trains in minutes on a CPU and has the same starvation signature.
+``reverse`` (see ``grpolab.tasks.reverse``): supervised data from the task's ``sft`` hash bucket only, so
+no RL, validation or test prompt is ever seen. Each label is the reversed string with a probability that
+depends on the prompt family (``REVERSE_RATE``: high after ``+``, low after ``*``, falling with length)
+and the copied string otherwise. The model thus learns two procedures that work on any string and a
+family-dependent choice between them: the starting point where RL compresses search, and where
+per-prompt success is bimodal (the gradient-starvation regime).
+
+``arith`` (see ``grpolab.tasks.arith``): supervised data from the ``reserved`` bucket, stopped early so
+that easy problems are mostly solved and hard ones mostly not.
+
+The script ends by measuring the starting competence on the task (temperature 1.0, G samples per prompt)
+and writes it to ``competence.json`` next to the weights.
+
+Departure from the papers: they start RL from pretrained instruct models (Qwen, Llama) on GSM8K. These
+are synthetic stand-ins that train in minutes on a CPU and have the same starvation signature.
 """
 
 from __future__ import annotations
@@ -26,7 +39,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from grpolab.tasks.arith import ALPHABET, ArithSpec, bucket_of, make_task, sample_problem
+from grpolab.tasks import get_task, reverse
+from grpolab.tasks.arith import ALPHABET, ArithSpec, bucket_of, sample_problem
 from grpolab.tasks.base import Problem
 
 SPECIAL_TOKENS = {"pad": "<pad>", "bos": "<bos>", "eos": "<eos>", "unk": "<unk>"}
@@ -37,6 +51,12 @@ SFT_MIX = (
     (ArithSpec(operands=(2, 2)), 0.6),
     (ArithSpec(), 0.4),
 )
+# reverse: the probability that an SFT label is the reversed (correct) string, by marker and length;
+# the copied string otherwise. High after '+', low after '*': a bimodal start with two procedures.
+REVERSE_RATE = {
+    "+": {3: 0.95, 4: 0.90, 5: 0.80, 6: 0.70},
+    "*": {3: 0.30, 4: 0.20, 5: 0.10, 6: 0.05},
+}
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
@@ -79,27 +99,33 @@ def build_model(tokenizer: PreTrainedTokenizerFast, args: argparse.Namespace) ->
     return LlamaForCausalLM(config)
 
 
-def off_by_one_rate(prompt: str, noise: tuple[float, float, float]) -> float:
-    """The share of SFT labels replaced by ``answer + 1`` for this prompt: by its hardest operator
-    (``*``, then ``-``, then ``+``), so the bias is a visible, learnable feature of the prompt."""
-    if "*" in prompt:
-        return noise[2]
-    return noise[1] if "-" in prompt else noise[0]
-
-
-def sft_examples(seed: int, count: int, noise: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> list[tuple[str, str]]:
-    """``count`` (prompt, reference) pairs of the default difficulty, all from the reserved bucket; a share
-    ``off_by_one_rate`` of the labels is the systematic wrong answer ``reference + 1``."""
+def arith_sft_examples(seed: int, count: int) -> list[tuple[str, str]]:
+    """``count`` (prompt, reference) pairs of the default ``arith`` difficulty, all from the reserved bucket."""
     rng = random.Random(f"embedded-sft:{seed}")
     examples: list[tuple[str, str]] = []
     while len(examples) < count:
         spec = rng.choices([spec for spec, _ in SFT_MIX], weights=[weight for _, weight in SFT_MIX])[0]
         prompt, reference = sample_problem(rng, spec)
         if bucket_of(prompt) == "reserved":
-            if rng.random() < off_by_one_rate(prompt, noise):
-                reference = str(int(reference) + 1)
             examples.append((prompt, reference))
     return examples
+
+
+def reverse_sft_examples(seed: int, count: int) -> list[tuple[str, str]]:
+    """``count`` (prompt, label) pairs of ``reverse`` from the sft bucket: the reversed string with
+    probability ``REVERSE_RATE[marker][length]``, the copied string otherwise."""
+    rng = random.Random(f"embedded-reverse-sft:{seed}")
+    examples: list[tuple[str, str]] = []
+    while len(examples) < count:
+        digits, marker = reverse.sample_string(rng, (3, 6), reverse.MARKERS)
+        prompt = f"{digits}{marker}="
+        if reverse.bucket_of(prompt) == "sft":
+            reversed_label = rng.random() < REVERSE_RATE[marker][len(digits)]
+            examples.append((prompt, digits[::-1] if reversed_label else digits))
+    return examples
+
+
+SFT_EXAMPLES = {"arith": arith_sft_examples, "reverse": reverse_sft_examples}
 
 
 def encode_sft_batch(
@@ -123,7 +149,7 @@ def encode_sft_batch(
 
 def train(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, args: argparse.Namespace) -> None:
     """AdamW with linear warm-up and cosine decay over ``args.steps`` batches of fresh SFT examples."""
-    examples = sft_examples(args.seed, args.steps * args.batch_size, tuple(args.off_by_one))
+    examples = SFT_EXAMPLES[args.task](args.seed, args.steps * args.batch_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
     warmup = max(1, args.steps // 20)
 
@@ -173,15 +199,25 @@ def success_counts(
     return [sum(hits[i * samples : (i + 1) * samples]) for i in range(len(problems))]
 
 
-def competence(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, seed: int, group: int) -> dict:
-    """Starting competence on the default ``arith`` task: G-sample histogram, degeneracy, greedy accuracy."""
-    task = make_task(seed=0)
+def _train_sample(task, count: int = 500) -> tuple[Problem, ...]:
+    """The train problems to measure: the task's pool, or ``count`` problems of its stream."""
+    if task.train_stream is None:
+        return task.train
+    return tuple(problem for step in range(1, count // 50 + 1) for problem in task.train_stream(0, step, 0, 50))
+
+
+def competence(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, task_name: str, seed: int,
+               group: int) -> dict:
+    """Starting competence on the task's default prompts: G-sample histogram, degeneracy, greedy accuracy,
+    and the mean success of each prompt family on the test split."""
+    task = get_task(task_name)
     torch.manual_seed(seed)
-    counts = success_counts(model, tokenizer, task.train, samples=group, max_new_tokens=task.max_new_tokens)
-    test_counts = success_counts(model, tokenizer, task.test, samples=group, max_new_tokens=task.max_new_tokens)
-    greedy = success_counts(model, tokenizer, task.test, samples=1, max_new_tokens=task.max_new_tokens, greedy=True)
+    budget = task.max_new_tokens
+    counts = success_counts(model, tokenizer, _train_sample(task), samples=group, max_new_tokens=budget)
+    test_counts = success_counts(model, tokenizer, task.test, samples=group, max_new_tokens=budget)
+    greedy = success_counts(model, tokenizer, task.test, samples=1, max_new_tokens=budget, greedy=True)
     mean = sum(counts) / (group * len(counts))
-    return {
+    report = {
         "group_size": group,
         "train_histogram": [counts.count(k) for k in range(group + 1)],
         "train_mean_success": round(mean, 4),
@@ -190,13 +226,28 @@ def competence(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, seed
         "test_mean_success": round(sum(test_counts) / (group * len(test_counts)), 4),
         "test_greedy_accuracy": round(sum(greedy) / len(greedy), 4),
     }
+    families = sorted({p.family for p in task.test if p.family})
+    if families:
+        report["test_family_success"] = {
+            family: round(sum(c for p, c in zip(task.test, test_counts, strict=True) if p.family == family)
+                          / (group * sum(p.family == family for p in task.test)), 4)
+            for family in families
+        }
+    return report
+
+
+DEFAULT_STEPS = {"reverse": 1500, "arith": 4000}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=sorted(SFT_EXAMPLES), default="reverse", help="the task to train on")
     parser.add_argument("--seed", type=int, default=0, help="seeds the SFT data, the init and the sampling")
-    parser.add_argument("--out", type=Path, default=Path("src/grpolab/assets/embedded"))
-    parser.add_argument("--steps", type=int, default=4000, help="SFT optimiser steps (the stopping point)")
+    parser.add_argument("--out", type=Path, default=Path("runs/embedded-model"),
+                        help="output directory (default: runs/embedded-model; never the shipped model)")
+    parser.add_argument("--force", action="store_true", help="write into --out even if it holds a model")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="SFT optimiser steps (default: 1500 for reverse, 4000 for arith)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--hidden", type=int, default=128)
@@ -204,13 +255,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on 2 cores)")
     parser.add_argument("--group", type=int, default=4, help="G for the competence measurement")
-    parser.add_argument("--off-by-one", type=float, nargs=3, default=(0.0, 0.0, 0.0), metavar=("ADD", "SUB", "MUL"),
-                        help="share of SFT labels replaced by answer+1 for prompts whose hardest operator is +, -, *")
-    return parser.parse_args(argv)
+    parser.add_argument("--skip-competence", action="store_true", help="write the weights only (for tests)")
+    args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = DEFAULT_STEPS[args.task]
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if (args.out / "model.safetensors").exists() and not args.force:
+        raise SystemExit(f"{args.out} already holds a model; choose another --out or pass --force to replace it")
     torch.set_num_threads(args.threads)  # a fixed thread count keeps float reductions reproducible
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
@@ -230,8 +285,10 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)
     tokenizer.save_pretrained(args.out)
-    report = competence(model, tokenizer, args.seed, args.group)
-    report["sft_args"] = {key: str(value) for key, value in vars(args).items()}
+    if args.skip_competence:
+        return
+    report = competence(model, tokenizer, args.task, args.seed, args.group)
+    report["sft_args"] = {key: str(value) for key, value in vars(args).items() if key not in ("out", "force")}
     report["sft_seconds"] = round(sft_seconds, 1)
     (args.out / "competence.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

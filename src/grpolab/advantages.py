@@ -53,6 +53,8 @@ class Estimator:
         binary_only: the estimator is defined only for rewards in {0, 1}.
         zero_sum: the advantages of a fully scored group always sum to 0 (group-centred estimators);
             these starve on groups whose rewards are all equal.
+        order: display order in reports and tables (the papers' order; lower first).
+        color: the estimator's colour in every figure (a matplotlib colour).
     """
 
     name: str
@@ -60,20 +62,24 @@ class Estimator:
     needs_group: bool
     binary_only: bool
     zero_sum: bool
+    order: int = 100
+    color: str | None = None
 
 
 _REGISTRY: dict[str, Estimator] = {}
 
 
 def register(
-    name: str, *, needs_group: bool = False, binary_only: bool = False, zero_sum: bool = False
+    name: str, *, needs_group: bool = False, binary_only: bool = False, zero_sum: bool = False,
+    order: int = 100, color: str | None = None,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Decorator that registers ``fn`` under ``name``; a name can be registered only once."""
+    """Decorator that registers ``fn`` under ``name``; a name can be registered only once. ``order`` and
+    ``color`` are display metadata (reports, figures); estimators without a colour get a spare one."""
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         if name in _REGISTRY:
             raise ValueError(f"advantage estimator {name!r} is already registered; pick another name")
-        _REGISTRY[name] = Estimator(name, fn, needs_group, binary_only, zero_sum)
+        _REGISTRY[name] = Estimator(name, fn, needs_group, binary_only, zero_sum, order, color)
         return fn
 
     return decorator
@@ -205,7 +211,7 @@ def _divide(numerator: torch.Tensor, spread: torch.Tensor, eps: float) -> torch.
 # ---------------------------------------------------------------------------- estimators
 
 
-@register("grpo", needs_group=True, zero_sum=True)
+@register("grpo", needs_group=True, zero_sum=True, order=2, color="tab:green")
 def grpo(rewards: torch.Tensor, *, eps: float = 1e-4, std: str = "sample") -> torch.Tensor:
     """GRPO: A = (r - mean_g) / (std_g + eps).
 
@@ -218,7 +224,7 @@ def grpo(rewards: torch.Tensor, *, eps: float = 1e-4, std: str = "sample") -> to
     return _divide(rewards - mean, _std(count, squares, std), eps)
 
 
-@register("dr_grpo", needs_group=True, zero_sum=True)
+@register("dr_grpo", needs_group=True, zero_sum=True, order=1, color="tab:orange")
 def dr_grpo(rewards: torch.Tensor) -> torch.Tensor:
     """Dr. GRPO: A = r - mean_g, no division by the standard deviation.
 
@@ -228,7 +234,7 @@ def dr_grpo(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - mean
 
 
-@register("rloo", needs_group=True, zero_sum=True)
+@register("rloo", needs_group=True, zero_sum=True, order=3, color="tab:red")
 def rloo(rewards: torch.Tensor) -> torch.Tensor:
     """RLOO: A_i = r_i - mean of the other G - 1 rewards = G / (G - 1) * (r_i - mean_g).
 
@@ -240,7 +246,7 @@ def rloo(rewards: torch.Tensor) -> torch.Tensor:
     return scale * (rewards - mean)
 
 
-@register("sign", binary_only=True)
+@register("sign", binary_only=True, order=0, color="tab:blue")
 def sign(rewards: torch.Tensor) -> torch.Tensor:
     """Sign (fixed-reference) advantage: A = 2r - 1, i.e. +1 for a correct completion, -1 for a wrong one.
 
@@ -250,7 +256,7 @@ def sign(rewards: torch.Tensor) -> torch.Tensor:
     return 2.0 * rewards - 1.0
 
 
-@register("fixed_baseline")
+@register("fixed_baseline", order=7, color="tab:olive")
 def fixed_baseline(rewards: torch.Tensor, *, baseline: float = 0.5) -> torch.Tensor:
     """Fixed baseline: A = r - b with a constant b (default 0.5; ``sign`` is 2 x this at b = 0.5).
 
@@ -260,7 +266,7 @@ def fixed_baseline(rewards: torch.Tensor, *, baseline: float = 0.5) -> torch.Ten
     return rewards - float(baseline)
 
 
-@register("reinforce")
+@register("reinforce", order=4, color="tab:purple")
 def reinforce(rewards: torch.Tensor) -> torch.Tensor:
     """Positive-sample reinforcement (PSR): A = r, so only rewarded completions are reinforced.
 
@@ -270,7 +276,7 @@ def reinforce(rewards: torch.Tensor) -> torch.Tensor:
     return rewards.clone()
 
 
-@register("nsr")
+@register("nsr", order=5, color="tab:brown")
 def nsr(rewards: torch.Tensor) -> torch.Tensor:
     """Negative-sample reinforcement (NSR): A = r - 1, so only unrewarded completions are pushed down.
 
@@ -279,7 +285,7 @@ def nsr(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - 1.0
 
 
-@register("w_reinforce", binary_only=True)
+@register("w_reinforce", binary_only=True, order=6, color="tab:pink")
 def w_reinforce(rewards: torch.Tensor, *, lam: float = 0.1) -> torch.Tensor:
     """Weighted REINFORCE: A = lambda for a correct completion and -1 for a wrong one (default lambda 0.1).
 
@@ -288,7 +294,7 @@ def w_reinforce(rewards: torch.Tensor, *, lam: float = 0.1) -> torch.Tensor:
     return float(lam) * rewards - (1.0 - rewards)
 
 
-@register("reinforce_pp", needs_group=True, zero_sum=True)
+@register("reinforce_pp", needs_group=True, zero_sum=True, order=8, color="tab:cyan")
 def reinforce_pp(rewards: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
     """REINFORCE++ baseline: A = r - mean_g, then whitened over the whole batch.
 
@@ -318,7 +324,7 @@ def _comb_ratio(top: torch.Tensor, bottom: torch.Tensor, k: int) -> torch.Tensor
     return torch.where(top >= k, ratio, torch.zeros_like(ratio))
 
 
-@register("passk", needs_group=True, binary_only=True, zero_sum=True)
+@register("passk", needs_group=True, binary_only=True, zero_sum=True, order=9, color="tab:gray")
 def passk(rewards: torch.Tensor, *, k: int = 2) -> torch.Tensor:
     """Pass@k training advantage, analytical form for binary rewards.
 
@@ -351,7 +357,7 @@ def passk(rewards: torch.Tensor, *, k: int = 2) -> torch.Tensor:
     return torch.where(has_signal, advantages, torch.zeros_like(advantages))
 
 
-@register("ngrpo", needs_group=True)
+@register("ngrpo", needs_group=True, order=10, color="gold")
 def ngrpo(rewards: torch.Tensor, *, max_reward: float = 1.0, eps: float = 1e-4) -> torch.Tensor:
     """NGRPO advantage calibration: group statistics include one virtual sample with the maximum reward.
 
@@ -367,7 +373,7 @@ def ngrpo(rewards: torch.Tensor, *, max_reward: float = 1.0, eps: float = 1e-4) 
     return _divide(rewards - virtual_mean, virtual_std, eps)
 
 
-@register("maxrl", needs_group=True, zero_sum=True)
+@register("maxrl", needs_group=True, zero_sum=True, order=11, color="navy")
 def maxrl(rewards: torch.Tensor) -> torch.Tensor:
     """MaxRL: A = (r - mean_g) / mean_g, and 0 for a group whose mean reward is 0.
 

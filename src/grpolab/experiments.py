@@ -29,7 +29,7 @@ from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.runlog import read_metrics
 
-__all__ = ["RunSpec", "collect_results", "plan_runs", "run_sweep"]
+__all__ = ["RunSpec", "collect_results", "plan_lr_grid", "plan_runs", "run_sweep", "select_lrs"]
 
 DYNAMIC_SUFFIX = "+dynamic"
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -37,7 +37,7 @@ ProgressFn = Callable[[dict[str, Any]], None]
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of a sweep: its id, directory and full training config."""
+    """One run of a sweep: its id, directory and full training config (``config.lr`` is the run's lr)."""
 
     run_id: str
     estimator: str
@@ -45,6 +45,10 @@ class RunSpec:
     group_size: int
     run_dir: Path
     config: TrainConfig
+
+    @property
+    def lr(self) -> float:
+        return self.config.lr
 
     @property
     def finished(self) -> bool:
@@ -67,8 +71,13 @@ def parse_estimator(spec: str) -> tuple[str, bool]:
 
 
 def plan_runs(base: TrainConfig, estimators: list[str], seeds: list[int], group_sizes: list[int],
-              out_dir: Path) -> list[RunSpec]:
-    """The runs of a sweep, in the order they are started (seed-major, so early results span estimators)."""
+              out_dir: Path, *, lrs: dict[tuple[str, int], float] | None = None,
+              folder: str = "runs") -> list[RunSpec]:
+    """The runs of a sweep, in the order they are started (seed-major, so early results span estimators).
+
+    ``lrs`` maps (estimator, G) to that pair's learning rate (default: ``base.lr`` for all); when given,
+    run ids carry the lr. Runs live in ``out_dir / folder``.
+    """
     specs = []
     for seed in seeds:
         for group_size in group_sizes:
@@ -76,11 +85,54 @@ def plan_runs(base: TrainConfig, estimators: list[str], seeds: list[int], group_
                 name, dynamic = parse_estimator(estimator)
                 if advantages.info(name).needs_group and group_size < 2:
                     raise UserError(f"estimator {name!r} needs group sizes >= 2; drop G={group_size} or the estimator")
+                lr = base.lr if lrs is None else lrs[(estimator, group_size)]
                 config = base.replace(advantage=name, dynamic_sampling=dynamic or base.dynamic_sampling,
-                                      seed=seed, group_size=group_size, progress=False)
-                run_id = f"{estimator}-G{group_size}-seed{seed}"
-                specs.append(RunSpec(run_id, estimator, seed, group_size, out_dir / "runs" / run_id, config))
+                                      seed=seed, group_size=group_size, progress=False, lr=lr)
+                run_id = f"{estimator}-G{group_size}-seed{seed}" if lrs is None else \
+                    f"{estimator}-G{group_size}-lr{lr:g}-seed{seed}"
+                specs.append(RunSpec(run_id, estimator, seed, group_size, out_dir / folder / run_id, config))
     return specs
+
+
+def plan_lr_grid(base: TrainConfig, estimators: list[str], group_sizes: list[int], lrs: list[float],
+                 seeds: list[int], out_dir: Path) -> list[RunSpec]:
+    """The lr-selection runs: every (estimator, G, lr) on ``seeds``, in ``out_dir/selection``. They are
+    evaluated on the validation split and never reported as results."""
+    base = base.replace(eval_split="validation", eval_start=False)
+    specs: list[RunSpec] = []
+    for lr in lrs:
+        grid = {(estimator, size): lr for estimator in estimators for size in group_sizes}
+        specs += plan_runs(base, estimators, seeds, group_sizes, out_dir, lrs=grid, folder="selection")
+    return specs
+
+
+def validation_score(row: dict[str, Any]) -> float:
+    """The selection criterion of one evaluation: pass@1 when samples were drawn, else greedy accuracy."""
+    passk = row.get("pass_at_k") or {}
+    return float(passk["1"]) if "1" in passk else float(row["greedy_accuracy"])
+
+
+def select_lrs(grid: list[RunSpec]) -> tuple[dict[tuple[str, int], float], pd.DataFrame]:
+    """Each (estimator, G)'s lr with the best mean validation score over its finished grid runs (ties: the
+    smaller lr) -> (choice, table with one row per grid run: estimator, group_size, lr, seed,
+    validation_score, selected)."""
+    rows = []
+    for spec in grid:
+        evaluations = [r for r in read_metrics(spec.run_dir / "eval.jsonl")
+                       if r.get("phase") == "end" and r.get("split") == "validation"]
+        if spec.finished and evaluations:
+            rows.append({"estimator": spec.estimator, "group_size": spec.group_size, "lr": spec.lr,
+                         "seed": spec.seed, "validation_score": validation_score(evaluations[-1])})
+    table = pd.DataFrame(rows, columns=["estimator", "group_size", "lr", "seed", "validation_score"])
+    if table.empty:
+        raise UserError("no lr-selection run finished; see the errors above and the runs in selection/")
+    means = table.groupby(["estimator", "group_size", "lr"])["validation_score"].mean().reset_index()
+    means = means.sort_values(["validation_score", "lr"], ascending=[False, True])
+    best = means.groupby(["estimator", "group_size"]).head(1)
+    choice = {(r.estimator, int(r.group_size)): float(r.lr) for r in best.itertuples()}
+    table["selected"] = [choice.get((e, g)) == lr for e, g, lr in
+                         zip(table["estimator"], table["group_size"], table["lr"], strict=True)]
+    return choice, table
 
 
 # ---------------------------------------------------------------------------- running one run
@@ -171,7 +223,7 @@ def run_sweep(specs: list[RunSpec], *, workers: int | None = None, backend: str 
 
 def _run_columns(spec: RunSpec) -> dict[str, Any]:
     return {"run_id": spec.run_id, "estimator": spec.estimator, "seed": spec.seed, "group_size": spec.group_size,
-            "task": spec.config.task, "model": spec.config.model, "steps": spec.config.steps}
+            "lr": spec.lr, "task": spec.config.task, "model": spec.config.model, "steps": spec.config.steps}
 
 
 def collect_results(specs: list[RunSpec]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -187,7 +239,8 @@ def collect_results(specs: list[RunSpec]) -> tuple[pd.DataFrame, pd.DataFrame]:
                             "completions_generated": row.get("completions_generated", 0),
                             "greedy_accuracy": row["greedy_accuracy"], "n": row.get("n", 0),
                             "pass_at_k": [passk[k] for k in sorted(passk, key=int)],
-                            "successes": row.get("successes", []), "mean_length": row.get("mean_length", 0.0)})
+                            "successes": row.get("successes", []), "families": row.get("families", []),
+                            "mean_length": row.get("mean_length", 0.0)})
         for row in read_metrics(spec.run_dir / "metrics.jsonl"):
             metrics.append({**{k: columns[k] for k in ("run_id", "estimator", "seed", "group_size")}, **row})
     return pd.DataFrame(results), pd.DataFrame(metrics)

@@ -20,11 +20,12 @@ from transformers.utils import logging as transformers_logging
 
 from grpolab.errors import UserError
 
-__all__ = ["EMBEDDED", "SMOLLM2", "Policy", "embedded_model_dir", "load_policy", "resolve_model_dir"]
+__all__ = ["EMBEDDED", "EMBEDDED_ARITH", "SMOLLM2", "Policy", "embedded_model_dir", "load_policy", "resolve_model_dir"]
 
 transformers_logging.disable_progress_bar()  # grpolab shows its own progress; no per-file bars
 
-EMBEDDED = "embedded"
+EMBEDDED = "embedded"  # trained on the default task, reverse
+EMBEDDED_ARITH = "embedded-arith"  # trained on arith
 SMOLLM2 = "smollm2-135m"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -46,9 +47,9 @@ class Policy:
     base: str
 
 
-def embedded_model_dir() -> Path:
-    """The directory of the embedded default model inside the installed package."""
-    return Path(str(resources.files("grpolab") / "assets" / "embedded"))
+def embedded_model_dir(name: str = EMBEDDED) -> Path:
+    """The directory of an embedded model (``embedded`` or ``embedded-arith``) inside the installed package."""
+    return Path(str(resources.files("grpolab") / "assets" / name))
 
 
 def _smollm2_gguf() -> Path:
@@ -66,8 +67,8 @@ def _smollm2_gguf() -> Path:
 
 def resolve_model_dir(name: str) -> tuple[Path, dict[str, Any]]:
     """The directory and extra ``from_pretrained`` keywords for a model name (not for hub ids)."""
-    if name == EMBEDDED:
-        path = embedded_model_dir()
+    if name in (EMBEDDED, EMBEDDED_ARITH):
+        path = embedded_model_dir(name)
         if not (path / "config.json").is_file():
             raise UserError(f"the embedded model files are missing from {path}; reinstall grpolab")
         return path, {}

@@ -42,15 +42,15 @@ from grpolab.report_tables import (
     run_table,
     summary_table,
 )
+from grpolab.report_verdict import families_section, selection_section, verdict_section
 
-__all__ = ["build_sections", "screenshot", "summary_table", "write_report"]
+__all__ = ["build_sections", "screenshot", "summary_display", "summary_table", "write_report"]
 
 RESULTS_COLUMNS = tuple(
     "run_id estimator seed group_size phase step completions_generated greedy_accuracy n pass_at_k successes".split()
 )
 METRICS_KEYS = ("run_id", "estimator", "group_size", "step")
 DYNAMIC = "+dynamic"
-ZERO_SUM = ("grpo", "dr_grpo", "rloo")  # advantages of a group sum to 0: gradient rank <= 2 per group
 
 
 def _png(fig: Figure) -> bytes:
@@ -70,7 +70,7 @@ def _num(value: float, digits: int = 3) -> str:
     return "n/a" if value is None or not np.isfinite(value) else f"{value:.{digits}g}"
 
 
-def _summary_display(summary: pd.DataFrame) -> pd.DataFrame:
+def summary_display(summary: pd.DataFrame) -> pd.DataFrame:
     def ci(row: pd.Series) -> str:
         if row["n_seeds"] < 2:
             return f"n/a (n = {row['n_seeds']})"
@@ -81,11 +81,12 @@ def _summary_display(summary: pd.DataFrame) -> pd.DataFrame:
             "Estimator": summary["estimator"],
             "G": summary["group_size"],
             "Seeds": summary["n_seeds"],
-            "Final accuracy": summary["final_accuracy"].map(_pct),
+            "Start score": summary["start_accuracy"].map(_pct),
+            "Final score": summary["final_accuracy"].map(_pct),
             "95% CI": summary.apply(ci, axis=1),
-            "Start accuracy": summary["start_accuracy"].map(_pct),
             "Change": summary["change"].map(lambda v: _pct(v, signed=True)),
-            "pass@1": summary["pass@1"].map(_pct),
+            "Greedy start": summary["start_greedy"].map(_pct),
+            "Greedy final": summary["final_greedy"].map(_pct),
             "pass@n": [f"{_pct(p)} (n = {n})" for p, n in zip(summary["pass@n"], summary["n"], strict=True)],
             "Completions": summary["completions"].map(lambda v: f"{v:,.0f}"),
         }
@@ -124,8 +125,8 @@ def _overview(results: pd.DataFrame, config: dict[str, Any]) -> str:
     return (
         f"{results['run_id'].nunique()} runs: estimators {names}; group sizes G = {values('group_size')}; "
         f"seeds {values('seed')}; task {values('task')}; model {values('model')}; "
-        f"{values('steps')} training steps. Final accuracy is the greedy accuracy of each run's last "
-        f"evaluation; CIs are 95% percentile bootstraps over seeds."
+        f"{values('steps')} training steps. The score is held-out pass@1 of each run's last evaluation "
+        f"(greedy accuracy when no samples were drawn); CIs are 95% percentile bootstraps over seeds."
     )
 
 
@@ -158,7 +159,7 @@ def _summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Sec
     summary_section = Section(
         "Summary",
         [_overview(results, config)],
-        [("Final accuracy per estimator and group size", _summary_display(summary))],
+        [("Final accuracy per estimator and group size", summary_display(summary))],
         bullets=readings,
     )
     accuracy = Section(
@@ -166,7 +167,7 @@ def _summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Sec
         figures=[
             (
                 "final_accuracy",
-                "Final greedy accuracy per estimator; bars are means over seeds, whiskers 95% "
+                "Final held-out score (pass@1) per estimator; bars are means over seeds, whiskers 95% "
                 "bootstrap CIs (none for a single seed), dots individual seeds.",
                 _png(figs.figure_final_accuracy(runs, summary)),
             )
@@ -346,13 +347,19 @@ def _equal_cost_section(results: pd.DataFrame) -> Section:
     return section
 
 
+def _zero_sum(metrics: pd.DataFrame) -> list[str]:
+    """The zero-sum estimators among the runs, by the registry's flag (group-centred: rank <= 2 per group)."""
+    names = figs.estimator_order(metrics["estimator"])
+    return [n for n in names if (entry := figs.registry_entry(n)) is not None and entry.zero_sum] or ["none here"]
+
+
 def _rank_section(metrics: pd.DataFrame) -> Section:
     text = (
         "Effective rank (exp of the entropy of the normalised singular values) of the gradient matrix, at the "
-        f"steps where it was tracked. For the zero-sum estimators ({', '.join(ZERO_SUM)}) the advantages of a "
-        "group sum to 0, so with binary rewards a group contributes a combination of two vectors, the summed "
-        "gradients of its correct and of its wrong completions: the rank-2 bound (dotted line) of the "
-        "policy-gradient foundations paper. sign (A = 2r - 1) is not zero-sum: all-correct and all-wrong "
+        f"steps where it was tracked. For the zero-sum estimators ({', '.join(_zero_sum(metrics))}) the "
+        "advantages of a group sum to 0, so with binary rewards a group contributes a combination of two "
+        "vectors, the summed gradients of its correct and of its wrong completions: the rank-2 bound (dotted "
+        "line) of the policy-gradient foundations paper. sign (A = 2r - 1) is not zero-sum: all-correct and all-wrong "
         "groups still contribute and the two weights are not tied, so the bound does not apply to it and its "
         "measured rank can exceed 2."
     )
@@ -369,11 +376,16 @@ def _rank_section(metrics: pd.DataFrame) -> Section:
     )
 
 
-def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: dict[str, Any]) -> list[Section]:
+def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: dict[str, Any],
+                   selection: pd.DataFrame | None = None) -> list[Section]:
     """Every section of the report, in order (figures already rendered to PNG)."""
     _check_results(results)
     usable, problem = _usable_metrics(metrics)
-    sections = _summary_sections(results, config)
+    sections = [verdict_section(results, selection), *_summary_sections(results, config)]
+    if selection is not None and not selection.empty:
+        sections.append(selection_section(selection))
+    family = families_section(results)
+    sections += [family] if family is not None else []
     sections += [
         _start_section(results, usable),
         _pass_at_k_section(run_table(results)),
@@ -402,7 +414,8 @@ def _check_results(results: pd.DataFrame) -> None:
 
 
 def write_report(
-    out_dir: Path, results: pd.DataFrame, metrics: pd.DataFrame | None, config: dict[str, Any]
+    out_dir: Path, results: pd.DataFrame, metrics: pd.DataFrame | None, config: dict[str, Any],
+    selection: pd.DataFrame | None = None,
 ) -> tuple[Path, Path]:
     """Write ``out_dir/report.html`` (self-contained) and ``out_dir/report.md`` (+ ``figures/*.png``).
 
@@ -410,10 +423,11 @@ def write_report(
     phase ("start" / "step" / "end"), step, completions_generated, greedy_accuracy, n, pass_at_k [n],
     successes [P], mean_length. metrics: one row per (run, training step) with run_id, estimator, seed,
     group_size, step and ``rollout/``, ``starvation/``, ``loss/``, ``perf/``, ``grad/`` columns (any may be
-    missing; empty or None is allowed). config: the sweep settings. Returns (html path, markdown path).
+    missing; empty or None is allowed). config: the sweep settings. selection: the lr-selection runs
+    (``experiments.select_lrs``), or None. Returns (html path, markdown path).
     """
     out_dir = Path(out_dir)
-    sections = build_sections(results, metrics, config)
+    sections = build_sections(results, metrics, config, selection)
     title = f"grpolab compare: {config.get('name', 'estimator comparison')}"
     figure_dir = out_dir / "figures"
     figure_dir.mkdir(parents=True, exist_ok=True)

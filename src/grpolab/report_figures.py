@@ -30,7 +30,6 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-KNOWN_ORDER = ("sign", "dr_grpo", "grpo", "rloo", "reinforce", "nsr", "passk")
 _PALETTE = plt.get_cmap("tab10").colors
 DPI = 110
 DYNAMICS_LABELS = {
@@ -42,27 +41,33 @@ DYNAMICS_LABELS = {
 }
 
 
+def registry_entry(name: str) -> Any:
+    """The registry entry of an estimator spelled ``name`` or ``name+variant``; None if unregistered."""
+    from grpolab import advantages
+
+    base = name.split("+", 1)[0]
+    return advantages.info(base) if base in advantages.available() else None
+
+
 def estimator_order(names: Sequence[str]) -> list[str]:
-    """Known estimators in paper order, each followed by its ``+`` variants, then the rest alphabetically."""
+    """Estimators in the registry's display order, each followed by its ``+`` variants; unknown names last."""
 
     def key(name: str) -> tuple[int, str]:
-        base = name.split("+", 1)[0]
-        rank = KNOWN_ORDER.index(base) if base in KNOWN_ORDER else len(KNOWN_ORDER)
-        return rank, name
+        entry = registry_entry(name)
+        return (entry.order if entry is not None else 10_000), name
 
     return sorted(set(names), key=key)
 
 
-def estimator_colors(names: Sequence[str]) -> dict[str, tuple[float, ...]]:
-    """Fixed tab10 slot per known plain estimator (sign blue, dr_grpo orange, ...); others fill free slots."""
-    colors: dict[str, tuple[float, ...]] = {}
-    for name in names:
-        if name in KNOWN_ORDER:
-            colors[name] = _PALETTE[KNOWN_ORDER.index(name)]
-    spare = [9, 8, 7] + [i for i, name in enumerate(KNOWN_ORDER) if name not in colors]
-    free = [_PALETTE[i] for i in spare]
-    for i, name in enumerate(n for n in estimator_order(names) if n not in colors):
-        colors[name] = free[i % len(free)]
+def estimator_colors(names: Sequence[str]) -> dict[str, Any]:
+    """Each plain estimator's colour from the registry; ``+variants`` and unregistered names get spare
+    colours in display order."""
+    colors: dict[str, Any] = {}
+    spare = iter(_PALETTE[i % len(_PALETTE)] for i in (9, 8, 7, 6, 5, 4, 3, 2, 1, 0) * 100)
+    for name in estimator_order(names):
+        entry = registry_entry(name)
+        plain = entry is not None and entry.color and "+" not in name
+        colors[name] = entry.color if plain else next(spare)
     return colors
 
 
@@ -122,7 +127,7 @@ def figure_final_accuracy(runs: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         ax.set_title(f"G = {size}")
         ax.set_ylim(0, 105)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylabel("Final greedy accuracy (%)")
+    axes[0].set_ylabel("Final held-out pass@1 (%)")
     fig.suptitle("Final accuracy per estimator\n(bars: mean, whiskers: 95% bootstrap CI, dots: seeds)")
     fig.tight_layout()
     return fig

@@ -208,8 +208,6 @@ class Trainer:
                 run_evaluation(self, step, "step")
             if step == config.steps:
                 run_evaluation(self, step, "end")
-                if config.eval_validation:
-                    run_evaluation(self, step, "validation", split="validation")
             if step == config.steps or (config.checkpoint_every and step % config.checkpoint_every == 0):
                 self._save(step)
             if self.on_step is not None:

@@ -49,10 +49,10 @@ def load_task_for(config: TrainConfig) -> Task:
     elif config.data is not None:
         raise UserError(f"task {config.task!r} is generated, not read from a file; drop --data")
     task = get_task(config.task, **options)
-    if config.eval_validation:
+    if config.eval_split == "validation":
         task = with_validation(task)
         if not task.validation:
-            raise UserError(f"task {config.task!r} has no validation problems; drop --eval-validation")
+            raise UserError(f"task {config.task!r} has no validation problems; use --eval-split test")
     if config.verifier:
         overrides["verifier"] = config.verifier
     task = dataclasses.replace(task, **overrides)
@@ -85,12 +85,13 @@ def prepare_eval_log(path: Path, *, resume_from_step: int | None) -> None:
                          if resume_from_step is not None and row["step"] < resume_from_step])
 
 
-def run_evaluation(trainer: Trainer, step: int, phase: str, split: str = "test") -> dict[str, Any]:
-    """Evaluate the current policy on ``split`` and append the result to ``eval.jsonl``."""
+def run_evaluation(trainer: Trainer, step: int, phase: str) -> dict[str, Any]:
+    """Evaluate the current policy on the config's ``eval_split`` and append the result to ``eval.jsonl``."""
     config = trainer.config
     policy = Policy(trainer.model, trainer.policy.tokenizer, trainer.policy.source, trainer.policy.base)
     result = evaluate(policy, trainer.task, n=config.eval_samples, limit=config.eval_limit, seed=config.seed,
-                      temperature=config.temperature, max_new_tokens=trainer.max_new_tokens, split=split)
+                      temperature=config.temperature, max_new_tokens=trainer.max_new_tokens,
+                      split=config.eval_split)
     row = {"step": step, "phase": phase, "completions_generated": trainer.completions_generated, **result.to_dict()}
     with (trainer.run_dir / "eval.jsonl").open("a") as handle:
         handle.write(json.dumps(row) + "\n")

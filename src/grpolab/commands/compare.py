@@ -19,13 +19,18 @@ from grpolab.config import (
 from grpolab.errors import UserError
 from grpolab.progress import console, progress_bar
 
+# The training settings of a comparison that differ from `grpolab train`'s: a fixed, short budget, so the
+# comparison measures how fast each estimator learns (and the default sweep runs in minutes on 2 cores).
+# Precedence: TrainConfig defaults < these < the config file < flags.
+COMPARE_TRAIN_DEFAULTS: dict[str, Any] = {"steps": 20}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML or TOML file with sweep and training settings (flags override it)")
     parser.add_argument("--out", default="runs/compare", help="output directory (default: runs/compare)")
     parser.add_argument("--no-report", action="store_true", help="gather results but skip the report")
     add_config_arguments(parser, CompareConfig)
-    add_config_arguments(parser, TrainConfig)
+    add_config_arguments(parser, TrainConfig, defaults=COMPARE_TRAIN_DEFAULTS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,22 +39,52 @@ def run(args: argparse.Namespace) -> int:
     file_values = load_config_file(args.config) if args.config else {}
     compare_values, train_values = split_file_values(file_values, CompareConfig, TrainConfig)
     sweep: CompareConfig = config_from_args(args, CompareConfig, file_values=compare_values)
-    base: TrainConfig = config_from_args(args, TrainConfig, file_values=train_values)
+    base: TrainConfig = config_from_args(args, TrainConfig, file_values={**COMPARE_TRAIN_DEFAULTS, **train_values})
     out = Path(args.out)
-    specs = experiments.plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out)
+    _check_lr_flags(args, sweep)
     settings = {"compare": sweep.to_dict(), "train": base.to_dict()}
     _save_settings(out, settings)
-    outcomes = _run_with_progress(experiments, specs, sweep)
+    if len(sweep.lr_list) > 1:
+        specs, outcomes, selection = _select_then_run(experiments, base, sweep, out)
+    else:
+        base = base.replace(lr=sweep.lr_list[0]) if sweep.lr_list else base
+        specs = experiments.plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out)
+        outcomes, selection = _run_with_progress(experiments, specs, sweep, "runs"), None
     results, metrics = experiments.collect_results(specs)
     experiments.write_tables(out, results, metrics, settings)
+    if selection is not None:
+        selection.to_parquet(out / "selection.parquet", index=False)
     failed = [o for o in outcomes if not o["ok"]]
     for outcome in failed:
         console.print(f"[red]run {outcome['run_id']} failed:[/red] {outcome['error']}")
     if results.empty:
         raise UserError(f"no run finished; see the errors above and the run directories in {out / 'runs'}")
     if not args.no_report:
-        _report(out, results, metrics, settings)
+        _report(out, results, metrics, settings, selection)
     return 1 if failed else 0
+
+
+def _check_lr_flags(args: argparse.Namespace, sweep: CompareConfig) -> None:
+    if args.lr is not None and sweep.lrs:
+        raise UserError("--lr and --lrs both given; --lrs chooses the lr per estimator on validation data, "
+                        "so drop --lr (or give one value to --lrs)")
+
+
+def _select_then_run(experiments: Any, base: TrainConfig, sweep: CompareConfig, out: Path) -> tuple:
+    """Phase 1: the lr grid on selection seeds, scored on validation; phase 2: each (estimator, G) at its
+    chosen lr on the reported seeds. Returns (reported specs, outcomes of both phases, selection table)."""
+    grid = experiments.plan_lr_grid(base, sweep.estimator_list, sweep.group_size_list, sweep.lr_list,
+                                    sweep.selection_seed_list, out)
+    outcomes = _run_with_progress(experiments, grid, sweep, "lr selection")
+    choice, selection = experiments.select_lrs(grid)
+    missing = [f"{e} G={g}" for e in sweep.estimator_list for g in sweep.group_size_list if (e, g) not in choice]
+    if missing:
+        raise UserError(f"no lr-selection run finished for {', '.join(missing)}; see the errors above")
+    for (estimator, size), lr in sorted(choice.items()):
+        console.print(f"selected lr {lr:g} for {estimator} G={size} (best mean validation pass@1)")
+    specs = experiments.plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out,
+                                  lrs=choice)
+    return specs, outcomes + _run_with_progress(experiments, specs, sweep, "runs"), selection
 
 
 def _save_settings(out: Path, settings: dict[str, Any]) -> None:
@@ -60,7 +95,7 @@ def _save_settings(out: Path, settings: dict[str, Any]) -> None:
     (out / "compare.yaml").write_text(yaml.safe_dump(flat, sort_keys=False))
 
 
-def _run_with_progress(experiments: Any, specs: list, sweep: CompareConfig) -> list[dict[str, Any]]:
+def _run_with_progress(experiments: Any, specs: list, sweep: CompareConfig, label: str) -> list[dict[str, Any]]:
     total = len(specs)
     already = sum(spec.finished for spec in specs)
     if already:
@@ -68,7 +103,7 @@ def _run_with_progress(experiments: Any, specs: list, sweep: CompareConfig) -> l
     current: dict[str, str] = {}
     started = time.perf_counter()
     with progress_bar(True) as bar:
-        task_id = bar.add_task("runs", total=total, completed=already, info="") if bar else None
+        task_id = bar.add_task(label, total=total, completed=already, info="") if bar else None
 
         def on_event(event: dict[str, Any]) -> None:
             if bar is None:
@@ -81,14 +116,14 @@ def _run_with_progress(experiments: Any, specs: list, sweep: CompareConfig) -> l
             bar.update(task_id, info="; ".join(sorted(current.values()))[:90])
 
         outcomes = experiments.run_sweep(specs, workers=sweep.workers, backend=sweep.backend, on_event=on_event)
-    console.print(f"{len(outcomes)} run(s) trained in {time.perf_counter() - started:.0f} s")
+    console.print(f"{label}: {len(outcomes)} run(s) trained in {time.perf_counter() - started:.0f} s")
     return outcomes
 
 
-def _report(out: Path, results: Any, metrics: Any, settings: dict[str, Any]) -> None:
+def _report(out: Path, results: Any, metrics: Any, settings: dict[str, Any], selection: Any) -> None:
     from grpolab import report
 
-    html_path, md_path = report.write_report(out, results, metrics, settings)
-    table = report.summary_table(results)
-    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"), flush=True)  # wide: no rich wrapping
+    html_path, md_path = report.write_report(out, results, metrics, settings, selection=selection)
+    table = report.summary_display(report.summary_table(results))
+    print(table.to_string(index=False), flush=True)  # wide: no rich wrapping
     console.print(f"report: {html_path}\nsummary: {md_path}\nresults: {out / 'results.parquet'}")

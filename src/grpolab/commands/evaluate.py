@@ -14,7 +14,7 @@ from grpolab.progress import console
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="embedded", help="model name, directory, or grpolab run directory")
-    parser.add_argument("--task", default="arith", help="task: arith, gsm8k or math500")
+    parser.add_argument("--task", default="reverse", help="task: reverse, arith, gsm8k or math500")
     parser.add_argument("--data", help="data file/directory for gsm8k or math500 (default: hub id)")
     parser.add_argument("--task-options", type=json.loads, default={},
                         help='task knobs as JSON, e.g. \'{"digits": [2, 2], "use_chat_template": true}\'')

@@ -20,7 +20,7 @@ from grpolab.progress import console
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="embedded", help="model name, directory, or grpolab run directory")
-    parser.add_argument("--task", default="arith", help="task: arith, gsm8k or math500")
+    parser.add_argument("--task", default="reverse", help="task: reverse, arith, gsm8k or math500")
     parser.add_argument("--data", help="data file/directory for gsm8k or math500")
     parser.add_argument("--advantage", default="dr_grpo", help="advantage estimator (see `grpolab estimators`)")
     parser.add_argument("--group-size", type=int, default=4, help="G: completions per prompt")

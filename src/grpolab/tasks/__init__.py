@@ -1,6 +1,7 @@
 """Task registry: ``get_task(name, **options) -> Task``.
 
-Built-in tasks: ``arith`` (the embedded synthetic arithmetic task), ``gsm8k`` and ``math500``
+Built-in tasks: ``reverse`` (the embedded default: digit strings written backwards), ``arith`` (synthetic
+arithmetic), ``gsm8k`` and ``math500``
 (from a local jsonl file or a ``datasets`` hub id).
 """
 
@@ -18,6 +19,7 @@ __all__ = ["Problem", "Task", "TrainStream", "available", "get_task", "with_vali
 # name -> "module:function" building the task; imported lazily so that a task's dependencies load only
 # when it is used.
 _BUILDERS = {
+    "reverse": "grpolab.tasks.reverse:make_task",
     "arith": "grpolab.tasks.arith:make_task",
     "gsm8k": "grpolab.tasks.gsm8k:make_task",
     "math500": "grpolab.tasks.math500:make_task",

@@ -1,0 +1,126 @@
+"""The embedded default task ``reverse``: write a digit string backwards.
+
+A prompt is a digit string of 3 to 6 digits, a marker ``+`` or ``*``, then ``=`` (``4821*=``); the
+reference is the string reversed (``1284``), checked by the ``exact`` verifier. The prompt family is the
+marker and the length (``*len4``): 8 families.
+
+Why this task (the embedded model's design, see ``scripts/make_embedded_model.py`` and
+docs/embedded-model.md): RL on a binary reward mostly *compresses search*: it makes the policy pick, more
+often, a procedure it can already carry out. The embedded model was trained to carry out two procedures
+on any digit string, *reverse* and *copy*, and to choose between them with a probability that depends on
+the family: mostly reverse after ``+``, mostly copy after ``*``. So its held-out errors are choices, not
+missing skills, every family generalises to unseen strings, and per-prompt success is bimodal: ``+``
+prompts are nearly always solved, ``*`` prompts nearly never. That is the regime where group-centred
+advantages starve (most ``*`` groups are all wrong) and where a fixed-reference advantage still pushes.
+
+Departures from the papers: they train pretrained LLMs on GSM8K and MATH-500; this is a synthetic
+stand-in that runs in minutes on a CPU and shows the same starvation signature.
+
+Splits: a stable hash of the prompt text puts every possible prompt in exactly one bucket for every seed:
+``test`` (10%), ``validation`` (10%), ``train`` (40%) or ``sft`` (40%). The test and validation splits
+are fixed samples of their buckets; training prompts are drawn fresh every step from the train bucket by
+a stream keyed by (seed, step, round), so there is no pool small enough to memorise. The ``sft`` bucket
+is where the embedded model's supervised data came from; it is never used by the task. Palindromes are
+left out everywhere (reversing and copying them give the same answer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from grpolab.errors import UserError
+from grpolab.tasks.base import Problem, Task
+
+__all__ = ["MARKERS", "bucket_of", "family_of", "make_task", "sample_string"]
+
+MARKERS = "+*"
+# Percent of the hash space per bucket, in order.
+_BUCKETS = (("test", 10), ("validation", 20), ("train", 60), ("sft", 100))
+_MAX_DRAWS = 10_000
+
+
+def bucket_of(prompt: str) -> str:
+    """The bucket a prompt belongs to for every seed: ``test``, ``validation``, ``train`` or ``sft``."""
+    percent = int.from_bytes(hashlib.sha256(f"reverse:{prompt}".encode()).digest()[:8], "big") % 100
+    return next(name for name, end in _BUCKETS if percent < end)
+
+
+def family_of(digits: str, marker: str) -> str:
+    """The family label of a prompt, e.g. ``*len4``."""
+    return f"{marker}len{len(digits)}"
+
+
+def sample_string(rng: random.Random, lengths: tuple[int, int], markers: str) -> tuple[str, str]:
+    """One (digits, marker) pair: uniform length, uniform digits, uniform marker; never a palindrome."""
+    while True:
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(*lengths)))
+        if digits != digits[::-1]:
+            return digits, rng.choice(markers)
+
+
+def _problem(digits: str, marker: str, problem_id: str) -> Problem:
+    return Problem(id=problem_id, prompt=f"{digits}{marker}=", reference=digits[::-1],
+                   family=family_of(digits, marker))
+
+
+def draw(rng: random.Random, bucket: str, count: int, lengths: tuple[int, int], markers: str,
+         prefix: str) -> list[Problem]:
+    """``count`` problems of ``bucket`` (distinct prompts), in draw order."""
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for _ in range(_MAX_DRAWS * max(count, 1)):
+        if len(problems) == count:
+            return problems
+        digits, marker = sample_string(rng, lengths, markers)
+        prompt = f"{digits}{marker}="
+        if prompt not in seen and bucket_of(prompt) == bucket:
+            seen.add(prompt)
+            problems.append(_problem(digits, marker, f"{prefix}-{len(problems):05d}"))
+    raise UserError(f"reverse: too few distinct {bucket} prompts for lengths {lengths}; lower the split sizes")
+
+
+class _TrainStream:
+    """Fresh train-bucket problems for (seed, step, round): the ``Task.train_stream`` of ``reverse``."""
+
+    def __init__(self, lengths: tuple[int, int], markers: str):
+        self.lengths, self.markers = lengths, markers
+
+    def __call__(self, seed: int, step: int, round_: int, count: int) -> list[Problem]:
+        rng = random.Random(f"reverse-train:{seed}:{step}:{round_}")
+        return draw(rng, "train", count, self.lengths, self.markers, f"reverse-train-s{step}r{round_}")
+
+
+def _checked_lengths(lengths: object) -> tuple[int, int]:
+    if isinstance(lengths, int) and not isinstance(lengths, bool):
+        lengths = (lengths, lengths)
+    if (not isinstance(lengths, (list, tuple)) or len(lengths) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in lengths)
+            or not 2 <= lengths[0] <= lengths[1] <= 12):
+        raise UserError(f"reverse: lengths must be an int or a (low, high) pair with 2 <= low <= high <= 12; "
+                        f"got {lengths!r}")
+    return int(lengths[0]), int(lengths[1])
+
+
+def make_task(*, num_test: int = 200, num_validation: int = 200, lengths: object = (3, 6),
+              markers: str = MARKERS, **_: object) -> Task:
+    """The ``reverse`` task. Test and validation splits are the same for every run (so runs with different
+    seeds are evaluated on the same prompts); the run's seed keys only the training stream."""
+    bounds = _checked_lengths(lengths)
+    if not isinstance(markers, str) or not markers or set(markers) - set(MARKERS):
+        raise UserError(f"reverse: markers must be a non-empty string of '+' and '*'; got {markers!r}")
+    for name, size in (("num_test", num_test), ("num_validation", num_validation)):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise UserError(f"reverse: {name} must be a positive int; got {size!r}")
+    stream = _TrainStream(bounds, markers)
+    return Task(
+        name="reverse",
+        train=tuple(stream(0, 0, 0, 64)),  # a preview of the stream; training draws fresh problems
+        test=tuple(draw(random.Random("reverse-test"), "test", num_test, bounds, markers, "reverse-test")),
+        validation=tuple(draw(random.Random("reverse-validation"), "validation", num_validation, bounds, markers,
+                              "reverse-validation")),
+        verifier="exact",
+        max_new_tokens=bounds[1] + 1,  # the answer, then EOS
+        use_chat_template=False,
+        train_stream=stream,
+    )
