@@ -1,4 +1,5 @@
-"""Tests for the embedded default model in ``grpolab/assets/embedded``: offline, tiny, partly competent."""
+"""Tests for the embedded models: ``grpolab/assets/embedded`` (the default, for ``reverse``) and
+``grpolab/assets/embedded-arith`` (for ``arith``): offline, tiny, partly competent in the intended way."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from grpolab.tasks import get_task
 from grpolab.tasks.arith import ALPHABET, make_task
 
 ASSETS = Path(str(resources.files("grpolab") / "assets" / "embedded"))
+ARITH_ASSETS = Path(str(resources.files("grpolab") / "assets" / "embedded-arith"))
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +28,12 @@ def model():
     return loaded.eval()
 
 
-def test_assets_are_small_safetensors_only() -> None:
-    names = {path.name for path in ASSETS.iterdir()}
-    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= names
+@pytest.mark.parametrize("assets", [ASSETS, ARITH_ASSETS], ids=["embedded", "embedded-arith"])
+def test_assets_are_small_safetensors_only(assets: Path) -> None:
+    names = {path.name for path in assets.iterdir()}
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "competence.json"} <= names
     assert not [n for n in names if n.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
-    assert (ASSETS / "model.safetensors").stat().st_size < 5_000_000
+    assert (assets / "model.safetensors").stat().st_size < 5_000_000
 
 
 def test_tokenizer_round_trips_every_task_character(tokenizer) -> None:
@@ -50,12 +54,39 @@ def test_special_tokens(tokenizer, model) -> None:
     assert model.config.vocab_size == len(tokenizer)
 
 
-@torch.no_grad()
-def test_greedy_accuracy_is_partial(tokenizer, model) -> None:
+def _completions(model, tokenizer, prompts: list[str], max_new_tokens: int, samples: int = 1) -> list[str]:
+    torch.manual_seed(0)
+    encoded = tokenizer([p for p in prompts for _ in range(samples)], return_tensors="pt", padding=True)
+    sampling = {"do_sample": True, "temperature": 1.0, "top_k": None} if samples > 1 else {"do_sample": False}
+    with torch.no_grad():
+        output = model.generate(**encoded, max_new_tokens=max_new_tokens, **sampling)
+    return tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def test_arith_model_greedy_accuracy_is_partial() -> None:
+    tokenizer = AutoTokenizer.from_pretrained(ARITH_ASSETS, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(ARITH_ASSETS, local_files_only=True).eval()
     task = make_task(seed=0)
     problems = task.test[:50]
-    encoded = tokenizer([p.prompt for p in problems], return_tensors="pt", padding=True)
-    output = model.generate(**encoded, do_sample=False, max_new_tokens=task.max_new_tokens)
-    texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+    texts = _completions(model, tokenizer, [p.prompt for p in problems], task.max_new_tokens)
     accuracy = sum(" ".join(t.split()) == p.reference for t, p in zip(texts, problems, strict=True)) / len(problems)
     assert 0.05 < accuracy < 0.9
+
+
+def test_reverse_model_knows_both_procedures_and_prefers_by_family(tokenizer, model) -> None:
+    """Every completion is the reversal or the copy of the digits (two procedures it can carry out on unseen
+    strings); reversal dominates after '+' and is rare after '*': per-family success is bimodal."""
+    task = get_task("reverse")
+    problems = task.test[:48]
+    samples = 8
+    texts = _completions(model, tokenizer, [p.prompt for p in problems], task.max_new_tokens, samples)
+    rates: dict[str, list[float]] = {"+": [], "*": []}
+    procedures = 0
+    for index, problem in enumerate(problems):
+        digits = problem.prompt[:-2]
+        outputs = [t.strip() for t in texts[index * samples : (index + 1) * samples]]
+        procedures += sum(o in (digits, digits[::-1]) for o in outputs)
+        rates[problem.prompt[-2]].append(sum(o == digits[::-1] for o in outputs) / samples)
+    assert procedures / (len(problems) * samples) > 0.9
+    assert sum(rates["+"]) / len(rates["+"]) > 0.7
+    assert sum(rates["*"]) / len(rates["*"]) < 0.3

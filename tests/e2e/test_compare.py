@@ -15,12 +15,13 @@ from grpolab.cli import main
 
 TINY_FLAGS = ["--steps", "2", "--prompts-per-step", "4", "--eval-limit", "8", "--eval-samples", "2",
               "--checkpoint-every", "1"]
+ONE_LR = ["--lrs", "1e-3"]  # one lr: no selection phase
 
 
 def test_compare_writes_tables_and_report(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     code = main(["compare", "--estimators", "sign,dr_grpo", "--seeds", "2", "--group-sizes", "2",
-                 "--workers", "2", "--out", str(out), *TINY_FLAGS])
+                 "--workers", "2", "--out", str(out), *ONE_LR, *TINY_FLAGS])
     assert code == 0
     results = pd.read_parquet(out / "results.parquet")
     assert len(results) == 2 * 2 * 2  # runs x (start, end)
@@ -42,7 +43,7 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(tmp_path: Path) -> N
     args = [sys.executable, "-m", "grpolab.cli", "compare", "--estimators", "sign,dr_grpo,rloo", "--seeds", "2",
             "--group-sizes", "2", "--workers", "1", "--out", str(out), "--no-report",
             "--steps", "6", "--prompts-per-step", "4", "--eval-limit", "8", "--eval-samples", "2",
-            "--checkpoint-every", "1"]
+            "--checkpoint-every", "1", *ONE_LR]
     process = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while len(_finished(out)) < 2 and time.monotonic() < deadline and process.poll() is None:
@@ -59,3 +60,28 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(tmp_path: Path) -> N
     results = pd.read_parquet(out / "results.parquet")
     assert results.groupby(["run_id", "phase"]).size().eq(1).all()
     assert results["run_id"].nunique() == 6
+
+
+def test_lr_selection_uses_validation_only_and_reports_fresh_seeds(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    code = main(["compare", "--estimators", "sign,grpo", "--seeds", "2", "--group-sizes", "4", "--workers", "2",
+                 "--lrs", "1e-5,3e-3", "--selection-seeds", "1", "--out", str(out), *TINY_FLAGS,
+                 "--steps", "6", "--eval-limit", "32", "--eval-samples", "4"])
+    assert code == 0
+    selection = pd.read_parquet(out / "selection.parquet")
+    assert len(selection) == 2 * 2 and set(selection["seed"]) == {1000}  # (estimator, lr) on selection seeds
+    assert selection.groupby("estimator")["selected"].sum().eq(1).all()
+    chosen = selection[selection["selected"]].set_index("estimator")["lr"]
+    best = selection.sort_values("validation_score").groupby("estimator").tail(1).set_index("estimator")["lr"]
+    assert chosen.sort_index().equals(best.sort_index())  # the best validation score wins
+    results = pd.read_parquet(out / "results.parquet")
+    assert set(results["seed"]) == {0, 1}  # reported runs are fresh seeds, never the selection runs
+    for estimator, lr in chosen.items():
+        assert set(results.loc[results["estimator"] == estimator, "lr"]) == {lr}
+    for eval_log in (out / "selection").glob("*/eval.jsonl"):  # selection never looked at the test split
+        rows = pd.read_json(eval_log, lines=True)
+        assert set(rows["split"]) == {"validation"} and not any(i.startswith("reverse-test")
+                                                               for ids in rows["problem_ids"] for i in ids)
+    report = (out / "report.md").read_text()
+    assert report.index("## Verdict") < report.index("## Summary") < report.index("## Learning-rate selection")
+    assert "## Per-family breakdown" in report and "sign against the group-centred estimators" in report
