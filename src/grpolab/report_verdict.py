@@ -24,7 +24,6 @@ from grpolab.report_tables import (
     comparisons,
     family_split,
     family_table,
-    reading,
     run_table,
     selection_table,
 )
@@ -77,15 +76,22 @@ def _best_line(runs: pd.DataFrame, rows: list[dict[str, Any]], size: int) -> str
 
 
 def _sign_lines(runs: pd.DataFrame, rows: list[dict[str, Any]]) -> list[str]:
-    """sign against every group-centred estimator in the runs, per group size, whichever way it falls."""
+    """One line per group size: sign against every group-centred (zero-sum) estimator, whichever way it falls."""
     lines = []
     names = figs.estimator_order(runs["estimator"])
     zero_sum = [n for n in names if (e := figs.registry_entry(n)) is not None and e.zero_sum and "+" not in n]
     for size in sorted(runs["group_size"].unique()):
-        for other in zero_sum:
-            pair = _pair(rows, int(size), SIGN, other)
-            if pair is not None:
-                lines.append("sign against the group-centred estimators: " + reading(pair))
+        pairs = [p for other in zero_sum if (p := _pair(rows, int(size), SIGN, other)) is not None]
+        if not pairs:
+            continue
+        parts = [f"vs {p['name_b']} {_pts(p['mean_difference'])} (Holm-adjusted Welch p = {p['welch_p_holm']:.2g})"
+                 for p in pairs]
+        better = [p["name_b"] for p in pairs if p["welch_p_holm"] < ALPHA and p["mean_difference"] > 0]
+        worse = [p["name_b"] for p in pairs if p["welch_p_holm"] < ALPHA and p["mean_difference"] < 0]
+        verdict = (f"significantly better than {', '.join(better)}" if better else "significantly better than none")
+        verdict += f", significantly worse than {', '.join(worse)}" if worse else ""
+        lines.append(f"G = {size}, sign against the group-centred estimators: {'; '.join(parts)}: {verdict} "
+                     f"(n = {pairs[0]['n_a']} seeds each).")
     return lines
 
 
