@@ -1,23 +1,26 @@
 """``grpolab audit``: how much gradient starvation a finished training run suffered, from its rollout logs.
 
-A *group* is (step, prompt) when the table has a step column, else the prompt. Each record batch is
-reduced to per-group partial sums with pyarrow's ``group_by`` (rows, scorable rows n, successes c, reward
-min / max, tokens), and partials are merged whenever they pile up, so memory is bounded by the number
-of groups, not rows. The summary follows ``grpolab.diagnostics.degeneracy`` (same thresholds, same
-treatment of unscorable completions) and ``pass_at_k_curve``.
+A *group* is (step, prompt) when the table has a step column, else the prompt; in TRL logs it is a block
+of G consecutive rows of one file (see ``grpolab.audit_sources``), never a prompt text. Each record batch
+is reduced to per-group partial sums with pyarrow's ``group_by`` (rows, scorable rows n, successes c,
+zero-advantage rows, reward min / max, tokens), and partials are merged whenever they pile up, so memory
+is bounded by the number of groups, not rows. The figures are those of
+``grpolab.diagnostics.starvation_metrics`` (same keys, same window for D_iid) and ``pass_at_k_curve``.
 
 Definitions and where they depart from the papers (see also ``grpolab.diagnostics.starvation``):
 
-* success: ``reward >= threshold`` (default 0.5); NaN / missing rewards are unscorable.
-* all_correct / all_wrong / degenerate: fractions of groups; degenerate also counts groups with no
-  scorable completion. G in ``d_iid`` is the nominal group size (the most common group size).
-* Over several steps, ``d_iid`` is the group-weighted mean of the per-step D_iid (pbar per step): the
-  gap then measures the spread of prompt difficulty within a batch, as in the paper, and not the drift
-  of accuracy over training. ``jensen_gap = degenerate - d_iid``.
-* zero-gradient completions (and tokens) under group-centred estimators (grpo, dr_grpo, rloo): every
-  completion of a group whose scorable rewards are all equal (raw rewards, so for non-binary rewards this
-  can differ from ``degenerate``), plus every unscorable one. ``sign`` (A = 2r - 1) uses every scorable
-  completion.
+* success: the correctness column is 1 (``reward >= threshold``; a column with values other than 0 and 1
+  is refused unless ``threshold`` is given); NaN / missing values are unscorable.
+* degenerate: groups whose every advantage is zero (the advantage column, as trained), or without one,
+  whose scorable rewards are all equal. ``uniform`` = all_correct + all_wrong + groups with nothing
+  scorable: the paper's D_real, what a group-centred estimator starves under binary rewards. The two
+  agree for grpo / dr_grpo / rloo on one binary reward; under ``sign`` nothing is degenerate.
+* D_iid: pbar over a trailing window of >= 64 groups (``diagnostics.windowed_p_means``; the whole run
+  when shorter), per step; overall, the group-weighted mean of the per-step values.
+  ``jensen_gap = uniform - d_iid``. G in ``d_iid`` is the nominal group size (the most common one).
+* zero-gradient completions (and tokens): completions with zero advantage (without an advantage column:
+  every completion of a group whose scorable rewards are all equal, plus every unscorable one); ``sign``
+  (A = 2r - 1) would use every scorable completion.
 * pass@k uses the groups that are fully scored at the nominal size (k = 1..G), pooled over all steps.
 """
 
@@ -35,58 +38,83 @@ import pyarrow.compute as pc
 from grpolab import diagnostics
 from grpolab.audit_sources import (
     Columns,
+    distinct_files,
     find_source,
     iter_batches,
+    numeric_values,
     prompt_keys,
     resolve_columns,
-    reward_values,
+    trl_file_steps,
+    trl_group_size,
 )
+from grpolab.errors import UserError
 
 __all__ = ["GroupTable", "audit", "collect_groups", "summarize"]
 
-_SUMS = ("rows", "n", "c", "tokens", "tokens_scored")
+_SUMS = ("rows", "n", "c", "nonbinary", "zero_adv", "tokens", "tokens_scored", "tokens_zero_adv")
 _COMPACT_ROWS = 4_000_000  # merge the partial group sums once they hold this many rows
 _MERGE_ROWS = 250_000  # partial rows per step range in one merge
 
 
 @dataclass(frozen=True)
 class GroupTable:
-    """Per-group sums, all arrays [groups]. step is None when the log has no step column."""
+    """Per-group sums, all arrays [groups], in step order. step is None when the log has no step column;
+    zero_adv (rows with zero advantage) is None without an advantage column, tokens without lengths."""
 
     step: np.ndarray | None
     rows: np.ndarray
     n: np.ndarray
     c: np.ndarray
+    nonbinary: np.ndarray
+    zero_adv: np.ndarray | None
     reward_min: np.ndarray
     reward_max: np.ndarray
     tokens: np.ndarray | None
     tokens_scored: np.ndarray | None
+    tokens_zero_adv: np.ndarray | None
 
 
-def _partial(batch: pa.RecordBatch, columns: Columns, threshold: float) -> pa.Table:
-    """Group sums of one record batch; keys "step" (if any) and "prompt"."""
-    reward = reward_values(batch, columns.reward)  # [N]
+def _group_keys(batch: pa.RecordBatch, offset: int, columns: Columns, block: int | None) -> pa.Array:
+    """The group of each row: its prompt id, or (TRL, ``block`` = G) its block of G rows in the file."""
+    if block is None:
+        return prompt_keys(batch.column(columns.prompt))
+    return pa.array((offset + np.arange(batch.num_rows)) // block, pa.int64())
+
+
+def _partial(
+    batch: pa.RecordBatch, offset: int, columns: Columns, threshold: float, block: int | None
+) -> pa.Table:
+    """Group sums of one record batch; keys "step" (if any) and "group"."""
+    reward = numeric_values(batch, columns.reward, "reward")  # [N]
     scored = ~np.isnan(reward)
     data: dict[str, Any] = {
-        "prompt": prompt_keys(batch.column(columns.prompt)),
+        "group": _group_keys(batch, offset, columns, block),
         "reward": pa.array(reward, from_pandas=True),  # NaN -> null
         "rows": np.ones(len(reward), dtype=np.int64),
         "n": scored.astype(np.int64),
         "c": (scored & (reward >= threshold)).astype(np.int64),
+        "nonbinary": (scored & (reward != 0) & (reward != 1)).astype(np.int64),
     }
+    zero_adv = None
+    if columns.advantage:
+        advantage = np.nan_to_num(numeric_values(batch, columns.advantage, "advantage"), nan=0.0)
+        zero_adv = np.abs(advantage) <= diagnostics.starvation.ZERO_ADVANTAGE_ATOL
+        data["zero_adv"] = zero_adv.astype(np.int64)
     if columns.step:
         data["step"] = batch.column(columns.step).cast(pa.int64())
     if columns.length:
         length = pc.fill_null(batch.column(columns.length).cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
         data["tokens"] = length
         data["tokens_scored"] = np.where(scored, length, 0)
+        if zero_adv is not None:
+            data["tokens_zero_adv"] = np.where(zero_adv, length, 0)
     table = pa.table(data)
     sums = [(name, "sum") for name in _SUMS if name in data]
     return table.group_by(_keys(columns)).aggregate([*sums, ("reward", "min"), ("reward", "max")])
 
 
 def _keys(columns: Columns) -> list[str]:
-    return ["step", "prompt"] if columns.step else ["prompt"]
+    return ["step", "group"] if columns.step else ["group"]
 
 
 def _merge(parts: list[pa.Table], keys: list[str]) -> pa.Table:
@@ -127,96 +155,136 @@ def collect_groups(
     reward_column: str | None = None,
     step_column: str | None = None,
     length_column: str | None = None,
-    threshold: float = 0.5,
+    advantage_column: str | None = None,
+    group_size: int | None = None,
+    threshold: float | None = None,
     batch_rows: int = 1 << 20,
 ) -> tuple[GroupTable, dict[str, Any]]:
     """Stream the rollout tables under ``path`` into per-group sums, plus a description of the input."""
     source = find_source(Path(path))
+    files, skipped = distinct_files(source)
     columns = resolve_columns(
-        source, prompt=prompt_column, reward=reward_column, step=step_column, length=length_column
+        source, files, prompt=prompt_column, reward=reward_column, step=step_column, length=length_column,
+        advantage=advantage_column,
     )
+    block = None
+    if source.kind == "trl":
+        block = group_size or trl_group_size(files, columns.prompt)
     keys, parts, pending = _keys(columns), [], 0
-    for batch in iter_batches(source, columns, batch_rows):
+    for batch, offset in iter_batches(files, source.fmt, columns, batch_rows):
         if batch.num_rows:
-            parts.append(_partial(batch, columns, threshold))
+            parts.append(_partial(batch, offset, columns, 0.5 if threshold is None else threshold, block))
             pending += parts[-1].num_rows
         if pending > _COMPACT_ROWS and len(parts) > 1:
             parts = [_merge(parts, keys)]
             pending = parts[0].num_rows
     if not parts:
-        raise ValueError(f"{path}: the rollout tables hold no rows")
+        raise UserError(f"{path}: the rollout tables hold no rows")
     groups = _to_group_table(_merge(parts, keys), columns)
     info = {
         "path": str(path),
         "kind": source.kind,
         "format": source.fmt,
-        "files": len(source.files),
+        "files": len(files),
+        "duplicate_files_skipped": skipped,
         "columns": {
             "prompt": columns.prompt,
-            "reward": list(columns.reward),
+            "reward": columns.reward,
+            "reward_choice": columns.choice,
+            "advantage": columns.advantage,
             "step": columns.step,
             "length": columns.length,
+            "not_read": list(columns.ignored),
         },
+        "grouping": _grouping(columns, block, group_size),
         "threshold": threshold,
+        "logged_steps": trl_file_steps(source) if source.kind == "trl" else None,
     }
     return groups, info
 
 
-def _to_group_table(table: pa.Table, columns: Columns) -> GroupTable:
-    def col(name: str) -> np.ndarray:
-        return table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
+def _grouping(columns: Columns, block: int | None, requested: int | None) -> str:
+    if block is None:
+        return f"({columns.step}, {columns.prompt})" if columns.step else columns.prompt
+    how = "--group-size" if requested else "runs of identical prompts"
+    return f"blocks of {block} consecutive rows per file (G = {block} from {how})"
 
-    has_tokens = "tokens_sum" in table.column_names
+
+def _to_group_table(table: pa.Table, columns: Columns) -> GroupTable:
+    if columns.step:
+        table = table.sort_by("step")
+
+    def col(name: str) -> np.ndarray | None:
+        if f"{name}_sum" not in table.column_names:
+            return None
+        return table.column(f"{name}_sum").to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def bound(name: str) -> np.ndarray:
+        return pc.fill_null(table.column(name), np.nan).to_numpy().astype(np.float64)
+
+    step = table.column("step").to_numpy(zero_copy_only=False).astype(np.int64) if columns.step else None
     return GroupTable(
-        step=col("step") if columns.step else None,
-        rows=col("rows_sum"),
-        n=col("n_sum"),
-        c=col("c_sum"),
-        reward_min=pc.fill_null(table.column("reward_min"), np.nan).to_numpy().astype(np.float64),
-        reward_max=pc.fill_null(table.column("reward_max"), np.nan).to_numpy().astype(np.float64),
-        tokens=col("tokens_sum") if has_tokens else None,
-        tokens_scored=col("tokens_scored_sum") if has_tokens else None,
+        step=step, rows=col("rows"), n=col("n"), c=col("c"), nonbinary=col("nonbinary"),  # type: ignore[arg-type]
+        zero_adv=col("zero_adv"), reward_min=bound("reward_min"), reward_max=bound("reward_max"),
+        tokens=col("tokens"), tokens_scored=col("tokens_scored"), tokens_zero_adv=col("tokens_zero_adv"),
     )
 
 
-def _rates(n: np.ndarray, c: np.ndarray, group_size: int) -> dict[str, float]:
-    """Degeneracy numbers of one set of groups, as ``diagnostics.degeneracy`` defines them."""
+def _degenerate(groups: GroupTable) -> np.ndarray:
+    """[groups] bool: every advantage zero, or (no advantage column) every scorable reward equal."""
+    if groups.zero_adv is not None:
+        return groups.zero_adv == groups.rows
+    return (groups.n <= 1) | (groups.reward_min == groups.reward_max)
+
+
+def _rates(groups: GroupTable, degenerate: np.ndarray, members: slice, d_iid: float) -> dict[str, Any]:
+    """The ``starvation_metrics`` figures of a set of groups, given ``_degenerate(groups)`` and their D_iid."""
+    n, c = groups.n[members], groups.c[members]
     seen = n > 0
-    all_correct = float(np.mean(seen & (c == n)))
-    all_wrong = float(np.mean(seen & (c == 0)))
-    degenerate = all_correct + all_wrong + float(np.mean(~seen))
-    p_mean = float(np.mean(c[seen] / n[seen])) if seen.any() else 0.0
-    d_iid = p_mean**group_size + (1.0 - p_mean) ** group_size
+    uniform = float(np.mean(~seen | (c == 0) | (c == n)))
     return {
         "groups": int(n.size),
-        "all_correct": all_correct,
-        "all_wrong": all_wrong,
-        "degenerate": degenerate,
-        "p_mean": p_mean,
+        "all_correct": float(np.mean(seen & (c == n))),
+        "all_wrong": float(np.mean(seen & (c == 0))),
+        "unscorable_groups": float(np.mean(~seen)),
+        "uniform": uniform,
+        "degenerate": float(np.mean(degenerate[members])),
+        "p_mean": float(np.mean(c[seen] / n[seen])) if seen.any() else 0.0,
         "success_rate": float(c.sum() / max(n.sum(), 1)),
-        "d_iid": float(d_iid),
-        "jensen_gap": float(degenerate - d_iid),
+        "d_iid": d_iid,
+        "jensen_gap": uniform - d_iid,
     }
 
 
-def _per_step(groups: GroupTable, group_size: int) -> list[dict[str, Any]]:
+def _step_bounds(groups: GroupTable) -> tuple[list[int], list[int]]:
+    """(steps, bounds): the groups of steps[i] are groups[bounds[i]:bounds[i + 1]] (step order)."""
     if groups.step is None:
-        return []
-    order = np.argsort(groups.step, kind="stable")
-    steps, starts = np.unique(groups.step[order], return_index=True)
-    bounds = [*starts.tolist(), len(order)]
-    rows = []
-    for i, step in enumerate(steps.tolist()):
-        members = order[bounds[i] : bounds[i + 1]]
-        rows.append({"step": int(step), **_rates(groups.n[members], groups.c[members], group_size)})
-    return rows
+        return [0], [0, groups.rows.size]
+    steps, starts = np.unique(groups.step, return_index=True)
+    return steps.tolist(), [*starts.tolist(), groups.rows.size]
+
+
+def _per_step(groups: GroupTable, group_size: int, window: int) -> list[dict[str, Any]]:
+    """One entry per step (one for the whole log without steps), D_iid from the trailing window."""
+    steps, bounds = _step_bounds(groups)
+    slices = [slice(low, high) for low, high in itertools.pairwise(bounds)]
+    rates = [groups.c[s][groups.n[s] > 0] / groups.n[s][groups.n[s] > 0] for s in slices]
+    p_window = diagnostics.windowed_p_means(rates, window)
+    degenerate = _degenerate(groups)
+    return [
+        {"step": int(step), **_rates(groups, degenerate, members, diagnostics.iid_degeneracy(float(pbar), group_size))}
+        for step, members, pbar in zip(steps, slices, np.nan_to_num(p_window), strict=True)
+    ]
 
 
 def _zero_gradient(groups: GroupTable) -> dict[str, Any]:
-    """Shares of completions (and tokens) with zero group-centred advantage, and what sign would use."""
-    flat = (groups.n <= 1) | (groups.reward_min == groups.reward_max)  # [groups] equal scorable rewards
-    zero_rows = np.where(flat, groups.rows, groups.rows - groups.n).sum()
+    """Shares of completions (and tokens) with zero advantage, and what sign would use."""
     total_rows = max(int(groups.rows.sum()), 1)
+    flat = _degenerate(groups)  # used without an advantage column: equal scorable rewards
+    if groups.zero_adv is not None:
+        zero_rows = groups.zero_adv.sum()
+    else:
+        zero_rows = np.where(flat, groups.rows, groups.rows - groups.n).sum()
     out: dict[str, Any] = {
         "completions": int(groups.rows.sum()),
         "zero_gradient_completions": float(zero_rows / total_rows),
@@ -227,7 +295,10 @@ def _zero_gradient(groups: GroupTable) -> dict[str, Any]:
     }
     if groups.tokens is not None and groups.tokens_scored is not None:
         total_tokens = max(int(groups.tokens.sum()), 1)
-        zero_tokens = np.where(flat, groups.tokens, groups.tokens - groups.tokens_scored).sum()
+        if groups.tokens_zero_adv is not None:
+            zero_tokens = groups.tokens_zero_adv.sum()
+        else:
+            zero_tokens = np.where(flat, groups.tokens, groups.tokens - groups.tokens_scored).sum()
         out |= {
             "tokens": int(groups.tokens.sum()),
             "zero_gradient_tokens": float(zero_tokens / total_tokens),
@@ -257,29 +328,63 @@ def _histogram(groups: GroupTable) -> dict[str, Any]:
     }
 
 
-def summarize(groups: GroupTable) -> dict[str, Any]:
+def summarize(groups: GroupTable, window: int = diagnostics.DEFAULT_WINDOW_GROUPS) -> dict[str, Any]:
     """The audit report (JSON-ready) of per-group sums; see the module docstring for the definitions."""
     sizes, counts = np.unique(groups.rows, return_counts=True)
     group_size = int(sizes[np.argmax(counts)])  # nominal G: the most common group size
-    overall = _rates(groups.n, groups.c, group_size)
-    per_step = _per_step(groups, group_size)
-    if per_step:
-        weights = np.array([s["groups"] for s in per_step], dtype=np.float64)
-        overall["d_iid"] = float(np.average([s["d_iid"] for s in per_step], weights=weights))
-        overall["jensen_gap"] = overall["degenerate"] - overall["d_iid"]
+    per_step = _per_step(groups, group_size, window)
+    weights = np.array([s["groups"] for s in per_step], dtype=np.float64)
+    d_iid = float(np.average([s["d_iid"] for s in per_step], weights=weights))
+    overall = _rates(groups, _degenerate(groups), slice(None), d_iid)
     return {
         **overall,
+        "window_groups": window,
         "group_size": group_size,
         "group_sizes": {str(int(s)): int(k) for s, k in zip(sizes, counts, strict=True)},
-        "steps": len(per_step) or None,
+        "steps": len(per_step) if groups.step is not None else None,
         **_zero_gradient(groups),
         "success_histogram": _histogram(groups),
         "pass_at_k": _pass_at_k(groups, group_size),
-        "per_step": per_step,
+        "per_step": per_step if groups.step is not None else [],
     }
 
 
-def audit(path: Path | str, **options: Any) -> dict[str, Any]:
-    """Audit the rollout logs at ``path``: ``summarize(collect_groups(path, **options))`` plus the input."""
+def _missing_steps(steps: list[int], first: int | None) -> list[int]:
+    """Steps between ``first`` (default: the first logged) and the last logged one that are absent."""
+    if not steps:
+        return []
+    present = set(steps)
+    return [s for s in range(min(steps) if first is None else first, max(steps) + 1) if s not in present]
+
+
+def _warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
+    """Problems that leave the figures computed but partial or redefined; ``UserError`` for refusals."""
+    info, warnings = result["input"], []
+    nonbinary = int(groups.nonbinary.sum())
+    if nonbinary and info["threshold"] is None:
+        raise UserError(
+            f"{info['path']}: the reward column {info['columns']['reward']!r} holds values other than 0 and 1 "
+            f"({nonbinary} of {int(groups.n.sum())} rows); name a 0/1 correctness column with --reward-column, "
+            "or pass --threshold T to count a reward >= T as a success"
+        )
+    if nonbinary:
+        warnings.append(f"{nonbinary} rewards are not 0 or 1: a success is a reward >= {info['threshold']}")
+    logged = info["logged_steps"] or [s["step"] for s in result["per_step"]]
+    missing = _missing_steps(logged, 1 if info["kind"] in ("trl", "grpolab") else None)
+    if missing:
+        shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+        warnings.append(
+            f"{len(missing)} of {max(logged)} steps are missing from the logs ({shown}), so the figures cover "
+            "only the logged steps. TRL writes its completions only every `logging_steps` steps: train with "
+            "logging_steps=1 (GRPOConfig) to audit every step"
+        )
+    return warnings
+
+
+def audit(path: Path | str, *, window: int = diagnostics.DEFAULT_WINDOW_GROUPS, **options: Any) -> dict[str, Any]:
+    """Audit the rollout logs at ``path``: ``summarize(collect_groups(path, **options))``, the input read
+    and ``warnings`` (missing steps, non-binary rewards under ``threshold``)."""
     groups, info = collect_groups(Path(path), **options)
-    return {"input": info, **summarize(groups)}
+    result = {"input": info, **summarize(groups, window)}
+    result["warnings"] = _warnings(result, groups)
+    return result

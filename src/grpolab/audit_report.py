@@ -34,18 +34,20 @@ def _headline_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
             f"{result['groups']:,} (G = {result['group_size']}"
             + (f", {result['steps']:,} steps)" if result["steps"] else ")"),
         ),
-        ("degenerate groups", _pct(result["degenerate"])),
+        ("degenerate groups (all advantages zero)", _pct(result["degenerate"])),
+        ("uniform groups (D_real)", _pct(result["uniform"])),
         ("  all correct", _pct(result["all_correct"])),
         ("  all wrong", _pct(result["all_wrong"])),
-        ("D_iid (i.i.d. prediction)", _pct(result["d_iid"])),
-        ("Jensen gap (D - D_iid)", _pct(result["jensen_gap"])),
+        ("  nothing scorable", _pct(result["unscorable_groups"])),
+        (f"D_iid (i.i.d., pbar over >= {result['window_groups']} groups)", _pct(result["d_iid"])),
+        ("Jensen gap (D_real - D_iid)", _pct(result["jensen_gap"])),
         ("success rate", _pct(result["success_rate"])),
-        ("zero-gradient completions (group-centred)", _pct(result["zero_gradient_completions"])),
+        ("zero-advantage completions", _pct(result["zero_gradient_completions"])),
         ("completions sign (2r-1) would use", _pct(result["sign_used_completions"])),
     ]
     if result["tokens"] is not None:
         rows += [
-            ("zero-gradient tokens (group-centred)", _pct(result["zero_gradient_tokens"])),
+            ("zero-advantage tokens", _pct(result["zero_gradient_tokens"])),
             ("tokens sign would use", _pct(result["sign_used_tokens"])),
         ]
     if result["pass_at_k"]:
@@ -58,6 +60,24 @@ def _headline_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _input_rows(source: dict[str, Any]) -> list[tuple[str, str]]:
+    """What was read: files, correctness / advantage columns, grouping, columns left out."""
+    columns = source["columns"]
+    files = f"{source['files']} ({source['kind']}, {source['format']})"
+    if source["duplicate_files_skipped"]:
+        files += f", {source['duplicate_files_skipped']} duplicate snapshot(s) skipped"
+    rows = [
+        ("files read", files),
+        ("correctness column", columns["reward"] + ("" if columns["reward_choice"] == "--reward-column" else
+                                                    f" ({columns['reward_choice']}; choose with --reward-column)")),
+        ("degenerate from", f"column {columns['advantage']}" if columns["advantage"] else "equal rewards"),
+        ("groups", source["grouping"]),
+    ]
+    if columns["not_read"]:
+        rows.append(("numeric columns not read", ", ".join(columns["not_read"])))
+    return rows
+
+
 def render_terminal(result: dict[str, Any], console: Any = None) -> None:
     """Print the summary, the per-step table (sampled) and the success histogram with rich."""
     from rich.console import Console
@@ -65,7 +85,13 @@ def render_terminal(result: dict[str, Any], console: Any = None) -> None:
 
     console = console or Console()
     source = result["input"]
-    summary = Table(title=f"grpolab audit: {source['path']} ({source['kind']}, {source['files']} file(s))")
+    read = Table(title=f"grpolab audit: {source['path']}")
+    read.add_column("input")
+    read.add_column("read")
+    for name, value in _input_rows(source):
+        read.add_row(name, value)
+    console.print(read)
+    summary = Table()
     summary.add_column("metric")
     summary.add_column("value", justify="right")
     for name, value in _headline_rows(result):
@@ -73,15 +99,14 @@ def render_terminal(result: dict[str, Any], console: Any = None) -> None:
     console.print(summary)
     if result["per_step"]:
         steps = Table(title="per step (sampled)" if len(result["per_step"]) > 12 else "per step")
-        for name in ("step", "groups", "degenerate", "all correct", "all wrong", "D_iid", "success"):
+        for name in ("step", "groups", "degenerate", "uniform", "D_iid", "success"):
             steps.add_column(name, justify="right")
         for row in sample_steps(result["per_step"]):
             steps.add_row(
                 str(row["step"]),
                 str(row["groups"]),
                 _pct(row["degenerate"]),
-                _pct(row["all_correct"]),
-                _pct(row["all_wrong"]),
+                _pct(row["uniform"]),
                 _pct(row["d_iid"]),
                 _pct(row["success_rate"]),
             )
@@ -146,8 +171,9 @@ def render_html(result: dict[str, Any], path: Path) -> Path:
     """Write a self-contained HTML report (tables + embedded PNG figures) to ``path``."""
     rows = "".join(
         f"<tr><td>{html.escape(name)}</td><td>{html.escape(value)}</td></tr>"
-        for name, value in _headline_rows(result)
+        for name, value in [*_input_rows(result["input"]), *_headline_rows(result)]
     )
+    warnings = "".join(f"<p><b>Warning:</b> {html.escape(w)}</p>" for w in result.get("warnings", []))
     figures = "".join(
         f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
         f"<figcaption>{html.escape(title)}</figcaption></figure>"
@@ -158,7 +184,7 @@ def render_html(result: dict[str, Any], path: Path) -> Path:
         "<!doctype html><html><head><meta charset='utf-8'><title>grpolab audit</title><style>"
         "body{font-family:sans-serif;max-width:900px;margin:2em auto}td{padding:2px 12px}"
         "tr:nth-child(odd){background:#f4f4f4}figure{display:inline-block;margin:1em}</style></head><body>"
-        f"<h1>Gradient-starvation audit</h1><p>{source}</p><table>{rows}</table>{figures}</body></html>"
+        f"<h1>Gradient-starvation audit</h1><p>{source}</p>{warnings}<table>{rows}</table>{figures}</body></html>"
     )
     path = Path(path)
     path.write_text(document, encoding="utf-8")

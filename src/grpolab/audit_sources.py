@@ -13,14 +13,25 @@ streaming CSV and JSON readers), so memory stays bounded by the batch size.
 
 Departures from a plain read: TRL rewrites its whole completion buffer at every logging step, so a
 generation batch can appear in several consecutive files; a file identical (prompt + completion
-columns) to the previous one is skipped. TRL's reward is the sum of its reward-function columns
-(TRL's default ``reward_weights``); a completion whose reward columns are all missing is unscorable.
+columns) to the previous one is skipped.
+
+Columns: success and pass@k use one *correctness* column (``--reward-column``). TRL's table holds one
+column per reward function plus any ``log_extra`` columns, and nothing tells them apart, so among its
+numeric columns (other than step and advantage) the one whose values are all 0 or 1 is taken; with
+several such columns, or none, the audit refuses and asks for ``--reward-column``. Degeneracy comes from
+the ``advantage`` column when there is one (``--advantage-column``; "none" ignores it). TRL rows are grouped
+by position: consecutive blocks of G rows in a file (TRL's sampler puts a prompt's G completions next to
+each other), G being the gcd of the lengths of the runs of identical prompts (``--group-size`` overrides),
+so two dataset rows with the same prompt stay two groups.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +44,12 @@ import pyarrow.parquet as pq
 
 from grpolab.errors import UserError
 
-__all__ = ["Columns", "Source", "find_source", "iter_batches", "resolve_columns"]
+__all__ = ["Columns", "Source", "distinct_files", "find_source", "iter_batches", "resolve_columns"]
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "json", ".json": "json"}
 PROMPT_CANDIDATES = ("prompt_id", "prompt_uid", "uid", "prompt_index", "problem_id", "question_id", "prompt")
 REWARD_CANDIDATES = ("reward", "rewards", "score", "correct", "accuracy")
+ADVANTAGE_CANDIDATES = ("advantage", "advantages")
 STEP_CANDIDATES = ("step", "global_step", "iteration", "train_step")
 LENGTH_CANDIDATES = ("length", "completion_length", "response_length", "num_tokens")
 TRL_NON_REWARD = {"step", "prompt", "completion", "advantage", "image", "images"}
@@ -54,12 +66,16 @@ class Source:
 
 @dataclass(frozen=True)
 class Columns:
-    """Resolved column names; ``reward`` may list several columns, which are summed (TRL)."""
+    """Resolved column names: ``reward`` is the correctness column; ``ignored``: numeric columns not read;
+    ``choice``: how the correctness column was picked, for the report."""
 
     prompt: str
-    reward: tuple[str, ...]
+    reward: str
+    advantage: str | None
     step: str | None
     length: str | None
+    ignored: tuple[str, ...] = ()
+    choice: str = ""
 
 
 def _tables_in(directory: Path) -> tuple[list[Path], str]:
@@ -115,57 +131,140 @@ def _pick(
     return next((c for c in candidates if c in names), None)
 
 
-def _trl_rewards(schema: pa.Schema) -> tuple[str, ...]:
-    numeric = (pa.types.is_floating, pa.types.is_integer, pa.types.is_boolean)
-    return tuple(
-        f.name for f in schema if f.name not in TRL_NON_REWARD and any(check(f.type) for check in numeric)
-    )
+def _numeric(field: pa.Field) -> bool:
+    return any(check(field.type) for check in (pa.types.is_floating, pa.types.is_integer, pa.types.is_boolean))
+
+
+def _is_binary(files: list[Path], column: str) -> bool:
+    """Whether every non-missing value of ``column`` in ``files`` is 0 or 1."""
+    for path in files:
+        values = _read_parquet(path, [column]).column(0).cast(pa.float64()).to_numpy(zero_copy_only=False)
+        values = values[~np.isnan(values)]
+        if not np.isin(values, (0.0, 1.0)).all():
+            return False
+    return True
+
+
+def _trl_correctness(files: list[Path], schema: pa.Schema) -> tuple[str, tuple[str, ...], str]:
+    """(correctness column, other numeric columns, how it was chosen) of a TRL completions table."""
+    numeric = [f.name for f in schema if f.name not in TRL_NON_REWARD and _numeric(f)]
+    binary = [name for name in numeric if _is_binary(files, name)]
+    hint = "name the correctness reward with --reward-column"
+    if len(binary) > 1:
+        raise UserError(
+            f"{files[0].parent}: several 0/1 columns could be the correctness reward ({', '.join(binary)}); {hint}"
+        )
+    if not binary:
+        found = ", ".join(numeric) or "none"
+        raise UserError(
+            f"{files[0].parent}: no 0/1 reward column among the numeric columns ({found}); {hint} "
+            "and pass --threshold T to count a reward >= T as a success"
+        )
+    others = tuple(name for name in numeric if name != binary[0])
+    choice = f"the only 0/1 column of {', '.join(numeric)}" if others else "the only reward column"
+    return binary[0], others, choice
+
+
+def _correctness(
+    source: Source, files: list[Path], schema: pa.Schema, requested: str | None
+) -> tuple[str | None, tuple[str, ...], str]:
+    """(column, ignored numeric columns, choice) for the correctness reward."""
+    names, path = schema.names, files[0]
+    others = tuple(f.name for f in schema if _numeric(f) and f.name not in TRL_NON_REWARD)
+    if requested is not None:
+        if "," in requested:
+            raise UserError(
+                f"--reward-column takes one column, the 0/1 correctness reward, got {requested!r}; "
+                "degeneracy comes from the advantage column (or equal rewards) on its own"
+            )
+        _pick(requested, names, (), "reward", path)
+        return requested, tuple(n for n in others if n != requested), "--reward-column"
+    if source.kind == "trl":
+        return _trl_correctness(files, schema)
+    found = _pick(None, names, REWARD_CANDIDATES, "reward", path)
+    return found, tuple(n for n in others if n != found), "by name"
 
 
 def resolve_columns(
-    source: Source, *, prompt: str | None, reward: str | None, step: str | None, length: str | None
+    source: Source,
+    files: list[Path],
+    *,
+    prompt: str | None,
+    reward: str | None,
+    step: str | None,
+    length: str | None,
+    advantage: str | None = None,
 ) -> Columns:
     """Pick the columns to read, from the options or by name; ``UserError`` lists the columns present."""
-    path = source.files[0]
+    path = files[0]
     schema = read_schema(path, source.fmt)
     names = schema.names
     prompt_col = _pick(prompt, names, PROMPT_CANDIDATES, "prompt", path)
-    if reward is not None:
-        rewards = tuple(r.strip() for r in reward.split(","))
-        for name in rewards:
-            _pick(name, names, (), "reward", path)
-    else:
-        found = _pick(None, names, ("reward",) if source.kind == "trl" else REWARD_CANDIDATES, "reward", path)
-        rewards = (found,) if found else _trl_rewards(schema) if source.kind == "trl" else ()
-    missing = [what for what, col in (("prompt", prompt_col), ("reward", rewards)) if not col]
+    reward_col, ignored, choice = _correctness(source, files, schema, reward)
+    missing = [what for what, col in (("prompt", prompt_col), ("reward", reward_col)) if not col]
     if missing:
         option = " and ".join(f"--{m}-column" for m in missing)
         raise UserError(
             f"{path}: cannot find the {' and '.join(missing)} column; columns present: {', '.join(names)}. "
             f"Name it with {option}"
         )
+    advantage_col = None if advantage == "none" else _pick(advantage, names, ADVANTAGE_CANDIDATES, "advantage", path)
     step_col = _pick(step, names, STEP_CANDIDATES, "step", path)
     length_col = _pick(length, names, LENGTH_CANDIDATES, "length", path)
-    return Columns(prompt_col, rewards, step_col, length_col)  # type: ignore[arg-type]
+    used = {prompt_col, reward_col, advantage_col, step_col, length_col}
+    ignored = tuple(name for name in ignored if name not in used)
+    return Columns(prompt_col, reward_col, advantage_col, step_col, length_col, ignored, choice)  # type: ignore
+
+
+def _read_parquet(path: Path, columns: list[str] | None = None) -> pa.Table:
+    try:
+        return pq.read_table(path, columns=columns)
+    except (pa.ArrowInvalid, OSError) as error:
+        raise UserError(
+            f"{path}: not a readable Parquet file ({str(error).splitlines()[0][:120]}); "
+            "remove or replace it (was it still being written?)"
+        ) from None
 
 
 def _fingerprint(path: Path) -> str:
-    table = pq.read_table(path)
+    table = _read_parquet(path)
     keep = [c for c in ("prompt", "completion") if c in table.column_names] or table.column_names
     return hashlib.sha1(json.dumps(table.select(keep).to_pylist(), default=str).encode()).hexdigest()
 
 
-def distinct_files(source: Source) -> list[Path]:
-    """The files to read: every file, except TRL snapshots identical to the previous file."""
+def distinct_files(source: Source) -> tuple[list[Path], int]:
+    """(the files to read, how many were skipped): every file, except TRL snapshots identical to the
+    previous file."""
     if source.kind != "trl":
-        return list(source.files)
+        return list(source.files), 0
     kept, previous = [], None
     for path in source.files:
         fingerprint = _fingerprint(path)
         if fingerprint != previous:
             kept.append(path)
         previous = fingerprint
-    return kept
+    return kept, len(source.files) - len(kept)
+
+
+def trl_file_steps(source: Source) -> list[int]:
+    """The steps TRL wrote a completions file at (from ``completions_{step:05d}.parquet``), every file."""
+    steps = [re.fullmatch(r"completions_(\d+)", path.stem) for path in source.files]
+    return sorted(int(match.group(1)) for match in steps if match)
+
+
+def trl_group_size(files: list[Path], prompt: str) -> int:
+    """G of a TRL log: the gcd of the lengths of the runs of identical consecutive prompts in each file."""
+    size = 0
+    for path in files:
+        keys = prompt_keys(_read_parquet(path, [prompt]).column(0).combine_chunks()).to_pylist()
+        run = 1
+        for previous, current in itertools.pairwise(keys):
+            if current == previous:
+                run += 1
+            else:
+                size, run = math.gcd(size, run), 1
+        size = math.gcd(size, run) if keys else size
+    return max(size, 1)
 
 
 def _batches_of(
@@ -182,37 +281,32 @@ def _batches_of(
             yield batch.select(columns)
 
 
-def iter_batches(source: Source, columns: Columns, batch_rows: int = 1 << 20) -> Iterator[pa.RecordBatch]:
-    """Record batches holding only the needed columns, file after file."""
-    needed = [c for c in (columns.step, columns.prompt, *columns.reward, columns.length) if c]
+def iter_batches(
+    files: list[Path], fmt: str, columns: Columns, batch_rows: int = 1 << 20
+) -> Iterator[tuple[pa.RecordBatch, int]]:
+    """(record batch holding only the needed columns, offset of its first row in its file), file by file."""
+    needed = [c for c in (columns.step, columns.prompt, columns.reward, columns.advantage, columns.length) if c]
     needed = list(dict.fromkeys(needed))
-    for path in distinct_files(source):
-        schema_names = read_schema(path, source.fmt).names
+    for path in files:
+        schema_names = read_schema(path, fmt).names
         absent = [c for c in needed if c not in schema_names]
         if absent:
             raise UserError(f"{path}: no column {absent[0]!r}; columns present: {', '.join(schema_names)}")
+        offset = 0
         try:
-            yield from _batches_of(path, source.fmt, needed, batch_rows, columns.prompt)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-            raise UserError(f"{path}: cannot read it as {source.fmt}: {error}") from None
+            for batch in _batches_of(path, fmt, needed, batch_rows, columns.prompt):
+                yield batch, offset
+                offset += batch.num_rows
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as error:
+            raise UserError(f"{path}: cannot read it as {fmt}: {str(error).splitlines()[0][:160]}") from None
 
 
-def reward_values(batch: pa.RecordBatch, names: tuple[str, ...]) -> np.ndarray:
-    """Reward per row [N] as float64; several columns are summed; NaN where every column is missing."""
-    columns = []
-    for name in names:
-        array = batch.column(name)
-        if not (
-            pa.types.is_floating(array.type)
-            or pa.types.is_integer(array.type)
-            or pa.types.is_boolean(array.type)
-        ):
-            raise UserError(f"reward column {name!r} must be numeric, found {array.type}")
-        columns.append(array.cast(pa.float64()).to_numpy(zero_copy_only=False))
-    values = np.vstack(columns)  # [F, N]
-    missing = np.isnan(values).all(axis=0)
-    total = np.nansum(values, axis=0) if len(columns) > 1 else values[0]
-    return np.where(missing, np.nan, total)
+def numeric_values(batch: pa.RecordBatch, name: str, what: str) -> np.ndarray:
+    """Column ``name`` of ``batch`` as float64 [N], NaN where missing; ``UserError`` if not numeric."""
+    array = batch.column(name)
+    if not (pa.types.is_floating(array.type) or pa.types.is_integer(array.type) or pa.types.is_boolean(array.type)):
+        raise UserError(f"{what} column {name!r} must be numeric, found {array.type}")
+    return array.cast(pa.float64()).to_numpy(zero_copy_only=False)
 
 
 def prompt_keys(array: pa.Array) -> pa.Array:

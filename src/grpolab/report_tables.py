@@ -12,10 +12,12 @@ Choices (departures from arXiv 2605.07689, which reports means over seeds with a
   over seeds (``grpolab.stats.bootstrap_ci``); no CI for a single seed. Greedy accuracy is reported beside it.
 * Pairs are tested within each group size (Welch, permutation, Holm over the pairs of that size); a pair is
   called different when the Holm-adjusted Welch p < ``ALPHA``. Estimators with one seed are not tested.
-* D_real of the start policy is measured twice: over training groups (mean ``starvation/degenerate`` over
-  the first ``START_STEPS`` steps, runs without dynamic sampling when there are any) and from the start
-  evaluation's counts with the unbiased estimator E[(C(c, G) + C(n - c, G)) / C(n, G)];
-  D_iid = pbar^G + (1 - pbar)^G with pbar the mean per-prompt success rate.
+* D_real of the start policy is measured twice: over training groups (mean ``starvation/uniform``, the
+  all-correct + all-wrong share, over the first ``START_STEPS`` steps, runs without dynamic sampling when
+  there are any) and from the start evaluation's counts with the unbiased estimator
+  E[(C(c, G) + C(n - c, G)) / C(n, G)]; D_iid = pbar^G + (1 - pbar)^G (``diagnostics.iid_degeneracy``)
+  with pbar the mean per-prompt success rate: in training, ``starvation/p_mean`` pooled over a run's first
+  ``START_STEPS`` steps (not the per-step D_iid, whose window is still filling then).
 * Equal sampling cost: the budget of a group size is the largest completions count every run of it reached;
   a run's accuracy at the budget is its last evaluation within it (NaN when that is only the start).
 """
@@ -29,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from grpolab import stats
-from grpolab.diagnostics.starvation import expected_degeneracy_from_counts
+from grpolab.diagnostics.starvation import expected_degeneracy_from_counts, iid_degeneracy
 from grpolab.report_figures import estimator_order
 
 ALPHA = 0.05  # significance level of the one-line readings (on the Holm-adjusted Welch p)
@@ -185,15 +187,27 @@ def permutation_floor_notes(rows: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-def _training_start(metrics: pd.DataFrame, column: str, size: int) -> float:
-    if column not in metrics.columns or metrics.empty:
-        return math.nan
+def _training_start_rows(metrics: pd.DataFrame, size: int) -> pd.DataFrame:
     subset = metrics[metrics["group_size"] == size]
     plain = subset[~subset["estimator"].str.contains("+", regex=False)]
     subset = plain if len(plain) else subset
-    first = subset.sort_values("step").groupby("run_id").head(START_STEPS)
-    values = first[column].dropna()
+    return subset.sort_values("step").groupby("run_id").head(START_STEPS)
+
+
+def _training_start(metrics: pd.DataFrame, column: str, size: int) -> float:
+    if column not in metrics.columns or metrics.empty:
+        return math.nan
+    values = _training_start_rows(metrics, size)[column].dropna()
     return float(values.mean()) if len(values) else math.nan
+
+
+def _training_d_iid(metrics: pd.DataFrame, size: int) -> float:
+    """D_iid from pbar pooled over each run's first START_STEPS steps, averaged over runs."""
+    if "starvation/p_mean" not in metrics.columns or metrics.empty:
+        return _training_start(metrics, "starvation/d_iid", size)  # logs written before p_mean existed
+    first = _training_start_rows(metrics, size).dropna(subset=["starvation/p_mean"])
+    values = [iid_degeneracy(float(rows["starvation/p_mean"].mean()), int(size)) for _, rows in first.groupby("run_id")]
+    return float(np.mean(values)) if values else math.nan
 
 
 def _eval_degeneracy(starts: pd.DataFrame, size: int) -> tuple[float, float]:
@@ -204,9 +218,13 @@ def _eval_degeneracy(starts: pd.DataFrame, size: int) -> tuple[float, float]:
         if c.size == 0 or int(n) < size:
             continue
         real.append(expected_degeneracy_from_counts(c, int(n), size))
-        pbar = float(np.mean(c / int(n)))
-        iid.append(pbar**size + (1 - pbar) ** size)
+        iid.append(iid_degeneracy(float(np.mean(c / int(n))), size))
     return (float(np.mean(real)), float(np.mean(iid))) if real else (math.nan, math.nan)
+
+
+def _d_real_column(metrics: pd.DataFrame) -> str:
+    """``starvation/uniform`` (all correct or all wrong); older logs only have ``starvation/degenerate``."""
+    return "starvation/uniform" if "starvation/uniform" in metrics.columns else "starvation/degenerate"
 
 
 def jensen_table(results: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
@@ -218,8 +236,8 @@ def jensen_table(results: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             {
                 "group_size": int(size),
-                "d_real_train": _training_start(metrics, "starvation/degenerate", size),
-                "d_iid_train": _training_start(metrics, "starvation/d_iid", size),
+                "d_real_train": _training_start(metrics, _d_real_column(metrics), size),
+                "d_iid_train": _training_d_iid(metrics, size),
                 "d_real_eval": d_real_eval,
                 "d_iid_eval": d_iid_eval,
             }

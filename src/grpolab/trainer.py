@@ -31,6 +31,7 @@ from grpolab import advantages as advantage_registry
 from grpolab import verifiers
 from grpolab.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
 from grpolab.config import TrainConfig, save_config
+from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.errors import UserError
 from grpolab.gradient_geometry import gradient_metrics_for_step
 from grpolab.models import Policy, load_policy
@@ -39,7 +40,7 @@ from grpolab.rollout import Rollout, encode_prompts, sample
 from grpolab.runlog import MetricsLog, RolloutLog
 from grpolab.tasks import Problem, Task
 from grpolab.training_state import RunResult, finish_run, load_task_for, prepare_eval_log, run_evaluation, wrap_lora
-from grpolab.training_step import StepBatch, build_optimizer, starvation_metrics, update_policy
+from grpolab.training_step import StepBatch, build_optimizer, update_policy
 
 __all__ = ["RunResult", "Trainer", "train"]
 
@@ -72,6 +73,7 @@ class Trainer:
         self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self.optimizer = build_optimizer(self.params, config)
         self.completions_generated = 0  # restored from the checkpoint on resume
+        self.success_window = SuccessWindow()  # pbar of starvation/d_iid; refills after a resume
         self.start_step = self._restore() if resume else 0
         save_config(config, self.run_dir / "config.yaml")
         resume_from = self.start_step + 1 if resume else None
@@ -134,12 +136,14 @@ class Trainer:
         """Sample (with dynamic sampling: several rounds) and return the batch to train on."""
         problems, rollout, rewards, scores = self._sample_round(step, 0)
         extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable}
-        batch = StepBatch.make(problems, rollout, rewards)
+        batch, seen = StepBatch.make(problems, rollout, rewards), rewards
         if self.config.dynamic_sampling:
             batch, seen, rounds = self._dynamic_fill(step, batch, rewards)
             extra["rollout/dynamic_rounds"] = rounds
+        self.success_window.add(success_rates(seen))  # everything sampled, before any filter
+        if self.config.dynamic_sampling:
             # the starvation of everything sampled, before the filter removed the degenerate groups
-            extra.update({f"sampled/{k}": v for k, v in starvation_metrics(seen).items()})
+            extra.update({f"sampled/{k}": v for k, v in starvation_metrics(seen, window=self.success_window).items()})
         return batch, extra
 
     def _dynamic_fill(self, step: int, batch: StepBatch, rewards: np.ndarray) -> tuple[StepBatch, np.ndarray, int]:
@@ -176,7 +180,8 @@ class Trainer:
         update_time = time.perf_counter() - update_started
         self._log_rollouts(step, batch, advantages)
         metrics = {**batch.rollout_metrics(self.completions_generated), **extra,
-                   **starvation_metrics(batch.rewards, advantages, batch.lengths), **update, **grad_metrics}
+                   **starvation_metrics(batch.rewards, advantages, lengths=batch.lengths, window=self.success_window),
+                   **update, **grad_metrics}
         metrics.update(_perf_metrics(batch, started, rollout_time, update_time, update.get("loss/train_tokens", 0)))
         return metrics
 

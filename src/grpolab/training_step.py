@@ -1,5 +1,6 @@
-"""The pieces of one training step: the batch being trained on, the optimizer, the policy update and
-the starvation metrics. Shapes: P groups, G completions each, B = P * G, T completion tokens.
+"""The pieces of one training step: the batch being trained on, the optimizer and the policy update
+(the starvation metrics are ``grpolab.diagnostics.starvation_metrics``). Shapes: P groups, G completions
+each, B = P * G, T completion tokens.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ import numpy as np
 import torch
 
 from grpolab.config import TrainConfig
-from grpolab.diagnostics import degeneracy
 from grpolab.losses import aggregate, aggregation_denominator, policy_loss
 from grpolab.rollout import Rollout, token_logprobs
 from grpolab.tasks import Problem
 
-__all__ = ["StepBatch", "build_optimizer", "starvation_metrics", "update_policy"]
+__all__ = ["StepBatch", "build_optimizer", "update_policy"]
 
 
 def _pad_to(tensor: torch.Tensor, width: int, *, left: bool) -> torch.Tensor:
@@ -119,20 +119,6 @@ class StepBatch:
             "rollout/groups": float(self.num_groups),
             "rollout/completions_generated": float(completions_generated),
         }
-
-
-def starvation_metrics(
-    rewards: np.ndarray, advantages: torch.Tensor | None = None, lengths: np.ndarray | None = None
-) -> dict[str, float]:
-    """``starvation/*`` metrics of a step: degeneracy, D_iid, Jensen gap, useful completions and tokens."""
-    if rewards.size == 0:
-        return {}
-    adv = None if advantages is None else advantages.detach().cpu().numpy()
-    stats = degeneracy(rewards, advantages=adv)
-    metrics = {f"starvation/{k}": float(v) for k, v in stats.items() if np.isscalar(v)}
-    if adv is not None and lengths is not None and lengths.sum() > 0:
-        metrics["starvation/useful_token_fraction"] = float(lengths[adv != 0].sum() / lengths.sum())
-    return metrics
 
 
 def build_optimizer(params: dict[str, torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prompt-column", help="column identifying the prompt (default: prompt_id, uid, prompt, ...)"
     )
-    parser.add_argument("--reward-column", help="reward column; several comma-separated columns are summed")
+    parser.add_argument(
+        "--reward-column",
+        help="the 0/1 correctness column behind success and pass@k (default: reward, score, correct, ...; "
+        "in TRL logs the only 0/1 reward column)",
+    )
+    parser.add_argument(
+        "--advantage-column",
+        help="advantage column; a group is degenerate when all its advantages are zero (default: advantage; "
+        "'none': when all its rewards are equal)",
+    )
+    parser.add_argument(
+        "--group-size", type=int, help="TRL logs: num_generations (default: from runs of identical prompts)"
+    )
     parser.add_argument("--step-column", help="training-step column (default: step, global_step, ...)")
     parser.add_argument("--length-column", help="completion length in tokens (default: length, ...)")
-    parser.add_argument("--threshold", type=float, default=0.5, help="a reward >= this is a success (0.5)")
+    parser.add_argument(
+        "--threshold", type=float, help="a reward >= this is a success; needed for rewards other than 0 and 1"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of tables")
     parser.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report")
 
@@ -43,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from grpolab.audit import audit
     from grpolab.audit_report import render_html, render_terminal
 
+    if args.group_size is not None and args.group_size < 1:
+        raise UserError(f"--group-size must be >= 1, got {args.group_size}")
     try:
         result = audit(
             args.path,
@@ -50,12 +67,16 @@ def run(args: argparse.Namespace) -> int:
             reward_column=args.reward_column,
             step_column=args.step_column,
             length_column=args.length_column,
+            advantage_column=args.advantage_column,
+            group_size=args.group_size,
             threshold=args.threshold,
         )
     except UserError:
         raise
     except ValueError as error:  # bad values inside a readable table
         raise UserError(str(error)) from None
+    for warning in result["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.html:
         render_html(result, args.html)
     if args.json:

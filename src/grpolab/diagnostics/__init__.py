@@ -4,7 +4,9 @@ Every function takes plain arrays (torch tensors, numpy arrays or nested lists) 
 numpy arrays; nothing here touches a model. Modules (named apart from the functions they export, so
 that ``grpolab.diagnostics.spectrum`` is unambiguously the function):
 
-* ``starvation``: all-correct / all-wrong group rates, D_iid, the Jensen gap, unbiased count estimators.
+* ``starvation``: all-correct / all-wrong group rates, D_iid over a window of >= 64 groups, the Jensen gap,
+  unbiased count estimators, and ``starvation_metrics``: the one set of ``starvation/*`` metrics that the
+  trainer, the TRL adapter and the audit report.
 * ``passk``: the unbiased pass@k estimator (product form) and pass@k curves.
 * ``rank``: singular values, effective / stable rank and energy counts (SVD, Gram or sketch).
 * ``zero_signal``: zero-advantage shares of completions and tokens; gradient-entry sparsity.
@@ -15,11 +17,19 @@ from typing import Any
 
 from grpolab.diagnostics.passk import pass_at_k, pass_at_k_curve
 from grpolab.diagnostics.starvation import (
+    DEFAULT_WINDOW_GROUPS,
+    STARVATION_KEYS,
+    SuccessWindow,
     degeneracy,
+    degenerate_groups,
     expected_degeneracy,
     expected_degeneracy_from_counts,
     group_counts,
+    iid_degeneracy,
+    starvation_metrics,
     success_histogram,
+    success_rates,
+    windowed_p_means,
 )
 
 # The torch-based modules load on first use, so that numpy-only users (audit, report) skip importing torch.
@@ -41,18 +51,26 @@ def __getattr__(name: str) -> Any:
     return getattr(module, "zero_advantage_fraction" if name == "sparsity" else name)
 
 __all__ = [
+    "DEFAULT_WINDOW_GROUPS",
+    "STARVATION_KEYS",
+    "SuccessWindow",
     "degeneracy",
+    "degenerate_groups",
     "expected_degeneracy",
     "expected_degeneracy_from_counts",
     "gradient_sparsity",
     "gram_matrix",
     "group_counts",
+    "iid_degeneracy",
     "pass_at_k",
     "pass_at_k_curve",
     "sparsity",
     "spectrum",
     "spectrum_metrics",
     "spectrum_per_group",
+    "starvation_metrics",
     "success_histogram",
+    "success_rates",
+    "windowed_p_means",
     "zero_advantage_fraction",
 ]

@@ -26,11 +26,29 @@ Departures from the paper, all documented choices:
   an evaluation with n = 16 samples predicting the degeneracy at G = 4). The plug-in
   E[(c/n)^G + (1 - c/n)^G] is biased upwards and is returned as ``plugin_degeneracy``.
 
+D_iid over a window (``SuccessWindow``, ``windowed_p_means``, ``starvation_metrics``): pbar must be the mean
+success of the *policy*, not of one step's prompts. Estimated from one step, it depends on how many
+prompts the step holds: with one prompt per step pbar is that prompt's own rate, D_iid collapses onto
+D_real and the gap vanishes. So pbar is the mean per-group success rate over a window of at least
+``DEFAULT_WINDOW_GROUPS`` (64) groups: the trainer and the TRL adapter keep the most recent whole steps
+holding >= 64 groups (fewer at the start of a run, all groups seen so far); the audit, which sees the
+whole run, uses the same trailing window and gives the steps before it first fills the first full
+window (the whole run when it holds fewer than 64 groups).
+
+Bias of the plug-in estimate D_iid = f(pbar_hat), f(t) = t^G + (1 - t)^G: pbar_hat, the mean of W
+per-group rates, is unbiased for pbar, but f is convex, so E[f(pbar_hat)] ~ f(pbar) + f''(pbar) Var(pbar_hat)
+/ 2 > f(pbar). Var(pbar_hat) <= 1 / (4 W) and f'' = G (G - 1) (t^(G-2) + (1 - t)^(G-2)) <= G (G - 1), so the
+upward bias (and the downward bias of the Jensen gap) is at most G (G - 1) / (8 W): 0.023 at G = 4 and
+W = 64, and much less when pbar is away from 0 and 1 (0.003 at pbar = 0.5, G = 8, W = 64). At W = 1 (one
+prompt per step, per-step pbar) the "bias" is the whole gap. A window also spans policy drift: while
+accuracy moves, pbar_hat averages over the window's policies, which is why it is kept short.
+
 Shapes: rewards, advantages [P, G] (P prompts, G completions per prompt); c, n [P].
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -45,6 +63,83 @@ def group_counts(rewards: Any, *, success_threshold: float = 0.5) -> tuple[np.nd
     scorable = ~np.isnan(matrix)
     success = matrix >= success_threshold  # NaN compares False: unscorable is never a success
     return np.count_nonzero(scorable, axis=1), np.count_nonzero(success, axis=1)
+
+
+DEFAULT_WINDOW_GROUPS = 64
+"""Fewest groups whose mean success rate estimates pbar for D_iid (see the module docstring)."""
+
+ZERO_ADVANTAGE_ATOL = 1e-4
+"""A group is degenerate when every |advantage| in it is at most this (float32 rounding of r - mean)."""
+
+
+def iid_degeneracy(p_mean: float, group_size: int) -> float:
+    """D_iid = pbar^G + (1 - pbar)^G: the degenerate-group rate if every prompt had success rate pbar."""
+    return float(p_mean**group_size + (1.0 - p_mean) ** group_size)
+
+
+def success_rates(rewards: Any, *, success_threshold: float = 0.5) -> np.ndarray:
+    """Success rate c / n of each group with a scorable member, [P'] (P' <= P); rewards [P, G]."""
+    n, c = group_counts(rewards, success_threshold=success_threshold)
+    seen = n > 0
+    return c[seen] / n[seen]
+
+
+class SuccessWindow:
+    """The per-group success rates of the most recent whole steps that hold at least ``min_groups`` groups.
+
+    ``add`` one step's rates [P'] per step, in order; ``p_mean`` is then the mean rate over the window
+    (all steps so far while they hold fewer than ``min_groups`` groups), the pbar of D_iid. Only each
+    step's sum and count are kept.
+    """
+
+    def __init__(self, min_groups: int = DEFAULT_WINDOW_GROUPS) -> None:
+        if int(min_groups) < 1:
+            raise UserError(f"the success window needs min_groups >= 1, got {min_groups}")
+        self.min_groups = int(min_groups)
+        self._steps: deque[tuple[float, int]] = deque()  # (sum of rates, groups) per step
+        self._sum, self._groups = 0.0, 0
+
+    def add(self, rates: Any) -> None:
+        values = np.asarray(rates, dtype=np.float64).ravel()
+        self._steps.append((float(values.sum()), int(values.size)))
+        self._sum += self._steps[-1][0]
+        self._groups += values.size
+        while self._steps and self._groups - self._steps[0][1] >= self.min_groups:
+            dropped_sum, dropped_groups = self._steps.popleft()
+            self._sum -= dropped_sum
+            self._groups -= dropped_groups
+
+    @property
+    def groups(self) -> int:
+        """Groups in the window."""
+        return self._groups
+
+    @property
+    def full(self) -> bool:
+        return self._groups >= self.min_groups
+
+    @property
+    def p_mean(self) -> float:
+        """Mean success rate over the window; NaN while it is empty."""
+        return self._sum / self._groups if self._groups else float("nan")
+
+
+def windowed_p_means(rates_per_step: list[Any], min_groups: int = DEFAULT_WINDOW_GROUPS) -> np.ndarray:
+    """pbar for each step of a whole run, [S]: the trailing ``SuccessWindow`` once it first holds
+    ``min_groups`` groups; the steps before that get that first full window (the whole run when it never
+    fills). ``rates_per_step``: per step, in training order, the success rates of its groups."""
+    window = SuccessWindow(min_groups)
+    means, first_full = [], None
+    for index, rates in enumerate(rates_per_step):
+        window.add(rates)
+        means.append(window.p_mean)
+        if first_full is None and window.full:
+            first_full = index
+    out = np.asarray(means, dtype=np.float64)
+    fill = len(out) - 1 if first_full is None else first_full
+    if out.size:
+        out[:fill] = out[fill]
+    return out
 
 
 def expected_degeneracy(per_prompt_success_rates: Any, G: int) -> float:
@@ -133,7 +228,7 @@ def degeneracy(rewards: Any, *, advantages: Any = None, success_threshold: float
     degenerate = all_correct + all_wrong + unscorable
     rates = c[seen] / n[seen]
     p_mean = float(rates.mean()) if rates.size else 0.0
-    d_iid = p_mean**G + (1.0 - p_mean) ** G
+    d_iid = iid_degeneracy(p_mean, G)
     full = n == G
     return {
         "groups": float(P),
@@ -151,6 +246,66 @@ def degeneracy(rewards: Any, *, advantages: Any = None, success_threshold: float
         "useful_fraction": _useful_fraction(matrix, advantages),
         "scorable_fraction": float(np.mean(~np.isnan(matrix))),
     }
+
+
+STARVATION_KEYS = (
+    "groups", "all_correct", "all_wrong", "unscorable_groups", "uniform", "degenerate", "p_mean",
+    "window_groups", "d_iid", "jensen_gap", "useful_fraction", "scorable_fraction",
+)
+"""The ``starvation/<key>`` metrics every producer logs (plus ``useful_token_fraction`` with lengths)."""
+
+
+def degenerate_groups(rewards: Any, advantages: Any = None) -> np.ndarray:
+    """[P] bool: groups whose every advantage is zero (|A| <= ``ZERO_ADVANTAGE_ATOL``, NaN as 0), or,
+    without advantages, whose scorable rewards are all equal (or none is scorable)."""
+    if advantages is not None:
+        magnitude = np.abs(np.nan_to_num(as_float_matrix(advantages, "advantages"), nan=0.0))  # [P, G]
+        return magnitude.max(axis=1, initial=0.0) <= ZERO_ADVANTAGE_ATOL
+    matrix = as_float_matrix(rewards, "rewards")  # [P, G]
+    scored = ~np.isnan(matrix)
+    low = np.where(scored, matrix, np.inf).min(axis=1, initial=np.inf)
+    high = np.where(scored, matrix, -np.inf).max(axis=1, initial=-np.inf)
+    return ~scored.any(axis=1) | (low == high)
+
+
+def starvation_metrics(
+    rewards: Any,
+    advantages: Any = None,
+    *,
+    lengths: Any = None,
+    window: SuccessWindow | None = None,
+    success_threshold: float = 0.5,
+) -> dict[str, float]:
+    """The ``starvation/*`` metrics of one batch, rewards and advantages [P, G], lengths [P, G] tokens.
+
+    ``uniform`` = all_correct + all_wrong + unscorable_groups (the paper's D_real: what a group-centred
+    estimator starves under binary rewards); ``degenerate``: groups whose advantages are all zero (as
+    trained; without advantages, whose rewards are all equal); ``d_iid`` from pbar over ``window``, which
+    must already hold this batch (``window.add(success_rates(rewards))``; None: this batch alone);
+    ``jensen_gap = uniform - d_iid``. Keys: ``STARVATION_KEYS``, plus ``useful_token_fraction``.
+    """
+    stats = degeneracy(rewards, advantages=advantages, success_threshold=success_threshold)
+    group_size = as_float_matrix(rewards, "rewards").shape[1]
+    use_window = window is not None and window.groups > 0
+    p_window = window.p_mean if use_window else stats["p_mean"]  # type: ignore[union-attr]
+    d_iid = iid_degeneracy(p_window, group_size)
+    values = {
+        **{key: stats[key] for key in ("groups", "all_correct", "all_wrong", "unscorable_groups", "p_mean")},
+        "uniform": stats["degenerate"],
+        "degenerate": float(degenerate_groups(rewards, advantages).mean()),
+        "window_groups": float(window.groups if use_window else stats["groups"]),  # type: ignore[union-attr]
+        "d_iid": d_iid,
+        "jensen_gap": stats["degenerate"] - d_iid,
+        "useful_fraction": stats["useful_fraction"],
+        "scorable_fraction": stats["scorable_fraction"],
+    }
+    metrics = {f"starvation/{key}": float(values[key]) for key in STARVATION_KEYS}
+    if advantages is not None and lengths is not None:
+        tokens = np.asarray(lengths, dtype=np.float64)  # [P, G]
+        useful = np.abs(as_float_matrix(advantages, "advantages")) > 0
+        if tokens.sum() > 0:
+            metrics["starvation/useful_token_fraction"] = float(tokens[useful].sum() / tokens.sum())
+    return metrics
 
 
 def success_histogram(c: Any, n: Any, bins: int = 10) -> dict[str, Any]:

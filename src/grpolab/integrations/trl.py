@@ -8,8 +8,10 @@ Generation, vLLM, DeepSpeed/FSDP, the loss and the optimiser are TRL's, untouche
 advantage hook (its maintainers point to overriding ``_generate_and_score_completions``), so this
 wraps that method and ``_calculate_rewards``; it never copies TRL's advantage code.
 
-Metrics go through TRL's own logger (``self._metrics[mode]``), under ``starvation/``: ``all_correct``,
-``all_wrong``, ``degenerate``, ``d_iid``, ``jensen_gap`` and ``useful_fraction`` of the generation batch.
+Metrics go through TRL's own logger (``self._metrics[mode]``): ``grpolab.diagnostics.starvation_metrics``
+of the generation batch, the same ``starvation/*`` keys as grpolab's trainer. pbar of ``d_iid`` comes from
+a window of the most recent generation batches holding at least 64 groups (one per mode), so it does not
+depend on how many prompts a batch holds.
 The ``advantage`` column of TRL's completion logs (``log_completions=True``) holds grpolab's advantages.
 
 Departures from TRL (and from the papers):
@@ -30,6 +32,7 @@ from typing import Any
 import torch
 
 from grpolab import advantages as advantage_registry
+from grpolab import diagnostics
 
 try:
     from trl import GRPOTrainer as _TRLGRPOTrainer
@@ -41,7 +44,7 @@ except ImportError as _error:  # pragma: no cover - depends on the optional extr
 __all__ = ["STARVATION_METRICS", "GRPOTrainer", "resolve_advantage"]
 
 AdvantageFn = Callable[..., torch.Tensor]
-STARVATION_METRICS = ("all_correct", "all_wrong", "degenerate", "d_iid", "jensen_gap", "useful_fraction")
+STARVATION_METRICS = diagnostics.STARVATION_KEYS
 
 
 def resolve_advantage(advantage: str | AdvantageFn) -> tuple[str, AdvantageFn]:
@@ -70,14 +73,6 @@ def group_rewards(
     return rewards.view(-1, num_generations)  # [P, G]
 
 
-def starvation_metrics(rewards: torch.Tensor, advantages: torch.Tensor) -> dict[str, float]:
-    """The ``starvation/`` metrics of one generation batch: rewards, advantages [P, G]."""
-    from grpolab import diagnostics
-
-    stats = diagnostics.degeneracy(rewards, advantages=advantages)
-    return {f"starvation/{key}": float(stats[key]) for key in STARVATION_METRICS if key in stats}
-
-
 class GRPOTrainer(_TRLGRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages come from a grpolab estimator.
 
@@ -98,6 +93,7 @@ class GRPOTrainer(_TRLGRPOTrainer):
         self.advantage_name, self.advantage_fn = resolve_advantage(advantage)
         self.advantage_kwargs = dict(advantage_kwargs or {})
         self._gathered_rewards: torch.Tensor | None = None
+        self._success_windows = {"train": diagnostics.SuccessWindow(), "eval": diagnostics.SuccessWindow()}
         super().__init__(*args, **kwargs)
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
@@ -125,7 +121,9 @@ class GRPOTrainer(_TRLGRPOTrainer):
         start = self.accelerator.process_index * len(local)  # TRL's process_slice
         output["advantages"] = all_advantages[start : start + len(local)].to(local.device, local.dtype)
         self._replace_logged_advantages(all_advantages)
-        for name, value in starvation_metrics(rewards, advantages).items():
+        window = self._success_windows[mode]
+        window.add(diagnostics.success_rates(rewards))
+        for name, value in diagnostics.starvation_metrics(rewards, advantages, window=window).items():
             self._metrics[mode][name].append(value)
         return output
 
