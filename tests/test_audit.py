@@ -110,7 +110,8 @@ def test_grpolab_run_directory(tmp_path: Path) -> None:
     from grpolab.runlog import RolloutLog
 
     log = RolloutLog(tmp_path / "rollouts")
-    for step, rewards in enumerate(([1.0, 1.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0])):
+    steps = (([1.0, 1.0, 0.0, 1.0], [0.0, 0.0, -0.7, 0.7]), ([0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]))
+    for step, (rewards, advantages) in enumerate(steps):
         log.write(
             step,
             {
@@ -119,14 +120,16 @@ def test_grpolab_run_directory(tmp_path: Path) -> None:
                 "sample": [0, 1, 0, 1],
                 "completion": ["x"] * 4,
                 "reward": rewards,
-                "advantage": [0.0] * 4,
+                "advantage": advantages,
                 "length": [3] * 4,
                 "truncated": [False] * 4,
             },
         )
     result = audit(tmp_path)
     assert result["input"]["kind"] == "grpolab" and result["groups"] == 4
+    assert result["input"]["columns"]["advantage"] == "advantage"
     assert [s["degenerate"] for s in result["per_step"]] == [0.5, 1.0]
+    assert [s["uniform"] for s in result["per_step"]] == [0.5, 1.0]
 
 
 def test_trl_completion_logs(tmp_path: Path) -> None:
@@ -137,15 +140,19 @@ def test_trl_completion_logs(tmp_path: Path) -> None:
         "prompt": prompts,
         "completion": ["a", "b", "c", "d"],
         "accuracy": [1.0, 0.0, None, None],
-        "format": [0.0, 0.0, 1.0, None],
+        "format": [0.5, 0.0, 1.0, None],  # not 0/1: not the correctness column
         "advantage": [0.7, -0.7, 0, 0],
     }
     for step in (1, 2):  # TRL rewrites the same buffer at every logging step: step 2 is a duplicate
         pd.DataFrame({"step": step, **table}).to_parquet(folder / f"completions_{step:05d}.parquet")
     result = audit(tmp_path)
-    assert result["input"]["kind"] == "trl" and result["input"]["columns"]["reward"] == ["accuracy", "format"]
-    assert result["groups"] == 2 and result["completions"] == 4
-    assert result["all_correct"] == 0.5  # prompt q1: one scorable completion with reward 0 + 1 = 1
+    assert result["input"]["kind"] == "trl" and result["input"]["columns"]["reward"] == "accuracy"
+    assert result["input"]["columns"]["not_read"] == ["format"]
+    assert result["input"]["files"] == 1 and result["input"]["duplicate_files_skipped"] == 1
+    assert result["groups"] == 2 and result["completions"] == 4 and result["group_size"] == 2
+    assert result["degenerate"] == 0.5  # q1: every advantage zero
+    assert result["unscorable_groups"] == 0.5 and result["all_correct"] == 0.0 and result["uniform"] == 0.5
+    assert result["warnings"] == []  # steps 1 and 2 are both logged (2 as a duplicate of 1)
 
 
 def test_missing_column_error_lists_columns(tmp_path: Path) -> None:
@@ -180,3 +187,18 @@ def test_cli_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert text.count("data:image/png;base64,") == 3 and "<table>" in text
     assert main(["audit", str(tmp_path / "r.parquet")]) == 0
     assert "degenerate groups" in capsys.readouterr().out
+
+
+def test_d_iid_over_trailing_windows_of_64_groups(tmp_path: Path) -> None:
+    per_step = [_rewards(16, 4, seed=s) for s in range(10)]  # 10 steps x 16 groups
+    pd.concat([_long(r, step=s + 1) for s, r in enumerate(per_step)]).to_parquet(tmp_path / "w.parquet")
+    result = audit(tmp_path / "w.parquet")
+    rates = [r.mean(axis=1) for r in per_step]
+    expected = []
+    for step in range(10):  # plain loop: the 4 steps (64 groups) ending at max(step, 3)
+        last = max(step, 3)
+        pbar = float(np.concatenate(rates[last - 3 : last + 1]).mean())
+        expected.append(pbar**4 + (1 - pbar) ** 4)
+    assert [s["d_iid"] for s in result["per_step"]] == pytest.approx(expected)
+    assert result["d_iid"] == pytest.approx(np.mean(expected))
+    assert result["jensen_gap"] == pytest.approx(result["uniform"] - np.mean(expected))

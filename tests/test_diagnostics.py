@@ -11,13 +11,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpolab.diagnostics import (
+    STARVATION_KEYS,
+    SuccessWindow,
     degeneracy,
+    degenerate_groups,
     expected_degeneracy,
     expected_degeneracy_from_counts,
     gradient_sparsity,
     group_counts,
+    iid_degeneracy,
     sparsity,
+    starvation_metrics,
     success_histogram,
+    success_rates,
+    windowed_p_means,
     zero_advantage_fraction,
 )
 
@@ -191,3 +198,55 @@ def test_large_batch_is_fast() -> None:
     rewards = (np.random.default_rng(0).random((200_000, 8)) < 0.3).astype(np.float64)
     got = degeneracy(rewards)
     assert got["degenerate"] == pytest.approx(got["expected_degeneracy"])  # n == G: estimator = indicator
+
+
+def test_success_window_keeps_the_newest_whole_steps_with_enough_groups() -> None:
+    window = SuccessWindow(min_groups=4)
+    window.add([1.0, 0.0, 1.0])  # 3 groups: not full, all kept
+    assert (window.groups, window.full, window.p_mean) == (3, False, pytest.approx(2 / 3))
+    window.add([0.0, 0.0])  # 5 groups; dropping the first step would leave 2 < 4
+    assert window.groups == 5 and window.p_mean == pytest.approx(2 / 5)
+    window.add([0.5, 0.5])  # 7: the first step (3) goes, 4 remain
+    assert window.groups == 4 and window.p_mean == pytest.approx(1 / 4)
+    with pytest.raises(ValueError, match="min_groups"):
+        SuccessWindow(0)
+
+
+def test_windowed_p_means_back_fill_and_short_runs() -> None:
+    steps = [[1.0], [0.0], [1.0], [1.0], [0.0]]
+    # window of 2 groups: step 1 takes the first full window (steps 1-2), then trailing pairs
+    assert windowed_p_means(steps, 2).tolist() == pytest.approx([0.5, 0.5, 0.5, 1.0, 0.5])
+    # a run shorter than the window: every step gets the whole-run mean
+    assert windowed_p_means(steps, 64).tolist() == pytest.approx([0.6] * 5)
+
+
+def test_d_iid_does_not_depend_on_prompts_per_step() -> None:
+    rng = np.random.default_rng(3)
+    rewards = random_rewards(rng, 128, 4, 0.0, True)  # [128, 4], bimodal prompts
+    pooled = iid_degeneracy(float(rewards.mean(axis=1).mean()), 4)
+    for per_step in (1, 4, 64):
+        window = SuccessWindow(min_groups=128)
+        for start in range(0, 128, per_step):
+            batch = rewards[start : start + per_step]
+            window.add(success_rates(batch))
+            metrics = starvation_metrics(batch, window=window)
+        assert metrics["starvation/d_iid"] == pytest.approx(pooled), per_step
+        assert metrics["starvation/window_groups"] == 128
+    # without a window, one prompt per batch: D_iid of each prompt's own rate, far above the pooled value
+    per_batch = np.mean([starvation_metrics(rewards[i : i + 1])["starvation/d_iid"] for i in range(128)])
+    assert per_batch > pooled + 0.2
+
+
+def test_starvation_metrics_keys_and_degenerate_from_advantages() -> None:
+    rewards = [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]
+    grpo = [[0.0, 0.0], [0.7, -0.7], [0.0, 0.0]]
+    sign = [[1.0, 1.0], [1.0, -1.0], [-1.0, -1.0]]
+    by_rewards = starvation_metrics(rewards)
+    assert set(by_rewards) == {f"starvation/{key}" for key in STARVATION_KEYS}
+    assert by_rewards["starvation/degenerate"] == by_rewards["starvation/uniform"] == pytest.approx(2 / 3)
+    assert starvation_metrics(rewards, grpo)["starvation/degenerate"] == pytest.approx(2 / 3)
+    with_sign = starvation_metrics(rewards, sign, lengths=[[1, 2], [3, 4], [5, 5]])
+    assert with_sign["starvation/degenerate"] == 0.0 and with_sign["starvation/uniform"] == pytest.approx(2 / 3)
+    assert with_sign["starvation/useful_token_fraction"] == 1.0
+    assert starvation_metrics([[0.3, 0.3], [0.2, 0.9]])["starvation/degenerate"] == 0.5  # equal, non-binary
+    assert degenerate_groups(rewards, [[1e-7, -1e-7], [0.5, -0.5], [np.nan, 0.0]]).tolist() == [True, False, True]

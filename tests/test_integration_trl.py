@@ -154,14 +154,16 @@ def test_sign_gives_plus_minus_one_and_logs_starvation(tiny_model: str, tmp_path
     assert set(logged) <= {-1.0, 1.0}
     entries = [e for e in trainer.state.log_history if "starvation/degenerate" in e]
     assert len(entries) == 2
-    for key in ("all_correct", "all_wrong", "degenerate", "d_iid", "jensen_gap", "useful_fraction"):
-        assert f"starvation/{key}" in entries[-1]
-    assert all(e["starvation/degenerate"] == 1.0 for e in entries)
+    from grpolab.diagnostics import STARVATION_KEYS
+
+    assert {f"starvation/{key}" for key in STARVATION_KEYS} <= set(entries[-1])
+    # every group is all right or all wrong (uniform), yet sign leaves no advantage at zero (not degenerate)
+    assert all(e["starvation/uniform"] == 1.0 and e["starvation/degenerate"] == 0.0 for e in entries)
     from grpolab.audit import audit  # TRL's own completion logs, audited
 
     report = audit(tmp_path)
-    assert report["input"]["kind"] == "trl" and report["degenerate"] == 1.0
-    assert report["zero_gradient_completions"] == 1.0 and report["sign_used_completions"] == 1.0
+    assert report["input"]["kind"] == "trl" and report["uniform"] == 1.0 and report["degenerate"] == 0.0
+    assert report["zero_gradient_completions"] == 0.0 and report["sign_used_completions"] == 1.0
 
 
 def test_resolve_advantage_names_and_callables() -> None:
