@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpolab.diagnostics import pass_at_k_curve
+from grpolab.diagnostics import iid_degeneracy, pass_at_k_curve
 from grpolab.errors import UserError
 from grpolab.report import summary_table, write_report
 from grpolab.report_render import chromium_command, screenshot
@@ -168,6 +168,21 @@ def test_jensen_table_hand_computed() -> None:
     assert table.loc[0, "d_real_eval"] == pytest.approx(1.0)
     assert table.loc[0, "d_iid_eval"] == pytest.approx(0.5)
     assert np.isnan(table.loc[0, "d_real_train"])
+
+
+def test_jensen_table_training_d_iid_pools_p_mean_over_the_first_steps() -> None:
+    # one prompt per step, alternately always right and never: per-step D_iid would be 1, pooled pbar = 1/2
+    results, _, _ = synthetic_sweep(estimators=("sign",), seeds=1, sizes=(2,))
+    metrics = pd.DataFrame(
+        {
+            "run_id": "r", "estimator": "sign", "group_size": 2, "step": [1, 2, 3, 4, 5, 6],
+            "starvation/p_mean": [1.0, 0.0, 1.0, 0.0, 1.0, 0.0], "starvation/uniform": 1.0,
+            "starvation/degenerate": 0.0, "starvation/d_iid": 1.0,
+        }
+    )
+    table = jensen_table(results, metrics)
+    assert table.loc[0, "d_real_train"] == 1.0  # the uniform share, not sign's zero degenerate share
+    assert table.loc[0, "d_iid_train"] == pytest.approx(iid_degeneracy(3 / 5, 2))  # pbar of steps 1-5
 
 
 BASE_SECTIONS = (
