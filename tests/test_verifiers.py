@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -193,6 +195,66 @@ def test_dotted_path_user_verifier(tmp_path, monkeypatch) -> None:
         assert verifiers.get_verifier(path)("abc", "xyz") == 1.0
         assert verifiers.score(path, "ab", "xyz") == 0.0
         assert verifiers.score_with_details(path, "abc", "xyz") == (1.0, {})
+
+
+SLOW_VERIFIERS = """
+import sys, time
+from pathlib import Path
+
+def hang(completion, reference):
+    if completion == "hang":
+        time.sleep(3600)
+    if completion == "spin":
+        while True:
+            pass
+    print("a verifier may print", flush=True)  # must not break the worker's replies
+    return float(completion == reference)
+
+def hang_once(completion, reference):
+    marker = Path(__file__).with_name("hung_once")
+    if not marker.exists():
+        marker.write_text("x")
+        time.sleep(3600)
+    return 1.0
+
+def bad(completion, reference):
+    if completion == "raise":
+        raise ValueError("broken verifier")
+    return "yes"
+"""
+
+
+def test_user_verifier_that_never_returns_scores_none_and_goes_on(tmp_path, monkeypatch) -> None:
+    from grpolab.rewards import score_batch
+
+    (tmp_path / "slow_rewards.py").write_text(SLOW_VERIFIERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    verifier = verifiers.get_verifier("slow_rewards:hang")
+    assert verifier("7", "7") == 1.0  # starts the worker
+    for stuck in ("hang", "spin"):
+        started = time.monotonic()
+        with pytest.warns(RuntimeWarning, match="did not return within 1 s; the completion is scored None"):
+            assert verifier(stuck, "7") is None
+        assert time.monotonic() - started < 3.0, stuck
+    with pytest.warns(RuntimeWarning):
+        scores = score_batch(verifier, ["7", "hang", "8"], ["7", "7", "7"])
+    assert np.isnan(scores.rewards[1]) and scores.rewards[[0, 2]].tolist() == [1.0, 0.0] and scores.errors == 0
+    bad = score_batch(verifiers.get_verifier("slow_rewards:bad"), ["raise", "x"], ["r", "r"])
+    assert bad.errors == 2 and "broken verifier" in bad.first_error and np.isnan(bad.rewards).all()
+
+
+def test_a_run_goes_on_past_a_hung_user_verifier(tmp_path, monkeypatch, capsys) -> None:
+    from grpolab.cli import main
+
+    (tmp_path / "slow_rewards.py").write_text(SLOW_VERIFIERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["train", "--out", str(tmp_path / "run"), "--steps", "1", "--prompts-per-step", "2", "--group-size", "2",
+            "--eval-limit", "2", "--eval-samples", "0", "--no-eval-start", "--checkpoint-every", "0",
+            "--threads", "1", "--no-progress", "--max-new-tokens", "4", "--verifier", "slow_rewards:hang_once"]
+    with pytest.warns(RuntimeWarning, match="slow_rewards:hang_once"):
+        assert main(args) == 0, capsys.readouterr().err
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["rollout/unscorable"] == 1 and rows[0]["rollout/verifier_errors"] == 0
 
 
 # ----------------------------------------------------------------------------------------- robustness

@@ -33,13 +33,16 @@ GRACE_S = 0.4
 
 
 class _Server:
-    """One ``_mv_worker`` process and its pipes."""
+    """One ``_mv_worker`` process and its pipes; ``target``: the user verifier it serves (None: math)."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: str | None = None) -> None:
+        self.target = target
         src = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
+        # a user verifier is found on this process's sys.path (which may have been extended at run time)
+        paths = [src, *([p or os.getcwd() for p in sys.path] if target else []), os.environ.get("PYTHONPATH")]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, paths)))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "grpolab.verifiers._mv_worker"],
+            [sys.executable, "-m", "grpolab.verifiers._mv_worker", *([target] if target else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -48,6 +51,11 @@ class _Server:
         self.buffer = b""
         if self._read_line(time.monotonic() + STARTUP_TIMEOUT_S) != b"ready":
             self.close()
+            if target:
+                raise UserError(
+                    f"the worker process of verifier {target!r} did not start; check that "
+                    f"`python -c 'import {target.partition(':')[0]}'` works in a fresh interpreter"
+                )
             raise UserError(
                 "the math-verify worker process did not start; check that `python -c 'import math_verify'` "
                 "works in this environment (pip install 'math-verify[antlr4_13_2]')"
@@ -95,11 +103,12 @@ _lock = threading.Lock()
 _idle: list[_Server] = []
 
 
-def _acquire() -> _Server:
+def _acquire(target: str | None = None) -> _Server:
     with _lock:
-        if _idle:
-            return _idle.pop()
-    return _Server()
+        for index in range(len(_idle) - 1, -1, -1):
+            if _idle[index].target == target:
+                return _idle.pop(index)
+    return _Server(target)
 
 
 def _release(server: _Server) -> None:
@@ -107,13 +116,14 @@ def _release(server: _Server) -> None:
         _idle.append(server)
 
 
-def check(gold: str, pred: str, limit: float) -> dict:
-    """Check ``pred`` against ``gold`` with math-verify in a warm server, within ``limit + GRACE_S`` s.
+def check(gold: str, pred: str, limit: float, target: str | None = None) -> dict:
+    """Check ``pred`` against ``gold`` with math-verify (or the user verifier ``target``, called as
+    ``target(pred, gold)``) in a warm server, within ``limit + GRACE_S`` s.
 
-    Returns the server's reply ``{"score", "timed_out", "reason"}``; a server that overran is killed and
-    the reply is a timed-out 0.0.
+    Returns the server's reply ``{"score", "timed_out", "reason"}`` (user verifiers: plus ``error``); a
+    server that overran is killed and the reply is a timed-out 0.0.
     """
-    server = _acquire()
+    server = _acquire(target)
     reply = server.ask(gold, pred, limit)
     if reply is None:
         server.proc.kill()

@@ -10,10 +10,16 @@ already-warm process in milliseconds, so the caller gets its answer on time from
 Protocol: one JSON object per line. Request ``{"gold": str, "pred": str, "limit": float}``; reply
 ``{"score": 1.0 | 0.0 | null, "timed_out": bool, "reason": str}``. The server prints ``ready`` once warm
 and exits when its stdin closes.
+
+``python -m grpolab.verifiers._mv_worker package.module:function`` serves a user verifier the same way,
+under the same hard time limit: the child calls ``function(pred, gold)`` (completion, reference) and
+replies with its value as a float (NaN and inf included) or null, or ``{"error": "Type: message"}`` when
+the call raised or returned something that is not a number.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -22,6 +28,8 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 def check(gold: str, pred: str) -> dict:
@@ -36,6 +44,31 @@ def check(gold: str, pred: str) -> dict:
         return {"score": 0.0, "timed_out": False, "reason": "answer_unparsed"}
     equal = verify(gold_parsed, pred_parsed, timeout_seconds=None)
     return {"score": 1.0 if equal else 0.0, "timed_out": False, "reason": "math_verify"}
+
+
+def _user_check(fn: Callable[[str, str], Any]) -> Callable[[str, str], dict]:
+    """The check of a user verifier ``fn(completion, reference)``: its value as a float or None."""
+
+    def check_user(gold: str, pred: str) -> dict:
+        try:
+            value = fn(pred, gold)
+            value = None if value is None else float(value)  # a str, list or huge int fails here
+        except BaseException as exc:  # the parent counts it as a verifier error
+            return {"score": None, "timed_out": False, "reason": "error", "error": f"{type(exc).__name__}: {exc}"}
+        return {"score": value, "timed_out": False, "reason": "user"}
+
+    return check_user
+
+
+def _load(target: str) -> Callable[[str, str], Any]:
+    """Import ``package.module:function`` (or ``package.module.function``)."""
+    module, sep, attr = target.partition(":")
+    if not sep:
+        module, _, attr = target.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+_check: Callable[[str, str], dict] = check
 
 
 def _die_with_parent() -> None:
@@ -55,7 +88,7 @@ def _child_loop(sock: socket.socket) -> None:
     for line in stream:
         request = json.loads(line)
         try:
-            reply = check(request["gold"], request["pred"])
+            reply = _check(request["gold"], request["pred"])
         except BaseException as exc:  # any failure of the checker is a 0 reward
             reply = {"score": 0.0, "timed_out": False, "reason": f"error: {type(exc).__name__}"}
         stream.write(json.dumps(reply).encode() + b"\n")
@@ -103,9 +136,8 @@ class _Child:
         self.sock.close()
 
 
-def _serve(child: _Child) -> _Child:
-    """Answer stdin requests until stdin closes or the parent stops reading; returns the live child."""
-    out = sys.stdout.buffer
+def _serve(child: _Child, out: Any) -> _Child:
+    """Answer stdin requests on ``out`` until stdin closes or the parent stops reading; returns the live child."""
     for line in sys.stdin.buffer:
         reply = child.ask(line, float(json.loads(line)["limit"]))
         try:
@@ -121,19 +153,25 @@ def _serve(child: _Child) -> _Child:
 
 def main() -> None:
     """Warm up, fork the first child, serve until stdin closes."""
-    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+    global _check
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    # Import and warm math-verify and sympy's lazily built parts before forking, so every child is warm.
-    check("\\frac{1}{2}", "0.5")
-    check("\\left[ \\frac{\\pi^2}{8}, \\frac{5 \\pi}{4} \\right]", "[\\pi^2/8, 5\\pi/4]")
+    out = os.fdopen(os.dup(1), "wb")  # the replies; anything a verifier prints goes to stderr instead
+    os.dup2(2, 1)
+    if len(sys.argv) > 1:  # a user verifier, imported once before forking
+        _check = _user_check(_load(sys.argv[1]))
+    else:
+        logging.getLogger("math_verify").setLevel(logging.CRITICAL)
+        # Import and warm math-verify and sympy's lazily built parts before forking, so every child is warm.
+        check("\\frac{1}{2}", "0.5")
+        check("\\left[ \\frac{\\pi^2}{8}, \\frac{5 \\pi}{4} \\right]", "[\\pi^2/8, 5\\pi/4]")
     child = _Child()
     try:
-        sys.stdout.buffer.write(b"ready\n")
-        sys.stdout.buffer.flush()
+        out.write(b"ready\n")
+        out.flush()
     except BrokenPipeError:  # the parent is gone
         child.kill()
         os._exit(0)
-    _serve(child).kill()
+    _serve(child, out).kill()
     os._exit(0)  # skip flushing a stdout nobody reads  # skip flushing a stdout nobody reads
 
 

@@ -6,7 +6,8 @@ also register a *details* function returning ``(reward, parts)`` so that the ext
 extraction mode and time-outs can be logged (nano-aha-moment's ``compute_reward`` returns
 ``(reward, metrics)`` the same way). A name that is not registered but contains a dot is imported as
 ``package.module:function`` or ``package.module.function`` (as TRL's ``trl/scripts/grpo.py`` resolves
-``--reward_funcs``).
+``--reward_funcs``); such a user verifier runs under the built-in hard time limit (``_user``): one that
+never returns scores None with a warning.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def _import_callable(path: str) -> VerifierFn:
 
 
 def get_verifier(name_or_dotted_path: str) -> VerifierFn:
-    """The verifier registered as ``name_or_dotted_path``, or the callable that dotted path imports.
+    """The verifier registered as ``name_or_dotted_path``, or the callable that dotted path imports (run
+    in a worker process under a hard time limit: ``grpolab.verifiers._user``).
 
     Raises:
         UserError: unknown name, or a dotted path that cannot be imported.
@@ -87,7 +89,9 @@ def get_verifier(name_or_dotted_path: str) -> VerifierFn:
     if name_or_dotted_path in _VERIFIERS:
         return _VERIFIERS[name_or_dotted_path]
     if "." in name_or_dotted_path or ":" in name_or_dotted_path:
-        return _import_callable(name_or_dotted_path)
+        from grpolab.verifiers._user import TimeLimitedVerifier
+
+        return TimeLimitedVerifier(name_or_dotted_path, _import_callable(name_or_dotted_path))
     raise UserError(
         f"unknown verifier {name_or_dotted_path!r}; choose one of {', '.join(available())}, "
         "or give a dotted import path 'package.module:function' to your own fn(completion, reference)"
