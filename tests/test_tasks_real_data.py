@@ -114,6 +114,7 @@ def test_hub_path_on_local_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     files = {s: tmp_path / f"{s}.jsonl" for s in ("train", "test")}
     load_dataset, calls = _fake_load_dataset(files, tmp_path / "cache")
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr("grpolab.tasks._loading.hub_unavailable", lambda: None)  # as if the hub answered
     task = get_task("gsm8k", limit=3)
     assert calls == [("openai/gsm8k", "main", "train"), ("openai/gsm8k", "main", "test")]
     assert [p.reference for p in task.test] == ["18", "3", "70000"]
@@ -122,6 +123,7 @@ def test_hub_path_on_local_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     monkeypatch.undo()
     load_dataset, calls = _fake_load_dataset({"test": MATH500 / "test.jsonl"}, tmp_path / "cache")
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr("grpolab.tasks._loading.hub_unavailable", lambda: None)
     assert get_task("math500") == get_task("math500", path=MATH500)
     assert calls == [("HuggingFaceH4/MATH-500", None, "test")]
 
@@ -133,6 +135,7 @@ def test_hub_failure_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
         raise ConnectionError("no network")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setattr("grpolab.tasks._loading.hub_unavailable", lambda: None)  # reachable, then failing
     with pytest.raises(UserError, match=r"could not load 'openai/gsm8k'.*local jsonl path"):
         get_task("gsm8k")
 

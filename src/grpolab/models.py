@@ -1,6 +1,7 @@
 """Load a policy (causal LM + tokenizer) by name: the embedded model, SmolLM2 from GGUF, a local
 directory, a grpolab run directory, or a hub id.
 
+A hub id that is not cached fails at once when the hub is offline or out of reach (``grpolab.hub``).
 Only safetensors weights are ever loaded (``use_safetensors=True``): a checkpoint that ships only
 pickle files (``pytorch_model.bin``) is refused, since unpickling runs arbitrary code. The GGUF preset
 is read by ``gguf`` through transformers, which parses the file and does not unpickle anything.
@@ -19,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.utils import logging as transformers_logging
 
 from grpolab.errors import UserError
+from grpolab.hub import hub_cached, hub_unavailable
 
 __all__ = ["EMBEDDED", "EMBEDDED_ARITH", "SMOLLM2", "Policy", "embedded_model_dir", "load_policy", "resolve_model_dir"]
 
@@ -131,8 +133,14 @@ def load_policy(name: str) -> Policy:
 
 
 def _load_hub(name: str) -> Policy:
+    offline = hub_unavailable()
+    if offline and not hub_cached(name):
+        raise UserError(
+            f"model {name!r} is not 'embedded', 'smollm2-135m' or a local directory, is not in the Hugging Face "
+            f"cache, and the hub cannot be used ({offline}); pass a local model directory or 'embedded'"
+        )
     try:
-        model, tokenizer = _load_from_pretrained(name, {})
+        model, tokenizer = _load_from_pretrained(name, {"local_files_only": True} if offline else {})
     except (OSError, ValueError) as error:
         raise UserError(
             f"could not load model {name!r}: it is not 'embedded', 'smollm2-135m', a local directory or a "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
+from grpolab.hub import hub_cached, hub_unavailable
 
 Row = dict[str, Any]
 
@@ -67,8 +68,14 @@ def local_splits(path: str | Path, fields: Sequence[str]) -> dict[str, list[Row]
 
 
 def hub_split(hub_id: str, config: str | None, split: str, fields: Sequence[str]) -> list[Row]:
-    """Rows of ``split`` of the ``datasets`` hub data set ``hub_id`` (downloads on first use)."""
+    """Rows of ``split`` of the ``datasets`` hub data set ``hub_id`` (downloads on first use; fails at once
+    when it is not cached and the hub is offline or out of reach)."""
     import datasets
+
+    offline = hub_unavailable()
+    if offline and not hub_cached(hub_id, "dataset"):
+        raise UserError(f"data set {hub_id!r} is not in the local cache and the hub cannot be used ({offline}); "
+                        "pass a local jsonl path (a file, or a folder with train.jsonl / test.jsonl)")
 
     try:
         data = datasets.load_dataset(hub_id, config, split=split)

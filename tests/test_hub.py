@@ -1,0 +1,42 @@
+"""Offline fail-fast: a model or data set name that is neither local nor reachable fails at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grpolab.errors import UserError
+from grpolab.hub import hub_cached, hub_unavailable
+
+
+@pytest.fixture
+def online_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    return monkeypatch
+
+
+def test_offline_variable_is_honoured(online_env: pytest.MonkeyPatch) -> None:
+    online_env.setenv("HF_HUB_OFFLINE", "1")
+    assert hub_unavailable() == "HF_HUB_OFFLINE is set"
+    from grpolab.models import load_policy
+
+    with pytest.raises(UserError, match=r"'org/nonexistent' .*not in the Hugging Face cache.*HF_HUB_OFFLINE is set"):
+        load_policy("org/nonexistent")
+
+
+def test_unreachable_endpoint_fails_at_once(online_env: pytest.MonkeyPatch) -> None:
+    online_env.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: connection refused
+    assert "http://127.0.0.1:9 cannot be reached" in (hub_unavailable() or "")
+    from grpolab.tasks._loading import hub_split
+
+    with pytest.raises(UserError, match=r"data set 'org/none' is not in the local cache.*cannot be reached"):
+        hub_split("org/none", None, "train", ["question"])
+
+
+def test_cached_repositories_are_found(online_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert not hub_cached("org/model")
+    (tmp_path / "hub" / "models--org--model" / "snapshots" / "abc123").mkdir(parents=True)
+    assert hub_cached("org/model") and not hub_cached("org/model", "dataset")
