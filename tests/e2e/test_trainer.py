@@ -38,6 +38,7 @@ def test_two_steps_per_estimator(estimator: str, tmp_path) -> None:
     assert [row["step"] for row in rows] == [1, 2]
     assert all(np.isfinite(row["loss/policy"]) for row in rows)
     assert {"starvation/degenerate", "starvation/d_iid", "rollout/reward_mean", "perf/step_time"} <= set(rows[0])
+    assert [row["starvation/window_groups"] for row in rows] == [4, 8]  # D_iid's pbar pools both steps' groups
     trained = sum(row["loss/trained_sequences"] for row in rows)
     assert _changed(before, trainer.model) == (trained > 0 or trainer.optimizer.state != {})
     table = pq.read_table(tmp_path / "run" / "rollouts" / "step-000001.parquet")
@@ -53,6 +54,7 @@ def test_sign_always_trains_every_completion(tmp_path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(row["loss/trained_sequences"] == 16 for row in rows)
     assert all(row["starvation/useful_fraction"] == 1.0 for row in rows)
+    assert all(row["starvation/degenerate"] == 0.0 for row in rows)  # no group has all advantages zero
     assert _changed(before, trainer.model)
 
 
