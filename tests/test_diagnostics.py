@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -208,6 +209,11 @@ def test_success_window_keeps_the_newest_whole_steps_with_enough_groups() -> Non
     assert window.groups == 5 and window.p_mean == pytest.approx(2 / 5)
     window.add([0.5, 0.5])  # 7: the first step (3) goes, 4 remain
     assert window.groups == 4 and window.p_mean == pytest.approx(1 / 4)
+    restored = SuccessWindow(min_groups=4)
+    restored.load_state(json.loads(json.dumps(window.state())))  # as through a checkpoint's state.json
+    restored.add([0.1, 0.3])
+    window.add([0.1, 0.3])
+    assert (restored.groups, restored.p_mean) == (window.groups, window.p_mean)
     with pytest.raises(ValueError, match="min_groups"):
         SuccessWindow(0)
 

@@ -73,7 +73,7 @@ class Trainer:
         self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self.optimizer = build_optimizer(self.params, config)
         self.completions_generated = 0  # restored from the checkpoint on resume
-        self.success_window = SuccessWindow()  # pbar of starvation/d_iid; refills after a resume
+        self.success_window = SuccessWindow()  # pbar of starvation/d_iid; restored from the checkpoint
         self.start_step = self._restore() if resume else 0
         save_config(config, self.run_dir / "config.yaml")
         resume_from = self.start_step + 1 if resume else None
@@ -99,12 +99,14 @@ class Trainer:
         names = {id(p): n for n, p in self.params.items()}
         restore_optimizer(self.optimizer, names, checkpoint.optimizer, checkpoint.state.get("optimizer", {}))
         self.completions_generated = int(checkpoint.state.get("completions_generated", 0))
+        self.success_window.load_state(checkpoint.state.get("success_window", []))
         return checkpoint.step
 
     def _save(self, step: int) -> None:
         names = {id(p): n for n, p in self.params.items()}
         tensors, extras = optimizer_tensors(self.optimizer, names)
-        state = {"optimizer": extras, "completions_generated": self.completions_generated}
+        state = {"optimizer": extras, "completions_generated": self.completions_generated,
+                 "success_window": self.success_window.state()}
         save_checkpoint(self.run_dir, step, dict(self.params), tensors, state, keep=self.config.keep_checkpoints)
 
     # ------------------------------------------------------------------ one step

@@ -89,7 +89,8 @@ class SuccessWindow:
 
     ``add`` one step's rates [P'] per step, in order; ``p_mean`` is then the mean rate over the window
     (all steps so far while they hold fewer than ``min_groups`` groups), the pbar of D_iid. Only each
-    step's sum and count are kept.
+    step's sum and count are kept; ``state`` / ``load_state`` carry them through a checkpoint, so that a
+    resumed run logs exactly what an uninterrupted one would.
     """
 
     def __init__(self, min_groups: int = DEFAULT_WINDOW_GROUPS) -> None:
@@ -97,17 +98,23 @@ class SuccessWindow:
             raise UserError(f"the success window needs min_groups >= 1, got {min_groups}")
         self.min_groups = int(min_groups)
         self._steps: deque[tuple[float, int]] = deque()  # (sum of rates, groups) per step
-        self._sum, self._groups = 0.0, 0
+        self._groups = 0
 
     def add(self, rates: Any) -> None:
         values = np.asarray(rates, dtype=np.float64).ravel()
         self._steps.append((float(values.sum()), int(values.size)))
-        self._sum += self._steps[-1][0]
         self._groups += values.size
         while self._steps and self._groups - self._steps[0][1] >= self.min_groups:
-            dropped_sum, dropped_groups = self._steps.popleft()
-            self._sum -= dropped_sum
-            self._groups -= dropped_groups
+            self._groups -= self._steps.popleft()[1]
+
+    def state(self) -> list[list[float]]:
+        """The window as JSON-ready [sum of rates, groups] pairs, oldest step first."""
+        return [[total, groups] for total, groups in self._steps]
+
+    def load_state(self, state: list[list[float]]) -> None:
+        """Replace the window by one saved with ``state``."""
+        self._steps = deque((float(total), int(groups)) for total, groups in state)
+        self._groups = sum(groups for _, groups in self._steps)
 
     @property
     def groups(self) -> int:
@@ -121,7 +128,7 @@ class SuccessWindow:
     @property
     def p_mean(self) -> float:
         """Mean success rate over the window; NaN while it is empty."""
-        return self._sum / self._groups if self._groups else float("nan")
+        return sum(total for total, _ in self._steps) / self._groups if self._groups else float("nan")
 
 
 def windowed_p_means(rates_per_step: list[Any], min_groups: int = DEFAULT_WINDOW_GROUPS) -> np.ndarray:
