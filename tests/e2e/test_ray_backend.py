@@ -20,7 +20,7 @@ def test_ray_backend_runs_a_small_sweep(tmp_path: Path, monkeypatch: pytest.Monk
     try:
         code = main(["compare", "--backend", "ray", "--workers", "2", "--estimators", "sign,dr_grpo", "--seeds", "1",
                      "--group-sizes", "2", "--steps", "2", "--prompts-per-step", "4", "--eval-limit", "8",
-                     "--eval-samples", "2", "--out", str(out), "--no-report"])
+                     "--eval-samples", "2", "--lrs", "1e-3", "--out", str(out), "--no-report"])
     finally:
         ray.shutdown()
     assert code == 0
