@@ -75,7 +75,8 @@ def make_task(
         raise UserError("the file task needs data: pass --data with a .jsonl, .csv or .parquet file, a folder of "
                         "train/test files, or a datasets hub id")
     if "{prompt}" not in template:
-        raise UserError(f"template {template!r} has no {{prompt}}; write where the prompt goes, e.g. 'Q: {{prompt}}\\nA:'")
+        raise UserError(f"template {template!r} has no {{prompt}}; write where the prompt goes, "
+                        "e.g. 'Q: {prompt}\\nA:'")
     if not 0.0 < test_fraction < 1.0:
         raise UserError(f"test_fraction must be strictly between 0 and 1, got {test_fraction}")
     score_fn = verifiers.get_verifier(verifier)
