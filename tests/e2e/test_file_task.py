@@ -32,6 +32,10 @@ def test_train_on_a_jsonl_file(tmp_path: Path) -> None:
     summary = json.loads((out / "task.json").read_text())
     assert summary["rows"] == {"all": 50} and summary["unparseable_references"] == 0
     assert sum(summary["problems"].values()) == 50
+    scores = tmp_path / "eval.json"
+    assert main(["eval", "--model", str(out), *FILE_FLAGS, "--n", "0", "--limit", "3", "--out", str(scores)]) == 0
+    evaluated = json.loads(scores.read_text())
+    assert evaluated["task"] == "file" and len(evaluated["problem_ids"]) == 3
 
 
 def test_missing_column_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
