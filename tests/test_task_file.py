@@ -207,9 +207,10 @@ def test_several_splits_without_train_is_an_error(tmp_path: Path) -> None:
 def test_config_flags_reach_the_file_task(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "qa.jsonl", [{"q": f"{n}+1=", "a": f"#### {n + 1}"} for n in range(30)])
     config = TrainConfig(task="file", data=str(path), prompt_column="q", reference_column="a", verifier="gsm8k",
-                         task_limit=3, task_options={"max_new_tokens": 12, "template": "{prompt} "})
+                         task_limit=3, task_options={"max_new_tokens": 12, "template": "{prompt} ",
+                                                     "use_chat_template": False})
     task = load_task_for(config)
-    assert task.verifier == "gsm8k" and task.max_new_tokens == 12
+    assert task.verifier == "gsm8k" and task.max_new_tokens == 12 and task.use_chat_template is False
     assert len(task.train) == 3 and len(task.test) == 3 and task.train[0].prompt.endswith("+1= ")
     with pytest.raises(UserError, match="--prompt-column and --reference-column are for --task file"):
         load_task_for(TrainConfig(task="arith", prompt_column="q"))
