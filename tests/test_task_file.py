@@ -48,6 +48,7 @@ def test_single_file_is_cut_by_a_seeded_prompt_hash(tmp_path: Path) -> None:
     assert by_id["all/7"].prompt == "7+1=" and by_id["all/7"].reference == "8"
     assert _file_task(path).test == task.test  # deterministic
     assert _file_task(path, seed=1).test != task.test
+    assert [p.id for p in _file_task(path, template="Q: {prompt}").test] == [p.id for p in task.test]
     assert task.info["rows"] == {"all": 200} and task.info["source"] == str(path)
     assert task.summary()["problems"] == {"train": len(task.train), "validation": 0, "test": len(task.test)}
 

@@ -108,7 +108,7 @@ def _read_csv(path: Path) -> list[Row]:
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         problem = " ".join(str(error).split())
         raise UserError(f"{path}: cannot read it as CSV ({problem}); check the file") from None

@@ -84,10 +84,11 @@ def make_task(
     _check_columns(table, (prompt_column, reference_column))
     roles, how = _roles(table, seed, test_fraction)
     counts = {"empty_prompts": 0, "duplicate_prompts": 0}
-    kept = _problems(roles, prompt_column, reference_column, template, counts)
-    if roles.get("test") is None:
-        kept["test"] = [p for p in kept["train"] if _in_test(p.prompt, seed, test_fraction)]
-        kept["train"] = [p for p in kept["train"] if not _in_test(p.prompt, seed, test_fraction)]
+    kept, raw_prompts = _problems(roles, prompt_column, reference_column, template, counts)
+    if roles.get("test") is None:  # cut by the prompt cell, so that the template does not move the cut
+        pool = kept["train"]
+        kept["test"] = [p for p in pool if _in_test(raw_prompts[p.id], seed, test_fraction)]
+        kept["train"] = [p for p in pool if not _in_test(raw_prompts[p.id], seed, test_fraction)]
     bad = _unparseable(kept, score_fn)
     counts["unparseable_references"] = sum(p.reference in bad for problems in kept.values() for p in problems)
     kept = {role: [p for p in problems if p.reference not in bad] for role, problems in kept.items()}
@@ -138,9 +139,10 @@ def _text(value: Any, where: str) -> str:
 
 
 def _problems(roles: dict[str, Any], prompt_column: str, reference_column: str, template: str,
-              counts: dict[str, int]) -> dict[str, list[Problem]]:
-    """Problems by role without empty prompts, and without a prompt already kept in an earlier role."""
-    seen: set[str] = set()
+              counts: dict[str, int]) -> tuple[dict[str, list[Problem]], dict[str, str]]:
+    """Problems by role without empty prompts, and without a prompt already kept in an earlier role; and
+    each kept problem's prompt cell by problem id."""
+    seen: dict[str, str] = {}  # prompt cell -> problem id
     kept: dict[str, list[Problem]] = {}
     for role in _ROLES:
         name, rows = roles.get(role) or (role, [])
@@ -154,11 +156,11 @@ def _problems(roles: dict[str, Any], prompt_column: str, reference_column: str, 
             if text in seen:
                 counts["duplicate_prompts"] += 1
                 continue
-            seen.add(text)
+            seen[text] = f"{name}/{index}"
             reference = _text(row.get(reference_column), f"column {reference_column!r}, {where},")
             kept[role].append(Problem(id=f"{name}/{index}", prompt=template.replace("{prompt}", text),
                                       reference=reference))
-    return kept
+    return kept, {problem_id: text for text, problem_id in seen.items()}
 
 
 def _in_test(prompt: str, seed: int, test_fraction: float) -> bool:
