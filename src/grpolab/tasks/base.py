@@ -68,7 +68,7 @@ class Task:
     def summary(self) -> dict[str, Any]:
         """Name, verifier and split sizes, plus ``info``: what a run directory and a report record."""
         sizes = {"train": len(self.train), "validation": len(self.validation), "test": len(self.test)}
-        return {"task": self.name, "verifier": self.verifier, "problems": sizes, **self.info}
+        return {**self.info, "task": self.name, "verifier": self.verifier, "problems": sizes}
 
 
 def _hash_percent(text: str) -> int:
