@@ -1,6 +1,6 @@
 """A task written in Python: squares of two-digit numbers (``37*37=`` -> ``1369``), exact match.
 
-From the command line: ``PYTHONPATH=examples grpolab train --task custom_task:make_task``.
+From the command line: ``PYTHONPATH=examples grpolab train --task custom_task:make_task --model embedded-arith``.
 From Python: ``import custom_task`` registers the name, then ``TrainConfig(task="squares")``.
 """
 

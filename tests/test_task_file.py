@@ -216,5 +216,5 @@ def test_config_flags_reach_the_file_task(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="--prompt-column and --reference-column are for --task file"):
         load_task_for(TrainConfig(task="arith", prompt_column="q"))
     task = load_task_for(TrainConfig(task="file", data=str(path), prompt_column="q", reference_column="a",
-                                     eval_validation=True))
+                                     eval_split="validation"))
     assert task.validation and task.verifier == "exact"
