@@ -44,5 +44,8 @@ def data_sections(config: dict[str, Any]) -> list[Section]:
     if "source" in summary:
         lines.append(f"Data: {summary['source']} (prompt column {summary.get('prompt_column')!r}, reference column "
                      f"{summary.get('reference_column')!r}); test split: {summary.get('test_split')}.")
+    if not summary.get("problems", {}).get("validation"):
+        lines.append("The task has no validation split of its own: learning-rate selection (--lrs) carves one from "
+                     "about a tenth of train for its runs; the reported runs train on all of train.")
     return [Section("Data", lines, tables=[("Rows read and problems used", _counts_table(summary))],
                     bullets=_left_out(summary))]
