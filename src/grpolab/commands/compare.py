@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     base: TrainConfig = config_from_args(args, TrainConfig, file_values={**COMPARE_TRAIN_DEFAULTS, **train_values})
     out = Path(args.out)
     _check_lr_flags(args, sweep)
-    settings = {"compare": sweep.to_dict(), "train": base.to_dict()}
+    settings = {"compare": sweep.to_dict(), "train": base.to_dict(), "task": _task_summary(base)}
     _save_settings(out, settings)
     if len(sweep.lr_list) > 1:
         specs, outcomes, selection = _select_then_run(experiments, base, sweep, out)
@@ -85,6 +85,13 @@ def _select_then_run(experiments: Any, base: TrainConfig, sweep: CompareConfig, 
     specs = experiments.plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out,
                                   lrs=choice)
     return specs, outcomes + _run_with_progress(experiments, specs, sweep, "runs"), selection
+
+
+def _task_summary(base: TrainConfig) -> dict[str, Any]:
+    """The task every run trains on, built once here so that bad data fails before any run starts."""
+    from grpolab.training_state import load_task_for
+
+    return load_task_for(base).summary()
 
 
 def _save_settings(out: Path, settings: dict[str, Any]) -> None:

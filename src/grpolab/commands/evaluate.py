@@ -14,8 +14,11 @@ from grpolab.progress import console
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="embedded", help="model name, directory, or grpolab run directory")
-    parser.add_argument("--task", default="reverse", help="task: reverse, arith, gsm8k or math500")
-    parser.add_argument("--data", help="data file/directory for gsm8k or math500 (default: hub id)")
+    parser.add_argument("--task", default="reverse",
+                        help="task: reverse, arith, gsm8k, math500, file or pkg.module:builder")
+    parser.add_argument("--data", help="data file/directory for gsm8k, math500 or file (default: hub id)")
+    parser.add_argument("--prompt-column", help="file task: the column holding the prompt (default: prompt)")
+    parser.add_argument("--reference-column", help="file task: the column holding the reference (default: answer)")
     parser.add_argument("--task-options", type=json.loads, default={},
                         help='task knobs as JSON, e.g. \'{"digits": [2, 2], "use_chat_template": true}\'')
     parser.add_argument("--verifier", help="verifier name or dotted path (default: the task's)")
@@ -35,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from grpolab.training_state import load_task_for
 
     task = load_task_for(TrainConfig(task=args.task, data=args.data, task_limit=args.limit,
-                                     task_options=args.task_options, verifier=args.verifier))
+                                     task_options=args.task_options, verifier=args.verifier,
+                                     prompt_column=args.prompt_column, reference_column=args.reference_column))
     policy = load_policy(args.model)
     result = evaluate(policy, task, n=args.n, limit=args.limit, seed=args.seed, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Task:
         use_chat_template: whether to wrap prompts with the tokenizer's chat template when it has one.
         validation: held-out problems for hyper-parameter selection (see ``with_validation``).
         train_stream: fresh training problems for each step; None samples from ``train``.
+        info: JSON-safe facts about the task's data for run directories and reports (the ``file`` task: its
+            source, row counts and the rows it left out); empty for the built-in tasks.
     """
 
     name: str
@@ -60,6 +63,12 @@ class Task:
     use_chat_template: bool = True
     validation: tuple[Problem, ...] = ()
     train_stream: TrainStream | None = None
+    info: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def summary(self) -> dict[str, Any]:
+        """Name, verifier and split sizes, plus ``info``: what a run directory and a report record."""
+        sizes = {"train": len(self.train), "validation": len(self.validation), "test": len(self.test)}
+        return {**self.info, "task": self.name, "verifier": self.verifier, "problems": sizes}
 
 
 def _hash_percent(text: str) -> int:
