@@ -151,11 +151,10 @@ def test_no_parseable_reference_is_an_error(tmp_path: Path) -> None:
 
 
 def test_a_user_verifier_that_raises_marks_references_unparseable(tmp_path: Path, monkeypatch) -> None:
-    import types
-
-    module = types.ModuleType("filetask_user_verifier")
-    module.score = lambda completion, reference: float(int(reference) == int(completion))  # raises on "abc"
-    monkeypatch.setitem(__import__("sys").modules, "filetask_user_verifier", module)
+    # a real module file: user verifiers run in a worker process that imports them from sys.path
+    (tmp_path / "filetask_user_verifier.py").write_text(
+        "def score(completion, reference):\n    return float(int(reference) == int(completion))  # raises on 'abc'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     path = _write_jsonl(tmp_path / "qa.jsonl", [*_qa(20), {"question": "a=", "answer": "abc"}])
     with pytest.warns(TaskDataWarning, match=r"1 reference\(s\)"):
         task = get_task("file", path=path, prompt_column="question", reference_column="answer",
