@@ -1,15 +1,16 @@
-"""grpolab.integrations.verl against verl's documented advantage-estimator interface.
+"""grpolab.integrations.verl against verl 0.9.1's advantage-estimator interface, without verl installed.
 
-verl is not installed in the main environment, so most tests install a stub
-``verl.trainer.ppo.core_algos`` that mimics verl 0.9.1's registry (``register_adv_est`` rejects a
-different function under a taken name; ``get_adv_estimator_fn`` raises ``ValueError`` for unknown names)
-and call the estimators the way ``verl.trainer.ppo.ray_trainer.compute_advantage`` does. When verl is
-importable, ``test_real_verl_*`` run against the real registry and verl's own GRPO.
+These tests install a stub ``verl.trainer.ppo.core_algos`` that mimics verl 0.9.1's registry
+(``ADV_ESTIMATOR_REGISTRY``; ``register_adv_est`` rejects a different function under a taken name) and
+compare the adapter with plain loops written from verl's definitions (grpo, rloo,
+reinforce_plus_plus_baseline, with verl's rule for a group of one response). The same comparisons
+against the real verl run in ``test_integration_verl_real.py`` (``make test-verl``).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 import types
 from collections import defaultdict
@@ -20,10 +21,13 @@ import pytest
 import torch
 
 from grpolab import advantages as registry
+from grpolab.errors import UserError
 from grpolab.integrations import verl as adapter
+from grpolab.integrations.verl_metrics import starvation_metrics
+from verl_batches import RAGGED_SIZES, make_batch
 
 
-def _install_stub(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def _install_stub(monkeypatch: pytest.MonkeyPatch, *, with_registry: bool = True) -> dict[str, Any]:
     table: dict[str, Any] = {}
 
     def register_adv_est(name: str) -> Any:
@@ -35,103 +39,145 @@ def _install_stub(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
         return decorator
 
-    def get_adv_estimator_fn(name: str) -> Any:
-        if name not in table:
-            raise ValueError(f"Unknown advantage estimator simply: {name}")
-        return table[name]
-
     core_algos = types.ModuleType("verl.trainer.ppo.core_algos")
-    core_algos.ADV_ESTIMATOR_REGISTRY = table
+    if with_registry:
+        core_algos.ADV_ESTIMATOR_REGISTRY = table
     core_algos.register_adv_est = register_adv_est
-    core_algos.get_adv_estimator_fn = get_adv_estimator_fn
-    for name in ("verl", "verl.trainer", "verl.trainer.ppo"):
+    ppo = types.ModuleType("verl.trainer.ppo")
+    ppo.core_algos = core_algos
+    for name in ("verl", "verl.trainer"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "verl.trainer.ppo", ppo)
     monkeypatch.setitem(sys.modules, "verl.trainer.ppo.core_algos", core_algos)
     monkeypatch.delitem(sys.modules, "grpolab.integrations.verl_plugin", raising=False)
     return table
 
 
-def _batch(groups: int, size: int, length: int = 5, seed: int = 0) -> dict[str, Any]:
-    """A verl-like batch: binary outcome reward on the last response token, shuffled group ids."""
-    gen = torch.Generator().manual_seed(seed)
-    batch = groups * size
-    lengths = torch.randint(1, length + 1, (batch,), generator=gen)
-    mask = (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).float()  # [B, T]
-    outcome = torch.randint(0, 2, (batch,), generator=gen).float()
-    outcome[:size] = 1.0  # one all-correct group
-    outcome[size : 2 * size] = 0.0  # one all-wrong group
-    token_level_rewards = torch.zeros(batch, length)
-    token_level_rewards[torch.arange(batch), lengths - 1] = outcome
-    uids = np.array([f"uid-{g}" for g in range(groups) for _ in range(size)], dtype=object)
-    perm = torch.randperm(batch, generator=gen)
-    return {
-        "token_level_rewards": token_level_rewards[perm],
-        "response_mask": mask[perm],
-        "index": uids[perm],
-    }
-
-
-def _verl_grpo_loop(token_level_rewards: torch.Tensor, index: np.ndarray, eps: float) -> torch.Tensor:
-    """verl 0.9.1 ``compute_grpo_outcome_advantage`` per-response scores, as its plain loop."""
-    scores = token_level_rewards.sum(dim=-1)
-    by_id: dict[Any, list[torch.Tensor]] = defaultdict(list)
+def _verl_loop(kind: str, token_level_rewards: torch.Tensor, index: np.ndarray) -> torch.Tensor:
+    """verl 0.9.1's per-response outcome advantages as a plain loop: kind in grpo, dr_grpo, rloo, centred."""
+    scores = token_level_rewards.sum(dim=-1).double()
+    groups: dict[Any, list[float]] = defaultdict(list)
     for i in range(len(scores)):
-        by_id[index[i]].append(scores[i])
-    stats = {k: (torch.stack(v).mean(), torch.stack(v).std()) for k, v in by_id.items()}
-    return torch.stack(
-        [(scores[i] - stats[index[i]][0]) / (stats[index[i]][1] + eps) for i in range(len(scores))]
-    )
+        groups[index[i]].append(float(scores[i]))
+    out = []
+    for i in range(len(scores)):
+        members = torch.tensor(groups[index[i]], dtype=torch.float64)
+        size = len(members)
+        mean, std = (members.mean(), members.std()) if size > 1 else (0.0, 1.0)  # verl: one response: 0, 1
+        if kind == "grpo":
+            out.append((scores[i] - mean) / (std + 1e-6))
+        elif kind == "rloo":
+            out.append(scores[i] * size / (size - 1) - mean * size / (size - 1) if size > 1 else scores[i])
+        else:  # dr_grpo, and the centring of reinforce_plus_plus_baseline
+            out.append(scores[i] - mean)
+    return torch.stack([torch.as_tensor(value, dtype=torch.float64) for value in out])
 
 
-def test_register_all_registers_every_estimator_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def _call(table: dict[str, Any], name: str, batch: dict[str, Any], config: Any = None) -> torch.Tensor:
+    advantages, returns = table[name](**batch, config=config)
+    assert torch.equal(advantages, returns)
+    return advantages
+
+
+@pytest.mark.parametrize("sizes", [(4,) * 6, RAGGED_SIZES, (1,) * 5], ids=["equal", "ragged", "all-single"])
+@pytest.mark.parametrize(("name", "kind"), [("grpo", "grpo"), ("dr_grpo", "dr_grpo"), ("rloo", "rloo")])
+def test_default_conventions_equal_verl(
+    monkeypatch: pytest.MonkeyPatch, sizes: tuple[int, ...], name: str, kind: str
+) -> None:
+    table = _install_stub(monkeypatch)
+    adapter.register_all([name])
+    batch = make_batch(sizes, seed=len(sizes))
+    ours = _call(table, f"grpolab_{name}", batch)
+    expected = _verl_loop(kind, batch["token_level_rewards"], batch["index"]).unsqueeze(-1) * batch["response_mask"]
+    torch.testing.assert_close(ours.double(), expected, atol=1e-6, rtol=0)
+    assert ours.dtype == batch["token_level_rewards"].dtype
+
+
+def test_reinforce_pp_whitens_over_tokens_like_verl(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _install_stub(monkeypatch)
+    adapter.register_all(["reinforce_pp"])
+    batch = make_batch(RAGGED_SIZES, seed=5)
+    mask = batch["response_mask"].double()
+    tokens = _verl_loop("centred", batch["token_level_rewards"], batch["index"]).unsqueeze(-1) * mask
+    selected = tokens[mask.bool()]  # every response token of the batch, as verl's masked_whiten counts them
+    expected = (tokens - selected.mean()) / torch.sqrt(selected.var() + 1e-8) * mask
+    torch.testing.assert_close(_call(table, "grpolab_reinforce_pp", batch).double(), expected, atol=1e-6, rtol=0)
+    with pytest.raises(UserError, match="no hyper-parameters"):
+        _call(table, "grpolab_reinforce_pp", batch, config={"grpolab_kwargs": {"eps": 1e-3}})
+
+
+def test_norm_adv_by_std_false_makes_grpo_dr_grpo(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _install_stub(monkeypatch)
+    adapter.register_all(["grpo", "dr_grpo"])
+    batch = make_batch(RAGGED_SIZES, seed=2)
+    plain = _call(table, "grpolab_grpo", batch, config={"norm_adv_by_std_in_grpo": False})
+    torch.testing.assert_close(plain, _call(table, "grpolab_dr_grpo", batch))
+    assert not torch.allclose(plain, _call(table, "grpolab_grpo", batch))
+
+
+def test_grpolab_conventions_are_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _install_stub(monkeypatch)
+    adapter.register_all(["grpo", "rloo"], conventions="grpolab")
+    batch = make_batch(RAGGED_SIZES, seed=3)
+    rewards, rows, cols = adapter.group_by_index(batch["token_level_rewards"].sum(-1), batch["index"])
+    own = registry.compute_advantages("grpo", rewards)[torch.from_numpy(rows), torch.from_numpy(cols)]  # eps 1e-4
+    ours = _call(table, "grpolab_grpo", batch)
+    torch.testing.assert_close(ours, own.float().unsqueeze(-1) * batch["response_mask"])
+    single = torch.from_numpy(np.bincount(rows)[rows] == 1)
+    assert torch.all(ours[single] == 0)  # grpolab: a response alone in its group gets no advantage
+    verl_style = _call(table, "grpolab_grpo", batch, config={"grpolab_conventions": "verl"})
+    assert (verl_style[single].sum(-1) != 0).any()
+    with pytest.raises(UserError, match=r"rollout\.n >= 2"):
+        _call(table, "grpolab_rloo", make_batch((1, 1, 1)))
+    with pytest.raises(UserError, match="conventions must be one of"):
+        _call(table, "grpolab_rloo", batch, config={"grpolab_conventions": "trl"})
+
+
+def test_register_all_registers_every_estimator_and_reregisters(monkeypatch: pytest.MonkeyPatch) -> None:
     table = _install_stub(monkeypatch)
     names = adapter.register_all()
     assert names == [f"grpolab_{n}" for n in registry.available()]
     assert set(table) == set(names)
-    assert adapter.register_all() == names  # idempotent
-    with pytest.raises(ValueError, match="already been registered"):
-        adapter.register_all(["passk"], advantage_kwargs={"passk": {"k": 3}})
+    assert adapter.register_all() == names  # calling again does not raise
+    adapter.register_all(["passk"], advantage_kwargs={"passk": {"k": 3}})  # new settings replace the old
+    batch = make_batch((4, 4, 4), seed=4)
+    rewards, rows, cols = adapter.group_by_index(batch["token_level_rewards"].sum(-1), batch["index"])
+    expected = registry.compute_advantages("passk", rewards, k=3)[torch.from_numpy(rows), torch.from_numpy(cols)]
+    torch.testing.assert_close(_call(table, "grpolab_passk", batch)[:, 0], expected.float())
+    table["grpolab_sign"] = lambda **_: None  # someone else's estimator under grpolab's name
+    with pytest.raises(UserError, match="grpolab did not register"):
+        adapter.register_all(["sign"])
 
 
 def test_plugin_module_registers_on_import(monkeypatch: pytest.MonkeyPatch) -> None:
     table = _install_stub(monkeypatch)
     plugin = importlib.import_module("grpolab.integrations.verl_plugin")
-    assert "grpolab_sign" in table and plugin.REGISTERED == sorted(plugin.REGISTERED)
+    assert set(plugin.REGISTERED) == set(table) and "grpolab_sign" in table
 
 
-@pytest.mark.parametrize(("groups", "size", "eps"), [(4, 2, 1e-6), (6, 4, 1e-6), (3, 8, 1e-4)])
-def test_grpo_equals_verl_grpo_loop(
-    monkeypatch: pytest.MonkeyPatch, groups: int, size: int, eps: float
-) -> None:
-    table = _install_stub(monkeypatch)
-    adapter.register_all(["grpo"], advantage_kwargs={"grpo": {"eps": eps}})
-    batch = _batch(groups, size, seed=groups)
-    advantages, returns = table["grpolab_grpo"](**batch, config=None)
-    expected = _verl_grpo_loop(batch["token_level_rewards"], batch["index"], eps)
-    torch.testing.assert_close(advantages, expected.unsqueeze(-1) * batch["response_mask"])
-    assert advantages is returns or torch.equal(advantages, returns)
+def test_plugin_failure_is_logged_as_warning(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    _install_stub(monkeypatch, with_registry=False)  # a verl without ADV_ESTIMATOR_REGISTRY
+    with caplog.at_level(logging.WARNING), pytest.raises(AttributeError):
+        importlib.import_module("grpolab.integrations.verl_plugin")
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "verl plugin failed" in r.message]
+    assert len(warnings) == 1 and "ADV_ESTIMATOR_REGISTRY" in warnings[0].message
 
 
 def test_sign_is_plus_minus_one_on_response_tokens_only(monkeypatch: pytest.MonkeyPatch) -> None:
     table = _install_stub(monkeypatch)
     adapter.register_all(["sign"])
-    batch = _batch(5, 4)
-    advantages, _ = table["grpolab_sign"](**batch, config=None, reward_baselines=None)
-    mask = batch["response_mask"].bool()
-    outcome = batch["token_level_rewards"].sum(-1, keepdim=True).expand_as(mask)
-    assert torch.equal(advantages[mask], (2 * outcome - 1)[mask])
-    assert torch.all(advantages[~mask] == 0)
+    batch = make_batch(RAGGED_SIZES)
+    advantages = table["grpolab_sign"](**batch, config=None, reward_baselines=None)[0]
+    outcome = batch["token_level_rewards"].sum(-1, keepdim=True)
+    assert torch.equal(advantages, (2 * outcome - 1) * batch["response_mask"])
 
 
-def test_unequal_groups_are_nan_padded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_group_by_index_pads_unequal_groups() -> None:
     rewards, rows, cols = adapter.group_by_index(torch.tensor([1.0, 0.0, 1.0]), np.array(["a", "b", "a"]))
     assert rewards.shape == (2, 2) and torch.isnan(rewards[1, 1])
     assert rows.tolist() == [0, 1, 0] and cols.tolist() == [0, 0, 1]
-    table = _install_stub(monkeypatch)
-    adapter.register_all(["dr_grpo"])
-    rewards_bt = torch.tensor([[1.0], [0.0], [0.0]])
-    advantages, _ = table["grpolab_dr_grpo"](rewards_bt, torch.ones(3, 1), np.array(["a", "b", "a"]))
-    assert advantages.squeeze(-1).tolist() == [0.5, 0.0, -0.5]
+    with pytest.raises(UserError, match="one group id per response"):
+        adapter.group_by_index(torch.tensor([1.0, 0.0]), np.array(["a"]))
 
 
 def test_config_kwargs_override_and_missing_index(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,16 +188,24 @@ def test_config_kwargs_override_and_missing_index(monkeypatch: pytest.MonkeyPatc
         rewards_bt, mask, np.array([0, 0]), config={"grpolab_kwargs": {"baseline": 0.25}}
     )
     assert advantages.squeeze(-1).tolist() == [0.75, -0.25]
-    with pytest.raises(ValueError, match="needs groups"):
+    with pytest.raises(UserError, match="needs groups"):
         table["grpolab_grpo"](rewards_bt, mask, None)
 
 
-def test_real_verl_grpo_matches() -> None:
-    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
-    adapter.register_all(advantage_kwargs={"grpo": {"eps": 1e-6}})
-    batch = _batch(6, 4, seed=3)
-    ours, _ = core_algos.get_adv_estimator_fn("grpolab_grpo")(**batch, config=None)
-    theirs, _ = core_algos.get_adv_estimator_fn("grpo")(**batch, epsilon=1e-6)
-    torch.testing.assert_close(ours, theirs)
-    sign, _ = core_algos.get_adv_estimator_fn("grpolab_sign")(**batch, config=None)
-    assert set(sign[batch["response_mask"].bool()].tolist()) <= {-1.0, 1.0}
+def test_starvation_metrics_by_hand() -> None:
+    # groups: a = [1, 1] (all correct), b = [0, 0, 0] (all wrong), c = [1, 0], d = [1] (one response)
+    uid = np.array(["a", "b", "c", "a", "b", "c", "b", "d"], dtype=object)
+    outcome = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0])
+    mask = torch.ones(8, 3)
+    advantages = torch.tensor([0.0, 0.0, 0.5, 0.0, 0.0, -0.5, 0.0, 1.0]).unsqueeze(-1) * mask
+    data = {"token_level_rewards": outcome.unsqueeze(-1) * mask / 3, "uid": uid, "response_mask": mask,
+            "advantages": advantages}
+    metrics = starvation_metrics(data)
+    assert metrics["starvation/all_correct"] == pytest.approx(2 / 4)  # a and d
+    assert metrics["starvation/all_wrong"] == pytest.approx(1 / 4)
+    assert metrics["starvation/degenerate"] == pytest.approx(3 / 4)
+    p_mean = (1 + 0 + 0.5 + 1) / 4
+    assert metrics["starvation/d_iid"] == pytest.approx(p_mean**3 + (1 - p_mean) ** 3)  # G = largest group
+    assert metrics["starvation/useful_fraction"] == pytest.approx(3 / 8)
+    with pytest.raises(UserError, match="has no 'uid'"):
+        starvation_metrics({"token_level_rewards": data["token_level_rewards"]})

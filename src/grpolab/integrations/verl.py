@@ -1,30 +1,40 @@
 """verl adapter: every grpolab estimator as a verl advantage estimator named ``grpolab_<name>``.
 
-verl (``verl/trainer/ppo/core_algos.py``) keeps advantage estimators in a registry filled by
-``register_adv_est(name)`` and calls them as::
+verl (``verl/trainer/ppo/core_algos.py``) keeps advantage estimators in ``ADV_ESTIMATOR_REGISTRY``, filled
+by ``register_adv_est(name)``, and ``ray_trainer.compute_advantage`` calls them as::
 
     fn(token_level_rewards[B, T], response_mask[B, T], index[B], config=..., **other) -> (advantages[B, T],
                                                                                         returns[B, T])
 
-where ``index`` holds the prompt uid of each response (B = P * G rows, a group's rows not necessarily
-adjacent). This module adapts that call to grpolab's one signature ``fn(rewards[P, G], **hp) ->
-advantages[P, G]``: the outcome reward of a response is the sum of its token-level rewards (as verl's own
-``grpo`` does), responses are grouped by ``index``, and each response's advantage is broadcast to its
-response tokens (``advantage * response_mask``). ``returns`` equals ``advantages``, as for verl's
-outcome estimators.
+where ``index`` holds the prompt uid of each response (B responses, a group's rows not necessarily
+adjacent, groups not necessarily of equal size). This module adapts that call to grpolab's one signature
+``fn(rewards[P, G], **hp) -> advantages[P, G]``: the outcome reward of a response is the sum of its
+token-level rewards (as verl's own ``grpo`` does), responses are grouped by ``index`` (padded to the
+largest group with NaN, which grpolab's registry treats as "not in the group"), and each response's
+advantage is broadcast to its response tokens. ``returns`` equals ``advantages``, as for verl's outcome
+estimators.
 
-Use: ``grpolab.integrations.verl.register_all()`` in the process that computes advantages, or load
-``grpolab.integrations.verl_plugin`` through verl's plugin hooks (see docs/integrations.md), then set
-``algorithm.adv_estimator=grpolab_sign``. Hyper-parameters come from ``register_all(advantage_kwargs=)``,
-overridden by ``algorithm.grpolab_kwargs`` in verl's config when present.
+Conventions. By default (``conventions="verl"``) an estimator with a verl counterpart follows verl's
+conventions, so that switching ``algorithm.adv_estimator`` from ``grpo`` to ``grpolab_grpo`` changes
+nothing (see ``grpolab.integrations.verl_parity``):
 
-Departures from verl's estimators:
+* ``grpolab_grpo`` = verl ``grpo``: epsilon 1e-6 (grpolab's own trainer uses 1e-4), and
+  ``algorithm.norm_adv_by_std_in_grpo=False`` turns it into ``dr_grpo``, as in verl;
+* ``grpolab_dr_grpo`` = verl ``grpo`` with ``norm_adv_by_std_in_grpo=False``; ``grpolab_rloo`` = verl
+  ``rloo``; ``grpolab_reinforce_pp`` = verl ``reinforce_plus_plus_baseline`` (token-level whitening);
+* a prompt with a single response gets verl's group mean 0 and std 1, i.e. about its raw reward.
 
-* Groups of unequal size (e.g. after verl filtered some responses) are padded to the largest group with
-  NaN, which grpolab's registry treats as "unscorable": the padding gets no advantage and is left out of
-  the group statistics.
-* Without ``index`` an estimator that needs groups raises; verl's ``grpo`` would instead give a group
-  of one response mean 0 and std 1.
+``conventions="grpolab"`` (``register_all(conventions=)`` or ``+algorithm.grpolab_conventions=grpolab``)
+opts into grpolab's own definitions instead: eps 1e-4, a single response gets advantage 0, and a batch in
+which every prompt has one response is refused by estimators that need groups. Estimators without a verl
+counterpart (``sign``, ``passk``, ``maxrl``, ...) are grpolab's under both conventions. verl's
+``grpo_passk`` (arXiv 2503.19595, best response only) is a different estimator from grpolab's ``passk``
+(arXiv 2508.10751), so the two are not compared.
+
+Use: ``import verl`` registers every name through the ``verl.plugins`` entry point once grpolab is
+installed (``grpolab.integrations.verl_plugin``); then set ``algorithm.adv_estimator=grpolab_sign``.
+Hyper-parameters come from ``register_all(advantage_kwargs=)``, overridden by ``algorithm.grpolab_kwargs``
+in verl's config.
 """
 
 from __future__ import annotations
@@ -36,31 +46,36 @@ import numpy as np
 import torch
 
 from grpolab import advantages as advantage_registry
+from grpolab.errors import UserError
+from grpolab.integrations import verl_parity
+from grpolab.integrations.verl_parity import group_by_index
 
-__all__ = ["PREFIX", "group_by_index", "make_adv_estimator", "outcome_advantages", "register_all"]
+__all__ = [
+    "CONVENTIONS",
+    "PREFIX",
+    "VERL_COUNTERPARTS",
+    "group_by_index",
+    "make_adv_estimator",
+    "outcome_advantages",
+    "register_all",
+]
 
 PREFIX = "grpolab_"
+CONVENTIONS = ("verl", "grpolab")
+VERL_COUNTERPARTS = verl_parity.VERL_COUNTERPARTS
 VerlEstimator = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
-def group_by_index(scores: torch.Tensor, index: Any) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
-    """Scatter per-response scores [B] into rewards [P, G_max] (NaN padded) by the group ids ``index`` [B].
-
-    Returns (rewards [P, G_max] float64, row [B], column [B]): response b sits at rewards[row[b], col[b]].
-    """
-    ids = np.asarray(index)
-    if ids.shape != (scores.shape[0],):
-        raise ValueError(f"index must have one group id per response: shape {ids.shape} vs {scores.shape[0]}")
-    _, rows = np.unique(ids, return_inverse=True)
-    rows = rows.reshape(-1)
-    counts = np.bincount(rows)
-    order = np.argsort(rows, kind="stable")
-    starts = np.cumsum(counts) - counts
-    cols = np.empty_like(rows)
-    cols[order] = np.arange(len(rows)) - np.repeat(starts, counts)
-    rewards = torch.full((len(counts), int(counts.max())), float("nan"), dtype=torch.float64)  # [P, G_max]
-    rewards[torch.from_numpy(rows), torch.from_numpy(cols)] = scores.detach().to("cpu", torch.float64)
-    return rewards, rows, cols
+def _registry_scores(name: str, scores: torch.Tensor, index: Any, hyperparameters: Mapping[str, Any]) -> torch.Tensor:
+    """grpolab's own per-response advantages [B] float64 (singleton groups as the registry defines them)."""
+    rewards, rows, cols = group_by_index(scores, index)  # [P, G_max]
+    if advantage_registry.info(name).needs_group and rewards.shape[1] < 2:
+        raise UserError(
+            f"grpolab_{name} needs at least two responses per prompt, but every prompt in this batch has one: "
+            "set actor_rollout_ref.rollout.n >= 2 (or use verl conventions, where one response keeps its reward)"
+        )
+    advantages = advantage_registry.compute_advantages(name, rewards, **hyperparameters)  # [P, G_max]
+    return advantages[torch.from_numpy(rows), torch.from_numpy(cols)]
 
 
 def outcome_advantages(
@@ -68,31 +83,48 @@ def outcome_advantages(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Any,
+    *,
+    conventions: str = "verl",
+    norm_adv_by_std: bool = True,
     **hyperparameters: Any,
 ) -> torch.Tensor:
-    """Token-level advantages [B, T] of grpolab estimator ``name`` for verl's batch."""
-    scores = token_level_rewards.sum(dim=-1)  # [B] outcome reward, as in verl's grpo
+    """Token-level advantages [B, T] of grpolab estimator ``name`` for verl's batch.
+
+    ``conventions`` and ``norm_adv_by_std`` (verl's ``algorithm.norm_adv_by_std_in_grpo``) are explained
+    in the module docstring; the latter only matters for ``grpo`` under verl conventions.
+    """
+    _check_conventions(conventions)
+    scores = token_level_rewards.detach().sum(dim=-1).to(torch.float64)  # [B] outcome reward, as verl's grpo
+    mask = response_mask.detach().to("cpu", torch.float64)  # [B, T]
     if index is None:
         if advantage_registry.info(name).needs_group:
-            raise ValueError(f"grpolab_{name} needs groups: verl passed no `uid` index for the responses")
+            raise UserError(f"grpolab_{name} needs groups: verl passed no `uid` index for the responses")
         index = np.arange(scores.shape[0])
-    rewards, rows, cols = group_by_index(scores, index)  # [P, G_max]
-    advantages = advantage_registry.compute_advantages(name, rewards, **hyperparameters)  # [P, G_max]
-    per_response = advantages[torch.from_numpy(rows), torch.from_numpy(cols)]  # [B]
-    per_response = per_response.to(token_level_rewards.device, token_level_rewards.dtype)
-    return per_response.unsqueeze(-1) * response_mask
+    if conventions == "verl" and name in VERL_COUNTERPARTS:
+        advantages = verl_parity.counterpart_advantages(
+            name, scores.cpu(), mask, index, norm_adv_by_std=norm_adv_by_std, **hyperparameters
+        )
+    else:
+        advantages = _registry_scores(name, scores.cpu(), index, hyperparameters).unsqueeze(-1) * mask
+    return advantages.to(token_level_rewards.device, token_level_rewards.dtype)
 
 
-def _config_kwargs(config: Any) -> dict[str, Any]:
-    """``grpolab_kwargs`` of verl's algorithm config (AlgoConfig or DictConfig), if it has any."""
+def _check_conventions(conventions: Any) -> None:
+    if conventions not in CONVENTIONS:
+        raise UserError(f"grpolab conventions must be one of {', '.join(CONVENTIONS)}; got {conventions!r}")
+
+
+def _config_value(config: Any, key: str, default: Any) -> Any:
+    """``config[key]`` of verl's algorithm config (DictConfig, AlgoConfig or dict), else ``default``."""
     getter = getattr(config, "get", None)
-    value = getter("grpolab_kwargs", None) if callable(getter) else None
-    return dict(value) if value else {}
+    value = getter(key, None) if callable(getter) else None
+    return default if value is None else value
 
 
-def make_adv_estimator(name: str, **hyperparameters: Any) -> VerlEstimator:
+def make_adv_estimator(name: str, *, conventions: str = "verl", **hyperparameters: Any) -> VerlEstimator:
     """A verl-style estimator for grpolab estimator ``name`` (hyper-parameters fixed here or in config)."""
     advantage_registry.info(name)
+    _check_conventions(conventions)
 
     def estimator(
         token_level_rewards: torch.Tensor,
@@ -101,61 +133,69 @@ def make_adv_estimator(name: str, **hyperparameters: Any) -> VerlEstimator:
         config: Any = None,
         **_unused: Any,  # verl passes optional extras (reward_baselines, ...) that outcome estimators ignore
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        hp = {**hyperparameters, **_config_kwargs(config)}
+        hp = {**hyperparameters, **dict(_config_value(config, "grpolab_kwargs", {}))}
         with torch.no_grad():
-            advantages = outcome_advantages(name, token_level_rewards, response_mask, index, **hp)
+            advantages = outcome_advantages(
+                name,
+                token_level_rewards,
+                response_mask,
+                index,
+                conventions=_config_value(config, "grpolab_conventions", conventions),
+                norm_adv_by_std=bool(_config_value(config, "norm_adv_by_std_in_grpo", True)),
+                **hp,
+            )
         return advantages, advantages
 
     estimator.__name__ = f"{PREFIX}{name}"
     estimator.__doc__ = f"grpolab estimator {name!r} adapted to verl's advantage interface."
-    estimator.grpolab_spec = (name, tuple(sorted(hyperparameters.items())))  # type: ignore[attr-defined]
+    spec = (name, conventions, tuple(sorted(hyperparameters.items())))
+    estimator.grpolab_spec = spec  # type: ignore[attr-defined]
     return estimator
 
 
-def _verl_registry() -> tuple[Callable[[str], Callable], Callable[[str], Any]]:
+def _verl_core_algos() -> Any:
     try:
-        from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
+        from verl.trainer.ppo import core_algos
     except ImportError as error:
-        raise ImportError(
-            "grpolab.integrations.verl needs verl (pip install verl); or pass register_adv_est= explicitly"
+        raise UserError(
+            "grpolab.integrations.verl needs verl: pip install 'grpolab[verl]' (see docs/integrations.md)"
         ) from error
-    return register_adv_est, get_adv_estimator_fn
+    return core_algos
 
 
 def register_all(
     names: Iterable[str] | None = None,
     *,
     advantage_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-    register_adv_est: Callable[[str], Callable] | None = None,
-    get_adv_estimator_fn: Callable[[str], Any] | None = None,
+    conventions: str = "verl",
 ) -> list[str]:
     """Register grpolab estimators with verl as ``grpolab_<name>``; return the registered names.
 
     Args:
         names: grpolab estimator names (default: all of ``grpolab.advantages.available()``).
         advantage_kwargs: per-estimator hyper-parameters, e.g. ``{"passk": {"k": 4}}``.
-        register_adv_est, get_adv_estimator_fn: verl's registry functions (default: imported from verl).
+        conventions: "verl" (default: verl's epsilon and single-response rule, see the module docstring)
+            or "grpolab".
 
-    Calling it again with the same hyper-parameters is a no-op; verl rejects a different function
-    under a name that is already taken.
+    A name that grpolab registered before (e.g. through the entry point at ``import verl``) is replaced
+    by the new settings. A name that something else registered in verl is refused with a ``UserError``.
     """
-    if register_adv_est is None:
-        register_adv_est, get_adv_estimator_fn = _verl_registry()
+    core_algos = _verl_core_algos()
+    table = core_algos.ADV_ESTIMATOR_REGISTRY
     kwargs = advantage_kwargs or {}
     registered = []
     for name in names if names is not None else advantage_registry.available():
-        estimator = make_adv_estimator(name, **kwargs.get(name, {}))
-        if not _already_registered(get_adv_estimator_fn, estimator):
-            register_adv_est(estimator.__name__)(estimator)
-        registered.append(estimator.__name__)
+        estimator = make_adv_estimator(name, conventions=conventions, **kwargs.get(name, {}))
+        key = estimator.__name__
+        existing = table.get(key)
+        if existing is None:
+            core_algos.register_adv_est(key)(estimator)
+        elif hasattr(existing, "grpolab_spec"):
+            table[key] = estimator  # grpolab's own earlier registration: new settings replace it
+        else:
+            raise UserError(
+                f"verl already has an advantage estimator named {key!r} that grpolab did not register "
+                f"({getattr(existing, '__module__', '?')}); remove it or pass names= without {name!r}"
+            )
+        registered.append(key)
     return registered
-
-
-def _already_registered(get_adv_estimator_fn: Callable[[str], Any] | None, estimator: VerlEstimator) -> bool:
-    if get_adv_estimator_fn is None:
-        return False
-    try:
-        existing = get_adv_estimator_fn(estimator.__name__)
-    except (ValueError, KeyError):
-        return False
-    return getattr(existing, "grpolab_spec", None) == estimator.grpolab_spec  # type: ignore[attr-defined]
