@@ -2,8 +2,11 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# verl pins an older transformers than TRL, so its tests run in an environment of their own.
+VERL_VENV := .venv-verl
+VERL_BIN := $(VERL_VENV)/bin
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup setup-verl demo test test-verl lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -17,10 +20,28 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml requirements-torch.txt
 
 setup: $(VENV)/.installed
 
+# pip installs the CPU torch (from pip's configured sources, like setup); uv installs the rest in a few
+# seconds, where pip takes minutes on a busy machine.
+$(VERL_VENV)/.installed: pyproject.toml requirements-torch.txt requirements-verl.txt
+	rm -rf $(VERL_VENV)
+	$(PY) -m venv $(VERL_VENV)
+	$(VERL_BIN)/pip install -q --no-compile -r requirements-torch.txt "uv==0.13.9"
+	$(VERL_BIN)/uv pip install -q --python $(VERL_BIN)/python --no-deps "verl==0.9.1"
+	$(VERL_BIN)/uv pip install -q --python $(VERL_BIN)/python -r requirements-verl.txt
+	$(VERL_BIN)/uv pip install -q --python $(VERL_BIN)/python --no-deps -e .
+	touch $@
+
+setup-verl: $(VERL_VENV)/.installed
+
 demo: setup
 	$(BIN)/grpolab compare
 
-test: setup
+# The real-verl tests; GRPOLAB_REQUIRE_VERL=1 makes a missing verl an error instead of a skip.
+test-verl: setup-verl
+	GRPOLAB_REQUIRE_VERL=1 $(VERL_BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/test_integration_verl_real.py tests/test_integration_verl.py
+
+test: setup test-verl
 	$(BIN)/ruff check src tests benchmarks scripts examples
 	$(BIN)/python -m pytest -q -m "not slow"
 
@@ -28,4 +49,4 @@ bench: setup
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VERL_VENV) runs .pytest_cache
