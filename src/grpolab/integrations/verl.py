@@ -156,9 +156,12 @@ def make_adv_estimator(name: str, *, conventions: str = "verl", **hyperparameter
 def _verl_core_algos() -> Any:
     try:
         from verl.trainer.ppo import core_algos
-    except ImportError as error:
+    except ModuleNotFoundError as error:
+        if error.name != "verl":
+            raise  # verl is there but cannot import: its own error says more than ours would
         raise UserError(
-            "grpolab.integrations.verl needs verl: pip install 'grpolab[verl]' (see docs/integrations.md)"
+            "grpolab.integrations.verl needs verl 0.9: build its environment with `make setup-verl` "
+            "(see docs/integrations.md)"
         ) from error
     return core_algos
 
