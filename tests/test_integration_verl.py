@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from grpolab import advantages as registry
+from grpolab import diagnostics
 from grpolab.errors import UserError
 from grpolab.integrations import verl as adapter
 from grpolab.integrations.verl_metrics import starvation_metrics
@@ -193,19 +194,29 @@ def test_config_kwargs_override_and_missing_index(monkeypatch: pytest.MonkeyPatc
 
 
 def test_starvation_metrics_by_hand() -> None:
-    # groups: a = [1, 1] (all correct), b = [0, 0, 0] (all wrong), c = [1, 0], d = [1] (one response)
+    # groups: a = [1, 1] (all correct), b = [0, 0, 0] (all wrong), c = [1, 0], d = [1] (one response,
+    # which verl's single-response rule gives a non-zero advantage)
     uid = np.array(["a", "b", "c", "a", "b", "c", "b", "d"], dtype=object)
     outcome = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0])
-    mask = torch.ones(8, 3)
+    lengths = torch.tensor([3, 1, 2, 3, 1, 1, 2, 2])
+    mask = (torch.arange(3).unsqueeze(0) < lengths.unsqueeze(1)).float()  # [B, T]
+    token_level_rewards = torch.zeros(8, 3)
+    token_level_rewards[:, 0] = outcome
     advantages = torch.tensor([0.0, 0.0, 0.5, 0.0, 0.0, -0.5, 0.0, 1.0]).unsqueeze(-1) * mask
-    data = {"token_level_rewards": outcome.unsqueeze(-1) * mask / 3, "uid": uid, "response_mask": mask,
-            "advantages": advantages}
-    metrics = starvation_metrics(data)
-    assert metrics["starvation/all_correct"] == pytest.approx(2 / 4)  # a and d
-    assert metrics["starvation/all_wrong"] == pytest.approx(1 / 4)
-    assert metrics["starvation/degenerate"] == pytest.approx(3 / 4)
+    data = {"token_level_rewards": token_level_rewards, "uid": uid, "response_mask": mask, "advantages": advantages}
+    window = diagnostics.SuccessWindow(min_groups=64)
+    metrics = starvation_metrics(data, window=window)
+    assert window.groups == 4
     p_mean = (1 + 0 + 0.5 + 1) / 4
-    assert metrics["starvation/d_iid"] == pytest.approx(p_mean**3 + (1 - p_mean) ** 3)  # G = largest group
-    assert metrics["starvation/useful_fraction"] == pytest.approx(3 / 8)
+    expected = {
+        "groups": 4, "all_correct": 2 / 4, "all_wrong": 1 / 4, "uniform": 3 / 4, "degenerate": 2 / 4,
+        "p_mean": p_mean, "d_iid": p_mean**3 + (1 - p_mean) ** 3, "useful_fraction": 3 / 8,
+        "scorable_fraction": 1.0, "useful_token_fraction": (2 + 1 + 2) / 15,
+    }  # G in d_iid is the largest group, 3
+    for key, value in expected.items():
+        assert metrics[f"starvation/{key}"] == pytest.approx(value), key
+    assert metrics["starvation/jensen_gap"] == pytest.approx(3 / 4 - expected["d_iid"])
+    starvation_metrics(data, window=window)
+    assert window.groups == 8
     with pytest.raises(UserError, match="has no 'uid'"):
-        starvation_metrics({"token_level_rewards": data["token_level_rewards"]})
+        starvation_metrics({"token_level_rewards": token_level_rewards})

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from grpolab import advantages as registry
+from grpolab import diagnostics
 from grpolab.audit import audit
 from grpolab.diagnostics.starvation import degeneracy
 from grpolab.integrations import verl as adapter
@@ -171,10 +172,13 @@ def test_starvation_metrics_of_verls_batch(default_algorithm: DictConfig) -> Non
     metrics = starvation_metrics(data)
     outcome = batch["token_level_rewards"].sum(-1).numpy()
     matrix = np.stack([outcome[batch["index"] == uid] for uid in sorted(set(batch["index"]))])  # [P, G]
-    expected = degeneracy(matrix)
-    for key in ("all_correct", "all_wrong", "degenerate", "d_iid", "jensen_gap", "useful_fraction"):
-        assert metrics[f"starvation/{key}"] == pytest.approx(expected[key]), key
+    expected = diagnostics.starvation_metrics(matrix)  # from the rewards alone: binary, so the same groups
+    keys = ("groups", "all_correct", "all_wrong", "uniform", "degenerate", "p_mean", "d_iid", "jensen_gap",
+            "useful_fraction", "scorable_fraction")
+    for key in keys:
+        assert metrics[f"starvation/{key}"] == pytest.approx(expected[f"starvation/{key}"]), key
     assert metrics["starvation/all_correct"] > 0 and metrics["starvation/all_wrong"] > 0
+    assert 0 < metrics["starvation/useful_token_fraction"] < 1
 
 
 def test_audit_reads_verls_rollout_dumps(tmp_path: Path) -> None:
@@ -191,9 +195,11 @@ def test_audit_reads_verls_rollout_dumps(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1.jsonl", "2.jsonl"]
     result = audit(tmp_path, prompt_column="input")
     assert result["steps"] == 2 and result["group_size"] == 4
+    p_run = np.mean([want["p_mean"] for want in expected])  # 16 groups < 64: pbar over the whole run
     for row, want in zip(result["per_step"], expected, strict=True):
-        for key in ("all_correct", "all_wrong", "degenerate", "d_iid"):
+        for key in ("all_correct", "all_wrong", "degenerate", "p_mean"):
             assert row[key] == pytest.approx(want[key]), key
+        assert row["d_iid"] == pytest.approx(p_run**4 + (1 - p_run) ** 4)
 
 
 def test_main_ppo_starts(tmp_path: Path) -> None:

@@ -2,15 +2,14 @@
 
 ``starvation_metrics(data)`` reads a verl ``DataProto`` (or a plain mapping of its fields) after the
 advantages are computed: the outcome reward of each response is the sum of ``token_level_rewards``
-(what verl's estimators use), responses are grouped by ``non_tensor_batch["uid"]``, and the result of
-``grpolab.diagnostics.starvation.degeneracy`` on that [P, G_max] matrix (NaN-padded when verl's groups
-are ragged) is returned under ``starvation/``, ready for ``metrics.update(...)`` in a verl trainer.
+(what verl's estimators use), responses are grouped by ``non_tensor_batch["uid"]``, and the [P, G_max]
+rewards, advantages (each response's value at its first response token) and response lengths go to
+``grpolab.diagnostics.starvation_metrics``, the one definition that grpolab's trainer and the TRL adapter
+log. The result is ready for ``metrics.update(...)`` in a verl trainer.
 
-Departures: a response counts as useful when its advantage (the first response token's value of
-``advantages``) is non-zero, so ``useful_fraction`` reflects the estimator that verl actually ran; a
-response with no response tokens has no advantage and counts as not useful. ``useful_fraction`` is a
-share of the B responses (``degeneracy`` counts the P * G_max cells, padding included). G in ``d_iid``
-is the largest group size of the batch.
+Departures: verl's groups can be ragged, so they are NaN-padded to the largest group (G in ``d_iid`` is
+that size); ``useful_fraction`` and ``scorable_fraction`` are shares of the B responses, not of the
+P * G_max cells that ``diagnostics`` counts. A response with no response tokens counts as not useful.
 """
 
 from __future__ import annotations
@@ -21,13 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from grpolab.diagnostics.starvation import degeneracy
+from grpolab import diagnostics
 from grpolab.errors import UserError
 from grpolab.integrations.verl_parity import group_by_index
 
-__all__ = ["STARVATION_KEYS", "starvation_metrics"]
-
-STARVATION_KEYS = ("all_correct", "all_wrong", "degenerate", "d_iid", "jensen_gap", "useful_fraction")
+__all__ = ["starvation_metrics"]
 
 
 def _fields(data: Any) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
@@ -47,24 +44,41 @@ def _first_token_values(advantages: torch.Tensor, response_mask: torch.Tensor) -
     return torch.where(mask.any(dim=1), values, torch.zeros_like(values))
 
 
-def starvation_metrics(data: Any, *, success_threshold: float = 0.5) -> dict[str, float]:
-    """``starvation/{all_correct, all_wrong, degenerate, d_iid, jensen_gap, useful_fraction}`` of a verl batch.
+def _scatter(values: torch.Tensor, shape: torch.Size, rows: np.ndarray, cols: np.ndarray, fill: float) -> np.ndarray:
+    """Per-response values [B] placed into a [P, G_max] array, ``fill`` in the padding."""
+    matrix = torch.full(shape, fill, dtype=torch.float64)  # [P, G_max]
+    matrix[torch.from_numpy(rows), torch.from_numpy(cols)] = values.to(torch.float64)
+    return matrix.numpy()
 
-    ``data`` needs ``token_level_rewards`` [B, T] and ``uid`` [B]; ``advantages`` [B, T] and
-    ``response_mask`` [B, T] are used for ``useful_fraction`` when present.
+
+def starvation_metrics(
+    data: Any, *, window: diagnostics.SuccessWindow | None = None, success_threshold: float = 0.5
+) -> dict[str, float]:
+    """The ``starvation/*`` metrics (``diagnostics.STARVATION_KEYS``) of one verl batch.
+
+    ``data`` needs ``token_level_rewards`` [B, T] and ``uid`` [B]; ``advantages`` and ``response_mask``
+    [B, T], when present, give ``degenerate`` as trained, ``useful_fraction`` and ``useful_token_fraction``.
+    ``window``: a ``diagnostics.SuccessWindow`` kept across steps, so that pbar of ``d_iid`` spans at least
+    its ``min_groups`` groups; this batch's success rates are added to it here. None: this batch alone.
     """
     tensors, others = _fields(data)
     for key, where in (("token_level_rewards", tensors), ("uid", others)):
         if key not in where:
             raise UserError(f"starvation_metrics: the batch has no {key!r}; call it after verl's compute_advantage")
     scores = tensors["token_level_rewards"].detach().cpu().to(torch.float64).sum(dim=-1)  # [B]
-    rewards, rows, cols = group_by_index(scores, np.asarray(others["uid"]))  # [P, G_max]
-    advantages = None
+    rewards, rows, cols = group_by_index(scores, np.asarray(others["uid"]))  # [P, G_max], NaN padded
+    advantages = lengths = None
     if "advantages" in tensors and "response_mask" in tensors:
-        per_response = _first_token_values(tensors["advantages"], tensors["response_mask"])  # [B]
-        matrix = torch.full_like(rewards, float("nan"))  # [P, G_max]; padding is neither scorable nor useful
-        matrix[torch.from_numpy(rows), torch.from_numpy(cols)] = per_response
-        advantages = matrix.numpy()
-    stats = degeneracy(rewards.numpy(), advantages=advantages, success_threshold=success_threshold)
-    stats["useful_fraction"] *= rewards.numel() / scores.numel()  # a share of the B responses, not of P * G_max
-    return {f"starvation/{key}": float(stats[key]) for key in STARVATION_KEYS}
+        mask = tensors["response_mask"]
+        per_response = _first_token_values(tensors["advantages"], mask)  # [B]
+        advantages = _scatter(per_response, rewards.shape, rows, cols, float("nan"))  # [P, G_max]
+        lengths = _scatter(mask.detach().cpu().sum(dim=-1), rewards.shape, rows, cols, 0.0)  # [P, G_max]
+    if window is not None:
+        window.add(diagnostics.success_rates(rewards.numpy(), success_threshold=success_threshold))
+    metrics = diagnostics.starvation_metrics(
+        rewards.numpy(), advantages, lengths=lengths, window=window, success_threshold=success_threshold
+    )
+    cells_per_response = rewards.numel() / scores.numel()  # > 1 only when groups are ragged
+    for key in ("starvation/useful_fraction", "starvation/scorable_fraction"):
+        metrics[key] *= cells_per_response
+    return metrics
