@@ -1,8 +1,7 @@
 """Import this module to register every grpolab estimator with verl (``grpolab_<name>``).
 
-It is the target of verl's plugin hooks, which import a module and nothing more: the ``verl.plugins``
-entry point (loaded by ``import verl`` once grpolab is installed) or
-``VERL_USE_EXTERNAL_MODULES=grpolab.integrations.verl_plugin``. Registering is the whole point of
+It is the target of grpolab's ``verl.plugins`` entry point, which ``import verl`` loads once grpolab is
+installed (verl's plugin hooks import a module and nothing more). Registering is the whole point of
 importing it; ``grpolab.integrations.verl`` itself has no import-time side effects.
 
 Departure from verl's plugin loading: verl 0.9.1 logs a plugin that fails to load at DEBUG level only,
