@@ -6,6 +6,7 @@ settings resumes; other settings are refused once a run has trained (the sweep's
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ def _sweep(out: Path, sweep: CompareConfig, base: TrainConfig, *, report: bool) 
     settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base), "task": _task_summary(base)}
     defaults = {**CompareConfig().to_dict(), **TrainConfig().to_dict(), **COMPARE_TRAIN_DEFAULTS}
     check_sweep_settings(out, settings, defaults)  # refuses other settings; saves them while no run has trained
+    (out / "task.json").write_text(json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
     if len(sweep.lr_list) > 1:
         specs, outcomes, selection = _select_then_run(experiments, base, sweep, out)
     else:
