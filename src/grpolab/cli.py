@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from grpolab.errors import UserError
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
               "and the disk has space, then rerun (runs resume from their last checkpoint)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the exit into a traceback
         print(f"grpolab {args.command}: interrupted; rerun with the same --out to resume", file=sys.stderr)
         return 130
 

@@ -16,8 +16,8 @@ import inspect
 import itertools
 import json
 import math
+import re
 import textwrap
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +26,7 @@ from typing import Any
 import tomllib
 import yaml
 
+from grpolab.config_checks import check_types, validate
 from grpolab.errors import UserError
 
 __all__ = [
@@ -161,7 +162,7 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (JSON/YAML-safe) of every field."""
@@ -237,66 +238,6 @@ class CompareConfig:
         return dataclasses.asdict(self)
 
 
-def _validate(config: TrainConfig) -> None:
-    positive = ("group_size", "prompts_per_step", "num_iterations", "micro_batch_size", "lora_r")
-    for name in positive:
-        if getattr(config, name) < 1:
-            raise UserError(f"{name} must be >= 1, got {getattr(config, name)}")
-    if config.steps < 0:
-        raise UserError(f"steps must be >= 0, got {config.steps}")
-    if config.lr <= 0:
-        raise UserError(f"lr must be > 0, got {config.lr}")
-    if config.lr_schedule not in ("constant", "linear", "cosine"):
-        raise UserError(f"lr_schedule must be constant, linear or cosine, got {config.lr_schedule!r}")
-    if config.eval_split not in ("test", "validation"):
-        raise UserError(f"eval_split must be test or validation, got {config.eval_split!r}")
-    if config.dtype not in ("float32", "bfloat16"):
-        raise UserError(f"dtype must be float32 or bfloat16, got {config.dtype!r}")
-    if not 0 < config.top_p <= 1 or config.temperature <= 0:
-        raise UserError(f"need 0 < top_p <= 1 and temperature > 0, got {config.top_p}, {config.temperature}")
-    if config.beta < 0 or config.epsilon_low < 0 or config.clip_high < 0:
-        raise UserError("beta, epsilon_low and epsilon_high must be >= 0")
-    if config.eval_samples < 0:
-        raise UserError(f"eval_samples must be >= 0, got {config.eval_samples}")
-    _validate_ranges(config)
-
-
-def _validate_ranges(config: TrainConfig) -> None:
-    """Non-finite numbers, bad betas and settings that would lose checkpoints or crash mid-run."""
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise UserError(f"{f.name} must be a finite number, got {value}")
-    if len(config.adam_betas) != 2 or not all(0 <= b < 1 for b in config.adam_betas):
-        raise UserError(f"adam_betas must be two numbers in [0, 1) such as 0.9,0.99, got {config.adam_betas}")
-    for name in ("keep_checkpoints", "max_new_tokens", "threads"):
-        if getattr(config, name) is not None and getattr(config, name) < 1:
-            raise UserError(f"{name} must be >= 1, got {getattr(config, name)}")
-    from grpolab.losses import AGGREGATION_MODES
-
-    if config.loss_aggregation not in AGGREGATION_MODES:
-        raise UserError(f"loss_aggregation must be one of {', '.join(AGGREGATION_MODES)}, "
-                        f"got {config.loss_aggregation!r}")
-
-
-def _check_types(values: dict[str, Any], cls: type) -> None:
-    """A clear error naming the setting when a config-file value has the wrong type."""
-    hints = typing.get_type_hints(cls)
-    for name, value in values.items():
-        kind = hints[name]
-        optional = typing.get_origin(kind) in (typing.Union, types.UnionType)
-        if optional and value is None:
-            continue
-        base = next(a for a in typing.get_args(kind) if a is not type(None)) if optional else kind
-        base = typing.get_origin(base) or base
-        ok = isinstance(value, base) and not (isinstance(value, bool) and base is not bool)
-        if base is float:
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok:
-            raise UserError(f"setting {name} must be of type {getattr(base, '__name__', base)}, "
-                            f"got {value!r} ({type(value).__name__}); fix it in the config file or flag")
-
-
 # ---------------------------------------------------------------------------- field docs and flags
 
 
@@ -318,9 +259,10 @@ def _flag(name: str) -> str:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig,
-                         defaults: dict[str, Any] | None = None) -> None:
+                         defaults: dict[str, Any] | None = None, help_overrides: dict[str, str] | None = None) -> None:
     """Add one flag per field of ``cls``; every default is None so that unset flags are recognisable.
-    ``defaults`` are the command's own defaults for some fields (shown in the help instead of the class's)."""
+    ``defaults`` are the command's own defaults for some fields (shown in the help instead of the class's);
+    ``help_overrides`` replaces the help of some fields (setting -> text)."""
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     defaults = defaults or {}
@@ -328,6 +270,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfi
         kind = hints[f.name]
         shown = defaults[f.name] if f.name in defaults else _default_text(f)
         help_text = f"{docs.get(f.name, '')} (default: {shown})".replace("%", "%%")
+        help_text = (help_overrides or {}).get(f.name, help_text)
         if kind is bool:
             parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
         else:
@@ -368,6 +311,25 @@ def _json_dict(name: str) -> Any:
 # ---------------------------------------------------------------------------- files
 
 
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that reads numbers as TOML does: ``1e-5`` is a float (YAML 1.1 reads it as a string)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML that quotes the strings ``_Loader`` would read as numbers (e.g. ``lrs: '1e-4,3e-4'`` stays
+    plain, ``lrs: '1e-4'`` is quoted), so that a saved file reads back as what was saved."""
+
+
+for _yaml_class in (_Loader, _Dumper):
+    _yaml_class.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                                      list("-+0123456789"))
+
+
+def yaml_text(data: dict[str, Any]) -> str:
+    """``data`` as YAML that ``load_config_file`` reads back unchanged."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML (.yaml/.yml) or TOML (.toml) config file into a dict."""
     path = Path(path)
@@ -378,7 +340,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise UserError(f"config file {path} is not UTF-8 text ({error.reason}); pass a YAML or TOML file") from None
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.load(text, Loader=_Loader)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
         problem = " ".join(str(error).split())  # one line, even for YAML's multi-line messages
         raise UserError(f"config file {path} is not valid {path.suffix.lstrip('.').upper()}: {problem}") from None
@@ -397,7 +359,10 @@ def build_config(values: dict[str, Any], cls: type = TrainConfig) -> Any:
         raise UserError(f"unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(sorted(known))}")
     if "adam_betas" in values and isinstance(values["adam_betas"], list):
         values = {**values, "adam_betas": tuple(values["adam_betas"])}
-    _check_types(values, cls)
+    check_types(values, cls)
+    hints = typing.get_type_hints(cls)  # an int given for a float setting is saved as the float that runs
+    values = {k: float(v) if type(v) is int and float in (hints[k], *typing.get_args(hints[k])) else v
+              for k, v in values.items()}
     try:
         return cls(**values)
     except TypeError as error:
@@ -434,4 +399,4 @@ def split_file_values(values: dict[str, Any], *classes: type) -> list[dict[str, 
 
 def save_config(config: Any, path: str | Path) -> None:
     """Write the resolved config as YAML (the run's saved copy)."""
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    Path(path).write_text(yaml_text(config.to_dict()))

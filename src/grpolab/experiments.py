@@ -12,11 +12,12 @@ dynamic sampling switched on, so it can be compared like one more estimator.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import multiprocessing
 import os
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ import pandas as pd
 from grpolab import advantages
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
+from grpolab.run_settings import load_saved_config, same_run_settings
 from grpolab.runlog import read_metrics
 
 __all__ = ["RunSpec", "collect_results", "plan_lr_grid", "plan_runs", "run_sweep", "select_lrs"]
@@ -52,7 +54,15 @@ class RunSpec:
 
     @property
     def finished(self) -> bool:
-        return (self.run_dir / "summary.json").is_file()
+        """Complete, and under the planned settings (a run saved with other settings is never a result)."""
+        return (self.run_dir / "summary.json").is_file() and self.saved_as_planned
+
+    @property
+    def saved_as_planned(self) -> bool:
+        try:
+            return same_run_settings(load_saved_config(self.run_dir), self.config)
+        except UserError:  # unreadable: not this run; the trainer says why when the sweep tries it
+            return False
 
     @property
     def started(self) -> bool:
@@ -162,19 +172,58 @@ def run_one(spec: RunSpec, queue: Any = None) -> dict[str, Any]:
 def _run_local(specs: list[RunSpec], workers: int, on_event: ProgressFn) -> list[dict[str, Any]]:
     context = multiprocessing.get_context("spawn")
     outcomes: list[dict[str, Any]] = []
-    with context.Manager() as manager:
+    with _sigint_blocked():  # the workers start with Ctrl-C blocked: only this process handles it
+        manager = context.Manager()
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    try:
         queue = manager.Queue()
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            pending = {pool.submit(run_one, spec, queue) for spec in specs}
-            while pending:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                _drain(queue, on_event)
-                for future in done:
-                    outcome = future.result()
-                    outcomes.append(outcome)
-                    on_event({"finished": outcome})
+        with _sigint_blocked():
+            pending = {pool.submit(run_one, spec, queue) for spec in specs}  # starts the workers
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             _drain(queue, on_event)
+            for future in done:
+                outcome = future.result()
+                outcomes.append(outcome)
+                on_event({"finished": outcome})
+        _drain(queue, on_event)
+    except KeyboardInterrupt:
+        _stop_at_once(pool, manager)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        manager.shutdown()
     return outcomes
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread (a child process started meanwhile inherits the blocked signal); a
+    Ctrl-C pressed meanwhile arrives when the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _stop_at_once(pool: ProcessPoolExecutor, manager: Any) -> None:
+    """Ctrl-C: drop the queued runs and end the running ones (their checkpoints are written atomically, so
+    each resumes on the next ``grpolab compare``); a second Ctrl-C meanwhile is ignored."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for child in multiprocessing.active_children():  # the workers and the progress queue's manager
+            child.terminate()
+        for child in multiprocessing.active_children():
+            child.join(timeout=5)
+        pool.shutdown(wait=True)
+        manager.shutdown()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _drain(queue: Any, on_event: ProgressFn) -> None:
@@ -193,13 +242,18 @@ def _run_ray(specs: list[RunSpec], workers: int, on_event: ProgressFn) -> list[d
     remote = ray.remote(num_cpus=1)(run_one)
     pending = {remote.remote(spec): spec for spec in specs}
     outcomes = []
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
-        for ref in done:
-            pending.pop(ref)
-            outcome = ray.get(ref)
-            outcomes.append(outcome)
-            on_event({"finished": outcome})
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                pending.pop(ref)
+                outcome = ray.get(ref)
+                outcomes.append(outcome)
+                on_event({"finished": outcome})
+    except KeyboardInterrupt:  # Ctrl-C: stop the queued and the running runs, not only this process
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
     return outcomes
 
 
@@ -246,9 +300,8 @@ def collect_results(specs: list[RunSpec]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(results), pd.DataFrame(metrics)
 
 
-def write_tables(out_dir: Path, results: pd.DataFrame, metrics: pd.DataFrame, settings: dict[str, Any]) -> None:
-    """Write results.parquet, metrics.parquet and the sweep settings (compare.json)."""
+def write_tables(out_dir: Path, results: pd.DataFrame, metrics: pd.DataFrame) -> None:
+    """Write results.parquet and metrics.parquet (the sweep's settings are in its compare.yaml)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results.to_parquet(out_dir / "results.parquet", index=False)
     metrics.to_parquet(out_dir / "metrics.parquet", index=False)
-    (out_dir / "compare.json").write_text(json.dumps(settings, indent=1, default=str))

@@ -19,6 +19,7 @@ Departures from the papers and from TRL, all deliberate:
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,8 +36,10 @@ from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.errors import UserError
 from grpolab.gradient_geometry import gradient_metrics_for_step
 from grpolab.models import Policy, load_policy
-from grpolab.rewards import score_batch
+from grpolab.rewards import Scores, score_batch
 from grpolab.rollout import Rollout, encode_prompts, sample
+from grpolab.run_lock import DirectoryLock
+from grpolab.run_settings import check_resume, load_saved_config, record_resume
 from grpolab.runlog import MetricsLog, RolloutLog
 from grpolab.tasks import Problem, Task
 from grpolab.training_state import (
@@ -60,7 +63,8 @@ def _step_seed(seed: int, step: int, round_: int = 0) -> int:
 
 
 class Trainer:
-    """One training run in ``run_dir`` (created; resumed from its newest checkpoint if ``resume``)."""
+    """One training run in ``run_dir`` (created; resumed from its newest checkpoint if ``resume``, under the
+    run's saved settings). The run directory's lock is held from construction to the end of ``run``."""
 
     def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
                  on_step: StepCallback | None = None, policy: Policy | None = None, task: Task | None = None):
@@ -68,10 +72,23 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.on_step = on_step
         _prepare_run_dir(self.run_dir, resume)
+        self.lock = DirectoryLock(self.run_dir, "grpolab train").acquire()  # released when run() ends
+        try:
+            self._set_up(resume, policy, task)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _set_up(self, resume: bool, policy: Policy | None, task: Task | None) -> None:
+        config = self.config
+        saved = load_saved_config(self.run_dir) if resume else None
+        if saved is not None:  # before anything loads: the run directory's settings are the truth
+            check_resume(self.run_dir, saved, config)
         if config.threads:
             torch.set_num_threads(config.threads)
         _check_estimator(config)
         self.task = task or load_task_for(config)
+        _check_task_fits(config, self.task)
         self.verifier = verifiers.get_verifier(config.verifier or self.task.verifier)
         self.max_new_tokens = config.max_new_tokens or self.task.max_new_tokens
         torch.manual_seed(config.seed)
@@ -83,6 +100,9 @@ class Trainer:
         self.completions_generated = 0  # restored from the checkpoint on resume
         self.success_window = SuccessWindow()  # pbar of starvation/d_iid; restored from the checkpoint
         self.start_step = self._restore() if resume else 0
+        self.resumed_changes = {} if saved is None else record_resume(self.run_dir, saved, config, self.start_step)
+        if "steps" in self.resumed_changes:  # a finished run that is extended is no longer finished
+            (self.run_dir / "summary.json").unlink(missing_ok=True)
         save_config(config, self.run_dir / "config.yaml")
         write_task_summary(self.task, self.run_dir)
         resume_from = self.start_step + 1 if resume else None
@@ -90,7 +110,8 @@ class Trainer:
                                       tensorboard_dir=self.run_dir / "tensorboard" if config.tensorboard else None)
         self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
         # with no checkpoint the start evaluation is redone, so its row must go too
-        prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None)
+        prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None,
+                         extended="steps" in self.resumed_changes)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -141,6 +162,7 @@ class Trainer:
         self.completions_generated += len(rollout.texts)
         references = [p.reference for p in problems for _ in range(self.config.group_size)]
         scores = score_batch(self.verifier, rollout.texts, references)
+        _check_verifier_errors(scores, step, verifier_name=self.config.verifier or self.task.verifier)
         return problems, rollout, scores.rewards.reshape(len(problems), self.config.group_size), scores
 
     def _collect(self, step: int) -> tuple[StepBatch, dict[str, float]]:
@@ -212,7 +234,14 @@ class Trainer:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> RunResult:
-        """Train from ``start_step`` to ``config.steps`` with evaluations and checkpoints."""
+        """Train from ``start_step`` to ``config.steps`` with evaluations and checkpoints; then give up the
+        run directory's lock."""
+        try:
+            return self._run()
+        finally:
+            self.lock.release()
+
+    def _run(self) -> RunResult:
         config = self.config
         if self.start_step == 0 and config.eval_start:
             run_evaluation(self, 0, "start")
@@ -235,7 +264,7 @@ class Trainer:
 def _prepare_run_dir(run_dir: Path, resume: bool) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
+        probe = run_dir / f".write-test-{os.getpid()}"  # per process: two starting writers must not collide
         probe.write_text("")
         probe.unlink()
     except OSError as error:
@@ -244,6 +273,22 @@ def _prepare_run_dir(run_dir: Path, resume: bool) -> None:
         ) from None
     if not resume and (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step-*")):
         raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or choose a new --out")
+
+
+def _check_task_fits(config: TrainConfig, task: Task) -> None:
+    """Refuse a step size the task cannot fill, rather than train on fewer prompts than asked."""
+    if task.train_stream is None and config.prompts_per_step > len(task.train):
+        raise UserError(f"prompts_per_step {config.prompts_per_step} is more than the {len(task.train)} train "
+                        f"prompts of task {task.name!r}; lower --prompts-per-step (or give the task more prompts)")
+
+
+def _check_verifier_errors(scores: Scores, step: int, *, verifier_name: str) -> None:
+    """Stop a run whose verifier raised on most of a step's completions: it would train on nothing."""
+    total = len(scores.rewards)
+    if total and scores.errors * 2 > total:
+        raise UserError(f"step {step}: the verifier {verifier_name} failed on {scores.errors} of {total} "
+                        f"completions, first with {scores.first_error}; fix the verifier, which must be "
+                        "fn(completion, reference) -> float | None")
 
 
 def _check_estimator(config: TrainConfig) -> None:

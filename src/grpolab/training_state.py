@@ -43,7 +43,9 @@ def load_task_for(config: TrainConfig) -> Task:
     options = {k: v for k, v in config.task_options.items() if k not in _TASK_FIELDS}
     overrides = {k: v for k, v in config.task_options.items() if k in _TASK_FIELDS}
     options.update(_data_options(config))
-    task = get_task(config.task, **options)
+    if config.task in ("gsm8k", "math500"):  # the train/test cut of single-split data follows the run's seed
+        options.setdefault("seed", config.seed)
+    task = _limited(get_task(config.task, **options), config.task_limit)
     if config.eval_split == "validation":
         task = with_validation(task)
         if not task.validation:
@@ -76,6 +78,16 @@ def write_task_summary(task: Task, run_dir: Path) -> None:
     (run_dir / "task.json").write_text(json.dumps(task.summary(), indent=1, default=str))
 
 
+def _limited(task: Task, limit: int | None) -> Task:
+    """The first ``limit`` train and test problems of ``task`` (all of them for None)."""
+    if limit is None:
+        return task
+    if task.train_stream is not None:
+        raise UserError(f"task {task.name!r} draws fresh train prompts every step, so --task-limit cannot "
+                        "apply; drop it (--eval-limit bounds the test prompts)")
+    return dataclasses.replace(task, train=task.train[:limit], test=task.test[:limit])
+
+
 def wrap_lora(model: Any, config: TrainConfig) -> Any:
     """Wrap ``model`` with LoRA adapters on the target modules that exist in it (peft)."""
     from peft import LoraConfig, get_peft_model
@@ -92,12 +104,15 @@ def wrap_lora(model: Any, config: TrainConfig) -> Any:
     return get_peft_model(model, lora)
 
 
-def prepare_eval_log(path: Path, *, resume_from_step: int | None) -> None:
-    """Drop evaluations that a resumed run will redo (steps >= resume_from_step), or all of them."""
+def prepare_eval_log(path: Path, *, resume_from_step: int | None, extended: bool = False) -> None:
+    """Drop evaluations that a resumed run will redo (steps >= resume_from_step), or all of them. A run
+    ``extended`` to more steps keeps its old end evaluation as a step evaluation."""
     if not path.exists():
         return
-    rewrite_jsonl(path, [row for row in read_metrics(path)
-                         if resume_from_step is not None and row["step"] < resume_from_step])
+    rows = [row for row in read_metrics(path) if resume_from_step is not None and row["step"] < resume_from_step]
+    if extended:
+        rows = [{**row, "phase": "step"} if row["phase"] == "end" else row for row in rows]
+    rewrite_jsonl(path, rows)
 
 
 def run_evaluation(trainer: Trainer, step: int, phase: str) -> dict[str, Any]:

@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from grpolab.cli import main
+from grpolab.run_lock import DirectoryLock
 
 TINY_FLAGS = ["--steps", "2", "--prompts-per-step", "4", "--eval-limit", "8", "--eval-samples", "2",
               "--checkpoint-every", "1"]
@@ -32,6 +34,55 @@ def test_compare_writes_tables_and_report(tmp_path: Path) -> None:
     assert len(metrics) == 4 * 2 and "starvation/degenerate" in metrics
     for name in ("report.html", "report.md", "compare.yaml"):
         assert (out / name).is_file(), name
+    assert not (out / "compare.json").exists(), "the settings are saved once, in compare.yaml"
+
+
+def test_a_compare_rerun_with_other_settings_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "cmp"
+    sweep = ["compare", "--estimators", "sign", "--seeds", "1", "--group-sizes", "2", "--workers", "1",
+             "--out", str(out), "--no-report", "--lrs", "1e-4"]
+    assert main([*sweep, *TINY_FLAGS]) == 0
+    results = (out / "results.parquet").read_bytes()
+    capsys.readouterr()
+    code = main([*sweep, *TINY_FLAGS, "--steps", "3", "--lrs", "3e-4"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for needle in ("holds a sweep made with", "lrs '1e-4', steps 2", "this command gives lrs '3e-4', steps 3",
+                   "choose a new --out"):
+        assert needle in err, (needle, err)
+    assert (out / "results.parquet").read_bytes() == results
+    assert main([*sweep, *TINY_FLAGS, "--workers", "2"]) == 0  # how many workers run it is not a setting of it
+
+
+def test_ctrl_c_stops_a_sweep_at_once_and_a_second_compare_is_refused_meanwhile(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "cmp"
+    argv = ["compare", "--estimators", "sign,dr_grpo", "--seeds", "1", "--group-sizes", "2", "--workers", "1",
+            "--out", str(out), "--no-report", "--lrs", "1e-4", "--steps", "200", "--prompts-per-step", "2",
+            "--eval-samples", "0", "--eval-limit", "4", "--checkpoint-every", "1"]
+    process = subprocess.Popen([sys.executable, "-m", "grpolab.cli", *argv], start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not any(p.stat().st_size for p in out.glob("runs/*/metrics.jsonl")):
+        assert process.poll() is None and time.monotonic() < deadline, "the sweep did not start training"
+        time.sleep(0.05)
+
+    code = main(argv)  # a second sweep on the same --out while the first is writing
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and f"pid {process.pid}" in err, err
+
+    interrupted = time.monotonic()
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in a terminal reaches the whole process group
+    time.sleep(0.3)
+    os.killpg(process.pid, signal.SIGINT)  # and a second, impatient one
+    _, stderr = process.communicate(timeout=60)
+    assert time.monotonic() - interrupted < 10, "Ctrl-C did not stop the sweep within 10 s"
+    assert process.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and "rerun with the same --out to resume" in stderr, stderr
+    trained = sorted(p.parent.name for p in out.glob("runs/*/metrics.jsonl") if p.stat().st_size)
+    assert trained == ["sign-G2-seed0"], f"the queued run trained after Ctrl-C: {trained}"
+    for run in out.glob("runs/*"):  # no worker still holds a run directory
+        DirectoryLock(run, "test").acquire().release()
 
 
 def _finished(out: Path) -> list[Path]:

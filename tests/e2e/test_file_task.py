@@ -54,4 +54,4 @@ def test_compare_on_the_same_file_names_it_in_the_report(tmp_path: Path) -> None
     data = report[report.index("## Data"):]
     assert str(DATA) in data and "| source: all | 50 |" in data
     assert "cannot parse, left out rather than scored 0: 0" in data
-    assert json.loads((out / "compare.json").read_text())["task"]["source"] == str(DATA)
+    assert json.loads((out / "task.json").read_text())["source"] == str(DATA)

@@ -1,9 +1,12 @@
 """``grpolab compare``: a multi-seed comparison of advantage estimators, evaluated, with statistics and
-a report (report.html, report.md, results.parquet in --out). Rerunning with the same --out resumes."""
+a report (report.html, report.md, results.parquet in --out). Rerunning with the same --out and the same
+settings resumes; other settings are refused once a run has trained (the sweep's settings are saved in
+--out/compare.yaml), and so is a second ``grpolab compare`` on an --out that one is still writing."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,14 @@ from grpolab.config import (
 )
 from grpolab.errors import UserError
 from grpolab.progress import console, progress_bar
+from grpolab.run_lock import DirectoryLock
+from grpolab.run_settings import (
+    SWEEP_OWNED,
+    check_sweep_settings,
+    explicit_values,
+    refuse_sweep_owned,
+    sweep_train_settings,
+)
 
 # The training settings of a comparison that differ from `grpolab train`'s: a fixed, short budget, so the
 # comparison measures how fast each estimator learns (and the default sweep runs in minutes on 2 cores).
@@ -30,20 +41,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/compare", help="output directory (default: runs/compare)")
     parser.add_argument("--no-report", action="store_true", help="gather results but skip the report")
     add_config_arguments(parser, CompareConfig)
-    add_config_arguments(parser, TrainConfig, defaults=COMPARE_TRAIN_DEFAULTS)
+    refused = {name: f"refused: the sweep sets it for each run; use {use}" for name, use in SWEEP_OWNED.items()}
+    add_config_arguments(parser, TrainConfig, defaults=COMPARE_TRAIN_DEFAULTS, help_overrides=refused)
 
 
 def run(args: argparse.Namespace) -> int:
-    from grpolab import experiments
-
     file_values = load_config_file(args.config) if args.config else {}
     compare_values, train_values = split_file_values(file_values, CompareConfig, TrainConfig)
+    refuse_sweep_owned(explicit_values(args, TrainConfig, train_values))
     sweep: CompareConfig = config_from_args(args, CompareConfig, file_values=compare_values)
     base: TrainConfig = config_from_args(args, TrainConfig, file_values={**COMPARE_TRAIN_DEFAULTS, **train_values})
     out = Path(args.out)
     _check_lr_flags(args, sweep)
-    settings = {"compare": sweep.to_dict(), "train": base.to_dict(), "task": _task_summary(base)}
-    _save_settings(out, settings)
+    with DirectoryLock(out, "grpolab compare"):  # one sweep process per --out
+        return _sweep(out, sweep, base, report=not args.no_report)
+
+
+def _sweep(out: Path, sweep: CompareConfig, base: TrainConfig, *, report: bool) -> int:
+    from grpolab import experiments
+
+    settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base), "task": _task_summary(base)}
+    defaults = {**CompareConfig().to_dict(), **TrainConfig().to_dict(), **COMPARE_TRAIN_DEFAULTS}
+    check_sweep_settings(out, settings, defaults)  # refuses other settings; saves them while no run has trained
+    (out / "task.json").write_text(json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
     if len(sweep.lr_list) > 1:
         specs, outcomes, selection = _select_then_run(experiments, base, sweep, out)
     else:
@@ -51,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         specs = experiments.plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out)
         outcomes, selection = _run_with_progress(experiments, specs, sweep, "runs"), None
     results, metrics = experiments.collect_results(specs)
-    experiments.write_tables(out, results, metrics, settings)
+    experiments.write_tables(out, results, metrics)
     if selection is not None:
         selection.to_parquet(out / "selection.parquet", index=False)
     failed = [o for o in outcomes if not o["ok"]]
@@ -59,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]run {outcome['run_id']} failed:[/red] {outcome['error']}")
     if results.empty:
         raise UserError(f"no run finished; see the errors above and the run directories in {out / 'runs'}")
-    if not args.no_report:
+    if report:
         _report(out, results, metrics, settings, selection)
     return 1 if failed else 0
 
@@ -92,14 +112,6 @@ def _task_summary(base: TrainConfig) -> dict[str, Any]:
     from grpolab.training_state import load_task_for
 
     return load_task_for(base).summary()
-
-
-def _save_settings(out: Path, settings: dict[str, Any]) -> None:
-    import yaml
-
-    out.mkdir(parents=True, exist_ok=True)
-    flat = {**settings["compare"], **settings["train"]}
-    (out / "compare.yaml").write_text(yaml.safe_dump(flat, sort_keys=False))
 
 
 def _run_with_progress(experiments: Any, specs: list, sweep: CompareConfig, label: str) -> list[dict[str, Any]]:

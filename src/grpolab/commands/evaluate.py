@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from grpolab.errors import UserError
 from grpolab.progress import console
 
 
@@ -26,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many test prompts")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for pass@k")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="completion budget (default: task's)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="sampling seed; also the train/test cut of single-split data such as math500")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--out", help="also write the result as JSON to this file")
 
@@ -37,9 +39,13 @@ def run(args: argparse.Namespace) -> int:
     from grpolab.models import load_policy
     from grpolab.training_state import load_task_for
 
-    task = load_task_for(TrainConfig(task=args.task, data=args.data, task_limit=args.limit,
-                                     task_options=args.task_options, verifier=args.verifier,
-                                     prompt_column=args.prompt_column, reference_column=args.reference_column))
+    if args.n < 0:
+        raise UserError(f"--n must be >= 0 (0: greedy accuracy only), got {args.n}")
+    config = TrainConfig(task=args.task, data=args.data, task_options=args.task_options, verifier=args.verifier,
+                         prompt_column=args.prompt_column, reference_column=args.reference_column,
+                         seed=args.seed, eval_samples=args.n, eval_limit=args.limit, temperature=args.temperature,
+                         max_new_tokens=args.max_new_tokens)  # checks the values
+    task = load_task_for(config)
     policy = load_policy(args.model)
     result = evaluate(policy, task, n=args.n, limit=args.limit, seed=args.seed, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens)

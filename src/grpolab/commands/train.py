@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from grpolab.config import add_config_arguments, config_from_args
+from grpolab.config import TrainConfig, add_config_arguments, config_from_args, load_config_file
 from grpolab.progress import console, progress_bar
+from grpolab.run_settings import explicit_values, resume_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML or TOML file with settings (flags override it)")
     parser.add_argument("--out", help="run directory (default: runs/<task>-<advantage>-G<G>-seed<seed>)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out from its newest checkpoint, with its saved settings "
+                             "(config.yaml); flags may repeat them, and --steps may change")
     add_config_arguments(parser)
 
 
@@ -21,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     out = Path(args.out or f"runs/{config.task}-{config.advantage}-G{config.group_size}-seed{config.seed}")
+    if args.resume:
+        config = resume_config(out, explicit_values(args, TrainConfig, _file_values(args))) or config
     with progress_bar(config.progress) as bar:
         task_id = bar.add_task("train", total=config.steps, info="") if bar else None
 
@@ -33,9 +38,16 @@ def run(args: argparse.Namespace) -> int:
         trainer = Trainer(config, out, resume=args.resume, on_step=on_step)
         if bar is not None:
             bar.update(task_id, completed=trainer.start_step)
+        if trainer.resumed_changes:
+            console.print(f"resuming at step {trainer.start_step}; changed since the last start: "
+                          + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in trainer.resumed_changes.items()))
         result = trainer.run()
     _print_summary(result)
     return 0
+
+
+def _file_values(args: argparse.Namespace) -> dict:
+    return load_config_file(args.config) if args.config else {}
 
 
 def _print_summary(result) -> None:

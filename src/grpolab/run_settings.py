@@ -1,0 +1,168 @@
+"""A run directory and a sweep directory own their settings.
+
+* A run's saved ``config.yaml`` is the truth on ``--resume``. A setting given again with the saved value is
+  fine; ``steps`` may change (to extend a run, or end it sooner), and every resume is recorded in the run's
+  ``resumes.jsonl`` with what changed; ``progress`` and ``threads`` change how the process runs, not what it
+  trains. Any other difference is refused with one line naming the settings, both values and the way on.
+* A sweep's ``compare.yaml`` (every sweep setting and every training setting) must match a re-run's
+  settings, or ``grpolab compare`` refuses, naming the differences. A run directory whose ``config.yaml``
+  differs from the run the sweep planned is never counted as a result.
+* The settings a sweep sets for each run itself (``SWEEP_OWNED``) are refused as ``grpolab compare`` flags
+  or config-file keys, naming the flag to use instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from grpolab.config import TrainConfig, build_config, load_config_file, yaml_text
+from grpolab.errors import UserError
+
+__all__ = [
+    "RESUME_MAY_CHANGE",
+    "RUNTIME_ONLY",
+    "SWEEP_OWNED",
+    "check_resume",
+    "check_sweep_settings",
+    "explicit_values",
+    "load_saved_config",
+    "record_resume",
+    "refuse_sweep_owned",
+    "resume_config",
+    "same_run_settings",
+]
+
+# Settings of how a process runs, not of what it trains or finds: they may differ between runs of one directory.
+RUNTIME_ONLY = frozenset({"progress", "threads", "workers", "backend"})
+RESUME_MAY_CHANGE = RUNTIME_ONLY | {"steps"}
+# Training settings that ``grpolab compare`` sets for each run -> what to use instead.
+SWEEP_OWNED: dict[str, str] = {
+    "group_size": "--group-sizes",
+    "advantage": "--estimators",
+    "seed": "--seeds",
+    "dynamic_sampling": "NAME+dynamic in --estimators (e.g. dr_grpo+dynamic)",
+}
+SWEEP_FILE = "compare.yaml"
+Change = tuple[str, Any, Any]  # (setting, saved value, new value)
+
+
+def explicit_values(args: argparse.Namespace, cls: type, file_values: dict[str, Any]) -> dict[str, Any]:
+    """The settings of ``cls`` that the user gave: config-file keys, overridden by the flags that were set."""
+    values = {k: v for k, v in file_values.items() if k in {f.name for f in dataclasses.fields(cls)}}
+    for f in dataclasses.fields(cls):
+        if getattr(args, f.name, None) is not None:
+            values[f.name] = getattr(args, f.name)
+    return values
+
+
+def _changes(saved: dict[str, Any], wanted: dict[str, Any], names: list[str]) -> list[Change]:
+    return [(name, saved.get(name), wanted.get(name)) for name in names if saved.get(name) != wanted.get(name)]
+
+
+def _describe(changes: list[Change]) -> str:
+    """'A 1, B 2; this command gives A 3, B 4'."""
+    saved = ", ".join(f"{name} {old!r}" for name, old, _ in changes)
+    return f"{saved}; this command gives " + ", ".join(f"{name} {new!r}" for name, _, new in changes)
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+def load_saved_config(run_dir: Path) -> TrainConfig | None:
+    """The ``config.yaml`` a run directory holds, or None when it has none."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return None
+    try:
+        return build_config(load_config_file(path))
+    except UserError as error:
+        raise UserError(f"{path} cannot be read as this grpolab's settings ({error}); "
+                        "resume it with the grpolab version that made it, or choose a new --out") from None
+
+
+def resume_config(run_dir: Path, explicit: dict[str, Any]) -> TrainConfig | None:
+    """The config of ``grpolab train --resume``: the saved one, with only the settings that may change
+    taken from ``explicit``; None when ``run_dir`` holds no saved config (nothing to resume: a fresh run)."""
+    saved = load_saved_config(run_dir)
+    if saved is None:
+        return None
+    wanted = build_config({**saved.to_dict(), **explicit})
+    refused = [c for c in _changes(saved.to_dict(), wanted.to_dict(), sorted(explicit))
+               if c[0] not in RESUME_MAY_CHANGE]
+    if refused:
+        raise UserError(f"{run_dir} holds a run saved with {_describe(refused)}: drop those flags to continue "
+                        "it with its saved settings "
+                        "(only --steps may change on --resume), or choose a new --out for a new run")
+    return wanted
+
+
+def check_resume(run_dir: Path, saved: TrainConfig, config: TrainConfig) -> None:
+    """Refuse to resume ``run_dir`` (saved with ``saved``) under ``config`` when they differ in more than
+    the settings that may change on resume."""
+    names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in RESUME_MAY_CHANGE]
+    refused = _changes(saved.to_dict(), config.to_dict(), names)
+    if refused:
+        raise UserError(f"{run_dir} holds a run saved with {_describe(refused)}: resume it with its saved "
+                        "settings (config.yaml), or choose a new run directory")
+
+
+def record_resume(run_dir: Path, saved: TrainConfig, config: TrainConfig, start_step: int) -> dict[str, list]:
+    """Check ``config.steps`` against the steps already trained and append this resume, with what changed,
+    to ``run_dir/resumes.jsonl``; returns the changes (setting -> [saved, new])."""
+    if config.steps != saved.steps and config.steps <= start_step:
+        raise UserError(f"{run_dir} has already trained {start_step} steps; --steps must be more than that "
+                        f"(or the saved {saved.steps})")
+    names = sorted(RESUME_MAY_CHANGE & {f.name for f in dataclasses.fields(TrainConfig)})
+    changed = {name: [old, new] for name, old, new in _changes(saved.to_dict(), config.to_dict(), names)}
+    row = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "from_step": start_step, "changed": changed}
+    with (Path(run_dir) / "resumes.jsonl").open("a") as handle:
+        handle.write(json.dumps(row) + "\n")
+    return changed
+
+
+def same_run_settings(saved: TrainConfig | None, planned: TrainConfig) -> bool:
+    """Whether a run directory's saved config is the planned run (runtime-only settings aside)."""
+    if saved is None:
+        return False
+    names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in RUNTIME_ONLY]
+    return not _changes(saved.to_dict(), planned.to_dict(), names)
+
+
+# ---------------------------------------------------------------------------- a sweep
+
+
+def refuse_sweep_owned(explicit_train: dict[str, Any]) -> None:
+    """Refuse training settings that ``grpolab compare`` sets for each run itself."""
+    owned = [name for name in SWEEP_OWNED if name in explicit_train]
+    if owned:
+        uses = "; ".join(f"for {name} use {SWEEP_OWNED[name]}" for name in owned)
+        flags = ", ".join("--" + name.replace("_", "-") for name in owned)
+        raise UserError(f"grpolab compare sets {', '.join(owned)} for each run itself, so {flags} would be "
+                        f"ignored: {uses}")
+
+
+def sweep_train_settings(base: TrainConfig) -> dict[str, Any]:
+    """The training settings a sweep shares between its runs (the base config without ``SWEEP_OWNED``)."""
+    return {k: v for k, v in base.to_dict().items() if k not in SWEEP_OWNED}
+
+
+def check_sweep_settings(out: Path, settings: dict[str, dict[str, Any]], defaults: dict[str, Any]) -> None:
+    """Refuse a sweep in ``out`` whose saved settings differ from ``settings`` ({"compare": ..., "train": ...})
+    once any of its runs has trained a step; settings missing from the saved file count as their
+    ``defaults``. Saves ``settings`` while no run has trained (so a sweep refused at once can be fixed)."""
+    path = Path(out) / SWEEP_FILE
+    flat = {**settings["compare"], **settings["train"]}
+    trained = any(log.stat().st_size for log in Path(out).glob("*/*/metrics.jsonl"))
+    if not path.is_file() or not trained:
+        path.write_text(yaml_text(flat))
+        return
+    saved = {**defaults, **load_config_file(path)}
+    changes = [c for c in _changes(saved, flat, list(flat)) if c[0] not in RUNTIME_ONLY]
+    if changes:
+        raise UserError(f"{out} holds a sweep made with {_describe(changes)}: rerun with its "
+                        f"saved settings ({path}) to resume it, or choose a new --out")
