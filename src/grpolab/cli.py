@@ -11,6 +11,7 @@ import argparse
 import importlib
 import signal
 import sys
+import warnings
 
 from grpolab.errors import UserError
 
@@ -36,6 +37,15 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(command: str):
+    """``warnings.formatwarning`` for the command line: one line, no source line of grpolab's code."""
+
+    def format_warning(message, category, filename, lineno, line=None) -> str:
+        return f"grpolab {command}: warning: {' '.join(str(message).split())}\n"
+
+    return format_warning
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
@@ -44,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     module = importlib.import_module(COMMANDS[args.command][0])
+    warnings.formatwarning = _one_line_warning(args.command)
     try:
         return int(module.run(args) or 0)
     except UserError as error:
