@@ -110,6 +110,8 @@ class TrainConfig:
     """Sequences per forward/backward pass during the update (memory bound)."""
     dtype: str = "float32"
     """Compute dtype of the update: float32 or bfloat16 (autocast on the CPU)."""
+    sampler_dtype: str = "bfloat16"
+    """Weights of the lean Llama sampler: bfloat16 or float32 (other models sample as loaded, in float32)."""
     lora: bool = False
     """Train LoRA adapters (peft) instead of all weights."""
     lora_r: int = 16

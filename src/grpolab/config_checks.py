@@ -42,6 +42,8 @@ def validate(config: TrainConfig) -> None:
         raise UserError(f"eval_split must be test or validation, got {config.eval_split!r}")
     if config.dtype not in ("float32", "bfloat16"):
         raise UserError(f"dtype must be float32 or bfloat16, got {config.dtype!r}")
+    if config.sampler_dtype not in ("auto", "float32", "bfloat16"):
+        raise UserError(f"sampler_dtype must be auto, float32 or bfloat16, got {config.sampler_dtype!r}")
     if not 0 < config.top_p <= 1 or config.temperature <= 0:
         raise UserError(f"need 0 < top_p <= 1 and temperature > 0, got {config.top_p}, {config.temperature}")
     if config.beta < 0 or config.epsilon_low < 0 or config.clip_high < 0:

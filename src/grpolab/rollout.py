@@ -8,6 +8,12 @@ forward per new token and nothing else (no logits processors, no stopping-criter
 an explicit ``torch.Generator`` so that a step's samples depend only on (seed, step). Top-p follows
 Holtzman et al. 2020 (arXiv 1904.09751); temperature divides the logits, and ``token_logprobs`` uses
 the same temperature so that the trained policy is the one that sampled (as TRL does).
+
+Two decoders feed the same sampling loop: for Llama-family models ``fast_decode.LeanLlama`` (bfloat16
+weight copies, preallocated KV cache; ``engine="auto"`` or ``"lean"``), for every other model the
+transformers forward with a ``DynamicCache`` (``engine="hf"``). The sampler records the log-probability
+of each token it drew, so that the trainer can measure how far the sampler's distribution is from its
+own (``rollout/sampler_kl``), as trainers that sample with vLLM do.
 """
 
 from __future__ import annotations
@@ -17,7 +23,13 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["Rollout", "encode_prompts", "sample", "token_logprobs"]
+from grpolab import fast_decode
+from grpolab.errors import UserError
+
+__all__ = ["ENGINES", "Rollout", "encode_prompts", "sample", "token_logprobs"]
+
+ENGINES = ("auto", "lean", "hf")
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 @dataclass
@@ -32,6 +44,8 @@ class Rollout:
         texts: B decoded completions (special tokens removed).
         truncated: [B] True where no EOS came within the token budget.
         entropy: [B, T] entropy (nats) of the sampling distribution at each completion token.
+        logprobs: [B, T] the sampler's log-probability of each sampled token at the sampling temperature
+            (before top-p; 0 after the first EOS and when greedy), or None.
     """
 
     prompt_ids: torch.Tensor
@@ -41,6 +55,7 @@ class Rollout:
     texts: list[str]
     truncated: torch.Tensor
     entropy: torch.Tensor
+    logprobs: torch.Tensor | None = None
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -80,11 +95,13 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 
 def _next_token(
     logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample (or, with temperature 0, pick greedily) one token per row of logits [B, V]; also the
-    entropy [B] of the distribution sampled from (before top-p)."""
+    entropy [B] of the distribution sampled from (before top-p) and the token's log-probability [B]
+    under it (0 when greedy)."""
     if temperature == 0:
-        return logits.argmax(dim=-1), torch.zeros(logits.shape[0])
+        zeros = torch.zeros(logits.shape[0])
+        return logits.argmax(dim=-1), zeros, zeros
     log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
     probs = log_probs.exp()
     entropy = -(probs * log_probs).sum(dim=-1)
@@ -93,7 +110,8 @@ def _next_token(
         outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # keep the smallest head with mass >= p
         sorted_probs = sorted_probs.masked_fill(outside, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    return _inverse_cdf_sample(probs, generator), entropy
+    token = _inverse_cdf_sample(probs, generator)
+    return token, entropy, log_probs.gather(-1, token[:, None]).squeeze(1)
 
 
 def _inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -103,6 +121,38 @@ def _inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None) 
     uniform = torch.rand((probs.shape[0], 1), generator=generator, dtype=cdf.dtype) * cdf[:, -1:]
     token = torch.searchsorted(cdf, uniform, right=True).squeeze(1)
     return token.clamp(max=probs.shape[-1] - 1)
+
+
+class _HFDecoder:
+    """The transformers forward with a ``DynamicCache``: the decoder of every model the lean path refuses."""
+
+    def __init__(self, model: PreTrainedModel):
+        self.model = model
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+        self.mask, self.cache = mask, DynamicCache()
+        self.position = _positions(mask)[:, -1:]
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :]
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        self.position = self.position + 1
+        out = self.model(input_ids=token.unsqueeze(1), attention_mask=self.mask, position_ids=self.position,
+                         past_key_values=self.cache, use_cache=True)
+        return out.logits[:, -1, :]
+
+
+def _decoder(model: PreTrainedModel, engine: str, dtype: str) -> _HFDecoder | fast_decode.LeanLlama:
+    if engine not in ENGINES or dtype not in _DTYPES:
+        raise UserError(f"sampler engine must be one of {ENGINES} and dtype one of {tuple(_DTYPES)}, "
+                        f"got engine={engine!r}, dtype={dtype!r}")
+    lean = fast_decode.build(model, _DTYPES[dtype]) if engine != "hf" else None
+    if lean is None and engine == "lean":
+        raise UserError(f"the lean sampler supports LlamaForCausalLM models only, not {type(model).__name__}; "
+                        "use engine='auto' or 'hf'")
+    return lean if lean is not None else _HFDecoder(model)
 
 
 @torch.no_grad()
@@ -117,6 +167,8 @@ def sample(
     temperature: float = 1.0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
+    engine: str = "auto",
+    dtype: str = "bfloat16",
 ) -> Rollout:
     """Sample ``num_samples`` completions for each of the P prompts; temperature 0 means greedy.
 
@@ -124,35 +176,43 @@ def sample(
         prompt_ids, prompt_mask: [P, Lp] from ``encode_prompts``.
         num_samples: G, completions per prompt (adjacent in the output: rows p*G .. p*G+G-1).
         max_new_tokens: token budget per completion.
+        engine: "auto" (the lean decoder where it applies, else transformers), "lean" or "hf".
+        dtype: weights of the lean decoder, "bfloat16" or "float32" (the transformers path runs the
+            model as it is).
     """
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
     mask = prompt_mask.repeat_interleave(num_samples, dim=0)
-    cache = DynamicCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), past_key_values=cache,
-                use_cache=True, logits_to_keep=1)
-    position = _positions(mask)[:, -1:]
+    decoder = _decoder(model, engine, dtype)
+    logits = decoder.prefill(ids, mask, max_new_tokens)
     finished = torch.zeros(ids.shape[0], dtype=torch.bool)
     tokens: list[torch.Tensor] = []
     entropies: list[torch.Tensor] = []
+    logprobs: list[torch.Tensor] = []
     for _ in range(max_new_tokens):
-        token, entropy = _next_token(out.logits[:, -1, :], temperature, top_p, generator)
+        token, entropy, logprob = _next_token(logits, temperature, top_p, generator)
         token = torch.where(finished, torch.full_like(token, pad_id), token)
         tokens.append(token)
         entropies.append(entropy)
+        logprobs.append(logprob)
         finished |= token == eos_id
         if bool(finished.all()) or len(tokens) == max_new_tokens:
             break  # no forward pass whose logits would go unused
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        position = position + 1
-        out = model(input_ids=token.unsqueeze(1), attention_mask=mask, position_ids=position,
-                    past_key_values=out.past_key_values, use_cache=True)
+        logits = decoder.step(token)
+    return _rollout(tokenizer, ids, mask, tokens, entropies, logprobs)
+
+
+def _rollout(tokenizer: PreTrainedTokenizerBase, ids: torch.Tensor, mask: torch.Tensor, tokens: list[torch.Tensor],
+             entropies: list[torch.Tensor], logprobs: list[torch.Tensor]) -> Rollout:
+    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     completion_ids = torch.stack(tokens, dim=1) if tokens else ids.new_empty((ids.shape[0], 0))
     completion_mask = _mask_through_first_eos(completion_ids, eos_id)
     texts = tokenizer.batch_decode(completion_ids.masked_fill(completion_mask == 0, pad_id), skip_special_tokens=True)
     entropy = torch.stack(entropies, dim=1) * completion_mask if entropies else torch.zeros(completion_ids.shape)
+    sampled = (torch.stack(logprobs, dim=1).masked_fill(completion_mask == 0, 0.0) if logprobs
+               else torch.zeros(completion_ids.shape))
     truncated = ~(completion_ids == eos_id).any(dim=1)
-    return Rollout(ids, mask[:, : ids.shape[1]], completion_ids, completion_mask, texts, truncated, entropy)
+    return Rollout(ids, mask, completion_ids, completion_mask, texts, truncated, entropy, sampled)
 
 
 def _mask_through_first_eos(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:

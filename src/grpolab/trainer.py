@@ -157,7 +157,7 @@ class Trainer:
         self.model.eval()
         rollout = sample(self.model, self.policy.tokenizer, ids, mask, num_samples=self.config.group_size,
                          max_new_tokens=self.max_new_tokens, temperature=self.config.temperature,
-                         top_p=self.config.top_p, generator=generator)
+                         top_p=self.config.top_p, generator=generator, dtype=self.config.sampler_dtype)
         self.model.train()
         self.completions_generated += len(rollout.texts)
         references = [p.reference for p in problems for _ in range(self.config.group_size)]

@@ -1,6 +1,11 @@
 """The pieces of one training step: the batch being trained on, the optimizer and the policy update
 (the starvation metrics are ``grpolab.diagnostics.starvation_metrics``). Shapes: P groups, G completions
 each, B = P * G, T completion tokens.
+
+``rollout/sampler_kl`` is the mean per-token KL(sampler || trainer) over the completions the update
+forwards (so it is absent on a step that trains none): the sampler may run other kernels and weights
+in bfloat16 (``fast_decode``), and this says how far its distribution is from the one being trained,
+as trainers that sample with vLLM report it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from grpolab.losses import aggregate, aggregation_denominator, policy_loss
 from grpolab.rollout import Rollout, token_logprobs
 from grpolab.tasks import Problem
 
-__all__ = ["StepBatch", "build_optimizer", "update_policy"]
+__all__ = ["StepBatch", "build_optimizer", "sampler_kl", "update_policy"]
 
 
 def _pad_to(tensor: torch.Tensor, width: int, *, left: bool) -> torch.Tensor:
@@ -40,6 +45,7 @@ class StepBatch:
         texts: B completion texts.
         truncated: [B] bool.
         entropy: [B, T] sampling entropy per token.
+        sampler_logprobs: [B, T] the sampler's log-probability of each token, or None.
     """
 
     problems: list[Problem]
@@ -51,11 +57,13 @@ class StepBatch:
     texts: list[str]
     truncated: torch.Tensor
     entropy: torch.Tensor
+    sampler_logprobs: torch.Tensor | None = None
 
     @classmethod
     def make(cls, problems: list[Problem], rollout: Rollout, rewards: np.ndarray) -> StepBatch:
         return cls(problems, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
-                   rollout.completion_mask, rewards, list(rollout.texts), rollout.truncated, rollout.entropy)
+                   rollout.completion_mask, rewards, list(rollout.texts), rollout.truncated, rollout.entropy,
+                   rollout.logprobs)
 
     @property
     def group_size(self) -> int:
@@ -79,7 +87,8 @@ class StepBatch:
         rows = [p * g + i for p in groups for i in range(g)]
         return StepBatch([self.problems[p] for p in groups], self.prompt_ids[rows], self.prompt_mask[rows],
                          self.completion_ids[rows], self.completion_mask[rows], self.rewards[groups],
-                         [self.texts[r] for r in rows], self.truncated[rows], self.entropy[rows])
+                         [self.texts[r] for r in rows], self.truncated[rows], self.entropy[rows],
+                         None if self.sampler_logprobs is None else self.sampler_logprobs[rows])
 
     def non_degenerate(self) -> StepBatch:
         """Only the groups whose scorable rewards are not all equal (DAPO's dynamic-sampling filter)."""
@@ -105,6 +114,8 @@ class StepBatch:
             rewards=np.concatenate([self.rewards, other.rewards]), texts=self.texts + other.texts,
             truncated=torch.cat([self.truncated, other.truncated]),
             entropy=join(self.entropy, other.entropy, t, False),
+            sampler_logprobs=None if self.sampler_logprobs is None or other.sampler_logprobs is None
+            else join(self.sampler_logprobs, other.sampler_logprobs, t, False),
         )
 
     def rollout_metrics(self, completions_generated: int) -> dict[str, float]:
@@ -163,17 +174,20 @@ def update_policy(
     totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
     for _ in range(config.num_iterations):
         _zero_grads(params)
-        totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+        totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "sampler_kl": 0.0}
         for rows_chunk in chunks:
             _micro_step(model, batch, rows_chunk, flat, mask, config, denominator, old, ref, totals)
         grad_norm = _clip(params, config.max_grad_norm)
         optimizer.step()
     tokens = float(mask[rows].sum()) if rows else 0.0
-    return {
+    metrics = {
         "loss/policy": totals["loss"], "loss/kl": totals["kl"] / max(tokens, 1.0),
         "loss/clip_fraction": totals["clipped"] / max(tokens, 1.0), "loss/grad_norm": grad_norm,
         "loss/lr": lr, "loss/trained_sequences": float(len(rows)), "loss/train_tokens": tokens,
     }
+    if batch.sampler_logprobs is not None and tokens > 0:
+        metrics["rollout/sampler_kl"] = totals["sampler_kl"] / tokens
+    return metrics
 
 
 def _micro_step(model, batch, rows, flat, mask, config, denominator, old, ref, totals) -> None:
@@ -189,6 +203,16 @@ def _micro_step(model, batch, rows, flat, mask, config, denominator, old, ref, t
     totals["loss"] += float(loss.detach())
     totals["kl"] += float((terms.kl * mask[rows]).sum())
     totals["clipped"] += float((terms.clipped * mask[rows]).sum())
+    if batch.sampler_logprobs is not None:
+        before = old[key] if old is not None else logprobs.detach()  # the policy that sampled, pre-update
+        totals["sampler_kl"] += float((sampler_kl(batch.sampler_logprobs[rows], before) * mask[rows]).sum())
+
+
+def sampler_kl(sampler_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token estimate [B, T] of KL(sampler || trainer) from the log-probs [B, T] both give the tokens
+    the sampler drew: Schulman's k3, exp(d) - 1 - d with d = trainer - sampler (unbiased, >= 0)."""
+    log_ratio = trainer_logprobs.float() - sampler_logprobs.float()
+    return torch.expm1(log_ratio) - log_ratio
 
 
 def _zero_grads(params: list[torch.nn.Parameter]) -> None:

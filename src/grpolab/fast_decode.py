@@ -1,0 +1,221 @@
+"""A lean decoder for Llama-family models: the forward pass of ``LlamaForCausalLM`` written as a plain
+loop over layers on copies of the weights, with a preallocated KV cache. ``rollout.sample`` uses it
+for every model it accepts and falls back to the transformers forward for the rest.
+
+Shapes: B rows (left-padded), Lp prompt tokens, S tokens in one forward (Lp in the prefill, 1 per
+decode step), L = Lp + T cache slots, D hidden size, H query heads, Hkv key/value heads, Dh head size.
+
+How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it is tested against):
+
+* The weights are copied once per rollout into ``dtype`` (bfloat16 by default: this CPU's AVX-512 BF16
+  matmul runs 2-4x faster than float32), with q/k/v fused into one matrix and gate/up into another,
+  so a layer is four matmuls. The master weights are not touched. peft LoRA adapters are merged into
+  the copy (``W + B A * scaling``), so sampling costs nothing extra with LoRA.
+* The residual stream, the RMS norms and the rotary tables stay in float32; only matmul inputs and
+  outputs are in ``dtype`` (transformers in bfloat16 keeps the residual in bfloat16 too). Logits are
+  returned in float32 (computed by a bfloat16 matmul, so they carry its rounding).
+* In bfloat16 the matrices are handed to oneDNN prepacked (``torch.ops.mkldnn._reorder_linear_weight``,
+  the layout ``torch.compile``'s CPU freezing uses), so a decode step does not re-layout every weight;
+  where oneDNN has no bfloat16 kernel, plain ``F.linear`` runs instead.
+* The KV cache is one preallocated tensor per layer; the attention mask is built once per rollout.
+  A padding query attends to itself, so no softmax row is empty (its output is never used).
+* Grouped-query attention groups the queries of a key/value head along the query axis instead of
+  repeating the keys and values.
+
+Accepted: ``LlamaForCausalLM`` (bare or wrapped by peft with plain LoRA on linear layers), SiLU MLP,
+no biases, static rotary scaling (default, linear, llama3). Anything else returns None from ``build``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["LeanLlama", "build"]
+
+_ROPE_TYPES = ("default", "linear", "llama3")
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class _Layer:
+    """One decoder layer's weights: norms in float32, matrices in the compute dtype."""
+
+    attn_norm: torch.Tensor  # [D]
+    qkv: torch.Tensor  # [(H + 2 Hkv) Dh, D]
+    out: torch.Tensor  # [D, H Dh]
+    mlp_norm: torch.Tensor  # [D]
+    gate_up: torch.Tensor  # [2 I, D]
+    down: torch.Tensor  # [D, I]
+
+
+def _base_model(model: nn.Module) -> nn.Module:
+    """The transformers model under a peft wrapper (or the model itself)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def _effective_weight(module: nn.Module) -> torch.Tensor | None:
+    """The weight a linear layer applies: its own, or a LoRA layer's base weight plus its active,
+    unmerged adapters. None for anything else (biases, LoRA variants such as DoRA, other adapters)."""
+    if type(module) is nn.Linear:
+        return module.weight if module.bias is None else None
+    base = getattr(module, "base_layer", None)
+    if type(base) is not nn.Linear or base.bias is not None or not hasattr(module, "lora_A"):
+        return None
+    weight = base.weight
+    if module.disable_adapters or module.merged:
+        return weight
+    for name in module.active_adapters:
+        if name not in module.lora_A:
+            continue
+        if module.lora_variant.get(name) is not None or module.lora_bias.get(name):
+            return None
+        weight = weight + module.get_delta_weight(name)
+    return weight
+
+
+def _supported(base: nn.Module) -> bool:
+    config = getattr(base, "config", None)
+    if type(base).__name__ != "LlamaForCausalLM" or config is None:
+        return False
+    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    return (config.hidden_act == "silu" and not config.attention_bias and not config.mlp_bias
+            and rope in _ROPE_TYPES and type(base.model.embed_tokens) is nn.Embedding)
+
+
+def _packs_bf16(dtype: torch.dtype) -> bool:
+    mkldnn = torch.ops.mkldnn
+    return (dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+            and hasattr(mkldnn, "_reorder_linear_weight") and bool(mkldnn._is_mkldnn_bf16_supported()))
+
+
+def _matrix(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``weight`` [out, in] in ``dtype``, prepacked for oneDNN where ``_packs_bf16``."""
+    weight = weight.detach().to(dtype)
+    return torch.ops.mkldnn._reorder_linear_weight(weight, batch_size=32) if _packs_bf16(dtype) else weight
+
+
+def _packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+
+
+def _layer_weights(layer: nn.Module, dtype: torch.dtype) -> _Layer | None:
+    attn, mlp = layer.self_attn, layer.mlp
+    modules = [getattr(attn, n) for n in _PROJECTIONS[:4]] + [getattr(mlp, n) for n in _PROJECTIONS[4:]]
+    weights = [_effective_weight(m) for m in modules]
+    if any(w is None for w in weights):
+        return None
+    q, k, v, o, gate, up, down = weights
+    return _Layer(layer.input_layernorm.weight.detach().float(), _matrix(torch.cat([q, k, v]), dtype),
+                  _matrix(o, dtype), layer.post_attention_layernorm.weight.detach().float(),
+                  _matrix(torch.cat([gate, up]), dtype), _matrix(down, dtype))
+
+
+def build(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> LeanLlama | None:
+    """A ``LeanLlama`` on the current weights of ``model`` in ``dtype``, or None if the lean path does not
+    accept the model (see the module docstring)."""
+    base = _base_model(model)
+    if not _supported(base):
+        return None
+    with torch.no_grad():
+        layers = [_layer_weights(layer, dtype) for layer in base.model.layers]
+        head = _effective_weight(base.lm_head)
+        if head is None or any(layer is None for layer in layers):
+            return None
+        return LeanLlama(base, layers, _matrix(head, dtype), dtype)
+
+
+class LeanLlama:
+    """The Llama forward of ``build``: ``prefill`` once per rollout, then ``step`` per new token."""
+
+    def __init__(self, base: nn.Module, layers: list[_Layer], lm_head: torch.Tensor, dtype: torch.dtype):
+        config = base.config
+        self.layers, self.lm_head, self.dtype = layers, lm_head, dtype
+        self._linear = _packed_linear if _packs_bf16(dtype) else F.linear
+        self.embed = base.model.embed_tokens.weight.detach()  # [V, D] master weights: a lookup needs no copy
+        self.final_norm = base.model.norm.weight.detach().float()
+        self.eps = config.rms_norm_eps
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        rotary = base.model.rotary_emb
+        self.inv_freq = rotary.inv_freq.detach().float()  # [Dh / 2]
+        self.rope_scale = float(rotary.attention_scaling)
+        kv_width = self.kv_heads * self.head_dim
+        self._qkv_sizes = [self.heads * self.head_dim, kv_width, kv_width]
+        self._length = 0
+
+    def _rope_tables(self, positions: int) -> None:
+        angles = torch.arange(positions, dtype=torch.float32)[:, None] * self.inv_freq  # [positions, Dh / 2]
+        self._cos = (angles.cos() * self.rope_scale).to(self.dtype)
+        self._sin = (angles.sin() * self.rope_scale).to(self.dtype)
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+        """Run the prompts ids [B, Lp] (left-padded, mask [B, Lp]); allocate the cache for
+        ``max_new_tokens`` more. Returns the last position's logits [B, V] in float32."""
+        rows, width = ids.shape
+        capacity = width + max_new_tokens
+        shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
+        self._keys, self._values = torch.empty(shape, dtype=self.dtype), torch.empty(shape, dtype=self.dtype)
+        valid = torch.cat([mask.bool(), mask.new_ones((rows, max_new_tokens), dtype=torch.bool)], dim=1)
+        self._key_bias = torch.zeros((rows, 1, 1, capacity), dtype=self.dtype).masked_fill(
+            ~valid[:, None, None, :], float("-inf"))  # [B, 1, 1, L]
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [B, Lp]
+        self._next_position = positions[:, -1:] + 1  # [B, 1]
+        self._rope_tables(int(positions.max()) + max_new_tokens + 1)
+        causal = torch.ones((width, width), dtype=torch.bool).tril()
+        allowed = (causal & valid[:, None, :width]) | torch.eye(width, dtype=torch.bool)  # [B, Lp, Lp]
+        bias = torch.zeros((rows, 1, width, width), dtype=self.dtype).masked_fill(~allowed[:, None], float("-inf"))
+        self._length = width
+        return self._forward(ids, positions, 0, bias)
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        """Append one token per row (token [B]); returns the next logits [B, V] in float32."""
+        start = self._length
+        self._length += 1
+        position = self._next_position
+        self._next_position = position + 1
+        return self._forward(token[:, None], position, start, self._key_bias[..., : start + 1])
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        first, second = x.chunk(2, dim=-1)
+        return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+
+    def _attention(self, index: int, normed: torch.Tensor, shape: tuple[int, int], start: int,
+                   cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """Self-attention of layer ``index`` on normed [B S, D]; writes the cache; returns [B S, H Dh]."""
+        rows, length = shape
+        end, group = start + length, self.heads // self.kv_heads
+        q, k, v = self._linear(normed, self.layers[index].qkv).split(self._qkv_sizes, dim=-1)
+        q = self._rope(q.view(rows, length, self.heads, self.head_dim).transpose(1, 2), cos, sin)
+        self._keys[index, :, :, start:end] = self._rope(
+            k.view(rows, length, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
+        self._values[index, :, :, start:end] = v.view(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = q.reshape(rows, self.kv_heads, group * length, self.head_dim)  # [B, Hkv, group S, Dh]
+        attended = F.scaled_dot_product_attention(q, self._keys[index, :, :, :end], self._values[index, :, :, :end],
+                                                  attn_mask=bias)
+        return attended.reshape(rows, self.heads, length, self.head_dim).transpose(1, 2).reshape(rows * length, -1)
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int, bias: torch.Tensor) -> torch.Tensor:
+        """ids, positions [B, S] written at cache slots start .. start + S - 1; bias [B, 1, S, start + S].
+        Every matmul takes a 2-D [B S, in] input (a 3-D one runs slower on this CPU's kernels)."""
+        rows, length = ids.shape
+        hidden = F.embedding(ids.reshape(-1), self.embed).float()  # [B S, D], the residual stream
+        cos, sin = self._cos[positions][:, None], self._sin[positions][:, None]  # [B, 1, S, Dh / 2]
+        group = self.heads // self.kv_heads
+        if length > 1 and group > 1:
+            bias = bias.repeat(1, 1, group, 1)  # query rows are ordered (group member, position)
+        width = (hidden.shape[-1],)
+        for index, layer in enumerate(self.layers):
+            normed = F.rms_norm(hidden, width, layer.attn_norm, self.eps).to(self.dtype)
+            attended = self._attention(index, normed, (rows, length), start, cos, sin, bias)
+            hidden = hidden + self._linear(attended, layer.out).float()
+            normed = F.rms_norm(hidden, width, layer.mlp_norm, self.eps).to(self.dtype)
+            gate, up = self._linear(normed, layer.gate_up).chunk(2, dim=-1)
+            hidden = hidden + self._linear(F.silu(gate) * up, layer.down).float()
+        last = hidden.view(rows, length, -1)[:, -1]
+        last = F.rms_norm(last, width, self.final_norm, self.eps).to(self.dtype)
+        return self._linear(last, self.lm_head).float()  # [B, V]
