@@ -10,9 +10,12 @@ Same settings on both sides: P prompts x G completions per step (TRL: ``per_devi
 = P * G, ``num_generations`` = G, one generation per step), ``max_new_tokens``, temperature 1, top-p 1,
 beta = 0 (no reference model), the group-normalised advantage (grpolab ``grpo`` = TRL's default
 ``scale_rewards="group"``), token-mean loss (TRL ``loss_type="dapo"``), AdamW with the same constant
-lr and betas, gradient clipping at 1, no evaluation, no logging, no checkpoints. The reward is the
-``exact`` verifier of the ``arith`` task on both sides. The lr is small on purpose: the policy barely
-moves, so completion lengths stay comparable across the run.
+lr and betas, gradient clipping at 1, no evaluation, no logging, no checkpoints. The task is ``arith``
+with the setting's ``task_options`` and the reward its ``verifier`` (default ``exact``) on both sides;
+a task in the chat template goes to TRL as conversational prompts, which TRL wraps in the same
+template. The lr is small on purpose: the policy barely moves, so completion lengths stay comparable
+across the run. ``grpolab_dtype`` and ``trl_bf16`` set each side's precision (grpolab: autocast of the
+update, its sampler is the lean bfloat16 decoder for Llama models; TRL: ``bf16=True``, autocast).
 
 Difference that is grpolab's by design (module docstring of ``grpolab.trainer``): completions with
 advantage exactly 0 are not forwarded in the update; ``trained_fraction`` reports how many were.
@@ -24,7 +27,7 @@ import copy
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,12 @@ class PairSettings:
     lora: bool = False
     lora_r: int = 16
     lora_alpha: int = 32
+    task_options: dict[str, Any] = field(default_factory=dict)
+    verifier: str = "exact"
+    temperature: float = 1.0
+    micro_batch_size: int = 64
+    grpolab_dtype: str = "float32"
+    trl_bf16: bool = False
 
 
 @dataclass
@@ -61,17 +70,23 @@ class PairTimes:
     trl_generate: list[float]
     grpolab_tokens: list[float]
     trained_fraction: list[float]
+    grpolab_rewards: list[float] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
         return median(self.grpolab) / median(self.trl)
 
 
-def exact_match_reward(completions: list[str], reference: list[str], **_: Any) -> list[float | None]:
-    """TRL reward function: grpolab's ``exact`` verifier (1.0 / 0.0, None when unscorable)."""
-    from grpolab.verifiers.exact import score
+def verifier_reward(verifier: str) -> Any:
+    """A TRL reward function scoring with grpolab's verifier ``verifier`` (None when unscorable)."""
+    from grpolab.verifiers import score
 
-    return [score(c, r) for c, r in zip(completions, reference, strict=True)]
+    def reward(completions: list[Any], reference: list[str], **_: Any) -> list[float | None]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]  # conversational or plain
+        return [score(verifier, c, r) for c, r in zip(texts, reference, strict=True)]
+
+    reward.__name__ = f"{verifier}_reward"
+    return reward
 
 
 def _grpolab_config(settings: PairSettings) -> Any:
@@ -81,7 +96,9 @@ def _grpolab_config(settings: PairSettings) -> Any:
         model=settings.model, prompts_per_step=settings.prompts, group_size=settings.group_size,
         max_new_tokens=settings.max_new_tokens, lr=settings.lr, beta=0.0, advantage="grpo", threads=1,
         steps=100_000, eval_start=False, progress=False, checkpoint_every=0, lora=settings.lora,
-        lora_r=settings.lora_r, lora_alpha=settings.lora_alpha,
+        lora_r=settings.lora_r, lora_alpha=settings.lora_alpha, task="arith", task_options=settings.task_options,
+        verifier=settings.verifier, temperature=settings.temperature, dtype=settings.grpolab_dtype,
+        micro_batch_size=settings.micro_batch_size,
     )
 
 
@@ -93,7 +110,8 @@ def _trl_config(settings: PairSettings, out_dir: str) -> Any:
         num_generations=settings.group_size, max_completion_length=settings.max_new_tokens,
         learning_rate=settings.lr, lr_scheduler_type="constant", adam_beta1=TRL_DEFAULT_BETAS[0],
         adam_beta2=TRL_DEFAULT_BETAS[1], weight_decay=0.0, max_grad_norm=1.0, beta=0.0, loss_type="dapo",
-        temperature=1.0, top_p=1.0, use_vllm=False, use_cpu=True, bf16=False, logging_strategy="no",
+        temperature=settings.temperature, top_p=1.0, use_vllm=False, use_cpu=True, bf16=settings.trl_bf16,
+        logging_strategy="no",
         save_strategy="no", eval_strategy="no", report_to=[], disable_tqdm=True, dataloader_pin_memory=False,
         seed=0,
     )
@@ -154,21 +172,22 @@ class GrpoPair:
         from trl import GRPOTrainer
 
         from grpolab.models import load_policy
-        from grpolab.tasks import get_task
         from grpolab.trainer import Trainer
+        from grpolab.training_state import load_task_for
 
         one_thread()
         warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames, on every train()
         policy = load_policy(settings.model)
         trl_model, trl_tokenizer = copy.deepcopy(policy.model), copy.deepcopy(policy.tokenizer)
         _clear_stale_quantized_flag(trl_model)
-        task = get_task("arith")
-        self.grpolab = Trainer(_grpolab_config(settings), work_dir / "grpolab", policy=policy, task=task)
-        dataset = Dataset.from_dict({"prompt": [p.prompt for p in task.train],
-                                     "reference": [p.reference for p in task.train]})
+        config = _grpolab_config(settings)
+        task = load_task_for(config)
+        self.grpolab = Trainer(config, work_dir / "grpolab", policy=policy, task=task)
+        prompts = [[{"role": "user", "content": p.prompt}] if task.use_chat_template else p.prompt for p in task.train]
+        dataset = Dataset.from_dict({"prompt": prompts, "reference": [p.reference for p in task.train]})
         self.clock = _StepClock()
         self.trl = GRPOTrainer(
-            model=trl_model, processing_class=trl_tokenizer, reward_funcs=exact_match_reward,
+            model=trl_model, processing_class=trl_tokenizer, reward_funcs=verifier_reward(settings.verifier),
             args=_trl_config(settings, str(work_dir / "trl")), train_dataset=dataset, callbacks=[self.clock],
             peft_config=_trl_lora(settings, trl_model) if settings.lora else None,
         )
@@ -202,6 +221,7 @@ def compare_steps(settings: PairSettings, *, blocks: int, steps_per_block: int) 
             times.grpolab += [m["perf/step_time"] for m in metrics]
             times.grpolab_rollout += [m["perf/rollout_time"] for m in metrics]
             times.grpolab_tokens += [m["rollout/completion_length"] for m in metrics]
+            times.grpolab_rewards += [m["rollout/reward_mean"] for m in metrics]
             times.trained_fraction += [m["loss/trained_sequences"] / (settings.prompts * settings.group_size)
                                        for m in metrics]
             trl_steps, trl_generation = pair.trl_block(steps_per_block)
@@ -220,5 +240,6 @@ def describe(times: PairTimes) -> dict[str, Any]:
         "trl_generate_share": round(median(times.trl_generate) / t, 3) if times.trl_generate else None,
         "mean_completion_tokens": round(float(np.mean(times.grpolab_tokens)), 2),
         "grpolab_trained_fraction": round(float(np.mean(times.trained_fraction)), 3),
+        "grpolab_reward_mean": round(float(np.mean(times.grpolab_rewards)), 3),
         "steps_timed": len(times.grpolab),
     }
