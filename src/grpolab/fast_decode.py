@@ -11,8 +11,10 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
   matmul runs 2-4x faster than float32), with q/k/v fused into one matrix and gate/up into another,
   so a layer is four matmuls. The master weights are not touched. peft LoRA adapters are merged into
   the copy (``W + B A * scaling``), so sampling costs nothing extra with LoRA.
-* The residual stream, the RMS norms and the rotary tables stay in float32; only matmul inputs and
-  outputs are in ``dtype`` (transformers in bfloat16 keeps the residual in bfloat16 too). Logits are
+* The residual stream, the RMS norms, the rotary embedding, the KV cache and the attention stay in
+  float32; only the weight matmuls' inputs and outputs are in ``dtype`` (transformers in bfloat16 runs
+  all of it in bfloat16). Attention over a short cache is a handful of tiny matmuls, faster in float32
+  on this CPU than bfloat16 or ``scaled_dot_product_attention``'s kernel. Logits are
   returned in float32 (computed by a bfloat16 matmul, so they carry its rounding).
 * In bfloat16 the matrices are handed to oneDNN prepacked (``torch.ops.mkldnn._reorder_linear_weight``,
   the layout ``torch.compile``'s CPU freezing uses), so a decode step does not re-layout every weight;
@@ -144,14 +146,11 @@ class LeanLlama:
         rotary = base.model.rotary_emb
         self.inv_freq = rotary.inv_freq.detach().float()  # [Dh / 2]
         self.rope_scale = float(rotary.attention_scaling)
-        kv_width = self.kv_heads * self.head_dim
-        self._qkv_sizes = [self.heads * self.head_dim, kv_width, kv_width]
         self._length = 0
 
     def _rope_tables(self, positions: int) -> None:
         angles = torch.arange(positions, dtype=torch.float32)[:, None] * self.inv_freq  # [positions, Dh / 2]
-        self._cos = (angles.cos() * self.rope_scale).to(self.dtype)
-        self._sin = (angles.sin() * self.rope_scale).to(self.dtype)
+        self._cos, self._sin = angles.cos() * self.rope_scale, angles.sin() * self.rope_scale
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         """Run the prompts ids [B, Lp] (left-padded, mask [B, Lp]); allocate the cache for
@@ -159,16 +158,16 @@ class LeanLlama:
         rows, width = ids.shape
         capacity = width + max_new_tokens
         shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
-        self._keys, self._values = torch.empty(shape, dtype=self.dtype), torch.empty(shape, dtype=self.dtype)
+        self._keys, self._values = torch.empty(shape), torch.empty(shape)  # float32
         valid = torch.cat([mask.bool(), mask.new_ones((rows, max_new_tokens), dtype=torch.bool)], dim=1)
-        self._key_bias = torch.zeros((rows, 1, 1, capacity), dtype=self.dtype).masked_fill(
+        self._key_bias = torch.zeros((rows, 1, 1, capacity)).masked_fill(
             ~valid[:, None, None, :], float("-inf"))  # [B, 1, 1, L]
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [B, Lp]
         self._next_position = positions[:, -1:] + 1  # [B, 1]
         self._rope_tables(int(positions.max()) + max_new_tokens + 1)
         causal = torch.ones((width, width), dtype=torch.bool).tril()
         allowed = (causal & valid[:, None, :width]) | torch.eye(width, dtype=torch.bool)  # [B, Lp, Lp]
-        bias = torch.zeros((rows, 1, width, width), dtype=self.dtype).masked_fill(~allowed[:, None], float("-inf"))
+        bias = torch.zeros((rows, 1, width, width)).masked_fill(~allowed[:, None], float("-inf"))
         self._length = width
         return self._forward(ids, positions, 0, bias)
 
@@ -189,33 +188,33 @@ class LeanLlama:
         """Self-attention of layer ``index`` on normed [B S, D]; writes the cache; returns [B S, H Dh]."""
         rows, length = shape
         end, group = start + length, self.heads // self.kv_heads
-        q, k, v = self._linear(normed, self.layers[index].qkv).split(self._qkv_sizes, dim=-1)
-        q = self._rope(q.view(rows, length, self.heads, self.head_dim).transpose(1, 2), cos, sin)
-        self._keys[index, :, :, start:end] = self._rope(
-            k.view(rows, length, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin)
-        self._values[index, :, :, start:end] = v.view(rows, length, self.kv_heads, self.head_dim).transpose(1, 2)
-        q = q.reshape(rows, self.kv_heads, group * length, self.head_dim)  # [B, Hkv, group S, Dh]
-        attended = F.scaled_dot_product_attention(q, self._keys[index, :, :, :end], self._values[index, :, :, :end],
-                                                  attn_mask=bias)
-        return attended.reshape(rows, self.heads, length, self.head_dim).transpose(1, 2).reshape(rows * length, -1)
+        qkv = self._linear(normed, self.layers[index].qkv).float().view(rows, length, -1, self.head_dim)
+        qk = self._rope(qkv[:, :, : self.heads + self.kv_heads], cos, sin)  # [B, S, H + Hkv, Dh], one rotation
+        self._keys[index, :, :, start:end] = qk[:, :, self.heads :].transpose(1, 2)
+        self._values[index, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads :].transpose(1, 2)
+        q = qk[:, :, : self.heads].transpose(1, 2).reshape(rows, self.kv_heads, group * length, self.head_dim)
+        scores = torch.matmul(q, self._keys[index, :, :, :end].transpose(2, 3))  # [B, Hkv, group S, L]
+        probs = torch.softmax(scores.mul_(self.head_dim**-0.5).add_(bias), dim=-1)
+        attended = torch.matmul(probs, self._values[index, :, :, :end])  # [B, Hkv, group S, Dh]
+        return attended.view(rows, self.heads, length, self.head_dim).transpose(1, 2).reshape(rows * length, -1)
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int, bias: torch.Tensor) -> torch.Tensor:
         """ids, positions [B, S] written at cache slots start .. start + S - 1; bias [B, 1, S, start + S].
         Every matmul takes a 2-D [B S, in] input (a 3-D one runs slower on this CPU's kernels)."""
         rows, length = ids.shape
         hidden = F.embedding(ids.reshape(-1), self.embed).float()  # [B S, D], the residual stream
-        cos, sin = self._cos[positions][:, None], self._sin[positions][:, None]  # [B, 1, S, Dh / 2]
+        cos, sin = self._cos[positions][:, :, None], self._sin[positions][:, :, None]  # [B, S, 1, Dh / 2]
         group = self.heads // self.kv_heads
         if length > 1 and group > 1:
             bias = bias.repeat(1, 1, group, 1)  # query rows are ordered (group member, position)
         width = (hidden.shape[-1],)
         for index, layer in enumerate(self.layers):
             normed = F.rms_norm(hidden, width, layer.attn_norm, self.eps).to(self.dtype)
-            attended = self._attention(index, normed, (rows, length), start, cos, sin, bias)
-            hidden = hidden + self._linear(attended, layer.out).float()
+            attended = self._attention(index, normed, (rows, length), start, cos, sin, bias).to(self.dtype)
+            hidden.add_(self._linear(attended, layer.out))  # float32 += dtype
             normed = F.rms_norm(hidden, width, layer.mlp_norm, self.eps).to(self.dtype)
             gate, up = self._linear(normed, layer.gate_up).chunk(2, dim=-1)
-            hidden = hidden + self._linear(F.silu(gate) * up, layer.down).float()
+            hidden.add_(self._linear(F.silu(gate) * up, layer.down))
         last = hidden.view(rows, length, -1)[:, -1]
         last = F.rms_norm(last, width, self.final_norm, self.eps).to(self.dtype)
         return self._linear(last, self.lm_head).float()  # [B, V]
