@@ -143,3 +143,14 @@ def test_trainer_logs_the_sampler_kl_every_step(tmp_path, sampler_dtype: str, bo
     for step in (1, 2):
         metrics = trainer.step(step)  # sign trains every completion, so the KL covers all of them
         assert 0 <= metrics["rollout/sampler_kl"] < bound
+
+
+def test_auto_dtype_is_bfloat16_only_for_models_large_enough(embedded) -> None:
+    assert fast_decode.preferred_dtype(embedded.model) == torch.float32
+    config = LlamaConfig(vocab_size=32, hidden_size=fast_decode.BF16_MIN_HIDDEN, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=8, num_key_value_heads=8)
+    with torch.device("meta"):
+        large = LlamaForCausalLM(config)
+    assert fast_decode.preferred_dtype(large) == torch.bfloat16
+    with pytest.raises(UserError, match="dtype"):
+        _run(embedded.model, embedded.tokenizer, engine="auto", dtype="float16")

@@ -110,8 +110,9 @@ class TrainConfig:
     """Sequences per forward/backward pass during the update (memory bound)."""
     dtype: str = "float32"
     """Compute dtype of the update: float32 or bfloat16 (autocast on the CPU)."""
-    sampler_dtype: str = "bfloat16"
-    """Weights of the lean Llama sampler: bfloat16 or float32 (other models sample as loaded, in float32)."""
+    sampler_dtype: str = "auto"
+    """Weights of the lean Llama sampler: auto (bfloat16 from hidden size 512 up, e.g. SmolLM2; float32 below),
+    bfloat16 or float32. Other architectures sample through transformers, as loaded."""
     lora: bool = False
     """Train LoRA adapters (peft) instead of all weights."""
     lora_r: int = 16

@@ -36,9 +36,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LeanLlama", "build"]
+__all__ = ["BF16_MIN_HIDDEN", "LeanLlama", "build", "preferred_dtype"]
 
 _ROPE_TYPES = ("default", "linear", "llama3")
+BF16_MIN_HIDDEN = 512
+"""Hidden size from which ``preferred_dtype`` picks bfloat16. Measured, one thread: SmolLM2 (576) samples
+1.7x faster in bfloat16 than float32; the embedded model (128) 15% slower, its matmuls being too small
+for the bfloat16 kernels to pay for their call overhead."""
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -115,6 +119,12 @@ def _layer_weights(layer: nn.Module, dtype: torch.dtype) -> _Layer | None:
     return _Layer(layer.input_layernorm.weight.detach().float(), _matrix(torch.cat([q, k, v]), dtype),
                   _matrix(o, dtype), layer.post_attention_layernorm.weight.detach().float(),
                   _matrix(torch.cat([gate, up]), dtype), _matrix(down, dtype))
+
+
+def preferred_dtype(model: nn.Module) -> torch.dtype:
+    """bfloat16 for models with hidden size >= ``BF16_MIN_HIDDEN``, else float32."""
+    hidden = getattr(getattr(_base_model(model), "config", None), "hidden_size", 0) or 0
+    return torch.bfloat16 if hidden >= BF16_MIN_HIDDEN else torch.float32
 
 
 def build(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> LeanLlama | None:

@@ -9,11 +9,12 @@ an explicit ``torch.Generator`` so that a step's samples depend only on (seed, s
 Holtzman et al. 2020 (arXiv 1904.09751); temperature divides the logits, and ``token_logprobs`` uses
 the same temperature so that the trained policy is the one that sampled (as TRL does).
 
-Two decoders feed the same sampling loop: for Llama-family models ``fast_decode.LeanLlama`` (bfloat16
-weight copies, preallocated KV cache; ``engine="auto"`` or ``"lean"``), for every other model the
-transformers forward with a ``DynamicCache`` (``engine="hf"``). The sampler records the log-probability
-of each token it drew, so that the trainer can measure how far the sampler's distribution is from its
-own (``rollout/sampler_kl``), as trainers that sample with vLLM do.
+Two decoders feed the same sampling loop: for Llama-family models ``fast_decode.LeanLlama`` (weight
+copies in bfloat16 for models large enough to gain from it, a preallocated KV cache; ``engine="auto"``
+or ``"lean"``), for every other model the transformers forward with a ``DynamicCache``
+(``engine="hf"``). The sampler records the log-probability of each token it drew, so that the trainer
+can measure how far the sampler's distribution is from its own (``rollout/sampler_kl``), as trainers
+that sample with vLLM do.
 """
 
 from __future__ import annotations
@@ -145,10 +146,11 @@ class _HFDecoder:
 
 
 def _decoder(model: PreTrainedModel, engine: str, dtype: str) -> _HFDecoder | fast_decode.LeanLlama:
-    if engine not in ENGINES or dtype not in _DTYPES:
-        raise UserError(f"sampler engine must be one of {ENGINES} and dtype one of {tuple(_DTYPES)}, "
+    if engine not in ENGINES or dtype not in (*_DTYPES, "auto"):
+        raise UserError(f"sampler engine must be one of {ENGINES} and dtype one of auto, {', '.join(_DTYPES)}; "
                         f"got engine={engine!r}, dtype={dtype!r}")
-    lean = fast_decode.build(model, _DTYPES[dtype]) if engine != "hf" else None
+    weights = fast_decode.preferred_dtype(model) if dtype == "auto" else _DTYPES[dtype]
+    lean = fast_decode.build(model, weights) if engine != "hf" else None
     if lean is None and engine == "lean":
         raise UserError(f"the lean sampler supports LlamaForCausalLM models only, not {type(model).__name__}; "
                         "use engine='auto' or 'hf'")
@@ -168,7 +170,7 @@ def sample(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     engine: str = "auto",
-    dtype: str = "bfloat16",
+    dtype: str = "auto",
 ) -> Rollout:
     """Sample ``num_samples`` completions for each of the P prompts; temperature 0 means greedy.
 
@@ -177,8 +179,8 @@ def sample(
         num_samples: G, completions per prompt (adjacent in the output: rows p*G .. p*G+G-1).
         max_new_tokens: token budget per completion.
         engine: "auto" (the lean decoder where it applies, else transformers), "lean" or "hf".
-        dtype: weights of the lean decoder, "bfloat16" or "float32" (the transformers path runs the
-            model as it is).
+        dtype: weights of the lean decoder: "bfloat16", "float32" or "auto" (``fast_decode.preferred_dtype``:
+            bfloat16 from hidden size 512 up). The transformers path runs the model as it is.
     """
     eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
