@@ -3,9 +3,10 @@
 With one on-policy iteration and beta = 0 the logged policy loss does not depend on the log-probs (the
 ratio is exactly 1), so the comparison uses settings where it does: two PPO iterations (the second
 sees the ratio after one update) and a KL term to a frozen reference (beta = 0.1).
-Tolerances, measured on the embedded model (P = 4, G = 4, T <= 16, lr 1e-4; differences seen: policy
-loss 3e-4 absolute, KL 4% relative, grad norm 0.7% relative) and stated here: loss/policy within 2e-3
-absolute, loss/kl within 15% relative, loss/grad_norm within 5% relative.
+Tolerances, measured on the embedded model (P = 4, G = 4, T <= 16, lr 1e-4; differences seen on two
+batches: policy loss 3e-4 and 3.3e-3 absolute, KL 4% and 10% relative, grad norm 0.7% and 2.3%) and stated here:
+loss/policy within 0.01 absolute (its per-token terms are of the order of |advantage| ~ 1), loss/kl
+within 15% relative, loss/grad_norm within 5% relative.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def test_bfloat16_autocast_logs_the_float32_loss_within_tolerance(setup) -> None
     policy, batch = setup
     full, half = _update(policy, batch, "float32"), _update(policy, batch, "bfloat16")
     assert full["loss/kl"] > 0 and full["loss/trained_sequences"] == 16
-    assert abs(half["loss/policy"] - full["loss/policy"]) < 2e-3
+    assert abs(half["loss/policy"] - full["loss/policy"]) < 0.01
     assert half["loss/kl"] == pytest.approx(full["loss/kl"], rel=0.15)
     assert half["loss/grad_norm"] == pytest.approx(full["loss/grad_norm"], rel=0.05)
     assert half["loss/policy"] != full["loss/policy"]  # autocast really ran in bfloat16
