@@ -1,12 +1,11 @@
 """The update under bfloat16 autocast (``TrainConfig.dtype``) against float32 on the same batch.
 
-With one on-policy iteration and beta = 0 the logged policy loss does not depend on the log-probs (the
-ratio is exactly 1), so the comparison uses settings where it does: two PPO iterations (the second
-sees the ratio after one update) and a KL term to a frozen reference (beta = 0.1).
-Tolerances, measured on the embedded model (P = 4, G = 4, T <= 16, lr 1e-4; differences seen on two
-batches: policy loss 3e-4 and 3.3e-3 absolute, KL 4% and 10% relative, grad norm 0.7% and 2.3%) and stated here:
-loss/policy within 0.01 absolute (its per-token terms are of the order of |advantage| ~ 1), loss/kl
-within 15% relative, loss/grad_norm within 5% relative.
+With an on-policy iteration and beta = 0 the logged policy loss does not depend on the log-probs (the
+ratio is exactly 1), so the comparison adds a KL term (beta = 0.1) to a reference that differs from the
+policy (its weights perturbed by N(0, 0.02^2) noise): the loss then depends on the forward pass, and
+both runs take their gradient at the same weights. Measured on the embedded model (P = 4, G = 4,
+T <= 16): loss/policy 0.3%, loss/kl 1.4%, loss/grad_norm 4.4% relative apart. Tolerances stated here:
+loss/policy and loss/kl within 3%, loss/grad_norm within 10% relative.
 """
 
 from __future__ import annotations
@@ -41,7 +40,10 @@ def _update(policy, batch: StepBatch, dtype: str) -> dict:
     torch.manual_seed(0)
     model = copy.deepcopy(policy.model).train()
     reference = copy.deepcopy(policy.model).eval()
-    config = TrainConfig(dtype=dtype, num_iterations=2, beta=0.1, lr=1e-4, micro_batch_size=8)
+    with torch.no_grad():
+        for param in reference.parameters():
+            param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(1)) * 0.02)
+    config = TrainConfig(dtype=dtype, beta=0.1, lr=1e-4, micro_batch_size=8)
     params = {name: p for name, p in model.named_parameters() if p.requires_grad}
     advantages = compute_advantages("grpo", batch.rewards)
     return update_policy(model, build_optimizer(params, config), batch, advantages, config, lr=config.lr,
@@ -52,7 +54,6 @@ def test_bfloat16_autocast_logs_the_float32_loss_within_tolerance(setup) -> None
     policy, batch = setup
     full, half = _update(policy, batch, "float32"), _update(policy, batch, "bfloat16")
     assert full["loss/kl"] > 0 and full["loss/trained_sequences"] == 16
-    assert abs(half["loss/policy"] - full["loss/policy"]) < 0.01
-    assert half["loss/kl"] == pytest.approx(full["loss/kl"], rel=0.15)
-    assert half["loss/grad_norm"] == pytest.approx(full["loss/grad_norm"], rel=0.05)
+    for key, tolerance in (("loss/policy", 0.03), ("loss/kl", 0.03), ("loss/grad_norm", 0.1)):
+        assert half[key] == pytest.approx(full[key], rel=tolerance), (key, half[key], full[key])
     assert half["loss/policy"] != full["loss/policy"]  # autocast really ran in bfloat16
