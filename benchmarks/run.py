@@ -1,7 +1,7 @@
 """Run the benchmark suite and print one table.
 
     python benchmarks/run.py                 # everything (the full compare alone takes several minutes)
-    python benchmarks/run.py --quick         # a reduced version of each, about two minutes in all
+    python benchmarks/run.py --quick         # a reduced version of each (the SmolLM2 RL step dominates)
     python benchmarks/run.py --only trainer,rollout --json
 
 Every benchmark is a module ``benchmarks/bench_NAME.py`` with ``run(quick: bool) -> list[dict]``; they
