@@ -7,10 +7,11 @@ decode step), L = Lp + T cache slots, D hidden size, H query heads, Hkv key/valu
 
 How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it is tested against):
 
-* The weights are copied once per rollout into ``dtype`` (bfloat16 by default: this CPU's AVX-512 BF16
-  matmul runs 2-4x faster than float32), with q/k/v fused into one matrix and gate/up into another,
-  so a layer is four matmuls. The master weights are not touched. peft LoRA adapters are merged into
-  the copy (``W + B A * scaling``), so sampling costs nothing extra with LoRA.
+* The weights are copied once per rollout into ``dtype`` (``build``'s default bfloat16: this CPU's
+  AVX-512 BF16 matmul ran 2x float32's rate, 176 vs 87 GFLOP/s at [32 x 576] . [576 x 1536], in
+  benchmarks/bench_engine.py; ``preferred_dtype`` picks per model), with q/k/v fused into one matrix
+  and gate/up into another, so a layer is four matmuls. The master weights are not touched. peft LoRA
+  adapters are merged into the copy (``W + B A * scaling``), so sampling costs nothing extra with LoRA.
 * The residual stream, the RMS norms, the rotary embedding, the KV cache and the attention stay in
   float32; only the weight matmuls' inputs and outputs are in ``dtype`` (transformers in bfloat16 runs
   all of it in bfloat16). Attention over a short cache is a handful of tiny matmuls, faster in float32
@@ -19,7 +20,8 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
 * In bfloat16 the matrices are handed to oneDNN prepacked (``torch.ops.mkldnn._reorder_linear_weight``,
   the layout ``torch.compile``'s CPU freezing uses), so a decode step does not re-layout every weight;
   where oneDNN has no bfloat16 kernel, plain ``F.linear`` runs instead.
-* The KV cache is one preallocated tensor per layer; the attention mask is built once per rollout.
+* The KV cache is two preallocated tensors [layers, B, Hkv, L, Dh]; the attention mask is built once
+  per rollout.
   A padding query attends to itself, so no softmax row is empty (its output is never used).
 * Grouped-query attention groups the queries of a key/value head along the query axis instead of
   repeating the keys and values.
