@@ -11,7 +11,7 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
   AVX-512 BF16 matmul ran 2x float32's rate, 176 vs 87 GFLOP/s at [32 x 576] . [576 x 1536], in
   benchmarks/bench_engine.py; ``preferred_dtype`` picks per model), with q/k/v fused into one matrix
   and gate/up into another, so a layer is four matmuls. The master weights are not touched. peft LoRA
-  adapters are merged into the copy (``W + B A * scaling``), so sampling costs nothing extra with LoRA.
+  adapters are merged into the copy (``W + B A * scaling``), so LoRA adds no per-token cost.
 * The residual stream, the RMS norms, the rotary embedding, the KV cache and the attention stay in
   float32; only the weight matmuls' inputs and outputs are in ``dtype`` (transformers in bfloat16 runs
   all of it in bfloat16). Attention over a short cache is a handful of tiny matmuls, faster in float32
