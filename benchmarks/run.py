@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import Row, format_table, machine, markdown_table, row
 
-BENCHMARKS = ("trainer", "engine", "rollout", "smollm2", "diagnostics", "spectrum", "compare")
+BENCHMARKS = ("trainer", "engine", "rollout", "smollm2", "diagnostics", "verifiers", "spectrum", "compare")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
