@@ -40,7 +40,9 @@ def test_two_steps_per_estimator(estimator: str, tmp_path) -> None:
     assert {"starvation/degenerate", "starvation/d_iid", "rollout/reward_mean", "perf/step_time"} <= set(rows[0])
     assert [row["starvation/window_groups"] for row in rows] == [4, 8]  # D_iid's pbar pools both steps' groups
     trained = sum(row["loss/trained_sequences"] for row in rows)
-    assert _changed(before, trainer.model) == (trained > 0 or trainer.optimizer.state != {})
+    # weight decay 0: a step with no trained rows is an AdamW step on a zero gradient, which moves nothing
+    # unless an earlier step left momentum, so the weights change exactly when some rows were trained
+    assert _changed(before, trainer.model) == (trained > 0)
     table = pq.read_table(tmp_path / "run" / "rollouts" / "step-000001.parquet")
     assert table.num_rows == 16 and set(table.column("step").to_pylist()) == {1}
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
@@ -121,7 +123,7 @@ def test_dynamic_sampling_counts_its_extra_completions(tmp_path) -> None:
         rounds = row["rollout/dynamic_rounds"]
         assert row["rollout/groups"] <= 4
         assert row["starvation/degenerate"] == 0.0  # the kept groups are never degenerate
-        assert rounds >= 0 and ((row["rollout/groups"] == 4) or rounds == 3)
+        assert 0 <= rounds <= 3 and (row["rollout/groups"] == 4 or rounds == 3)  # full, or out of rounds
     assert rows[-1]["rollout/completions_generated"] == 16 * (2 + sum(r["rollout/dynamic_rounds"] for r in rows))
 
 
