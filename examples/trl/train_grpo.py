@@ -8,7 +8,7 @@ Multi-GPU with vLLM generation (documented; see docs/integrations.md)::
 
 CPU smoke run (what the tests run; builds a tiny random model, downloads nothing)::
 
-    python examples/trl/train_grpo.py --tiny-model /tmp/tiny --cpu --max-steps 2 --output-dir /tmp/out
+    python examples/trl/train_grpo.py --tiny-model tiny-model --cpu --max-steps 2 --output-dir trl-out
 
 The task is synthetic two-number addition with a binary reward (1 if the first integer in the
 completion is the sum), so the script needs no data set download either.
