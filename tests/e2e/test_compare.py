@@ -136,3 +136,12 @@ def test_lr_selection_uses_validation_only_and_reports_fresh_seeds(tmp_path: Pat
     report = (out / "report.md").read_text()
     assert report.index("## Verdict") < report.index("## Summary") < report.index("## Learning-rate selection")
     assert "## Per-family breakdown" in report and "sign against the group-centred estimators" in report
+
+
+def test_one_lr_runs_without_selection_and_lr_beside_lrs_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    code = main(["compare", "--estimators", "sign", "--seeds", "1", "--group-sizes", "2", "--lr", "3e-4",
+                 "--out", str(out), "--no-report", *TINY_FLAGS])
+    assert code == 0 and not (out / "selection.parquet").exists() and not (out / "selection").exists()
+    assert set(pd.read_parquet(out / "results.parquet")["lr"]) == {3e-4}
+    assert main(["compare", "--lr", "3e-4", "--lrs", "1e-4,1e-3", "--out", str(tmp_path / "other")]) == 2

@@ -6,6 +6,7 @@ settings resumes; other settings are refused once a run has trained (the sweep's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     sweep: CompareConfig = config_from_args(args, CompareConfig, file_values=compare_values)
     base: TrainConfig = config_from_args(args, TrainConfig, file_values={**COMPARE_TRAIN_DEFAULTS, **train_values})
     out = Path(args.out)
-    _check_lr_flags(args, sweep)
+    sweep = _one_lr_or_grid(args, sweep, base, lrs_given="lrs" in compare_values, lr_given="lr" in train_values)
     with DirectoryLock(out, "grpolab compare"):  # one sweep process per --out
         return _sweep(out, sweep, base, report=not args.no_report)
 
@@ -84,10 +85,16 @@ def _sweep(out: Path, sweep: CompareConfig, base: TrainConfig, *, report: bool) 
     return 1 if failed else 0
 
 
-def _check_lr_flags(args: argparse.Namespace, sweep: CompareConfig) -> None:
-    if args.lr is not None and sweep.lrs:
+def _one_lr_or_grid(args: argparse.Namespace, sweep: CompareConfig, base: TrainConfig, *, lrs_given: bool,
+                    lr_given: bool) -> CompareConfig:
+    """An explicit --lr (flag or config file) runs every estimator at that one lr, without selection; an
+    explicit --lrs chooses per estimator; both at once is refused."""
+    lrs_given = lrs_given or args.lrs is not None
+    lr_given = lr_given or args.lr is not None
+    if lr_given and lrs_given:
         raise UserError("--lr and --lrs both given; --lrs chooses the lr per estimator on validation data, "
                         "so drop --lr (or give one value to --lrs)")
+    return dataclasses.replace(sweep, lrs=f"{base.lr!r}") if lr_given else sweep
 
 
 def _select_then_run(experiments: Any, base: TrainConfig, sweep: CompareConfig, out: Path) -> tuple:
