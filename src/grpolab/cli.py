@@ -54,7 +54,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     module = importlib.import_module(COMMANDS[args.command][0])
+    original_format = warnings.formatwarning
     warnings.formatwarning = _one_line_warning(args.command)
+    try:
+        return _run(module, args)
+    finally:  # main() is also called in-process (tests, notebooks): leave the warnings module as it was
+        warnings.formatwarning = original_format
+
+
+def _run(module, args: argparse.Namespace) -> int:
+    """The command's ``run(args)``, with bad input, environment errors and Ctrl-C turned into exit codes."""
     try:
         return int(module.run(args) or 0)
     except UserError as error:
