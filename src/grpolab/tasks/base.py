@@ -67,7 +67,8 @@ class Task:
 
     def summary(self) -> dict[str, Any]:
         """Name, verifier and split sizes, plus ``info``: what a run directory and a report record."""
-        sizes = {"train": len(self.train), "validation": len(self.validation), "test": len(self.test)}
+        train = "fresh prompts every step" if self.train_stream is not None else len(self.train)
+        sizes = {"train": train, "validation": len(self.validation), "test": len(self.test)}
         return {**self.info, "task": self.name, "verifier": self.verifier, "problems": sizes}
 
 
