@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from grpolab import fast_decode
+from grpolab import fast_decode, lean_forward
 from grpolab.errors import UserError
 
 __all__ = ["ENGINES", "Rollout", "encode_prompts", "sample", "token_logprobs"]
@@ -236,12 +236,18 @@ def token_logprobs(
     """Log-probabilities [B, T] of the last T tokens of ``input_ids`` [B, Lp + T] under ``model``.
 
     Only the last T + 1 positions' logits are computed (``logits_to_keep``), so the memory is
-    B x T x V rather than B x (Lp + T) x V. Returns (logprobs, entropy [B, T] or None).
+    B x T x V rather than B x (Lp + T) x V. Llama-family models run through ``lean_forward`` (the same
+    logits with less per-call Python), others through their transformers forward. Returns (logprobs,
+    entropy [B, T] or None).
     """
     t = num_completion_tokens
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=_positions(attention_mask),
-                logits_to_keep=t + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float() / temperature  # [B, T, V], position i predicts token i + 1
+    positions = _positions(attention_mask)
+    if lean_forward.supports(model):
+        logits = lean_forward.logits(model, input_ids, attention_mask, positions, t + 1)
+    else:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                       logits_to_keep=t + 1, use_cache=False).logits
+    logits = logits[:, :-1, :].float() / temperature  # [B, T, V], position i predicts token i + 1
     log_softmax = torch.log_softmax(logits, dim=-1)
     targets = input_ids[:, -t:].unsqueeze(-1)
     logprobs = log_softmax.gather(-1, targets).squeeze(-1)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from grpolab.config import TrainConfig
 from grpolab.losses import aggregate, aggregation_denominator, policy_loss
@@ -144,11 +145,19 @@ def _autocast(config: TrainConfig) -> contextlib.AbstractContextManager:
 
 
 def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config: TrainConfig) -> torch.Tensor:
-    ids = torch.cat([batch.prompt_ids[rows], batch.completion_ids[rows]], dim=1)
-    mask = torch.cat([batch.prompt_mask[rows], batch.completion_mask[rows]], dim=1)
+    """[len(rows), T] log-probs of the rows' completions. Only the columns some of these rows use are
+    forwarded: leading prompt columns that are padding in every row and trailing completion columns
+    past every row's end are cut (they change no valid position's logits) and the masked tail is
+    returned as 0."""
+    prompt_mask, completion_mask = batch.prompt_mask[rows], batch.completion_mask[rows]
+    width = completion_mask.shape[1]
+    start = min(int((prompt_mask.sum(dim=0) == 0).cumprod(dim=0).sum()), prompt_mask.shape[1] - 1)
+    used = max(int(completion_mask.any(dim=0).nonzero().max()) + 1 if completion_mask.any() else 1, 1)
+    ids = torch.cat([batch.prompt_ids[rows, start:], batch.completion_ids[rows, :used]], dim=1)
+    mask = torch.cat([prompt_mask[:, start:], completion_mask[:, :used]], dim=1)
     with _autocast(config):
-        logprobs, _ = token_logprobs(model, ids, mask, batch.completion_ids.shape[1], temperature=config.temperature)
-    return logprobs.float()
+        logprobs, _ = token_logprobs(model, ids, mask, used, temperature=config.temperature)
+    return F.pad(logprobs.float(), (0, width - used))
 
 
 @torch.no_grad()
