@@ -152,7 +152,8 @@ def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config:
     prompt_mask, completion_mask = batch.prompt_mask[rows], batch.completion_mask[rows]
     width = completion_mask.shape[1]
     start = min(int((prompt_mask.sum(dim=0) == 0).cumprod(dim=0).sum()), prompt_mask.shape[1] - 1)
-    used = max(int(completion_mask.any(dim=0).nonzero().max()) + 1 if completion_mask.any() else 1, 1)
+    columns = completion_mask.any(dim=0).nonzero()
+    used = int(columns.max()) + 1 if len(columns) else 1
     ids = torch.cat([batch.prompt_ids[rows, start:], batch.completion_ids[rows, :used]], dim=1)
     mask = torch.cat([prompt_mask[:, start:], completion_mask[:, :used]], dim=1)
     with _autocast(config):
