@@ -71,3 +71,19 @@ def test_sample_string_never_returns_a_palindrome() -> None:
     for _ in range(2000):
         digits, marker = sample_string(rng, (2, 3), "+*")
         assert digits != digits[::-1] and marker in "+*"
+
+
+def test_an_embedded_model_on_the_other_embedded_task_is_warned() -> None:
+    import warnings
+
+    from grpolab.config import TrainConfig
+    from grpolab.training_state import load_task_for
+
+    with pytest.warns(UserWarning, match="use --model embedded-arith"):
+        load_task_for(TrainConfig(task="arith"))
+    with pytest.warns(UserWarning, match="use --model embedded"):
+        load_task_for(TrainConfig(model="embedded-arith", task="reverse"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_task_for(TrainConfig(model="embedded-arith", task="arith"))
+        load_task_for(TrainConfig(task="reverse"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,21 @@ def load_task_for(config: TrainConfig) -> Task:
     task = dataclasses.replace(task, **overrides)
     if not task.train:
         raise UserError(f"task {config.task!r} has no training problems; check --data / --task-limit")
+    _warn_on_embedded_mismatch(config.model, config.task)
     return task
+
+
+# Each embedded model was trained for one task; on the other it earns (almost) no reward.
+_EMBEDDED_TASKS = {"embedded": "reverse", "embedded-arith": "arith"}
+
+
+def _warn_on_embedded_mismatch(model: str, task: str) -> None:
+    trained_for = _EMBEDDED_TASKS.get(model)
+    if trained_for is None or task not in _EMBEDDED_TASKS.values() or task == trained_for:
+        return
+    better = next(name for name, its_task in _EMBEDDED_TASKS.items() if its_task == task)
+    warnings.warn(f"the model {model!r} was trained for the task {trained_for!r}, not {task!r}, and earns almost "
+                  f"no reward on it; for {task!r} use --model {better}", UserWarning, stacklevel=2)
 
 
 def _data_options(config: TrainConfig) -> dict[str, Any]:
