@@ -169,7 +169,8 @@ def _summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Sec
         figures=[
             (
                 "final_accuracy",
-                "Final held-out score (pass@1) per estimator; bars are means over seeds, whiskers 95% "
+                "Final held-out score (pass@1; greedy accuracy without samples) per estimator; bars are means "
+                "over seeds, whiskers 95% "
                 "bootstrap CIs (none for a single seed), dots individual seeds.",
                 _png(figs.figure_final_accuracy(runs, summary)),
             )

@@ -127,7 +127,7 @@ def figure_final_accuracy(runs: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         ax.set_title(f"G = {size}")
         ax.set_ylim(0, 105)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylabel("Final held-out pass@1 (%)")
+    axes[0].set_ylabel("Final held-out score (%)")
     fig.suptitle("Final accuracy per estimator\n(bars: mean, whiskers: 95% bootstrap CI, dots: seeds)")
     fig.tight_layout()
     return fig
