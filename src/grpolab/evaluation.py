@@ -15,10 +15,9 @@ import numpy as np
 import torch
 
 from grpolab import verifiers
+from grpolab.collect import collect_batch
 from grpolab.diagnostics import pass_at_k_curve
 from grpolab.models import Policy
-from grpolab.rewards import score_batch
-from grpolab.rollout import encode_prompts, sample
 from grpolab.tasks import Problem, Task
 
 __all__ = ["EvalResult", "evaluate"]
@@ -63,15 +62,12 @@ def _correct_counts(
     counts, lengths = [], []
     for start in range(0, len(problems), batch_prompts):
         chunk = problems[start : start + batch_prompts]
-        prompts = [p.prompt for p in chunk]
-        ids, mask = encode_prompts(policy.tokenizer, prompts, use_chat_template=task.use_chat_template)
-        rollout = sample(policy.model, policy.tokenizer, ids, mask, num_samples=samples,
-                         max_new_tokens=max_new_tokens, temperature=temperature, generator=generator)
-        references = [p.reference for p in chunk for _ in range(samples)]
-        rewards = score_batch(verifier, rollout.texts, references).rewards
-        correct = np.nan_to_num(rewards, nan=0.0) >= 0.5
-        counts.append(correct.reshape(len(chunk), samples).sum(axis=1))  # [P]
-        lengths.append(rollout.lengths.float().mean().item())
+        batch = collect_batch(policy.model, policy.tokenizer, chunk, verifier, num_samples=samples,
+                              max_new_tokens=max_new_tokens, use_chat_template=task.use_chat_template,
+                              temperature=temperature, generator=generator)
+        correct = np.nan_to_num(batch.rewards, nan=0.0) >= 0.5  # [P, n]
+        counts.append(correct.sum(axis=1))  # [P]
+        lengths.append(batch.rollout.lengths.float().mean().item())
     return np.concatenate(counts) if counts else np.zeros(0, dtype=int), float(np.mean(lengths) if lengths else 0)
 
 

@@ -31,13 +31,14 @@ import torch
 from grpolab import advantages as advantage_registry
 from grpolab import verifiers
 from grpolab.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
+from grpolab.collect import collect_batch
 from grpolab.config import TrainConfig, save_config
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.errors import UserError
 from grpolab.gradient_geometry import gradient_metrics_for_step
 from grpolab.models import Policy, load_policy
-from grpolab.rewards import Scores, score_batch
-from grpolab.rollout import Rollout, encode_prompts, sample
+from grpolab.rewards import Scores
+from grpolab.rollout import Rollout
 from grpolab.run_lock import DirectoryLock
 from grpolab.run_settings import check_resume, load_saved_config, record_resume
 from grpolab.runlog import MetricsLog, RolloutLog
@@ -151,19 +152,16 @@ class Trainer:
 
     def _sample_round(self, step: int, round_: int) -> tuple[list[Problem], Rollout, np.ndarray, Any]:
         problems = self._choose_problems(step, round_)
-        ids, mask = encode_prompts(self.policy.tokenizer, [p.prompt for p in problems],
-                                   use_chat_template=self.task.use_chat_template)
         generator = torch.Generator().manual_seed(_step_seed(self.config.seed, step, round_))
         self.model.eval()
-        rollout = sample(self.model, self.policy.tokenizer, ids, mask, num_samples=self.config.group_size,
-                         max_new_tokens=self.max_new_tokens, temperature=self.config.temperature,
-                         top_p=self.config.top_p, generator=generator, dtype=self.config.sampler_dtype)
+        batch = collect_batch(self.model, self.policy.tokenizer, problems, self.verifier,
+                              num_samples=self.config.group_size, max_new_tokens=self.max_new_tokens,
+                              use_chat_template=self.task.use_chat_template, temperature=self.config.temperature,
+                              top_p=self.config.top_p, generator=generator, dtype=self.config.sampler_dtype)
         self.model.train()
-        self.completions_generated += len(rollout.texts)
-        references = [p.reference for p in problems for _ in range(self.config.group_size)]
-        scores = score_batch(self.verifier, rollout.texts, references)
-        _check_verifier_errors(scores, step, verifier_name=self.config.verifier or self.task.verifier)
-        return problems, rollout, scores.rewards.reshape(len(problems), self.config.group_size), scores
+        self.completions_generated += len(batch.rollout.texts)
+        _check_verifier_errors(batch.scores, step, verifier_name=self.config.verifier or self.task.verifier)
+        return problems, batch.rollout, batch.rewards, batch.scores
 
     def _collect(self, step: int) -> tuple[StepBatch, dict[str, float]]:
         """Sample (with dynamic sampling: several rounds) and return the batch to train on."""

@@ -39,9 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _sample_batch(args: argparse.Namespace, policy: Any, model: torch.nn.Module) -> Any:
     """One rollout batch of ``args.prompts`` training prompts x ``args.group_size`` samples, scored."""
     from grpolab import verifiers
+    from grpolab.collect import collect_batch
     from grpolab.config import TrainConfig
-    from grpolab.rewards import score_batch
-    from grpolab.rollout import encode_prompts, sample
     from grpolab.training_state import load_task_for
     from grpolab.training_step import StepBatch
 
@@ -49,14 +48,11 @@ def _sample_batch(args: argparse.Namespace, policy: Any, model: torch.nn.Module)
     rng = np.random.default_rng(args.seed)
     problems = [task.train[i] for i in rng.choice(len(task.train), size=min(args.prompts, len(task.train)),
                                                   replace=False)]
-    ids, mask = encode_prompts(policy.tokenizer, [p.prompt for p in problems],
-                               use_chat_template=task.use_chat_template)
-    rollout = sample(model, policy.tokenizer, ids, mask, num_samples=args.group_size,
-                     max_new_tokens=args.max_new_tokens or task.max_new_tokens, temperature=args.temperature,
-                     generator=torch.Generator().manual_seed(args.seed))
-    references = [p.reference for p in problems for _ in range(args.group_size)]
-    scores = score_batch(verifiers.get_verifier(task.verifier), rollout.texts, references)
-    return StepBatch.make(problems, rollout, scores.rewards.reshape(len(problems), args.group_size))
+    batch = collect_batch(model, policy.tokenizer, problems, verifiers.get_verifier(task.verifier),
+                          num_samples=args.group_size, max_new_tokens=args.max_new_tokens or task.max_new_tokens,
+                          use_chat_template=task.use_chat_template, temperature=args.temperature,
+                          generator=torch.Generator().manual_seed(args.seed))
+    return StepBatch.make(problems, batch.rollout, batch.rewards)
 
 
 def _model_for(args: argparse.Namespace, policy: Any) -> torch.nn.Module:
