@@ -724,3 +724,10 @@ def test_user_registered_estimator_works_through_compute_advantages() -> None:
 
 def test_scratch_registry_fixture_cleaned_up() -> None:
     assert "test_median_baseline" not in available()
+
+
+def test_parse_spec_reads_the_dynamic_suffix_and_rejects_unknown_names() -> None:
+    assert adv.parse_spec("dr_grpo+dynamic") == ("dr_grpo", True)
+    assert adv.parse_spec("sign") == ("sign", False)
+    with pytest.raises(ValueError, match="unknown estimator 'nope\\+dynamic'"):
+        adv.parse_spec("nope+dynamic")

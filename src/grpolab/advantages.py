@@ -85,6 +85,20 @@ def register(
     return decorator
 
 
+# A comparison may name an estimator with this suffix (``dr_grpo+dynamic``): the same estimator with DAPO's
+# dynamic sampling switched on in the trainer.
+DYNAMIC_SUFFIX = "+dynamic"
+
+
+def parse_spec(spec: str) -> tuple[str, bool]:
+    """``'dr_grpo+dynamic'`` -> (``'dr_grpo'``, True); ``ValueError`` listing the known names if unknown."""
+    name, dynamic = (spec[: -len(DYNAMIC_SUFFIX)], True) if spec.endswith(DYNAMIC_SUFFIX) else (spec, False)
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown estimator {spec!r}; choose from {', '.join(available())} "
+                         f"(append {DYNAMIC_SUFFIX} for dynamic sampling)")
+    return name, dynamic
+
+
 def available() -> list[str]:
     """Names of all registered estimators, sorted."""
     return sorted(_REGISTRY)

@@ -33,7 +33,7 @@ from grpolab.runlog import read_metrics
 
 __all__ = ["RunSpec", "collect_results", "plan_lr_grid", "plan_runs", "run_sweep", "select_lrs"]
 
-DYNAMIC_SUFFIX = "+dynamic"
+DYNAMIC_SUFFIX = advantages.DYNAMIC_SUFFIX
 ProgressFn = Callable[[dict[str, Any]], None]
 
 
@@ -70,14 +70,11 @@ class RunSpec:
 
 
 def parse_estimator(spec: str) -> tuple[str, bool]:
-    """``'dr_grpo+dynamic'`` -> (``'dr_grpo'``, True); validates the estimator name."""
-    name, dynamic = (spec[: -len(DYNAMIC_SUFFIX)], True) if spec.endswith(DYNAMIC_SUFFIX) else (spec, False)
-    if name not in advantages.available():
-        raise UserError(
-            f"unknown estimator {spec!r} in --estimators; choose from {', '.join(advantages.available())} "
-            f"(append {DYNAMIC_SUFFIX} for dynamic sampling)"
-        )
-    return name, dynamic
+    """``'dr_grpo+dynamic'`` -> (``'dr_grpo'``, True) through the registry; ``UserError`` if unknown."""
+    try:
+        return advantages.parse_spec(spec)
+    except ValueError as error:
+        raise UserError(f"{error} in --estimators") from None
 
 
 def plan_runs(base: TrainConfig, estimators: list[str], seeds: list[int], group_sizes: list[int],

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from grpolab import advantages
 from grpolab import report_figures as figs
 from grpolab.diagnostics.starvation import success_histogram
 from grpolab.errors import UserError
@@ -52,7 +53,7 @@ RESULTS_COLUMNS = tuple(
     "run_id estimator seed group_size phase step completions_generated greedy_accuracy n pass_at_k successes".split()
 )
 METRICS_KEYS = ("run_id", "estimator", "group_size", "step")
-DYNAMIC = "+dynamic"
+DYNAMIC = advantages.DYNAMIC_SUFFIX
 
 
 def _png(fig: Figure) -> bytes:
