@@ -33,7 +33,6 @@ from grpolab.runlog import read_metrics
 
 __all__ = ["RunSpec", "collect_results", "plan_lr_grid", "plan_runs", "run_sweep", "select_lrs"]
 
-DYNAMIC_SUFFIX = advantages.DYNAMIC_SUFFIX
 ProgressFn = Callable[[dict[str, Any]], None]
 
 

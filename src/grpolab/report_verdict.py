@@ -117,10 +117,9 @@ def _family_lines(results: pd.DataFrame) -> list[str]:
     if split.empty:
         return []
     largest = split["group_size"].max()
-    rows = split[split["group_size"] == largest]
-    parts = [f"{r.estimator} {_pts(r.low_change)} vs {_pts(r.high_change)}"
-             for r in rows.set_index("estimator").loc[figs.estimator_order(rows["estimator"])].reset_index()
-             .itertuples()]
+    rows = split[split["group_size"] == largest].set_index("estimator")
+    parts = [f"{name} {_pts(rows.at[name, 'low_change'])} vs {_pts(rows.at[name, 'high_change'])}"
+             for name in figs.estimator_order(rows.index)]
     return [f"Where the gain sits (G = {largest}, change of held-out success in the families that started below "
             f"50% vs at or above): " + "; ".join(parts) + "."]
 

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     del args
     table = Table("name", "needs G >= 2", "binary only", "zero-sum (starves)", "reference")
-    for name in advantages.available():
+    for name in sorted(advantages.available(), key=lambda n: (advantages.info(n).order, n)):  # display order
         entry = advantages.info(name)
         doc = (entry.fn.__doc__ or "").strip().splitlines()
         cite = next((line.strip() for line in doc if "arXiv" in line or "20" in line), "")
