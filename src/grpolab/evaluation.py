@@ -24,6 +24,15 @@ __all__ = ["EvalResult", "evaluate"]
 
 
 @dataclass
+class _Counts:
+    """Per-problem correct counts of one pass over the problems, with its mean length and unscorable share."""
+
+    correct: np.ndarray
+    mean_length: float
+    unscorable: float
+
+
+@dataclass
 class EvalResult:
     """Evaluation of one policy on a set of problems.
 
@@ -36,6 +45,8 @@ class EvalResult:
         families: each problem's family (same order; "" when the task has none).
         mean_length: mean greedy completion length in tokens.
         split: the split evaluated, ``test`` or ``validation``.
+        greedy_unscorable: share of greedy completions the verifier could not score (no answer found).
+        unscorable: the same share over the ``n`` samples per problem (0 if none were drawn).
     """
 
     greedy_accuracy: float
@@ -46,6 +57,8 @@ class EvalResult:
     families: list[str] = field(default_factory=list)
     mean_length: float = 0.0
     split: str = "test"
+    greedy_unscorable: float = 0.0
+    unscorable: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -56,10 +69,11 @@ class EvalResult:
 def _correct_counts(
     policy: Policy, task: Task, problems: Sequence[Problem], samples: int, temperature: float,
     max_new_tokens: int, generator: torch.Generator | None, batch_prompts: int,
-) -> tuple[np.ndarray, float]:
-    """Per-problem count of correct completions out of ``samples``, and the mean completion length."""
+) -> _Counts:
+    """Per-problem count of correct completions out of ``samples``, the mean completion length and the
+    share of completions the verifier could not score."""
     verifier = verifiers.get_verifier(task.verifier)
-    counts, lengths = [], []
+    counts, lengths, unscored = [], [], 0
     for start in range(0, len(problems), batch_prompts):
         chunk = problems[start : start + batch_prompts]
         batch = collect_batch(policy.model, policy.tokenizer, chunk, verifier, num_samples=samples,
@@ -68,7 +82,10 @@ def _correct_counts(
         correct = np.nan_to_num(batch.rewards, nan=0.0) >= 0.5  # [P, n]
         counts.append(correct.sum(axis=1))  # [P]
         lengths.append(batch.rollout.lengths.float().mean().item())
-    return np.concatenate(counts) if counts else np.zeros(0, dtype=int), float(np.mean(lengths) if lengths else 0)
+        unscored += int(np.isnan(batch.rewards).sum())
+    correct_counts = np.concatenate(counts) if counts else np.zeros(0, dtype=int)
+    drawn = len(problems) * samples
+    return _Counts(correct_counts, float(np.mean(lengths) if lengths else 0), unscored / drawn if drawn else 0.0)
 
 
 def evaluate(
@@ -85,13 +102,16 @@ def evaluate(
     was_training = policy.model.training
     policy.model.eval()
     try:
-        greedy, mean_length = _correct_counts(policy, task, problems, 1, 0.0, budget, None, batch_prompts)
-        result = EvalResult(float(greedy.mean()) if len(greedy) else 0.0, n, problem_ids=[p.id for p in problems],
-                            families=[p.family for p in problems], mean_length=mean_length, split=split)
+        greedy = _correct_counts(policy, task, problems, 1, 0.0, budget, None, batch_prompts)
+        result = EvalResult(float(greedy.correct.mean()) if len(greedy.correct) else 0.0, n,
+                            problem_ids=[p.id for p in problems], families=[p.family for p in problems],
+                            mean_length=greedy.mean_length, split=split, greedy_unscorable=greedy.unscorable)
         if n > 0 and problems:
             generator = torch.Generator().manual_seed(seed)
-            counts, _ = _correct_counts(policy, task, problems, n, temperature, budget, generator, batch_prompts)
+            sampled = _correct_counts(policy, task, problems, n, temperature, budget, generator, batch_prompts)
+            counts = sampled.correct
             result.successes = [int(c) for c in counts]
+            result.unscorable = sampled.unscorable
             curve = pass_at_k_curve(np.full(len(counts), n), counts)
             result.pass_at_k = {int(k): float(v) for k, v in curve.items()}
     finally:

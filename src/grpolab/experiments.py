@@ -6,6 +6,10 @@ checkpoints is resumed from the newest one; the rest start fresh. Runs go to a l
 ``eval.jsonl`` and ``metrics.jsonl`` are gathered into ``results.parquet`` (one row per run and
 evaluation) and ``metrics.parquet`` (one row per run and step).
 
+The runs at one seed start from the same policy (LoRA starts as the identity), so their start
+evaluation is computed once and shared through ``OUT/start-evals/`` (keyed on every setting it depends
+on; see ``training_state.start_evaluation_key``).
+
 An estimator spelled ``name+dynamic`` (e.g. ``dr_grpo+dynamic``) is estimator ``name`` with DAPO's
 dynamic sampling switched on, so it can be compared like one more estimator.
 """
@@ -158,7 +162,8 @@ def run_one(spec: RunSpec, queue: Any = None) -> dict[str, Any]:
 
     started = time.perf_counter()
     try:
-        trainer = Trainer(spec.config, spec.run_dir, resume=spec.started, on_step=on_step)
+        trainer = Trainer(spec.config, spec.run_dir, resume=spec.started, on_step=on_step,
+                          start_eval_cache=spec.run_dir.parent.parent / "start-evals")
         trainer.run()
     except Exception as error:  # one failed run must not end the sweep; it is reported at the end
         return {"run_id": spec.run_id, "ok": False, "error": f"{type(error).__name__}: {error}"}

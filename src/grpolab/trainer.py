@@ -68,10 +68,12 @@ class Trainer:
     run's saved settings). The run directory's lock is held from construction to the end of ``run``."""
 
     def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
-                 on_step: StepCallback | None = None, policy: Policy | None = None, task: Task | None = None):
+                 on_step: StepCallback | None = None, policy: Policy | None = None, task: Task | None = None,
+                 start_eval_cache: Path | None = None):
         self.config = config
         self.run_dir = Path(run_dir)
         self.on_step = on_step
+        self.start_eval_cache = start_eval_cache  # shared start evaluations (a sweep's runs at one seed)
         _prepare_run_dir(self.run_dir, resume)
         self.lock = DirectoryLock(self.run_dir, "grpolab train").acquire()  # released when run() ends
         try:

@@ -5,6 +5,7 @@ writing the final model and ``summary.json`` (whose presence marks a run as comp
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import warnings
@@ -22,8 +23,8 @@ from grpolab.tasks import Task, get_task, with_validation
 if TYPE_CHECKING:
     from grpolab.trainer import Trainer
 
-__all__ = ["RunResult", "finish_run", "load_task_for", "prepare_eval_log", "run_evaluation", "wrap_lora",
-           "write_task_summary"]
+__all__ = ["RunResult", "finish_run", "load_task_for", "prepare_eval_log", "run_evaluation",
+           "start_evaluation_key", "wrap_lora", "write_task_summary"]
 
 
 @dataclass
@@ -130,14 +131,48 @@ def prepare_eval_log(path: Path, *, resume_from_step: int | None, extended: bool
     rewrite_jsonl(path, rows)
 
 
-def run_evaluation(trainer: Trainer, step: int, phase: str) -> dict[str, Any]:
-    """Evaluate the current policy on the config's ``eval_split`` and append the result to ``eval.jsonl``."""
+# Settings that change neither the policy at step 0 nor how it is evaluated: runs that differ only in
+# these (a sweep's estimators, lrs and group sizes at one seed) share one start evaluation. Every other
+# field, a future one included, is part of the key, so an unknown setting never shares by mistake.
+_TRAINING_ONLY_FIELDS = frozenset({
+    "advantage", "advantage_kwargs", "lr", "lr_schedule", "warmup_steps", "weight_decay", "adam_betas",
+    "max_grad_norm", "num_iterations", "epsilon_low", "epsilon_high", "beta", "loss_aggregation", "steps",
+    "group_size", "prompts_per_step", "dynamic_sampling", "dynamic_max_rounds", "checkpoint_every",
+    "keep_checkpoints", "eval_every", "grad_analysis_every", "tensorboard", "progress", "micro_batch_size",
+})
+
+
+def start_evaluation_key(config: TrainConfig) -> str:
+    """A digest of the settings a start evaluation depends on (see ``_TRAINING_ONLY_FIELDS``)."""
+    settings = {name: value for name, value in config.to_dict().items() if name not in _TRAINING_ONLY_FIELDS}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _evaluate_policy(trainer: Trainer, phase: str) -> dict[str, Any]:
+    """The evaluation of the current policy; a start evaluation is read from (or written to) the
+    trainer's ``start_eval_cache`` directory when it has one. LoRA starts as the identity (B = 0), so
+    the step-0 policy is the base model whatever the estimator."""
     config = trainer.config
+    cache = trainer.start_eval_cache / f"{start_evaluation_key(config)}.json" \
+        if phase == "start" and trainer.start_eval_cache is not None else None
+    if cache is not None and cache.is_file():
+        return json.loads(cache.read_text())
     policy = Policy(trainer.model, trainer.policy.tokenizer, trainer.policy.source, trainer.policy.base)
     result = evaluate(policy, trainer.task, n=config.eval_samples, limit=config.eval_limit, seed=config.seed,
                       temperature=config.temperature, max_new_tokens=trainer.max_new_tokens,
-                      split=config.eval_split)
-    row = {"step": step, "phase": phase, "completions_generated": trainer.completions_generated, **result.to_dict()}
+                      split=config.eval_split).to_dict()
+    if cache is not None:  # written whole under a unique name, then renamed: a reader never sees half
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        staging = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        staging.write_text(json.dumps(result))
+        os.replace(staging, cache)
+    return result
+
+
+def run_evaluation(trainer: Trainer, step: int, phase: str) -> dict[str, Any]:
+    """Evaluate the current policy on the config's ``eval_split`` and append the result to ``eval.jsonl``."""
+    result = _evaluate_policy(trainer, phase)
+    row = {"step": step, "phase": phase, "completions_generated": trainer.completions_generated, **result}
     with (trainer.run_dir / "eval.jsonl").open("a") as handle:
         handle.write(json.dumps(row) + "\n")
         handle.flush()
