@@ -35,7 +35,7 @@ from grpolab.errors import UserError
 from grpolab.run_settings import load_saved_config, same_run_settings
 from grpolab.runlog import read_metrics
 
-__all__ = ["RunSpec", "collect_results", "plan_lr_grid", "plan_runs", "run_sweep", "select_lrs"]
+__all__ = ["RunSpec", "collect_results", "plan_lr_grid", "plan_runs", "run_sweep", "runs_table", "select_lrs"]
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
@@ -295,10 +295,41 @@ def collect_results(specs: list[RunSpec]) -> tuple[pd.DataFrame, pd.DataFrame]:
                             "greedy_accuracy": row["greedy_accuracy"], "n": row.get("n", 0),
                             "pass_at_k": [passk[k] for k in sorted(passk, key=int)],
                             "successes": row.get("successes", []), "families": row.get("families", []),
-                            "mean_length": row.get("mean_length", 0.0)})
+                            "mean_length": row.get("mean_length", 0.0),
+                            "greedy_unscorable": row.get("greedy_unscorable", float("nan")),
+                            "unscorable": row.get("unscorable", float("nan"))})
         for row in read_metrics(spec.run_dir / "metrics.jsonl"):
             metrics.append({**{k: columns[k] for k in ("run_id", "estimator", "seed", "group_size")}, **row})
     return pd.DataFrame(results), pd.DataFrame(metrics)
+
+
+def _evaluation_columns(prefix: str, row: dict[str, Any] | None) -> dict[str, Any]:
+    """``prefix_greedy``, ``prefix_pass_at_1``, ``prefix_pass_at_n`` and ``prefix_unscorable`` of one
+    evaluation (NaN when it was not made)."""
+    row = row or {}
+    passk = row.get("pass_at_k") or {}
+    top = max(passk, key=int) if passk else None
+    nan = float("nan")
+    return {f"{prefix}_greedy": row.get("greedy_accuracy", nan), f"{prefix}_pass_at_1": passk.get("1", nan),
+            f"{prefix}_pass_at_n": passk[top] if top else nan, f"{prefix}_unscorable": row.get("unscorable", nan)}
+
+
+def runs_table(grid: list[RunSpec], specs: list[RunSpec], choice: dict[tuple[str, int], float] | None) -> pd.DataFrame:
+    """One row per finished run, the lr-grid runs included (``role`` selection or result): its estimator,
+    G, seed, lr, the split it was scored on, ``n`` samples per prompt, and its start and end figures.
+    ``selected`` marks the grid runs at the lr chosen for their (estimator, G)."""
+    rows = []
+    for role, group in (("selection", grid), ("result", specs)):
+        for spec in (s for s in group if s.finished):
+            evaluations = read_metrics(spec.run_dir / "eval.jsonl")
+            start = next((r for r in evaluations if r["phase"] == "start"), None)
+            end = next((r for r in reversed(evaluations) if r["phase"] == "end"), None)
+            selected = choice.get((spec.estimator, spec.group_size)) == spec.lr if role == "selection" and choice \
+                else None
+            rows.append({"role": role, **_run_columns(spec), "selected": selected,
+                         "split": (end or {}).get("split", spec.config.eval_split), "n": (end or {}).get("n", 0),
+                         **_evaluation_columns("start", start), **_evaluation_columns("end", end)})
+    return pd.DataFrame(rows)
 
 
 def write_tables(out_dir: Path, results: pd.DataFrame, metrics: pd.DataFrame) -> None:

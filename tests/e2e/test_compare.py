@@ -136,6 +136,17 @@ def test_lr_selection_uses_validation_only_and_reports_fresh_seeds(tmp_path: Pat
     report = (out / "report.md").read_text()
     assert report.index("## Verdict") < report.index("## Summary") < report.index("## Learning-rate selection")
     assert "## Per-family breakdown" in report and "sign against the group-centred estimators" in report
+    runs = pd.read_csv(out / "runs.csv")  # one row per run, the lr-grid runs included
+    assert sorted(runs["role"]) == ["result"] * 4 + ["selection"] * 4
+    grid = runs[runs["role"] == "selection"]
+    assert set(grid["split"]) == {"validation"} and grid["start_greedy"].isna().all()  # no start evaluation
+    assert grid.set_index(["estimator", "lr"])["end_pass_at_1"].sort_index().equals(
+        selection.set_index(["estimator", "lr"])["validation_score"].sort_index().rename("end_pass_at_1"))
+    reported = runs[runs["role"] == "result"]
+    assert set(reported["split"]) == {"test"} and reported["start_greedy"].notna().all()
+    end = results[results["phase"] == "end"].set_index("run_id")["greedy_accuracy"]
+    assert reported.set_index("run_id")["end_greedy"].sort_index().equals(end.sort_index().rename("end_greedy"))
+    assert reported["end_unscorable"].between(0, 1).all()
 
 
 def test_one_lr_runs_without_selection_and_lr_beside_lrs_is_refused(tmp_path: Path) -> None:

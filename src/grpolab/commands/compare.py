@@ -66,13 +66,14 @@ def _sweep(out: Path, sweep: CompareConfig, base: TrainConfig, *, report: bool) 
     check_sweep_settings(out, settings, defaults)  # refuses other settings; saves them while no run has trained
     (out / "task.json").write_text(json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
     if len(sweep.lr_list) > 1:
-        specs, outcomes, selection = _select_then_run(experiments, base, sweep, out)
+        grid, choice, specs, outcomes, selection = _select_then_run(experiments, base, sweep, out)
     else:
         base = base.replace(lr=sweep.lr_list[0]) if sweep.lr_list else base
         specs = experiments.plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out)
-        outcomes, selection = _run_with_progress(experiments, specs, sweep, "runs"), None
+        outcomes, selection, grid, choice = _run_with_progress(experiments, specs, sweep, "runs"), None, [], None
     results, metrics = experiments.collect_results(specs)
     experiments.write_tables(out, results, metrics)
+    experiments.runs_table(grid, specs, choice).to_csv(out / "runs.csv", index=False)
     if selection is not None:
         selection.to_parquet(out / "selection.parquet", index=False)
     failed = [o for o in outcomes if not o["ok"]]
@@ -99,7 +100,8 @@ def _one_lr_or_grid(args: argparse.Namespace, sweep: CompareConfig, base: TrainC
 
 def _select_then_run(experiments: Any, base: TrainConfig, sweep: CompareConfig, out: Path) -> tuple:
     """Phase 1: the lr grid on selection seeds, scored on validation; phase 2: each (estimator, G) at its
-    chosen lr on the reported seeds. Returns (reported specs, outcomes of both phases, selection table)."""
+    chosen lr on the reported seeds. Returns (grid specs, chosen lrs, reported specs, outcomes of both
+    phases, selection table)."""
     grid = experiments.plan_lr_grid(base, sweep.estimator_list, sweep.group_size_list, sweep.lr_list,
                                     sweep.selection_seed_list, out)
     outcomes = _run_with_progress(experiments, grid, sweep, "lr selection")
@@ -111,7 +113,7 @@ def _select_then_run(experiments: Any, base: TrainConfig, sweep: CompareConfig, 
         console.print(f"selected lr {lr:g} for {estimator} G={size} (best mean validation pass@1)")
     specs = experiments.plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out,
                                   lrs=choice)
-    return specs, outcomes + _run_with_progress(experiments, specs, sweep, "runs"), selection
+    return grid, choice, specs, outcomes + _run_with_progress(experiments, specs, sweep, "runs"), selection
 
 
 def _task_summary(base: TrainConfig) -> dict[str, Any]:

@@ -1,0 +1,38 @@
+"""Every committed experiment config runs, in a reduced form, with the command its doc gives.
+
+The reductions only shrink budgets (steps, prompts, seeds, evaluation size, completion length); the model,
+task, verifier, estimators, LoRA and precision settings are the config's own, so a change that breaks the
+real experiment breaks this test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from grpolab.cli import main
+from grpolab.config import load_config_file
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+REDUCED = ["--seeds", "1", "--selection-seeds", "1", "--steps", "1", "--prompts-per-step", "2",
+           "--group-sizes", "2", "--eval-limit", "2", "--eval-samples", "2", "--workers", "2", "--no-report"]
+
+
+@pytest.mark.parametrize("config", sorted(EXPERIMENTS.glob("*/compare.yaml")), ids=lambda p: p.parent.name)
+def test_compare_config_runs_reduced(config: Path, tmp_path: Path) -> None:
+    settings = load_config_file(config)
+    estimators = settings["estimators"].split(",")
+    lrs = settings["lrs"].split(",")[:2]  # two lrs still exercise the selection
+    task_options = {**settings.get("task_options", {}), "max_new_tokens": 8}
+    out = tmp_path / "out"
+    code = main(["compare", "--config", str(config), "--out", str(out), *REDUCED, "--lrs", ",".join(lrs),
+                 "--task-options", pd.Series([task_options]).to_json(orient="values")[1:-1]])
+    assert code == 0
+    selection = pd.read_parquet(out / "selection.parquet")
+    assert set(selection["estimator"]) == set(estimators) and len(selection) == len(estimators) * len(lrs)
+    results = pd.read_parquet(out / "results.parquet")
+    assert set(results["estimator"]) == set(estimators)
+    assert set(results["lr"]) <= {float(lr) for lr in lrs}
+    assert set(results["phase"]) == {"start", "end"}
