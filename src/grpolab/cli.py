@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("grpolab.commands.audit", "report the gradient starvation in existing rollout logs"),
     "gradients": ("grpolab.commands.gradients", "gradient spectrum (effective rank) of one rollout batch"),
     "estimators": ("grpolab.commands.estimators", "list the registered advantage estimators"),
+    "mechanism": ("grpolab.commands.mechanism", "explain a comparison: format breakage, per-token shifts, pass@k"),
 }
 
 

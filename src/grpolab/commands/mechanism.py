@@ -1,0 +1,56 @@
+"""``grpolab mechanism OUT``: explain a comparison's result from its runs: format breakage, per-token
+log-prob changes on format vs content tokens (correct vs wrong completions), and pass@k before/after.
+
+Reads the reported runs of a ``grpolab compare`` output (``OUT/results.parquet``, ``OUT/runs/*``: each
+run's ``eval.jsonl`` and final model) and writes mechanism.csv, mechanism_runs.csv, mechanism.md and
+mechanism.png into ``--out`` (default: OUT). See ``grpolab.mechanism`` for what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from grpolab.errors import UserError
+from grpolab.progress import console, progress_bar
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("compare_dir", metavar="OUT", help="the --out directory of a finished grpolab compare")
+    parser.add_argument("--out", help="where to write mechanism.{csv,md,png} (default: OUT)")
+    parser.add_argument("--prompts", type=int, default=64, help="test prompts to draw completions for (default 64)")
+    parser.add_argument("--samples", type=int, default=4,
+                        help="completions per prompt drawn from the start policy (default 4)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed of the fixed completions (default 0)")
+    parser.add_argument("--no-end-samples", action="store_true",
+                        help="skip sampling each run's final model (its answer-format rates are then not measured)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from grpolab.mechanism import Options, measure_runs, passk_reading, summarise
+    from grpolab.mechanism.analysis import runs_to_analyse
+    from grpolab.mechanism.render import terminal_table, write_outputs
+
+    if args.prompts < 1 or args.samples < 1:
+        raise UserError(f"--prompts and --samples must be >= 1, got {args.prompts} and {args.samples}")
+    compare_dir = Path(args.compare_dir)
+    options = Options(prompts=args.prompts, samples=args.samples, seed=args.seed,
+                      end_samples=not args.no_end_samples)
+    total = len(runs_to_analyse(compare_dir)) + 1  # fails before any model loads, on a wrong directory
+    with progress_bar(True) as bar:
+        task_id = bar.add_task("mechanism", total=total, info="start policy") if bar else None
+
+        def on_progress(label: str) -> None:
+            if bar is not None:
+                bar.update(task_id, advance=1, info=f"done: {label}")
+
+        per_run, facts = measure_runs(compare_dir, options, on_progress)
+    summary = summarise(per_run)
+    out = Path(args.out) if args.out else compare_dir
+    paths = write_outputs(out, per_run, summary, {**facts, "out": str(compare_dir)})
+    console.print(terminal_table(summary))
+    for estimator, size in summary[["estimator", "group_size"]].drop_duplicates().itertuples(index=False):
+        console.print(f"{estimator} G={size}: {passk_reading(summary, estimator, int(size))}")
+    console.print(f"fixed completions: {facts['correct']} correct, {facts['wrong']} wrong, from {facts['model']}")
+    console.print("written: " + ", ".join(str(p) for p in paths))
+    return 0

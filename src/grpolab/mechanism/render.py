@@ -1,0 +1,228 @@
+"""Outputs of ``grpolab mechanism``: mechanism.csv (the tidy summary), mechanism_runs.csv (per run),
+mechanism.md (three tables), mechanism.png (three panels) and the terminal table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
+from rich.table import Table
+
+from grpolab import advantages
+from grpolab.mechanism.summary import passk_reading
+
+__all__ = ["markdown", "terminal_table", "write_figure", "write_outputs"]
+
+_OUTCOME_ORDER = {"wrong": 0, "correct": 1, "all": 2}
+_CLASS_ORDER = {"format": 0, "content": 1, "all": 2}
+_BARS = [("wrong", "format"), ("wrong", "content"), ("correct", "format"), ("correct", "content")]
+_FORMAT_MEASURES = ["eval_unscorable", "eval_greedy_unscorable", "sampled_no_answer_form", "sampled_no_number",
+                    "sampled_unscorable", "sampled_accuracy"]
+
+
+def _order(name: str) -> tuple[int, str]:
+    base = name.split("+", 1)[0]
+    return (advantages.info(base).order if base in advantages.available() else 10_000), name
+
+
+def _color(name: str, index: int) -> str:
+    base = name.split("+", 1)[0]
+    color = advantages.info(base).color if base in advantages.available() and "+" not in name else None
+    return color or f"C{index % 10}"
+
+
+def _pairs(summary: pd.DataFrame) -> list[tuple[str, int]]:
+    pairs = summary[["estimator", "group_size"]].drop_duplicates().itertuples(index=False)
+    return sorted(((e, int(g)) for e, g in pairs), key=lambda p: (_order(p[0]), p[1]))
+
+
+def _ci(row: pd.Series, digits: int = 3, scale: float = 1.0) -> str:
+    if row["n_runs"] == 0 or np.isnan(row["mean"]):
+        return "not recorded"
+    mean, low, high = (row[c] * scale for c in ("mean", "ci_low", "ci_high"))
+    return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
+
+
+def _plain(row: pd.Series | None, scale: float = 100.0) -> str:
+    if row is None or row["n_runs"] == 0 or np.isnan(row["mean"]):
+        return "not recorded"
+    return f"{row['mean'] * scale:.1f}%"
+
+
+def _points(row: pd.Series) -> str:
+    return "—" if row["n_runs"] == 0 or np.isnan(row["mean"]) else f"{row['mean'] * 100:+.1f}"
+
+
+def _phase_table(summary: pd.DataFrame, part: str) -> list[str]:
+    """Markdown rows: start, end and change [95% CI] of each measure of ``part``, per estimator and G."""
+    lines = ["| Estimator | G | Measure | Start | End | Change, points [95% CI] | Runs |",
+             "|---|---|---|---|---|---|---|"]
+    rows = summary[summary["part"] == part]
+    for estimator, size in _pairs(rows):
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
+        for measure in sorted(mine["measure"].unique(), key=_measure_key):
+            by_phase = {r["phase"]: r for _, r in mine[mine["measure"] == measure].iterrows()}
+            change = by_phase["change"]
+            lines.append(f"| {estimator} | {size} | {measure} | {_plain(by_phase.get('start'))} | "
+                         f"{_plain(by_phase.get('end'))} | {_ci(change, 1, 100.0)} | {change['n_runs']} |")
+    return lines
+
+
+def _measure_key(measure: str) -> tuple[int, int, str]:
+    """Format measures in ``_FORMAT_MEASURES`` order; pass@k by k."""
+    if measure in _FORMAT_MEASURES:
+        return 0, _FORMAT_MEASURES.index(measure), measure
+    return 1, int(measure.removeprefix("pass@")) if measure.startswith("pass@") else 0, measure
+
+
+def _token_table(summary: pd.DataFrame) -> list[str]:
+    lines = ["| Estimator | G | Completions | Tokens | Class | Tokens in class | Δ log p [95% CI] | Δ p [95% CI] "
+             "| Runs |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = summary[summary["part"] == "tokens"]
+    for estimator, size in _pairs(rows):
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
+        keyed = sorted(mine[mine["measure"] == "dlogp"].itertuples(),
+                       key=lambda r: (_OUTCOME_ORDER[r.outcome], _CLASS_ORDER[r.token_class]))
+        for r in keyed:
+            dprob = mine[(mine["measure"] == "dprob") & (mine["outcome"] == r.outcome)
+                         & (mine["token_class"] == r.token_class)].iloc[0]
+            total = mine[(mine["measure"] == "dlogp") & (mine["outcome"] == r.outcome)
+                         & (mine["token_class"] == "all")].iloc[0]
+            lines.append(f"| {estimator} | {size} | {r.outcome} | {int(total['tokens'])} | {r.token_class} | "
+                         f"{int(r.tokens)} | {_ci(pd.Series(r._asdict()), 4)} | {_ci(dprob, 4)} | {r.n_runs} |")
+    return lines
+
+
+def markdown(summary: pd.DataFrame, settings: dict) -> str:
+    """mechanism.md: how the completions were drawn, then the format, token and pass@k tables."""
+    readings = [f"- {e} G={g}: {passk_reading(summary, e, g)}" for e, g in _pairs(summary)]
+    parts = [
+        "# Mechanism: format breakage, per-token shifts, pass@k",
+        "",
+        f"Compare output: `{settings['out']}`. Fixed completions: {settings['prompts']} test prompts x "
+        f"{settings['samples']} samples from the start policy `{settings['model']}` (seed {settings['seed']}, "
+        f"temperature {settings['temperature']}): {settings['correct']} correct, {settings['wrong']} wrong. "
+        "Every run's final model scores the same completions. Means over runs (seeds) with 95% "
+        "percentile-bootstrap CIs; one run gives a zero-width interval.",
+        "",
+        "## 1. Format breakage",
+        "",
+        "`eval_unscorable`: share of sampled eval completions the verifier could not score (eval.jsonl; "
+        "'not recorded' when eval.jsonl lacks it). `sampled_*`: the fixed prompts sampled again from each run's "
+        "final model (same seed): `no_answer_form` = no `#### N`, `\\boxed{N}` or \"the answer is N\" (gsm8k "
+        "verifiers only), `no_number` = no digit at all, `unscorable` = verifier returned None.",
+        "",
+        *_phase_table(summary, "format"),
+        "",
+        "## 2. Per-token change on the start policy's completions",
+        "",
+        "Content tokens hold an ASCII digit; format tokens are all the others, EOS included. Δ log p is the "
+        "token-mean of log p_end - log p_start; Δ p the token-mean of p_end - p_start.",
+        "",
+        *_token_table(summary),
+        "",
+        "## 3. pass@k before and after (eval.jsonl)",
+        "",
+        *_phase_table(summary, "passk"),
+        "",
+        "Reading (95% CIs of the per-run changes): search compression = pass@1 up with pass@k_max not up; "
+        "capacity gain = pass@k_max up.",
+        "",
+        *readings,
+        "",
+        "![mechanism](mechanism.png)",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def write_figure(summary: pd.DataFrame, path: Path) -> None:
+    """Three panels: Δ log p per (outcome, class); pass@k start and end; answer-format rates start and end."""
+    pairs = _pairs(summary)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    tokens = summary[(summary["part"] == "tokens") & (summary["measure"] == "dlogp")]
+    width = 0.8 / max(len(pairs), 1)
+    for i, (estimator, size) in enumerate(pairs):
+        mine = tokens[(tokens["estimator"] == estimator) & (tokens["group_size"] == size)]
+        cells = [mine[(mine["outcome"] == o) & (mine["token_class"] == c)].iloc[0] for o, c in _BARS]
+        means = np.array([c["mean"] for c in cells])
+        errors = np.abs(np.array([[c["ci_low"] for c in cells], [c["ci_high"] for c in cells]]) - means)
+        axes[0].bar(np.arange(len(_BARS)) + i * width, means, width, yerr=np.nan_to_num(errors),
+                    label=f"{estimator} G={size}", color=_color(estimator, i))
+        _passk_curves(axes[1], summary, estimator, size, _color(estimator, i), first=i == 0)
+    axes[0].axhline(0, color="black", lw=0.8)
+    axes[0].set_xticks(np.arange(len(_BARS)) + width * (len(pairs) - 1) / 2, [f"{o}\n{c}" for o, c in _BARS])
+    axes[0].set(title="Per-token change on start-policy completions", ylabel="mean Δ log p")
+    axes[0].legend(fontsize=8)
+    axes[1].set(title="pass@k before (dashed) and after", xlabel="k", ylabel="pass@k (%)")
+    axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[1].legend(fontsize=8)
+    _format_bars(axes[2], summary, pairs)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _passk_curves(ax, summary: pd.DataFrame, estimator: str, size: int, color: str, *, first: bool) -> None:
+    rows = summary[(summary["part"] == "passk") & (summary["estimator"] == estimator)
+                   & (summary["group_size"] == size)].sort_values("k")
+    for phase, style in (("start", "--"), ("end", "-")):
+        curve = rows[rows["phase"] == phase]
+        label = f"{estimator} G={size}" if phase == "end" else ("start" if first else None)
+        ax.plot(curve["k"], curve["mean"] * 100, style, color="black" if phase == "start" else color,
+                marker="o", label=label)
+
+
+def _format_bars(ax, summary: pd.DataFrame, pairs: list[tuple[str, int]]) -> None:
+    rows = summary[(summary["part"] == "format") & (summary["n_runs"] > 0) & (summary["phase"] != "change")
+                   & (summary["measure"] != "sampled_accuracy")]
+    measures = sorted(rows["measure"].unique(), key=_measure_key)
+    width = 0.8 / max(len(pairs), 1)
+    for i, (estimator, size) in enumerate(pairs):
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
+        end = [mine[(mine["measure"] == m) & (mine["phase"] == "end")]["mean"].mean() * 100 for m in measures]
+        start = [mine[(mine["measure"] == m) & (mine["phase"] == "start")]["mean"].mean() * 100 for m in measures]
+        x = np.arange(len(measures)) + i * width
+        ax.bar(x, end, width, color=_color(estimator, i), label=f"{estimator} G={size} end")
+        ax.scatter(x, start, color="black", marker="_", s=200, label="start" if i == 0 else None, zorder=3)
+    ax.set_xticks(np.arange(len(measures)) + width * (len(pairs) - 1) / 2,
+                  [m.replace("sampled_", "").replace("_", " ") for m in measures], fontsize=8, rotation=15)
+    ax.set(title="Answer format: start (bar ticks) and end", ylabel="% of completions")
+    ax.legend(fontsize=8)
+
+
+def terminal_table(summary: pd.DataFrame) -> Table:
+    """The rich table: Δ log p on wrong/correct x format/content, pass@1 and pass@k_max change (the reading
+    of the pass@k change is ``passk_reading``, printed below it)."""
+    table = Table(title="mean Δ log p per token on start-policy completions; pass@k change (points)")
+    for column in ("estimator", "G", *(f"{o}\n{c}" for o, c in _BARS), "Δ\npass@1", "Δ\npass@k"):
+        table.add_column(column, justify="left" if column == "estimator" else "right", no_wrap=True)
+    for estimator, size in _pairs(summary):
+        mine = summary[(summary["estimator"] == estimator) & (summary["group_size"] == size)]
+        cells = []
+        for outcome, token_class in _BARS:
+            row = mine[(mine["part"] == "tokens") & (mine["measure"] == "dlogp") & (mine["outcome"] == outcome)
+                       & (mine["token_class"] == token_class)]
+            cells.append("—" if row.empty or np.isnan(row.iloc[0]["mean"]) else f"{row.iloc[0]['mean']:+.3f}")
+        changes = mine[(mine["part"] == "passk") & (mine["phase"] == "change")].sort_values("k")
+        passk = [_points(changes.iloc[i]) if not changes.empty else "—" for i in (0, -1)]
+        table.add_row(estimator, str(size), *cells, *passk)
+    return table
+
+
+def write_outputs(out: Path, per_run: pd.DataFrame, summary: pd.DataFrame, settings: dict) -> list[Path]:
+    """Write mechanism.csv, mechanism_runs.csv, mechanism.md and mechanism.png into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "mechanism.csv", out / "mechanism_runs.csv", out / "mechanism.md", out / "mechanism.png"]
+    summary.to_csv(paths[0], index=False)
+    per_run.to_csv(paths[1], index=False)
+    paths[2].write_text(markdown(summary, settings))
+    write_figure(summary, paths[3])
+    return paths

@@ -1,0 +1,84 @@
+"""The reported runs of a ``grpolab compare`` output directory, and their start/end evaluations.
+
+The reported runs are the ones listed in ``OUT/results.parquet``: with an lr grid, the fresh seeds at each
+estimator's selected lr (``OUT/runs/...``); the selection runs (``OUT/selection/...``) are never read here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grpolab.config import TrainConfig
+from grpolab.errors import UserError
+from grpolab.run_settings import load_saved_config
+from grpolab.runlog import read_metrics
+
+__all__ = ["ReportedRun", "evaluation_rows", "reported_runs"]
+
+# settings every reported run must share, so that one start policy and one task stand for all of them
+_SHARED = ("model", "task", "task_options", "data", "verifier", "temperature", "max_new_tokens", "lora")
+
+
+@dataclass(frozen=True)
+class ReportedRun:
+    """One reported run of a comparison: its identity, directory and saved config."""
+
+    run_id: str
+    estimator: str
+    group_size: int
+    seed: int
+    lr: float
+    run_dir: Path
+    config: TrainConfig
+
+
+def reported_runs(out: Path) -> list[ReportedRun]:
+    """The runs listed in ``out/results.parquet``, each with its saved config; ``UserError`` naming the fix
+    when ``out`` is no compare output or a listed run directory is missing."""
+    out = Path(out)
+    if not out.is_dir():
+        raise UserError(f"{out} is not a directory; pass the --out directory of a grpolab compare run")
+    table_path = out / "results.parquet"
+    if not table_path.is_file():
+        raise UserError(f"{out} holds no results.parquet, so it is no finished grpolab compare output; "
+                        f"run (or resume) grpolab compare --out {out} first")
+    table = pd.read_parquet(table_path, columns=["run_id", "estimator", "group_size", "seed", "lr"])
+    runs = []
+    for row in table.drop_duplicates("run_id").itertuples():
+        run_dir = out / "runs" / row.run_id
+        config = load_saved_config(run_dir)
+        if config is None:
+            raise UserError(f"run {row.run_id} is listed in results.parquet but {run_dir} holds no config.yaml; "
+                            f"resume the sweep with grpolab compare --out {out}")
+        runs.append(ReportedRun(row.run_id, row.estimator, int(row.group_size), int(row.seed), float(row.lr),
+                                run_dir, config))
+    if not runs:
+        raise UserError(f"{table_path} lists no run; resume the sweep with grpolab compare --out {out}")
+    _check_shared(runs)
+    return runs
+
+
+def _check_shared(runs: list[ReportedRun]) -> None:
+    first = runs[0]
+    for run in runs[1:]:
+        differing = [name for name in _SHARED if getattr(run.config, name) != getattr(first.config, name)]
+        if differing:
+            raise UserError(f"runs {first.run_id} and {run.run_id} differ in {', '.join(differing)}, so no one "
+                            "start policy stands for both; analyse one comparison at a time")
+
+
+def evaluation_rows(run: ReportedRun) -> list[dict[str, Any]]:
+    """The run's start and end evaluations from its ``eval.jsonl``: one dict per phase with ``pass_at_k``
+    ({k: value}), ``unscorable`` and ``greedy_unscorable`` (None when eval.jsonl does not record them)."""
+    rows = []
+    for row in read_metrics(run.run_dir / "eval.jsonl"):
+        if row.get("phase") not in ("start", "end"):
+            continue
+        passk = {int(k): float(v) for k, v in (row.get("pass_at_k") or {}).items()}
+        rows.append({"phase": row["phase"], "pass_at_k": passk, "greedy_accuracy": float(row["greedy_accuracy"]),
+                     "unscorable": row.get("unscorable"), "greedy_unscorable": row.get("greedy_unscorable")})
+    return rows
