@@ -91,6 +91,16 @@ def test_passk_rows_are_the_eval_log_and_change_is_end_minus_start(compared: Pat
     assert set(per_run["k"]) == {1, 2}
 
 
+def test_the_eval_logs_unscorable_share_is_read_at_start_and_end(compared: Path) -> None:
+    rows = _per_run(compared).query("part == 'format' and measure == 'eval_unscorable'")
+    assert len(rows) == 2 * 3 and rows["value"].notna().all()  # runs x (start, end, change)
+    for run_id, run in rows.groupby("run_id"):
+        logged = {r["phase"]: r["unscorable"] for r in map(json.loads, (compared / "runs" / run_id / "eval.jsonl")
+                                                          .read_text().splitlines())}
+        for phase in ("start", "end"):
+            assert run[run["phase"] == phase]["value"].item() == pytest.approx(logged[phase])
+
+
 def test_summary_means_are_the_per_run_values_with_one_seed(compared: Path) -> None:
     summary = pd.read_csv(compared / "mechanism.csv", keep_default_na=False, na_values=[""])
     per_run = _per_run(compared)
