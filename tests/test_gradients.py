@@ -13,6 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from grpolab.advantages import compute_advantages, info
 from grpolab.diagnostics import spectrum
+from grpolab.errors import UserError
 from grpolab.gradient_geometry import analyze_gradients, decompose_group_gradient, gradient_metrics_for_step
 from grpolab.gradients import (
     CountSketch,
@@ -177,3 +178,28 @@ def test_training_hook_leaves_grads_and_mode_alone(policy, batch) -> None:
     layer1 = sum(p.numel() for n, p in model.named_parameters() if "layers.1." in n)
     assert metrics["grad/dim"] == layer1 and all(isinstance(v, float) for v in metrics.values())
     model.eval()
+
+
+def test_per_token_advantages_constant_within_completions_give_the_outcome_metrics(policy, batch) -> None:
+    model = policy[0]
+    advantages = compute_advantages("dr_grpo", REWARDS)
+    outcome = analyze_gradients(model, batch, advantages, rewards=REWARDS)
+    per_token = analyze_gradients(model, batch, token_advantages(advantages, batch.completion_mask), rewards=REWARDS)
+    for key, value in outcome.items():
+        if key in ("grad/seconds", "grad/all_sum_share"):
+            continue
+        assert per_token[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert np.isnan(per_token["grad/all_sum_share"])  # defined through per-completion advantages only
+
+
+def test_per_token_advantages_leave_the_span_of_the_group_sums(policy, batch) -> None:
+    model = policy[0]
+    generator = torch.Generator().manual_seed(4)
+    per_token = torch.randn(batch.completion_mask.shape, generator=generator) * batch.completion_mask
+    metrics = analyze_gradients(model, batch, per_token, rewards=REWARDS)
+    assert metrics["grad/row_sum_error"] < 1e-4  # the weighted rows sum to one batched backward's gradient
+    assert metrics["grad/token_advantage_within_completion_std"] > 0.1
+    assert metrics["grad/rank2_residual"] > 1e-2  # h_p is no longer a+ S+ + a- S-
+    assert np.isfinite(metrics["grad/weighted_effective_rank"])
+    with pytest.raises(UserError, match="outcome rewards"):
+        analyze_gradients(model, batch, per_token)  # a Rollout has no .rewards to name the groups

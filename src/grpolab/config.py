@@ -70,6 +70,12 @@ class TrainConfig:
     """Advantage estimator (see `grpolab estimators`)."""
     advantage_kwargs: dict[str, Any] = field(default_factory=dict)
     """Hyper-parameters of the estimator, e.g. {"k": 2} for passk (flag: JSON)."""
+    reward_granularity: str = "outcome"
+    """What gets a reward: outcome (one per completion; every token shares its completion's advantage) or token
+    (per-token process rewards: each answer character is scored by position against the reference, for the
+    verifiers exact and gsm8k; a token gets the mean of its characters' scores, and its advantage is
+    DeepSeekMath's process supervision: the step rewards normalised over the group, summed from the token on;
+    advantage grpo, dr_grpo or sign; no dynamic sampling)."""
     group_size: int = 4
     """G: completions sampled per prompt."""
     prompts_per_step: int = 16
@@ -262,14 +268,17 @@ def _flag(name: str) -> str:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig,
-                         defaults: dict[str, Any] | None = None, help_overrides: dict[str, str] | None = None) -> None:
-    """Add one flag per field of ``cls``; every default is None so that unset flags are recognisable.
-    ``defaults`` are the command's own defaults for some fields (shown in the help instead of the class's);
-    ``help_overrides`` replaces the help of some fields (setting -> text)."""
+                         defaults: dict[str, Any] | None = None, help_overrides: dict[str, str] | None = None,
+                         only: typing.Collection[str] | None = None) -> None:
+    """Add one flag per field of ``cls`` (or of the fields named in ``only``); every default is None so that
+    unset flags are recognisable. ``defaults`` are the command's own defaults for some fields (shown in the
+    help instead of the class's); ``help_overrides`` replaces the help of some fields (setting -> text)."""
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     defaults = defaults or {}
     for f in dataclasses.fields(cls):
+        if only is not None and f.name not in only:
+            continue
         kind = hints[f.name]
         shown = defaults[f.name] if f.name in defaults else _default_text(f)
         help_text = f"{docs.get(f.name, '')} (default: {shown})".replace("%", "%%")

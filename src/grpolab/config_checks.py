@@ -65,11 +65,24 @@ def _validate_ranges(config: TrainConfig) -> None:
     if not isinstance(config.task_options.get("use_chat_template", True), bool):
         raise UserError("task_options use_chat_template must be true or false, "
                         f"got {config.task_options['use_chat_template']!r}")
+    _validate_granularity(config)
     from grpolab.losses import AGGREGATION_MODES
 
     if config.loss_aggregation not in AGGREGATION_MODES:
         raise UserError(f"loss_aggregation must be one of {', '.join(AGGREGATION_MODES)}, "
                         f"got {config.loss_aggregation!r}")
+
+
+def _validate_granularity(config: TrainConfig) -> None:
+    if config.reward_granularity not in ("outcome", "token"):
+        raise UserError(f"reward_granularity must be outcome or token, got {config.reward_granularity!r}")
+    if config.reward_granularity == "token":
+        from grpolab.process_rewards import check_token_estimator
+
+        check_token_estimator(config.advantage)
+        if config.dynamic_sampling:
+            raise UserError("dynamic_sampling filters groups by outcome reward; it is not supported with "
+                            "reward_granularity token")
 
 
 def check_types(values: dict[str, Any], cls: type) -> None:

@@ -16,6 +16,11 @@ matrix or which rank measure, so several candidate matrices are measured (docs/g
 
 Rank measures (``grpolab.diagnostics.spectrum``): Roy & Vetterli effective rank, stable rank, energy90/99.
 
+Per-token advantages A [B, T] (``--reward-granularity token``, the paper's own falsification test) replace
+A_i g_i by w_i = sum_t A_i,t dlog pi_i,t/dtheta in every weighted matrix, h = sum_i w_i per group, and the
+rank-2 checks measure how far h leaves span(S+, S-) (S+/S-: by the outcome reward); ``all_sum_share`` is
+NaN there (it is defined through per-completion advantages).
+
 The algebra behind the rank-2 claim, for one group with binary rewards: every correct completion has the same
 advantage a+ and every wrong one a-, so h = a+ S+ + a- S- lies in span(S+, S-) (``rank2_residual`` = 0,
 for any estimator that is a function of the reward, ``sign`` included). Writing h = alpha d + beta s with
@@ -39,12 +44,14 @@ import numpy as np
 import torch
 
 from grpolab.diagnostics import gradient_sparsity, spectrum, zero_advantage_fraction
+from grpolab.errors import UserError
 from grpolab.gradients import (
     as_batch,
     per_completion_gradients,
     summed_policy_gradient,
     token_advantages,
 )
+from grpolab.process_rewards import is_per_token
 
 __all__ = [
     "analyze_gradients",
@@ -120,9 +127,9 @@ def _groups(rows: torch.Tensor, shape: tuple[int, int]) -> list[torch.Tensor]:
     return list(rows.reshape(p, g, -1).unbind(0))  # P x [G, K]
 
 
-def _candidate_matrices(rows: torch.Tensor, rewards: np.ndarray, advantages: torch.Tensor) -> dict[str, Any]:
-    """The candidate "gradient matrices" named in the module docstring (except ``layer``)."""
-    weighted = rows * advantages.reshape(-1, 1).float()  # [B, K]
+def _candidate_matrices(rows: torch.Tensor, rewards: np.ndarray, weighted: torch.Tensor) -> dict[str, Any]:
+    """The candidate "gradient matrices" named in the module docstring (except ``layer``); ``weighted`` [B, K]
+    holds the rows A_i g_i (or w_i under per-token advantages)."""
     weighted_groups = [w for w in _groups(weighted, rewards.shape) if bool(w.any())]
     sums = torch.stack([w.sum(dim=0) for w in weighted_groups]) if weighted_groups else weighted[:0]
     mixed = [p for p in range(rewards.shape[0]) if (rewards[p] == 1).any() and (rewards[p] == 0).any()]
@@ -132,9 +139,9 @@ def _candidate_matrices(rows: torch.Tensor, rewards: np.ndarray, advantages: tor
             "group_sum": sums, "split_group": split}
 
 
-def _rank_candidates(rows: torch.Tensor, rewards: np.ndarray, advantages: torch.Tensor) -> dict[str, float]:
+def _rank_candidates(rows: torch.Tensor, rewards: np.ndarray, weighted: torch.Tensor) -> dict[str, float]:
     metrics: dict[str, float] = {}
-    for name, value in _candidate_matrices(rows, rewards, advantages).items():
+    for name, value in _candidate_matrices(rows, rewards, weighted).items():
         if isinstance(value, torch.Tensor):
             metrics.update(_rank_metrics(value, name))
         else:
@@ -142,15 +149,36 @@ def _rank_candidates(rows: torch.Tensor, rewards: np.ndarray, advantages: torch.
     return metrics
 
 
-def _rank2_checks(rows: torch.Tensor, rewards: np.ndarray, advantages: torch.Tensor) -> dict[str, float]:
-    """grad/rank2_residual (max over groups), grad/rank1_residual and grad/all_sum_share (means, mixed groups)."""
-    per = [decompose_group_gradient(g, rewards[p], advantages[p])
-           for p, g in enumerate(_groups(rows, rewards.shape)) if bool(advantages[p].any())]
+def _token_level_decomposition(rows: torch.Tensor, rewards: np.ndarray, weighted: torch.Tensor) -> dict[str, float]:
+    """``decompose_group_gradient`` for one group whose gradient h = sum of the ``weighted`` rows [G, K] comes
+    from per-token advantages (all_sum_share NaN: it is defined through per-completion advantages)."""
+    h = weighted.double().sum(dim=0)
+    plus, minus = split_sums(rows.double(), rewards)
+    out = {"rank2_residual": projection_residual(h, torch.stack([plus, minus])), "all_sum_share": float("nan")}
+    n_plus, n_minus = int((rewards == 1).sum()), int((rewards == 0).sum())
+    mixed = n_plus > 0 and n_minus > 0
+    direction = plus / max(n_plus, 1) - minus / max(n_minus, 1)
+    out["rank1_residual"] = projection_residual(h, direction.unsqueeze(0)) if mixed else float("nan")
+    return out
+
+
+def _rank2_checks(rows: torch.Tensor, rewards: np.ndarray, advantages: torch.Tensor,
+                  weighted: torch.Tensor | None = None) -> dict[str, float]:
+    """grad/rank2_residual (max over groups), grad/rank1_residual and grad/all_sum_share (means, mixed groups);
+    with ``weighted`` rows (per-token advantages) h is their group sum."""
+    if weighted is None:
+        per = [decompose_group_gradient(g, rewards[p], advantages[p])
+               for p, g in enumerate(_groups(rows, rewards.shape)) if bool(advantages[p].any())]
+    else:
+        per = [_token_level_decomposition(g, rewards[p], w)
+               for p, (g, w) in enumerate(zip(_groups(rows, rewards.shape), _groups(weighted, rewards.shape),
+                                              strict=True)) if bool(w.any())]
     mixed = [d for d in per if not np.isnan(d["rank1_residual"])]
     return {
         "grad/rank2_residual": max((d["rank2_residual"] for d in per), default=0.0),
         "grad/rank1_residual": float(np.mean([d["rank1_residual"] for d in mixed])) if mixed else float("nan"),
-        "grad/all_sum_share": float(np.mean([d["all_sum_share"] for d in mixed])) if mixed else float("nan"),
+        "grad/all_sum_share": float(np.mean([d["all_sum_share"] for d in mixed])) if mixed and weighted is None
+        else float("nan"),
         "grad/mixed_groups": float(len(mixed)),
     }
 
@@ -167,14 +195,16 @@ def _summed_gradient_metrics(summed: dict[str, torch.Tensor]) -> dict[str, float
     }
 
 
-def _credit_metrics(batch: Any, advantages: torch.Tensor) -> dict[str, float]:
-    """Zero-advantage shares and the within-completion spread of the per-token advantages (0 by design)."""
+def _credit_metrics(batch: Any, advantages: torch.Tensor, shape: tuple[int, int]) -> dict[str, float]:
+    """Zero-advantage shares and the within-completion spread of the per-token advantages (0 by design under
+    outcome rewards); a completion counts as zero-advantage when all its tokens are."""
     mask = batch.completion_mask
     per_token = token_advantages(advantages, mask)  # [B, T]
     lengths = mask.sum(dim=1).clamp(min=1)
     mean = per_token.sum(dim=1) / lengths
     spread = (((per_token - mean[:, None]) ** 2) * mask).sum(dim=1) / lengths  # [B]
-    shares = zero_advantage_fraction(advantages, mask.sum(dim=1).reshape(advantages.shape))
+    carries = per_token.abs().amax(dim=1).reshape(shape) if per_token.shape[1] else torch.zeros(shape)  # [P, G]
+    shares = zero_advantage_fraction(carries, mask.sum(dim=1).reshape(shape))
     return {
         "grad/token_advantage_within_completion_std": float(spread.sqrt().max()) if spread.numel() else 0.0,
         "grad/zero_advantage_completions": shares["completions"],
@@ -182,20 +212,26 @@ def _credit_metrics(batch: Any, advantages: torch.Tensor) -> dict[str, float]:
     }
 
 
-def _rewards_of(batch: Any, advantages: torch.Tensor, rewards: Any) -> np.ndarray:
-    """Rewards [P, G] from the argument, the batch, or (failing both) the sign of the advantages."""
+def _rewards_of(batch: Any, advantages: torch.Tensor, rewards: Any, per_token: bool) -> np.ndarray:
+    """Rewards [P, G] from the argument, the batch, or (failing both, outcome advantages [P, G] only) the sign
+    of the advantages."""
     if rewards is None:
         rewards = getattr(batch, "rewards", None)
+    if rewards is None and per_token:
+        raise UserError("per-token advantages [B, T] need the outcome rewards [P, G]: pass rewards= or a batch "
+                        "with .rewards")
     if rewards is None:
         return (advantages > 0).double().numpy()
-    return np.asarray(rewards, dtype=np.float64).reshape(advantages.shape)
+    array = np.asarray(rewards, dtype=np.float64)
+    return array if per_token else array.reshape(advantages.shape)
 
 
 def analyze_gradients(
     model: torch.nn.Module, batch: Any, advantages: torch.Tensor, *, params: str | Sequence[str] | None = None,
     sketch_dim: int | None = None, seed: int = 0, rewards: Any = None, temperature: float = 1.0,
 ) -> dict[str, float]:
-    """``grad/*`` metrics of one rollout batch (B = P * G completions) with advantages [P, G].
+    """``grad/*`` metrics of one rollout batch (B = P * G completions) with advantages [P, G], or per-token
+    advantages [B, T] (then ``rewards`` [P, G] or ``batch.rewards`` must give the groups' outcome rewards).
 
     ``params``: see ``grpolab.gradients.select_parameters``; ``sketch_dim``: CountSketch width (None = exact
     rows when they fit); ``rewards`` [P, G]: default ``batch.rewards``. Uses B + 1 forward/backward passes.
@@ -203,15 +239,18 @@ def analyze_gradients(
     started = time.perf_counter()
     batch = as_batch(batch)
     advantages = torch.as_tensor(advantages).detach().float().cpu()
-    reward_matrix = _rewards_of(batch, advantages, rewards)
+    per_token = is_per_token(advantages, batch.completion_mask)
+    reward_matrix = _rewards_of(batch, advantages, rewards, per_token)
     found = per_completion_gradients(model, batch, params=params, sketch_dim=sketch_dim, seed=seed,
-                                     temperature=temperature)
+                                     temperature=temperature, token_weights=advantages if per_token else None)
     summed = summed_policy_gradient(model, batch, advantages, params=params, temperature=temperature)
     rows = found.rows
-    metrics = {**_rank_candidates(rows, reward_matrix, advantages), **_rank2_checks(rows, reward_matrix, advantages),
-               **_summed_gradient_metrics(summed), **_credit_metrics(batch, advantages)}
+    weighted = found.weighted if per_token else rows * advantages.reshape(-1, 1)  # [B, K]
+    metrics = {**_rank_candidates(rows, reward_matrix, weighted),
+               **_rank2_checks(rows, reward_matrix, advantages, found.weighted if per_token else None),
+               **_summed_gradient_metrics(summed), **_credit_metrics(batch, advantages, reward_matrix.shape)}
     reference = found.project(list(summed.values()))
-    from_rows = advantages.reshape(-1) @ rows
+    from_rows = weighted.sum(dim=0)
     metrics["grad/row_sum_error"] = float((from_rows - reference).norm() / reference.norm().clamp(min=1e-30))
     metrics.update({"grad/dim": float(found.dim), "grad/sketch_dim": float(found.sketch_dim or 0),
                     "grad/seconds": time.perf_counter() - started})

@@ -5,7 +5,10 @@ set (``select_parameters``: LoRA adapters, name substrings, or all trainable par
 outcome-only reward every token of completion i carries the same advantage A_i (the credit-assignment
 collapse of the GRPO policy-gradient-foundations paper), so the "sum" aggregated policy gradient of a batch
 is exactly sum_i A_i g_i: one row per completion loses nothing. ``token_advantages`` gives that per-token
-view [B, T] explicitly. The geometry (effective rank, rank-2 check, sparsity) is in
+view [B, T] explicitly. Under per-token advantages A_i,t (``--reward-granularity token``) that collapse is
+gone, and ``per_completion_gradients(..., token_weights=A)`` also returns each completion's weighted row
+w_i = sum_t A_i,t dlog pi(y_i,t)/dtheta (one forward, two backwards per completion). The geometry
+(effective rank, rank-2 check, sparsity) is in
 ``grpolab.gradient_geometry``.
 
 Memory: rows are kept exactly when B x D fits in ``max_entries`` (float32); otherwise each row is projected
@@ -31,6 +34,7 @@ from typing import Any, Protocol
 import torch
 
 from grpolab.errors import UserError
+from grpolab.process_rewards import is_per_token
 from grpolab.rollout import token_logprobs
 
 __all__ = [
@@ -77,10 +81,13 @@ def select_parameters(model: torch.nn.Module, params: str | Sequence[str] | None
 
 
 def token_advantages(advantages: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
-    """Per-token advantages [B, T]: advantages [P, G] (row-major, B = P * G) broadcast over the mask.
+    """Per-token advantages [B, T]: advantages [P, G] (row-major, B = P * G) broadcast over the mask, or
+    advantages already [B, T] (per-token rewards) masked.
 
-    This is the outcome-reward credit assignment: every token of completion i gets A_i, padding gets 0.
+    For [P, G] this is the outcome-reward credit assignment: every token of completion i gets A_i, padding 0.
     """
+    if is_per_token(advantages, completion_mask):
+        return advantages.to(torch.float32) * completion_mask.to(torch.float32)
     flat = advantages.reshape(-1).to(torch.float32)  # [B]
     if flat.shape[0] != completion_mask.shape[0]:
         raise UserError(f"advantages hold {flat.shape[0]} completions but the batch has {completion_mask.shape[0]}")
@@ -126,6 +133,7 @@ class GradientRows:
         sketch_dim: k if the rows are sketched, else None.
         names: the parameter names, in column order.
         sketch: the CountSketch used (None for exact rows), to project other vectors the same way.
+        weighted: [B, K] rows w_i = sum_t A_i,t dlog pi_i,t/dtheta when token weights were given, else None.
     """
 
     rows: torch.Tensor
@@ -133,6 +141,7 @@ class GradientRows:
     sketch_dim: int | None
     names: list[str]
     sketch: CountSketch | None = None
+    weighted: torch.Tensor | None = None
 
     def project(self, grads: Sequence[torch.Tensor]) -> torch.Tensor:
         """A gradient given per parameter (same order as ``names``) as a row in this matrix's columns [K]."""
@@ -155,24 +164,38 @@ def _requiring_grad(params: dict[str, torch.Tensor]) -> Iterator[None]:
             p.requires_grad_(flags[name])
 
 
-def _row_logprob_sum(model: torch.nn.Module, batch: CompletionBatch, row: int, temperature: float) -> torch.Tensor:
-    """sum_t log pi of completion ``row``, computed on that row alone with its padding removed."""
+def _row_logprobs(model: torch.nn.Module, batch: CompletionBatch, row: int, temperature: float) -> torch.Tensor:
+    """[L] log pi of each token of completion ``row``, computed on that row alone with its padding removed."""
     prompt = batch.prompt_ids[row][batch.prompt_mask[row].bool()]
     length = int(batch.completion_mask[row].sum())
     ids = torch.cat([prompt, batch.completion_ids[row, :length]]).unsqueeze(0)
     logprobs, _ = token_logprobs(model, ids, torch.ones_like(ids), length, temperature=temperature)
-    return logprobs.float().sum()
+    return logprobs.float()[0]
+
+
+def _row_gradients(model: torch.nn.Module, batch: CompletionBatch, row: int, tensors: list[torch.Tensor],
+                   temperature: float, weights: torch.Tensor | None) -> tuple[list, list | None]:
+    """Gradients of sum_t log pi and (with ``weights`` [T]) of sum_t weights_t log pi for completion ``row``."""
+    logprobs = _row_logprobs(model, batch, row, temperature)
+    outputs = [logprobs.sum()] + ([] if weights is None else [(logprobs * weights[: len(logprobs)]).sum()])
+    found = []
+    for index, output in enumerate(outputs):
+        grads = torch.autograd.grad(output, tensors, allow_unused=True, retain_graph=index + 1 < len(outputs))
+        found.append([torch.zeros_like(p) if g is None else g for g, p in zip(grads, tensors, strict=True)])
+    return found[0], found[1] if weights is not None else None
 
 
 def per_completion_gradients(
     model: torch.nn.Module, batch: CompletionBatch, *, params: str | Sequence[str] | None = None,
     sketch_dim: int | None = None, seed: int = 0, temperature: float = 1.0,
-    max_entries: int = DEFAULT_MAX_ENTRIES,
+    max_entries: int = DEFAULT_MAX_ENTRIES, token_weights: torch.Tensor | None = None,
 ) -> GradientRows:
     """Row i = gradient of completion i's summed token log-probability; one forward + backward per row.
 
     Rows are exact unless ``sketch_dim`` is given or B x D > ``max_entries`` (then k = DEFAULT_SKETCH_DIM).
-    Parameter ``.grad`` fields are not touched (``torch.autograd.grad``); the model is left in its mode.
+    With ``token_weights`` [B, T] (per-token advantages) ``weighted`` holds w_i = gradient of
+    sum_t weights_i,t log pi_i,t too (a second backward per row). Parameter ``.grad`` fields are not touched
+    (``torch.autograd.grad``); the model is left in its mode.
     """
     chosen = select_parameters(model, params)
     tensors = list(chosen.values())
@@ -182,14 +205,21 @@ def per_completion_gradients(
         sketch_dim = DEFAULT_SKETCH_DIM
     sketch = CountSketch(int(sketch_dim), seed) if sketch_dim else None
     rows = torch.zeros(size, sketch.dim if sketch else dim, dtype=torch.float32)
+    weighted = None if token_weights is None else torch.zeros_like(rows)
+
+    def flatten(grads: list[torch.Tensor]) -> torch.Tensor:
+        return sketch.project(grads) if sketch else torch.cat([g.reshape(-1).float() for g in grads])
+
     with _requiring_grad(chosen):
         for row in range(size):
             if int(batch.completion_mask[row].sum()) == 0:
                 continue  # an empty completion has log-prob 0 and gradient 0
-            grads = torch.autograd.grad(_row_logprob_sum(model, batch, row, temperature), tensors, allow_unused=True)
-            grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, tensors, strict=True)]
-            rows[row] = sketch.project(grads) if sketch else torch.cat([g.reshape(-1).float() for g in grads])
-    return GradientRows(rows, dim, sketch.dim if sketch else None, list(chosen), sketch)
+            weights = None if token_weights is None else token_weights[row].float()
+            grads, weighted_grads = _row_gradients(model, batch, row, tensors, temperature, weights)
+            rows[row] = flatten(grads)
+            if weighted is not None:
+                weighted[row] = flatten(weighted_grads)
+    return GradientRows(rows, dim, sketch.dim if sketch else None, list(chosen), sketch, weighted)
 
 
 def summed_policy_gradient(

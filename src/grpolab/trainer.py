@@ -14,6 +14,9 @@ Departures from the papers and from TRL, all deliberate:
   keeps the non-degenerate groups until P are kept or the rounds run out; it then trains on fewer
   than P groups rather than padding with degenerate ones. Its true cost is logged as
   ``rollout/completions_generated``.
+* With ``reward_granularity: token`` the advantages are per token [B, T] (``grpolab.process_rewards``:
+  DeepSeekMath's process supervision over verifiable per-character rewards); the logs, the rollout table
+  and the starvation metrics then use each completion's token-mean advantage.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.errors import UserError
 from grpolab.gradient_geometry import gradient_metrics_for_step
 from grpolab.models import Policy, load_policy
+from grpolab.process_rewards import completion_advantages, token_advantages
 from grpolab.rewards import Scores
 from grpolab.rollout import Rollout
 from grpolab.run_lock import DirectoryLock
@@ -53,6 +57,7 @@ from grpolab.training_state import (
     write_task_summary,
 )
 from grpolab.training_step import StepBatch, build_optimizer, update_policy
+from grpolab.verifiers.process import get_process_verifier
 
 __all__ = ["RunResult", "Trainer", "train"]
 
@@ -93,6 +98,8 @@ class Trainer:
         self.task = task or load_task_for(config)
         _check_task_fits(config, self.task)
         self.verifier = verifiers.get_verifier(config.verifier or self.task.verifier)
+        self.process_verifier = (get_process_verifier(config.verifier or self.task.verifier)
+                                 if config.reward_granularity == "token" else None)
         self.max_new_tokens = config.max_new_tokens or self.task.max_new_tokens
         torch.manual_seed(config.seed)
         self.policy = policy or load_policy(config.model)
@@ -152,24 +159,25 @@ class Trainer:
         count = min(self.config.prompts_per_step, len(pool))
         return [pool[i] for i in rng.choice(len(pool), size=count, replace=False)]
 
-    def _sample_round(self, step: int, round_: int) -> tuple[list[Problem], Rollout, np.ndarray, Any]:
+    def _sample_round(self, step: int, round_: int) -> tuple[list[Problem], Rollout, np.ndarray, Any, Any]:
         problems = self._choose_problems(step, round_)
         generator = torch.Generator().manual_seed(_step_seed(self.config.seed, step, round_))
         self.model.eval()
         batch = collect_batch(self.model, self.policy.tokenizer, problems, self.verifier,
                               num_samples=self.config.group_size, max_new_tokens=self.max_new_tokens,
                               use_chat_template=self.task.use_chat_template, temperature=self.config.temperature,
-                              top_p=self.config.top_p, generator=generator, dtype=self.config.sampler_dtype)
+                              top_p=self.config.top_p, generator=generator, dtype=self.config.sampler_dtype,
+                              process_verifier=self.process_verifier)
         self.model.train()
         self.completions_generated += len(batch.rollout.texts)
         _check_verifier_errors(batch.scores, step, verifier_name=self.config.verifier or self.task.verifier)
-        return problems, batch.rollout, batch.rewards, batch.scores
+        return problems, batch.rollout, batch.rewards, batch.scores, batch.token_rewards
 
     def _collect(self, step: int) -> tuple[StepBatch, dict[str, float]]:
         """Sample (with dynamic sampling: several rounds) and return the batch to train on."""
-        problems, rollout, rewards, scores = self._sample_round(step, 0)
+        problems, rollout, rewards, scores, token_rewards = self._sample_round(step, 0)
         extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable}
-        batch, seen = StepBatch.make(problems, rollout, rewards), rewards
+        batch, seen = StepBatch.make(problems, rollout, rewards, token_rewards), rewards
         if self.config.dynamic_sampling:
             batch, seen, rounds = self._dynamic_fill(step, batch, rewards)
             extra["rollout/dynamic_rounds"] = rounds
@@ -185,7 +193,7 @@ class Trainer:
         rounds = 0
         while kept.num_groups < self.config.prompts_per_step and rounds < self.config.dynamic_max_rounds:
             rounds += 1
-            problems, rollout, more, _ = self._sample_round(step, rounds)
+            problems, rollout, more, _, _ = self._sample_round(step, rounds)
             seen.append(more)
             kept = kept.concat(StepBatch.make(problems, rollout, more).non_degenerate())
         return kept.first(self.config.prompts_per_step), np.concatenate(seen), rounds
@@ -195,13 +203,8 @@ class Trainer:
         started = time.perf_counter()
         batch, extra = self._collect(step)
         rollout_time = time.perf_counter() - started
-        try:
-            advantages = advantage_registry.compute_advantages(
-                self.config.advantage, batch.rewards, **self.config.advantage_kwargs)  # [P, G]
-            if not torch.isfinite(advantages.float()).all():  # the loss is float32: no inf may reach it
-                raise ValueError(f"advantages up to {advantages.abs().max().item():.3g} overflow float32")
-        except ValueError as error:  # e.g. a user verifier's non-binary rewards under a binary-only estimator
-            raise UserError(f"step {step}: {error}; pick a matching --verifier / --advantage") from None
+        advantages = self._advantages(batch, step)  # [P, G], or [B, T] with per-token rewards
+        per_completion = completion_advantages(advantages, batch.completion_mask, batch.rewards.shape)  # [P, G]
         grad_metrics: dict[str, float] = {}
         if self.config.grad_analysis_every and step % self.config.grad_analysis_every == 0:
             # at the policy that sampled the batch, before the update
@@ -211,12 +214,28 @@ class Trainer:
         update = update_policy(self.model, self.optimizer, batch, advantages, self.config, lr=lr,
                                max_length=self.max_new_tokens, reference=self.reference)
         update_time = time.perf_counter() - update_started
-        self._log_rollouts(step, batch, advantages)
+        self._log_rollouts(step, batch, per_completion)
         metrics = {**batch.rollout_metrics(self.completions_generated), **extra,
-                   **starvation_metrics(batch.rewards, advantages, lengths=batch.lengths, window=self.success_window),
+                   **starvation_metrics(batch.rewards, per_completion, lengths=batch.lengths,
+                                        window=self.success_window),
                    **update, **grad_metrics}
         metrics.update(_perf_metrics(batch, started, rollout_time, update_time, update.get("loss/train_tokens", 0)))
         return metrics
+
+    def _advantages(self, batch: StepBatch, step: int) -> torch.Tensor:
+        """Advantages [P, G] of the outcome rewards, or [B, T] of the per-token rewards."""
+        try:
+            if batch.token_rewards is not None:
+                advantages = token_advantages(self.config.advantage, batch.token_rewards, batch.completion_mask,
+                                              batch.group_size, **self.config.advantage_kwargs)
+            else:
+                advantages = advantage_registry.compute_advantages(
+                    self.config.advantage, batch.rewards, **self.config.advantage_kwargs)  # [P, G]
+            if not torch.isfinite(advantages.float()).all():  # the loss is float32: no inf may reach it
+                raise ValueError(f"advantages up to {advantages.abs().max().item():.3g} overflow float32")
+        except ValueError as error:  # e.g. a user verifier's non-binary rewards under a binary-only estimator
+            raise UserError(f"step {step}: {error}; pick a matching --verifier / --advantage") from None
+        return advantages
 
     def _log_rollouts(self, step: int, batch: StepBatch, advantages: torch.Tensor) -> None:
         g = batch.group_size

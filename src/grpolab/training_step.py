@@ -47,6 +47,8 @@ class StepBatch:
         truncated: [B] bool.
         entropy: [B, T] sampling entropy per token.
         sampler_logprobs: [B, T] the sampler's log-probability of each token, or None.
+        token_rewards: [B, T] float64 per-token rewards (NaN: unrewarded) under --reward-granularity token,
+            else None.
     """
 
     problems: list[Problem]
@@ -59,12 +61,14 @@ class StepBatch:
     truncated: torch.Tensor
     entropy: torch.Tensor
     sampler_logprobs: torch.Tensor | None = None
+    token_rewards: torch.Tensor | None = None
 
     @classmethod
-    def make(cls, problems: list[Problem], rollout: Rollout, rewards: np.ndarray) -> StepBatch:
+    def make(cls, problems: list[Problem], rollout: Rollout, rewards: np.ndarray,
+             token_rewards: torch.Tensor | None = None) -> StepBatch:
         return cls(problems, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
                    rollout.completion_mask, rewards, list(rollout.texts), rollout.truncated, rollout.entropy,
-                   rollout.logprobs)
+                   rollout.logprobs, token_rewards)
 
     @property
     def group_size(self) -> int:
@@ -89,7 +93,8 @@ class StepBatch:
         return StepBatch([self.problems[p] for p in groups], self.prompt_ids[rows], self.prompt_mask[rows],
                          self.completion_ids[rows], self.completion_mask[rows], self.rewards[groups],
                          [self.texts[r] for r in rows], self.truncated[rows], self.entropy[rows],
-                         None if self.sampler_logprobs is None else self.sampler_logprobs[rows])
+                         None if self.sampler_logprobs is None else self.sampler_logprobs[rows],
+                         None if self.token_rewards is None else self.token_rewards[rows])
 
     def non_degenerate(self) -> StepBatch:
         """Only the groups whose scorable rewards are not all equal (DAPO's dynamic-sampling filter)."""
@@ -170,11 +175,14 @@ def update_policy(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: StepBatch, advantages: torch.Tensor,
     config: TrainConfig, *, lr: float, max_length: int, reference: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
-    """``num_iterations`` optimizer steps on ``batch`` with advantages [P, G]; returns ``loss/*`` metrics."""
-    flat = advantages.reshape(-1).float()  # [B]
+    """``num_iterations`` optimizer steps on ``batch`` with advantages [P, G] (outcome) or [B, T] (per token);
+    returns ``loss/*`` metrics."""
     mask = batch.completion_mask.float()
+    per_token = tuple(advantages.shape) == tuple(mask.shape)
+    flat = advantages.float() if per_token else advantages.reshape(-1).float()  # [B, T] or [B]
     denominator = aggregation_denominator(mask, config.loss_aggregation, max_length=max_length)
-    rows = list(range(batch.size)) if config.beta > 0 else torch.nonzero(flat).flatten().tolist()
+    carries = (flat * mask).abs().sum(dim=1) > 0 if per_token else flat != 0  # [B]
+    rows = list(range(batch.size)) if config.beta > 0 else torch.nonzero(carries).flatten().tolist()
     chunks = [rows[i : i + config.micro_batch_size] for i in range(0, len(rows), config.micro_batch_size)]
     old = _frozen_logprobs(model, batch, chunks, config) if config.num_iterations > 1 else None
     ref = _frozen_logprobs(reference, batch, chunks, config) if reference is not None else None

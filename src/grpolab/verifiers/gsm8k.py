@@ -31,7 +31,7 @@ from decimal import Decimal
 from typing import Literal
 
 from grpolab.verifiers._registry import register_details
-from grpolab.verifiers._text import NUMBER, last_boxed, normalise_minus, numbers, tail, to_decimal
+from grpolab.verifiers._text import NUMBER, NUMBER_RE, last_boxed, normalise_minus, numbers, tail, to_decimal
 
 Mode = Literal["auto", "strict", "flexible"]
 
@@ -59,20 +59,41 @@ def _boxed_number(text: str) -> tuple[str, int] | None:
     return (found[0], boxed[1]) if len(found) == 1 else None
 
 
-def extract_strict(completion: str) -> str | None:
-    """The last strict-form answer (``#### N``, ``\\boxed{N}``, "the answer is N"), or None."""
-    text = normalise_minus(tail(completion))
-    candidates: list[tuple[int, str]] = []
+def _strict_candidates(text: str) -> list[tuple[int, str, int]]:
+    """(where the form starts, numeral, where the numeral starts) of the last match of each strict form."""
+    candidates: list[tuple[int, str, int]] = []
     for pattern in (_HASHES_RE, _ANSWER_IS_RE):
         last = None
         for last in pattern.finditer(text):  # noqa: B007 - only the last match is wanted
             pass
         if last is not None:
-            candidates.append((last.start(), last.group(1)))
+            candidates.append((last.start(), last.group(1), last.start(1)))
     boxed = _boxed_number(text)
-    if boxed is not None:
-        candidates.append((boxed[1], boxed[0]))
+    if boxed is not None:  # the box's one numeral is a literal substring of the box (units become spaces)
+        candidates.append((boxed[1], boxed[0], text.find(boxed[0], boxed[1])))
+    return candidates
+
+
+def extract_strict(completion: str) -> str | None:
+    """The last strict-form answer (``#### N``, ``\\boxed{N}``, "the answer is N"), or None."""
+    candidates = _strict_candidates(normalise_minus(tail(completion)))
     return max(candidates)[1] if candidates else None
+
+
+def locate_answer(completion: str, *, mode: Mode = "auto") -> tuple[str, int] | None:
+    """The numeral ``score_details`` extracts in ``mode`` and its start index in ``completion``, or None."""
+    text = normalise_minus(tail(completion))
+    offset = len(completion) - len(text)
+    candidates = _strict_candidates(text) if mode in ("auto", "strict") else []
+    if candidates:
+        _, numeral, start = max(candidates)
+        return (numeral, offset + start) if start >= 0 else None
+    if mode == "strict":
+        return None
+    last = None
+    for last in NUMBER_RE.finditer(text):  # noqa: B007 - only the last match is wanted
+        pass
+    return None if last is None else (last.group(), offset + last.start())
 
 
 def extract_flexible(completion: str) -> str | None:
