@@ -12,9 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from grpolab import audit as audit_module
 from grpolab import diagnostics
-from grpolab.audit import audit
+from grpolab.audit import aggregate, audit
 from grpolab.cli import main
 from grpolab.errors import UserError
 
@@ -99,8 +98,8 @@ def test_formats_agree_and_streaming_merge(tmp_path: Path, monkeypatch: pytest.M
     for name in ("a.csv", "a.jsonl"):
         other = audit(tmp_path / name)
         assert {k: other[k] for k in KEYS} == pytest.approx({k: reference[k] for k in KEYS}), name
-    monkeypatch.setattr(audit_module, "_COMPACT_ROWS", 5)
-    monkeypatch.setattr(audit_module, "_MERGE_ROWS", 7)
+    monkeypatch.setattr(aggregate, "_COMPACT_ROWS", 5)
+    monkeypatch.setattr(aggregate, "_MERGE_ROWS", 7)
     streamed = audit(tmp_path / "a.parquet", batch_rows=9)  # groups split across batches, many merges
     streamed.pop("input"), reference.pop("input")
     assert _rounded(streamed) == _rounded(reference)

@@ -56,7 +56,7 @@ def _json_safe(value: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from grpolab.audit import audit
-    from grpolab.audit_report import render_html, render_terminal
+    from grpolab.audit.render import render_html, render_terminal
 
     if args.group_size is not None and args.group_size < 1:
         raise UserError(f"--group-size must be >= 1, got {args.group_size}")

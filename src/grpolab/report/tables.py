@@ -32,7 +32,7 @@ import pandas as pd
 
 from grpolab import stats
 from grpolab.diagnostics.starvation import expected_degeneracy_from_counts, iid_degeneracy
-from grpolab.report_figures import estimator_order
+from grpolab.report.figures import estimator_order
 
 ALPHA = 0.05  # significance level of the one-line readings (on the Holm-adjusted Welch p)
 START_STEPS = 5  # training steps averaged for D_real / D_iid of the start policy

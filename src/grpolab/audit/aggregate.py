@@ -1,7 +1,7 @@
 """``grpolab audit``: how much gradient starvation a finished training run suffered, from its rollout logs.
 
 A *group* is (step, prompt) when the table has a step column, else the prompt; in TRL logs it is a block
-of G consecutive rows of one file (see ``grpolab.audit_sources``), never a prompt text. Each record batch
+of G consecutive rows of one file (see ``grpolab.audit.sources``), never a prompt text. Each record batch
 is reduced to per-group partial sums with pyarrow's ``group_by`` (rows, scorable rows n, successes c,
 zero-advantage rows, reward min / max, tokens), and partials are merged whenever they pile up, so memory
 is bounded by the number of groups, not rows. The figures are those of
@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from grpolab import diagnostics
-from grpolab.audit_sources import (
+from grpolab.audit.sources import (
     Columns,
     distinct_files,
     find_source,

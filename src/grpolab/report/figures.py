@@ -1,8 +1,9 @@
 """Matplotlib figures of the ``grpolab compare`` report: the gradient-starvation paper's figures, your runs.
 
-Each ``figure_*`` function takes tidy pandas frames prepared by ``grpolab.report`` and returns a matplotlib
-``Figure`` (Agg backend, never shown); ``grpolab.report`` saves them as PNG. Colours are fixed per estimator
-(``estimator_colors``) so one estimator looks the same in every figure. Accuracies are drawn in percent.
+Each ``figure_*`` function takes tidy pandas frames prepared by ``grpolab.report.sections`` and returns a
+matplotlib ``Figure`` (Agg backend, never shown); ``grpolab.report.sections`` renders them as PNG. Colours are
+fixed per estimator (``estimator_colors``) so one estimator looks the same in every figure. Accuracies are drawn
+in percent.
 
 Departures from the paper's figures (arXiv 2605.07689):
 

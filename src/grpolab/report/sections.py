@@ -1,25 +1,18 @@
-"""The report of ``grpolab compare``: the gradient-starvation paper's figures and tests, on your own runs.
+"""The sections of the ``grpolab compare`` report, one function each, after arXiv 2605.07689.
 
-``write_report(out_dir, results, metrics, config)`` writes ``report.html`` (one self-contained file: PNG
-figures inlined as base64, inline CSS, no script, no external resource) and ``report.md`` (the same tables,
-figures linked from ``figures/*.png``). ``summary_table(results)`` is the per (estimator, G) table the CLI
-prints; ``screenshot(html, png)`` (from ``grpolab.report_render``) renders a report with headless Chromium.
-
-Sections, after arXiv 2605.07689: summary; final accuracy per estimator (paper Fig. 1); statistics of every
-pairwise comparison (no claim without its p-value and n); the start policy's per-prompt success rates and
-D_real vs D_iid (Fig. 2); pass@k (Fig. 3); training reward and all-wrong / degenerate fractions (Fig. 4),
-also against completions generated when an estimator uses dynamic sampling (``+dynamic``), with an
-equal-cost table; the gradient's effective rank when ``grad/effective_rank`` was tracked; the data (task,
-source, row counts, rows left out; ``grpolab.report_data``); the config.
-How the numbers and figures depart from the paper: ``grpolab.report_tables``, ``grpolab.report_figures``.
-A section whose inputs are missing (no metrics, missing columns) says so in a note instead of failing.
+Summary; final accuracy per estimator (paper Fig. 1); statistics of every pairwise comparison (no claim
+without its p-value and n); the start policy's per-prompt success rates and D_real vs D_iid (Fig. 2);
+pass@k (Fig. 3); training reward and all-wrong / degenerate fractions (Fig. 4), also against completions
+generated when an estimator uses dynamic sampling (``+dynamic``), with an equal-cost table; the gradient's
+effective rank when ``grad/effective_rank`` was tracked. Each function returns a ``Section`` with its
+figures already rendered to PNG; a section whose inputs are missing (no metrics, missing columns) says so
+in a note instead of failing. The numbers come from ``grpolab.report.tables``, the figures from
+``grpolab.report.figures``; ``grpolab.report.document`` puts the sections in order.
 """
 
 from __future__ import annotations
 
 import io
-import json
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -28,12 +21,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from grpolab import advantages
-from grpolab import report_figures as figs
 from grpolab.diagnostics.starvation import success_histogram
-from grpolab.errors import UserError
-from grpolab.report_data import data_sections
-from grpolab.report_render import Section, render_html, render_markdown, screenshot
-from grpolab.report_tables import (
+from grpolab.report import figures as figs
+from grpolab.report.render import Section
+from grpolab.report.tables import (
     ALPHA,
     N_RESAMPLES,
     START_STEPS,
@@ -45,13 +36,7 @@ from grpolab.report_tables import (
     run_table,
     summary_table,
 )
-from grpolab.report_verdict import families_section, selection_section, verdict_section
 
-__all__ = ["build_sections", "screenshot", "summary_display", "summary_table", "write_report"]
-
-RESULTS_COLUMNS = tuple(
-    "run_id estimator seed group_size phase step completions_generated greedy_accuracy n pass_at_k successes".split()
-)
 METRICS_KEYS = ("run_id", "estimator", "group_size", "step")
 DYNAMIC = advantages.DYNAMIC_SUFFIX
 
@@ -152,7 +137,7 @@ def _equal_cost_readings(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Section]:
+def summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Section]:
     runs, summary = run_table(results), summary_table(results)
     rows, notes = comparisons(runs)
     notes += permutation_floor_notes(rows)
@@ -218,7 +203,7 @@ def _jensen_display(jensen: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _start_section(results: pd.DataFrame, metrics: pd.DataFrame) -> Section:
+def start_section(results: pd.DataFrame, metrics: pd.DataFrame) -> Section:
     histogram, prompts, n_label = _start_histogram(results)
     jensen = jensen_table(results, metrics)
     text = (
@@ -249,7 +234,7 @@ def _start_section(results: pd.DataFrame, metrics: pd.DataFrame) -> Section:
     return section
 
 
-def _pass_at_k_section(runs: pd.DataFrame) -> Section:
+def pass_at_k_section(runs: pd.DataFrame) -> Section:
     text = (
         "Unbiased pass@k (Chen et al. 2021) over the test set, mean over seeds. A gain at k = 1 that "
         "shrinks as k grows is search compression (the policy finds more often what it could already "
@@ -264,7 +249,7 @@ def _pass_at_k_section(runs: pd.DataFrame) -> Section:
     return section
 
 
-def _usable_metrics(metrics: pd.DataFrame | None) -> tuple[pd.DataFrame, str | None]:
+def usable_metrics(metrics: pd.DataFrame | None) -> tuple[pd.DataFrame, str | None]:
     """Metrics with their key columns, or (empty frame, the reason it is unusable)."""
     if metrics is None or metrics.empty:
         return pd.DataFrame(columns=list(METRICS_KEYS)), "No training metrics were recorded."
@@ -274,14 +259,14 @@ def _usable_metrics(metrics: pd.DataFrame | None) -> tuple[pd.DataFrame, str | N
     return metrics, None
 
 
-def _present(metrics: pd.DataFrame, columns: list[str]) -> list[str]:
+def present(metrics: pd.DataFrame, columns: list[str]) -> list[str]:
     return [c for c in columns if c in metrics.columns and metrics[c].notna().any()]
 
 
-def _dynamics_section(metrics: pd.DataFrame, problem: str | None) -> Section:
+def dynamics_section(metrics: pd.DataFrame, problem: str | None) -> Section:
     section = Section("Training dynamics")
-    reward = _present(metrics, ["rollout/reward_mean", "rollout/accuracy"])[:1]
-    columns = reward + _present(metrics, ["starvation/all_wrong", "starvation/degenerate"])
+    reward = present(metrics, ["rollout/reward_mean", "rollout/accuracy"])[:1]
+    columns = reward + present(metrics, ["starvation/all_wrong", "starvation/degenerate"])
     if problem or not columns:
         section.notes.append(problem or "None of the reward / starvation metric columns were recorded.")
         return section
@@ -299,7 +284,7 @@ def _dynamics_section(metrics: pd.DataFrame, problem: str | None) -> Section:
         )
     )
     dynamic = metrics["estimator"].str.contains(DYNAMIC, regex=False).any()
-    if dynamic and _present(metrics, ["rollout/completions_generated"]):
+    if dynamic and present(metrics, ["rollout/completions_generated"]):
         section.figures.append(
             (
                 "dynamics_completions",
@@ -321,7 +306,7 @@ def _dynamics_section(metrics: pd.DataFrame, problem: str | None) -> Section:
     return section
 
 
-def _equal_cost_section(results: pd.DataFrame) -> Section:
+def equal_cost_section(results: pd.DataFrame) -> Section:
     table = equal_cost_table(results)
     display = pd.DataFrame(
         {
@@ -357,7 +342,7 @@ def _zero_sum(metrics: pd.DataFrame) -> list[str]:
     return [n for n in names if (entry := figs.registry_entry(n)) is not None and entry.zero_sum] or ["none here"]
 
 
-def _rank_section(metrics: pd.DataFrame) -> Section:
+def rank_section(metrics: pd.DataFrame) -> Section:
     text = (
         "Effective rank (exp of the entropy of the normalised singular values) of the gradient matrix, at the "
         f"steps where it was tracked. For the zero-sum estimators ({', '.join(_zero_sum(metrics))}) the "
@@ -378,67 +363,3 @@ def _rank_section(metrics: pd.DataFrame) -> Section:
             )
         ],
     )
-
-
-def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: dict[str, Any],
-                   selection: pd.DataFrame | None = None) -> list[Section]:
-    """Every section of the report, in order (figures already rendered to PNG)."""
-    _check_results(results)
-    usable, problem = _usable_metrics(metrics)
-    sections = [verdict_section(results, selection), *_summary_sections(results, config), *data_sections(config)]
-    if selection is not None and not selection.empty:
-        sections.append(selection_section(selection))
-    family = families_section(results)
-    sections += [family] if family is not None else []
-    sections += [
-        _start_section(results, usable),
-        _pass_at_k_section(run_table(results)),
-        _dynamics_section(usable, problem),
-    ]
-    if results["estimator"].str.contains(DYNAMIC, regex=False).any():
-        sections.append(_equal_cost_section(results))
-    if _present(usable, ["grad/effective_rank"]):
-        sections.append(_rank_section(usable))
-    sections.append(
-        Section(
-            "Configuration",
-            ["The sweep settings saved with the results."],
-            code=json.dumps(config, indent=2, sort_keys=True, default=str),
-        )
-    )
-    return sections
-
-
-def _check_results(results: pd.DataFrame) -> None:
-    missing = [c for c in RESULTS_COLUMNS if c not in results.columns]
-    if missing:
-        raise UserError(f"results lack the columns {missing}; pass the sweep's results table")
-    if not (results["phase"] == "end").any():
-        raise UserError("results hold no 'end' evaluation: no run finished, so there is nothing to report")
-
-
-def write_report(
-    out_dir: Path, results: pd.DataFrame, metrics: pd.DataFrame | None, config: dict[str, Any],
-    selection: pd.DataFrame | None = None,
-) -> tuple[Path, Path]:
-    """Write ``out_dir/report.html`` (self-contained) and ``out_dir/report.md`` (+ ``figures/*.png``).
-
-    results: one row per (run, evaluation) with run_id, estimator, seed, group_size, task, model, steps,
-    phase ("start" / "step" / "end"), step, completions_generated, greedy_accuracy, n, pass_at_k [n],
-    successes [P], mean_length. metrics: one row per (run, training step) with run_id, estimator, seed,
-    group_size, step and ``rollout/``, ``starvation/``, ``loss/``, ``perf/``, ``grad/`` columns (any may be
-    missing; empty or None is allowed). config: the sweep settings. selection: the lr-selection runs
-    (``experiments.select_lrs``), or None. Returns (html path, markdown path).
-    """
-    out_dir = Path(out_dir)
-    sections = build_sections(results, metrics, config, selection)
-    title = f"grpolab compare: {config.get('name', 'estimator comparison')}"
-    figure_dir = out_dir / "figures"
-    figure_dir.mkdir(parents=True, exist_ok=True)
-    for section in sections:
-        for stem, _, png in section.figures:
-            (figure_dir / f"{stem}.png").write_bytes(png)
-    html_path, md_path = out_dir / "report.html", out_dir / "report.md"
-    html_path.write_text(render_html(sections, title), encoding="utf-8")
-    md_path.write_text(render_markdown(sections, title), encoding="utf-8")
-    return html_path, md_path

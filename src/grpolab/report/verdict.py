@@ -2,7 +2,7 @@
 selection, and where the gain sits (per prompt family).
 
 The verdict is computed, never written by hand: per group size, the estimators ranked by held-out score
-(``report_tables.score``: pass@1, or greedy accuracy without samples), the best one's gain with its CI and
+(``tables.score``: pass@1, or greedy accuracy without samples), the best one's gain with its CI and
 its smallest per-seed gain, its margin over the runner-up with the Holm-adjusted Welch p; then sign
 against each group-centred (zero-sum, by the registry) estimator whichever way it falls; then sign at
 each group size (the gradient-starvation paper, arXiv 2605.07689, Fig. 3 right).
@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpolab import report_figures as figs
 from grpolab import stats
-from grpolab.report_render import Section
-from grpolab.report_tables import (
+from grpolab.report import figures as figs
+from grpolab.report.render import Section
+from grpolab.report.tables import (
     ALPHA,
     N_RESAMPLES,
     comparisons,

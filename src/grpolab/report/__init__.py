@@ -1,0 +1,24 @@
+"""The report of ``grpolab compare``: the gradient-starvation paper's figures and tests, on your own runs.
+
+``write_report(out_dir, results, metrics, config)`` writes ``report.html`` (one self-contained file: PNG
+figures inlined as base64, inline CSS, no script, no external resource) and ``report.md`` (the same tables,
+figures linked from ``figures/*.png``). ``summary_table(results)`` is the per (estimator, G) table the CLI
+prints, ``summary_display`` its formatted form; ``screenshot(html, png)`` renders a report with headless
+Chromium. Modules, in the order data flows through them:
+
+* ``tables``: pure functions of the results and metrics frames (runs, summary, comparisons, Jensen gap,
+  equal cost); no plotting, no files.
+* ``figures``: matplotlib figures from those frames; the estimators' colours and order.
+* ``verdict``, ``data``, ``sections``: one function per report section, each returning a ``Section``.
+* ``document``: the sections in order, and the two files (``build_sections``, ``write_report``).
+* ``render``: ``Section`` -> HTML / Markdown, and the Chromium screenshot.
+
+How the numbers and figures depart from the paper (arXiv 2605.07689) is said in ``tables`` and ``figures``.
+"""
+
+from grpolab.report.document import build_sections, write_report
+from grpolab.report.render import screenshot
+from grpolab.report.sections import summary_display
+from grpolab.report.tables import summary_table
+
+__all__ = ["build_sections", "screenshot", "summary_display", "summary_table", "write_report"]
