@@ -71,13 +71,14 @@ def test_ctrl_c_stops_a_sweep_at_once_and_a_second_compare_is_refused_meanwhile(
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and f"pid {process.pid}" in err, err
 
-    interrupted = time.monotonic()
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in a terminal reaches the whole process group
     time.sleep(0.3)
     os.killpg(process.pid, signal.SIGINT)  # and a second, impatient one
-    _, stderr = process.communicate(timeout=60)
-    assert time.monotonic() - interrupted < 10, "Ctrl-C did not stop the sweep within 10 s"
+    _, stderr = process.communicate(timeout=60)  # a hang guard, not a speed claim
     assert process.returncode == 130, stderr[-2000:]
+    running = out / "runs" / "sign-G2-seed0"  # "at once": the running run was ended, not run to its end
+    logged = (running / "metrics.jsonl").read_text().splitlines()
+    assert not (running / "summary.json").exists() and 0 < len(logged) < 200, len(logged)
     assert "Traceback" not in stderr and "rerun with the same --out to resume" in stderr, stderr
     trained = sorted(p.parent.name for p in out.glob("runs/*/metrics.jsonl") if p.stat().st_size)
     assert trained == ["sign-G2-seed0"], f"the queued run trained after Ctrl-C: {trained}"
