@@ -1,23 +1,31 @@
-"""The one config schema of a training run, and its command-line flags and config files.
+"""The one config schema of a training run and of a sweep, and its config files.
 
-``TrainConfig`` is a frozen dataclass with a docstring under every field (cleanrl's ``Args`` style).
-The command-line flags (``--group-size``) and the config-file keys (``group_size``, YAML or TOML) are
-derived from it, so there is no second schema: a run directory's ``config.yaml`` is only the saved copy.
-Precedence: defaults < config file < command-line flags.
+``TrainConfig`` is a frozen dataclass with a docstring under every field (cleanrl's ``Args`` style);
+``CompareConfig`` holds what only a sweep adds. The command-line flags of ``grpolab train``, ``compare``,
+``eval`` and ``gradients`` (``--group-size``, ``grpolab.commands.flags``) and the config-file keys
+(``group_size``, YAML or TOML) are derived from these fields, so there is no second schema: a run
+directory's ``config.yaml`` is only the saved copy. A command may give a field its own default, visibly,
+in a ``*_TRAIN_DEFAULTS`` dict. Precedence: defaults < the command's defaults < config file < flags.
+
+Why the flags are generated with argparse and not with tyro (cleanrl's choice). tyro would derive the
+same flags and help from these dataclasses in one call and retire the ~70 lines of generation, but what
+grpolab asks of its CLI goes past one dataclass per command: (1) a flag the user did not set must stay
+recognisable after parsing, because a config file sits between the defaults and the flags, ``--resume``
+compares only the settings given against the saved ``config.yaml`` and ``compare`` refuses the per-run
+settings a sweep owns (``grpolab.run_settings``); tyro resolves every field to a value; (2) ``compare``
+takes two dataclasses under flat flag names, with per-command defaults and help overrides, and ``eval``
+and ``gradients`` take a subset of ``TrainConfig`` next to flags of their own (``--json``, ``--out``,
+``--params``); in tyro that means nested prefixes switched off, ``Annotated`` markers on the schema for
+aliases and subsets, and ``tyro.conf`` settings spread over the commands; (3) one more dependency for
+every install, when the generator is small, covered by tests, and each command imports only its own
+module. Were the commands to grow nested configs or union-typed subcommands, tyro would win.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
 import dataclasses
-import functools
-import inspect
-import itertools
-import json
 import math
 import re
-import textwrap
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +40,7 @@ from grpolab.errors import UserError
 __all__ = [
     "CompareConfig",
     "TrainConfig",
-    "add_config_arguments",
-    "config_from_args",
+    "build_config",
     "load_config_file",
     "save_config",
     "split_file_values",
@@ -247,79 +254,6 @@ class CompareConfig:
         return dataclasses.asdict(self)
 
 
-# ---------------------------------------------------------------------------- field docs and flags
-
-
-@functools.cache
-def field_docs(cls: type = TrainConfig) -> dict[str, str]:
-    """The docstring under each field of a dataclass, read from its source."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, following in itertools.pairwise(body):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
-                docs[node.target.id] = " ".join(str(following.value.value).split())
-    return docs
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig,
-                         defaults: dict[str, Any] | None = None, help_overrides: dict[str, str] | None = None,
-                         only: typing.Collection[str] | None = None) -> None:
-    """Add one flag per field of ``cls`` (or of the fields named in ``only``); every default is None so that
-    unset flags are recognisable. ``defaults`` are the command's own defaults for some fields (shown in the
-    help instead of the class's); ``help_overrides`` replaces the help of some fields (setting -> text)."""
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    defaults = defaults or {}
-    for f in dataclasses.fields(cls):
-        if only is not None and f.name not in only:
-            continue
-        kind = hints[f.name]
-        shown = defaults[f.name] if f.name in defaults else _default_text(f)
-        help_text = f"{docs.get(f.name, '')} (default: {shown})".replace("%", "%%")
-        help_text = (help_overrides or {}).get(f.name, help_text)
-        if kind is bool:
-            parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        else:
-            parser.add_argument(_flag(f.name), type=_parser_for(kind, f.name), default=None, help=help_text)
-
-
-def _default_text(f: dataclasses.Field[Any]) -> str:
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return json.dumps(f.default_factory())  # type: ignore[misc]
-    return str(f.default)
-
-
-def _parser_for(kind: Any, name: str) -> Any:
-    args = [a for a in typing.get_args(kind) if a is not type(None)]
-    base = args[0] if typing.get_origin(kind) in (typing.Union, __import__("types").UnionType) else kind
-    if base in (int, float, str):
-        return base
-    if typing.get_origin(base) is tuple or base is tuple:
-        return lambda text: tuple(float(x) for x in text.split(","))
-    if typing.get_origin(base) is dict or base is dict:
-        return _json_dict(name)
-    return str
-
-
-def _json_dict(name: str) -> Any:
-    def parse(text: str) -> dict[str, Any]:
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise argparse.ArgumentTypeError(f"{name} must be a JSON object such as '{{\"k\": 2}}': {error}") from None
-        if not isinstance(value, dict):
-            raise argparse.ArgumentTypeError(f"{name} must be a JSON object such as '{{\"k\": 2}}'")
-        return value
-
-    return parse
-
-
 # ---------------------------------------------------------------------------- files
 
 
@@ -379,19 +313,6 @@ def build_config(values: dict[str, Any], cls: type = TrainConfig) -> Any:
         return cls(**values)
     except TypeError as error:
         raise UserError(f"bad setting: {error}") from None
-
-
-def config_from_args(args: argparse.Namespace, cls: type = TrainConfig, *,
-                     file_values: dict[str, Any] | None = None) -> Any:
-    """The config of ``cls`` from config-file values (default: read ``args.config``) and the set flags."""
-    if file_values is None:
-        file_values = load_config_file(args.config) if getattr(args, "config", None) else {}
-    values = dict(file_values)
-    for f in dataclasses.fields(cls):
-        flag_value = getattr(args, f.name, None)
-        if flag_value is not None:
-            values[f.name] = flag_value
-    return build_config(values, cls)
 
 
 def split_file_values(values: dict[str, Any], *classes: type) -> list[dict[str, Any]]:

@@ -12,14 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grpolab.config import (
-    CompareConfig,
-    TrainConfig,
-    add_config_arguments,
-    config_from_args,
-    load_config_file,
-    split_file_values,
-)
+from grpolab.commands.flags import add_config_arguments, config_from_args
+from grpolab.config import CompareConfig, TrainConfig, load_config_file, split_file_values
 from grpolab.errors import UserError
 from grpolab.progress import console, progress_bar
 from grpolab.run_lock import DirectoryLock

@@ -6,56 +6,46 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from grpolab.errors import UserError
+from grpolab.commands.flags import add_config_arguments, config_from_args
+from grpolab.config import TrainConfig
 from grpolab.progress import console
+
+# The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
+EVAL_FIELDS = ("model", "task", "data", "prompt_column", "reference_column", "task_options", "verifier", "seed",
+               "temperature", "max_new_tokens", "eval_samples", "eval_limit")
+# Where `grpolab eval` differs from a training run's evaluations: more samples per prompt for a finer pass@k
+# curve, and every test prompt. Precedence: TrainConfig defaults < these < flags.
+EVAL_TRAIN_DEFAULTS: dict[str, Any] = {"eval_samples": 16, "eval_limit": None}
+EVAL_ALIASES = {"eval_samples": "--n", "eval_limit": "--limit"}  # the command's earlier, shorter spellings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="embedded", help="model name, directory, or grpolab run directory")
-    parser.add_argument("--task", default="reverse",
-                        help="task: reverse, arith, gsm8k, math500, file or pkg.module:builder")
-    parser.add_argument("--data", help="data file/directory for gsm8k, math500 or file (default: hub id)")
-    parser.add_argument("--prompt-column", help="file task: the column holding the prompt (default: prompt)")
-    parser.add_argument("--reference-column", help="file task: the column holding the reference (default: answer)")
-    parser.add_argument("--task-options", type=json.loads, default={},
-                        help='task knobs as JSON, e.g. \'{"digits": [2, 2], "use_chat_template": true}\'')
-    parser.add_argument("--verifier", help="verifier name or dotted path (default: the task's)")
-    parser.add_argument("--n", type=int, default=16, help="samples per prompt for pass@k (0: greedy only)")
-    parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many test prompts")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature for pass@k")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="completion budget (default: task's)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="sampling seed; also the train/test cut of single-split data such as math500")
+    add_config_arguments(parser, TrainConfig, defaults=EVAL_TRAIN_DEFAULTS, only=EVAL_FIELDS, aliases=EVAL_ALIASES)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--out", help="also write the result as JSON to this file")
 
 
 def run(args: argparse.Namespace) -> int:
-    from grpolab.config import TrainConfig
     from grpolab.evaluation import evaluate
     from grpolab.models import load_policy
     from grpolab.training_state import load_task_for
 
-    if args.n < 0:
-        raise UserError(f"--n must be >= 0 (0: greedy accuracy only), got {args.n}")
-    config = TrainConfig(task=args.task, data=args.data, task_options=args.task_options, verifier=args.verifier,
-                         prompt_column=args.prompt_column, reference_column=args.reference_column,
-                         seed=args.seed, eval_samples=args.n, eval_limit=args.limit, temperature=args.temperature,
-                         max_new_tokens=args.max_new_tokens)  # checks the values
+    config: TrainConfig = config_from_args(args, TrainConfig, file_values=EVAL_TRAIN_DEFAULTS)  # checks the values
     task = load_task_for(config)
-    policy = load_policy(args.model)
-    result = evaluate(policy, task, n=args.n, limit=args.limit, seed=args.seed, temperature=args.temperature,
-                      max_new_tokens=args.max_new_tokens)
-    data = {"model": args.model, "task": args.task, **result.to_dict()}
+    policy = load_policy(config.model)
+    result = evaluate(policy, task, n=config.eval_samples, limit=config.eval_limit, seed=config.seed,
+                      temperature=config.temperature, max_new_tokens=config.max_new_tokens)
+    data = {"model": config.model, "task": config.task, **result.to_dict()}
     if args.out:
         Path(args.out).write_text(json.dumps(data, indent=1))
     if args.json:
         print(json.dumps({k: v for k, v in data.items() if k not in ("successes", "problem_ids")}))
         return 0
-    _print(data, result.successes, args.n)
+    _print(data, result.successes, config.eval_samples)
     return 0
 
 

@@ -2,8 +2,8 @@
 
 Effective / stable rank and energy counts of several candidate gradient matrices, the rank-2 check, gradient
 sparsity and the zero-advantage shares (see ``grpolab.gradient_geometry`` and docs/gradient-geometry.md).
-The task, verifier, reward-granularity, LoRA and dtype flags are ``TrainConfig``'s (the same as ``grpolab
-train``'s), so a batch here is sampled, scored and credited as a training step would be.
+Every setting but ``--params``, ``--sketch-dim`` and ``--json`` is a ``TrainConfig`` field with the flag of
+``grpolab train``, so a batch here is sampled, scored and credited as a training step would be.
 """
 
 from __future__ import annotations
@@ -17,45 +17,33 @@ import numpy as np
 import torch
 from rich.table import Table
 
-from grpolab.config import TrainConfig, add_config_arguments, build_config
+from grpolab.commands.flags import add_config_arguments, config_from_args
+from grpolab.config import TrainConfig
 from grpolab.progress import console
 
-# TrainConfig settings that this command shares with `grpolab train` (flags generated from the dataclass)
-_SHARED = ("task_options", "verifier", "advantage_kwargs", "reward_granularity", "lora", "lora_r", "lora_alpha",
-           "lora_targets", "dtype", "sampler_dtype")
+# The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
+GRADIENTS_FIELDS = ("model", "task", "data", "task_options", "verifier", "advantage", "advantage_kwargs",
+                    "reward_granularity", "group_size", "prompts_per_step", "seed", "temperature", "max_new_tokens",
+                    "lora", "lora_r", "lora_alpha", "lora_targets", "dtype", "sampler_dtype", "threads")
+# Where one analysed batch differs from a training run's: dr_grpo (the zero-sum estimator the rank-2 check is
+# about) and 8 prompts. Precedence: TrainConfig defaults < these < flags.
+GRADIENTS_TRAIN_DEFAULTS: dict[str, Any] = {"advantage": "dr_grpo", "prompts_per_step": 8}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="embedded", help="model name, directory, or grpolab run directory")
-    parser.add_argument("--task", default="reverse", help="task: reverse, arith, gsm8k or math500")
-    parser.add_argument("--data", help="data file/directory for gsm8k or math500")
-    parser.add_argument("--advantage", default="dr_grpo", help="advantage estimator (see `grpolab estimators`)")
-    parser.add_argument("--group-size", type=int, default=4, help="G: completions per prompt")
-    parser.add_argument("--prompts", type=int, default=8, help="P: prompts in the batch")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the prompt choice, sampling and sketch")
+    add_config_arguments(parser, TrainConfig, defaults=GRADIENTS_TRAIN_DEFAULTS, only=GRADIENTS_FIELDS,
+                         aliases={"prompts_per_step": "--prompts"},
+                         help_overrides={"lora": "wrap the model in fresh LoRA adapters (--lora-r, --lora-alpha, "
+                                                 "--lora-targets) before measuring; columns: --params"})
     parser.add_argument("--params", default="trainable",
                         help="columns: trainable, all, lora (adds fresh LoRA adapters if the model has none), "
                              "or comma-separated name substrings")
     parser.add_argument("--sketch-dim", type=int, default=None, help="CountSketch width (default: exact rows)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="completion budget (default: task's)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    add_config_arguments(parser, TrainConfig, only=_SHARED,
-                         help_overrides={"lora": "wrap the model in fresh LoRA adapters (--lora-r, --lora-alpha, "
-                                                 "--lora-targets) before measuring; columns: --params"})
 
 
-def _config(args: argparse.Namespace) -> TrainConfig:
-    """The TrainConfig this batch is sampled and credited under (validated like a training run's)."""
-    shared = {name: getattr(args, name) for name in _SHARED if getattr(args, name, None) is not None}
-    return build_config({"model": args.model, "task": args.task, "data": args.data, "advantage": args.advantage,
-                         "group_size": args.group_size, "seed": args.seed, "temperature": args.temperature,
-                         **shared})
-
-
-def _sample_batch(args: argparse.Namespace, config: TrainConfig, policy: Any, model: torch.nn.Module) -> Any:
-    """One rollout batch of ``args.prompts`` training prompts x ``args.group_size`` samples, scored (per token
+def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> Any:
+    """One rollout batch of ``prompts_per_step`` training prompts x ``group_size`` samples, scored (per token
     too under ``--reward-granularity token``)."""
     from grpolab import verifiers
     from grpolab.collect import collect_batch
@@ -65,13 +53,13 @@ def _sample_batch(args: argparse.Namespace, config: TrainConfig, policy: Any, mo
 
     task = load_task_for(config)
     process = get_process_verifier(task.verifier) if config.reward_granularity == "token" else None
-    rng = np.random.default_rng(args.seed)
-    problems = [task.train[i] for i in rng.choice(len(task.train), size=min(args.prompts, len(task.train)),
-                                                  replace=False)]
+    rng = np.random.default_rng(config.seed)
+    problems = [task.train[i] for i in rng.choice(len(task.train), size=min(config.prompts_per_step,
+                                                                            len(task.train)), replace=False)]
     batch = collect_batch(model, policy.tokenizer, problems, verifiers.get_verifier(task.verifier),
-                          num_samples=args.group_size, max_new_tokens=args.max_new_tokens or task.max_new_tokens,
-                          use_chat_template=task.use_chat_template, temperature=args.temperature,
-                          generator=torch.Generator().manual_seed(args.seed), dtype=config.sampler_dtype,
+                          num_samples=config.group_size, max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                          use_chat_template=task.use_chat_template, temperature=config.temperature,
+                          generator=torch.Generator().manual_seed(config.seed), dtype=config.sampler_dtype,
                           process_verifier=process)
     return StepBatch.make(problems, batch.rollout, batch.rewards, batch.token_rewards)
 
@@ -109,21 +97,22 @@ def run(args: argparse.Namespace) -> int:
     from grpolab.gradient_geometry import analyze_gradients
     from grpolab.models import load_policy
 
-    config = _config(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    policy = load_policy(args.model)
+    config: TrainConfig = config_from_args(args, TrainConfig, file_values=GRADIENTS_TRAIN_DEFAULTS)  # validated
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    policy = load_policy(config.model)
     model = _model_for(args, config, policy)
-    batch = _sample_batch(args, config, policy, model)
+    batch = _sample_batch(config, policy, model)
     advantages = _advantages(config, batch)
     autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if config.dtype == "bfloat16"
                 else contextlib.nullcontext())
     with autocast:
         metrics = analyze_gradients(model, batch, advantages, params=args.params, sketch_dim=args.sketch_dim,
-                                    seed=args.seed, temperature=args.temperature)
-    settings = {key: getattr(args, key) for key in ("model", "task", "advantage", "group_size", "prompts", "seed",
-                                                    "params", "sketch_dim")}
+                                    seed=config.seed, temperature=config.temperature)
+    settings = {"model": config.model, "task": config.task, "advantage": config.advantage,
+                "group_size": config.group_size, "prompts": config.prompts_per_step, "seed": config.seed,
+                "params": args.params, "sketch_dim": args.sketch_dim}
     settings.update(reward_granularity=config.reward_granularity, lora=config.lora, dtype=config.dtype)
     settings["reward_mean"] = float(np.nanmean(batch.rewards)) if batch.rewards.size else 0.0
     if args.json:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from grpolab.config import TrainConfig, add_config_arguments, config_from_args, load_config_file
+from grpolab.commands.flags import add_config_arguments, config_from_args
+from grpolab.config import TrainConfig, load_config_file
 from grpolab.progress import console, progress_bar
 from grpolab.run_settings import explicit_values, resume_config
 
