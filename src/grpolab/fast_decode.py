@@ -21,7 +21,9 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
   the layout ``torch.compile``'s CPU freezing uses), so a decode step does not re-layout every weight;
   where oneDNN has no bfloat16 kernel, plain ``F.linear`` runs instead.
 * The KV cache is two preallocated tensors [layers, B, Hkv, L, Dh]; the attention mask is built once
-  per rollout.
+  per rollout. The prefill runs each distinct prompt once and copies its cache to the G rows that
+  sample from it (G times less prefill arithmetic; each row's values are those of a prefill of all B
+  rows, up to the matmul kernels' rounding).
   A padding query attends to itself, so no softmax row is empty (its output is never used).
 * Grouped-query attention groups the queries of a key/value head along the query axis instead of
   repeating the keys and values.
@@ -164,24 +166,31 @@ class LeanLlama:
         angles = torch.arange(positions, dtype=torch.float32)[:, None] * self.inv_freq  # [positions, Dh / 2]
         self._cos, self._sin = angles.cos() * self.rope_scale, angles.sin() * self.rope_scale
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-        """Run the prompts ids [B, Lp] (left-padded, mask [B, Lp]); allocate the cache for
-        ``max_new_tokens`` more. Returns the last position's logits [B, V] in float32."""
-        rows, width = ids.shape
-        capacity = width + max_new_tokens
-        shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
-        self._keys, self._values = torch.empty(shape), torch.empty(shape)  # float32
-        valid = torch.cat([mask.bool(), mask.new_ones((rows, max_new_tokens), dtype=torch.bool)], dim=1)
-        self._key_bias = torch.zeros((rows, 1, 1, capacity)).masked_fill(
-            ~valid[:, None, None, :], float("-inf"))  # [B, 1, 1, L]
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [B, Lp]
-        self._next_position = positions[:, -1:] + 1  # [B, 1]
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, copies: int = 1) -> torch.Tensor:
+        """Run the prompts ids [P, Lp] (left-padded, mask [P, Lp]) once each, then give every prompt
+        ``copies`` adjacent rows (B = P copies) in a cache allocated for ``max_new_tokens`` more tokens.
+        Returns the last position's logits [B, V] in float32."""
+        prompts, width = ids.shape
+        rows, capacity = prompts * copies, width + max_new_tokens
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [P, Lp]
         self._rope_tables(int(positions.max()) + max_new_tokens + 1)
+        shape = (len(self.layers), prompts, self.kv_heads, width, self.head_dim)
+        self._keys, self._values = torch.empty(shape), torch.empty(shape)  # the prompts' cache, float32
         causal = torch.ones((width, width), dtype=torch.bool).tril()
-        allowed = (causal & valid[:, None, :width]) | torch.eye(width, dtype=torch.bool)  # [B, Lp, Lp]
-        bias = torch.zeros((rows, 1, width, width)).masked_fill(~allowed[:, None], float("-inf"))
+        allowed = (causal & mask.bool()[:, None, :]) | torch.eye(width, dtype=torch.bool)  # [P, Lp, Lp]
+        bias = torch.zeros((prompts, 1, width, width)).masked_fill(~allowed[:, None], float("-inf"))
+        logits = self._forward(ids, positions, 0, bias).repeat_interleave(copies, dim=0)  # [B, V]
+        prompt_keys, prompt_values = self._keys, self._values
+        shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
+        self._keys, self._values = torch.empty(shape), torch.empty(shape)
+        self._keys[..., :width, :] = prompt_keys.repeat_interleave(copies, dim=1)
+        self._values[..., :width, :] = prompt_values.repeat_interleave(copies, dim=1)
+        valid = torch.cat([mask.bool(), mask.new_ones((prompts, max_new_tokens), dtype=torch.bool)], dim=1)
+        self._key_bias = torch.zeros((prompts, 1, 1, capacity)).masked_fill(
+            ~valid[:, None, None, :], float("-inf")).repeat_interleave(copies, dim=0)  # [B, 1, 1, L]
+        self._next_position = positions[:, -1:].repeat_interleave(copies, dim=0) + 1  # [B, 1]
         self._length = width
-        return self._forward(ids, positions, 0, bias)
+        return logits
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """Append one token per row (token [B]); returns the next logits [B, V] in float32."""

@@ -130,7 +130,8 @@ class _HFDecoder:
     def __init__(self, model: PreTrainedModel):
         self.model = model
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, copies: int = 1) -> torch.Tensor:
+        ids, mask = ids.repeat_interleave(copies, dim=0), mask.repeat_interleave(copies, dim=0)
         self.mask, self.cache = mask, DynamicCache()
         self.position = _positions(mask)[:, -1:]
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
@@ -186,7 +187,7 @@ def sample(
     ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
     mask = prompt_mask.repeat_interleave(num_samples, dim=0)
     decoder = _decoder(model, engine, dtype)
-    logits = decoder.prefill(ids, mask, max_new_tokens)
+    logits = decoder.prefill(prompt_ids, prompt_mask, max_new_tokens, copies=num_samples)
     finished = torch.zeros(ids.shape[0], dtype=torch.bool)
     tokens: list[torch.Tensor] = []
     entropies: list[torch.Tensor] = []
