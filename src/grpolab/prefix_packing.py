@@ -7,7 +7,7 @@ padding dropped; each completion's positions continue from the end of the prompt
 mask is a tree: a prompt token sees the prompt tokens before it, a completion token sees the whole
 prompt and the earlier tokens of its own completion. Every completion token so has exactly the context
 it has in the padded forward, and its log-prob is the same function of the weights (equal up to the
-kernels' rounding; ``tests/test_prefix_packing.py`` checks values and gradients against the
+kernels' rounding; ``tests/test_lean_forward.py`` checks values and gradients against the
 transformers forward). The forward and backward touch only real tokens: one prompt plus the real
 completion tokens per group, instead of G x (prompt width + longest completion).
 
