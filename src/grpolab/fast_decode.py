@@ -21,7 +21,9 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
   the layout ``torch.compile``'s CPU freezing uses), so a decode step does not re-layout every weight;
   where oneDNN has no bfloat16 kernel, plain ``F.linear`` runs instead.
 * The KV cache is two preallocated tensors [layers, B, Hkv, L, Dh]; the attention mask is built once
-  per rollout.
+  per rollout. The prefill runs each distinct prompt once and copies its cache to the G rows that
+  sample from it (G times less prefill arithmetic; each row's values are those of a prefill of all B
+  rows, up to the matmul kernels' rounding).
   A padding query attends to itself, so no softmax row is empty (its output is never used).
 * Grouped-query attention groups the queries of a key/value head along the query axis instead of
   repeating the keys and values.
@@ -111,14 +113,15 @@ def _packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
 
-def _layer_weights(layer: nn.Module, dtype: torch.dtype) -> _Layer | None:
+def _layer_weights(layer: nn.Module, dtype: torch.dtype, query_scale: float) -> _Layer | None:
     attn, mlp = layer.self_attn, layer.mlp
     modules = [getattr(attn, n) for n in _PROJECTIONS[:4]] + [getattr(mlp, n) for n in _PROJECTIONS[4:]]
     weights = [_effective_weight(m) for m in modules]
     if any(w is None for w in weights):
         return None
     q, k, v, o, gate, up, down = weights
-    return _Layer(layer.input_layernorm.weight.detach().float(), _matrix(torch.cat([q, k, v]), dtype),
+    qkv = torch.cat([q * query_scale, k, v])  # the attention's 1 / sqrt(Dh) folded into the queries
+    return _Layer(layer.input_layernorm.weight.detach().float(), _matrix(qkv, dtype),
                   _matrix(o, dtype), layer.post_attention_layernorm.weight.detach().float(),
                   _matrix(torch.cat([gate, up]), dtype), _matrix(down, dtype))
 
@@ -136,7 +139,9 @@ def build(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> LeanLlama | 
     if not _supported(base):
         return None
     with torch.no_grad():
-        layers = [_layer_weights(layer, dtype) for layer in base.model.layers]
+        config = base.config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        layers = [_layer_weights(layer, dtype, head_dim**-0.5) for layer in base.model.layers]
         head = _effective_weight(base.lm_head)
         if head is None or any(layer is None for layer in layers):
             return None
@@ -162,26 +167,36 @@ class LeanLlama:
 
     def _rope_tables(self, positions: int) -> None:
         angles = torch.arange(positions, dtype=torch.float32)[:, None] * self.inv_freq  # [positions, Dh / 2]
-        self._cos, self._sin = angles.cos() * self.rope_scale, angles.sin() * self.rope_scale
+        cos, sin = angles.cos() * self.rope_scale, angles.sin() * self.rope_scale
+        self._cos, self._sin = torch.cat([cos, cos], dim=1), torch.cat([-sin, sin], dim=1)  # [positions, Dh]
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-        """Run the prompts ids [B, Lp] (left-padded, mask [B, Lp]); allocate the cache for
-        ``max_new_tokens`` more. Returns the last position's logits [B, V] in float32."""
-        rows, width = ids.shape
-        capacity = width + max_new_tokens
-        shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
-        self._keys, self._values = torch.empty(shape), torch.empty(shape)  # float32
-        valid = torch.cat([mask.bool(), mask.new_ones((rows, max_new_tokens), dtype=torch.bool)], dim=1)
-        self._key_bias = torch.zeros((rows, 1, 1, capacity)).masked_fill(
-            ~valid[:, None, None, :], float("-inf"))  # [B, 1, 1, L]
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [B, Lp]
-        self._next_position = positions[:, -1:] + 1  # [B, 1]
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, copies: int = 1) -> torch.Tensor:
+        """Run the prompts ids [P, Lp] (left-padded, mask [P, Lp]) once each, then give every prompt
+        ``copies`` adjacent rows (B = P copies) in a cache allocated for ``max_new_tokens`` more tokens.
+        Returns the last position's logits [B, V] in float32."""
+        prompts, width = ids.shape
+        rows, capacity = prompts * copies, width + max_new_tokens
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [P, Lp]
         self._rope_tables(int(positions.max()) + max_new_tokens + 1)
+        shape = (len(self.layers), prompts, self.kv_heads, width, self.head_dim)
+        self._keys, self._values = torch.empty(shape), torch.empty(shape)  # the prompts' cache, float32
         causal = torch.ones((width, width), dtype=torch.bool).tril()
-        allowed = (causal & valid[:, None, :width]) | torch.eye(width, dtype=torch.bool)  # [B, Lp, Lp]
-        bias = torch.zeros((rows, 1, width, width)).masked_fill(~allowed[:, None], float("-inf"))
+        allowed = (causal & mask.bool()[:, None, :]) | torch.eye(width, dtype=torch.bool)  # [P, Lp, Lp]
+        bias = torch.zeros((prompts, 1, width, width)).masked_fill(~allowed[:, None], float("-inf"))
+        group = self.heads // self.kv_heads  # query rows are ordered (group member, position)
+        bias = bias.repeat(1, self.kv_heads, group, 1).flatten(0, 1)  # [P Hkv, group Lp, Lp]
+        logits = self._forward(ids, positions, 0, bias).repeat_interleave(copies, dim=0)  # [B, V]
+        prompt_keys, prompt_values = self._keys, self._values
+        shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
+        self._keys, self._values = torch.empty(shape), torch.empty(shape)
+        self._keys[..., :width, :] = prompt_keys.repeat_interleave(copies, dim=1)
+        self._values[..., :width, :] = prompt_values.repeat_interleave(copies, dim=1)
+        valid = torch.cat([mask.bool(), mask.new_ones((prompts, max_new_tokens), dtype=torch.bool)], dim=1)
+        self._key_bias = torch.zeros((prompts, 1, capacity)).masked_fill(
+            ~valid[:, None, :], float("-inf")).repeat_interleave(copies * self.kv_heads, dim=0)  # [B Hkv, 1, L]
+        self._next_position = positions[:, -1:].repeat_interleave(copies, dim=0) + 1  # [B, 1]
         self._length = width
-        return self._forward(ids, positions, 0, bias)
+        return logits
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """Append one token per row (token [B]); returns the next logits [B, V] in float32."""
@@ -192,8 +207,9 @@ class LeanLlama:
         return self._forward(token[:, None], position, start, self._key_bias[..., : start + 1])
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """transformers' ``x cos + rotate_half(x) sin`` with the sign of rotate_half in the sin table."""
         first, second = x.chunk(2, dim=-1)
-        return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+        return torch.addcmul(x * cos, torch.cat([second, first], dim=-1), sin)
 
     def _attention(self, index: int, normed: torch.Tensor, shape: tuple[int, int], start: int,
                    cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -204,21 +220,19 @@ class LeanLlama:
         qk = self._rope(qkv[:, :, : self.heads + self.kv_heads], cos, sin)  # [B, S, H + Hkv, Dh], one rotation
         self._keys[index, :, :, start:end] = qk[:, :, self.heads :].transpose(1, 2)
         self._values[index, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads :].transpose(1, 2)
-        q = qk[:, :, : self.heads].transpose(1, 2).reshape(rows, self.kv_heads, group * length, self.head_dim)
-        scores = torch.matmul(q, self._keys[index, :, :, :end].transpose(2, 3))  # [B, Hkv, group S, L]
-        probs = torch.softmax(scores.mul_(self.head_dim**-0.5).add_(bias), dim=-1)
-        attended = torch.matmul(probs, self._values[index, :, :, :end])  # [B, Hkv, group S, Dh]
+        q = qk[:, :, : self.heads].transpose(1, 2).reshape(rows * self.kv_heads, group * length, self.head_dim)
+        keys = self._keys[index, :, :, :end].flatten(0, 1)  # [B Hkv, L, Dh]
+        scores = torch.baddbmm(bias, q, keys.transpose(1, 2))  # [B Hkv, group S, L], queries pre-scaled
+        attended = torch.bmm(torch.softmax(scores, dim=-1), self._values[index, :, :, :end].flatten(0, 1))
         return attended.view(rows, self.heads, length, self.head_dim).transpose(1, 2).reshape(rows * length, -1)
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int, bias: torch.Tensor) -> torch.Tensor:
-        """ids, positions [B, S] written at cache slots start .. start + S - 1; bias [B, 1, S, start + S].
+        """ids, positions [B, S] written at cache slots start .. start + S - 1; bias [B Hkv, group S or 1,
+        start + S], added to the attention scores.
         Every matmul takes a 2-D [B S, in] input (a 3-D one runs slower on this CPU's kernels)."""
         rows, length = ids.shape
         hidden = F.embedding(ids.reshape(-1), self.embed).float()  # [B S, D], the residual stream
-        cos, sin = self._cos[positions][:, :, None], self._sin[positions][:, :, None]  # [B, S, 1, Dh / 2]
-        group = self.heads // self.kv_heads
-        if length > 1 and group > 1:
-            bias = bias.repeat(1, 1, group, 1)  # query rows are ordered (group member, position)
+        cos, sin = self._cos[positions][:, :, None], self._sin[positions][:, :, None]  # [B, S, 1, Dh]
         width = (hidden.shape[-1],)
         for index, layer in enumerate(self.layers):
             normed = F.rms_norm(hidden, width, layer.attn_norm, self.eps).to(self.dtype)

@@ -41,7 +41,7 @@ from torch import nn
 
 from grpolab import fast_decode
 
-__all__ = ["logits", "supports"]
+__all__ = ["head", "hidden_states", "logits", "supports"]
 
 _ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
@@ -113,21 +113,36 @@ def _attention(attn: nn.Module, normed: torch.Tensor, cos: torch.Tensor, sin: to
     return attn.o_proj(out.transpose(1, 2).reshape(rows, length, -1))
 
 
-def logits(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-           keep: int) -> torch.Tensor:
-    """Logits [B, K] x V of the last ``keep`` positions of input_ids [B, S] (mask, positions [B, S]),
-    with autograd, equal to ``model(..., logits_to_keep=keep).logits``. Call only if ``supports(model)``."""
+def hidden_states(model: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                  mask: torch.Tensor) -> torch.Tensor:
+    """The decoder stack's output [B, S, D] (before the final norm) on input_ids [B, S] at position_ids
+    [B, S], with autograd; mask [B, 1, S, S] is True where a query may attend to a key (every query row
+    must allow at least one key). Call only if ``supports(model)``."""
     base = fast_decode._base_model(model)
     inner, config = base.model, base.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     hidden = inner.embed_tokens(input_ids)  # [B, S, D]
     cos, sin = inner.rotary_emb(hidden, position_ids)  # [B, S, Dh] each, in the hidden dtype
     cos, sin = cos[:, :, None], sin[:, :, None]
-    mask, heads = _mask(attention_mask), config.num_attention_heads
+    heads = config.num_attention_heads
     for layer in inner.layers:
         attended = _attention(layer.self_attn, _norm(layer.input_layernorm, hidden), cos, sin, mask, heads, head_dim)
         hidden = hidden + attended
         mlp, normed = layer.mlp, _norm(layer.post_attention_layernorm, hidden)
         gate, up = _projections(normed, mlp.gate_proj, mlp.up_proj).chunk(2, dim=-1)
         hidden = hidden + mlp.down_proj(F.silu(gate) * up)
-    return base.lm_head(_norm(inner.norm, hidden[:, -keep:]))
+    return hidden
+
+
+def head(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits [..., V] of decoder outputs hidden [..., D]: the final norm, then ``lm_head``."""
+    base = fast_decode._base_model(model)
+    return base.lm_head(_norm(base.model.norm, hidden))
+
+
+def logits(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+           keep: int) -> torch.Tensor:
+    """Logits [B, K] x V of the last ``keep`` positions of input_ids [B, S] (mask, positions [B, S]),
+    with autograd, equal to ``model(..., logits_to_keep=keep).logits``. Call only if ``supports(model)``."""
+    hidden = hidden_states(model, input_ids, position_ids, _mask(attention_mask))
+    return head(model, hidden[:, -keep:])

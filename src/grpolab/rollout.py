@@ -130,7 +130,8 @@ class _HFDecoder:
     def __init__(self, model: PreTrainedModel):
         self.model = model
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, copies: int = 1) -> torch.Tensor:
+        ids, mask = ids.repeat_interleave(copies, dim=0), mask.repeat_interleave(copies, dim=0)
         self.mask, self.cache = mask, DynamicCache()
         self.position = _positions(mask)[:, -1:]
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
@@ -172,7 +173,8 @@ def sample(
     engine: str = "auto",
     dtype: str = "auto",
 ) -> Rollout:
-    """Sample ``num_samples`` completions for each of the P prompts; temperature 0 means greedy.
+    """Sample ``num_samples`` completions for each of the P prompts; temperature 0 means greedy. The
+    transformers path runs the model in eval mode (and restores its mode); the lean path ignores it.
 
     Args:
         prompt_ids, prompt_mask: [P, Lp] from ``encode_prompts``.
@@ -182,17 +184,33 @@ def sample(
         dtype: weights of the lean decoder: "bfloat16", "float32" or "auto" (``fast_decode.preferred_dtype``:
             bfloat16 from hidden size 512 up). The transformers path runs the model as it is.
     """
-    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
     mask = prompt_mask.repeat_interleave(num_samples, dim=0)
     decoder = _decoder(model, engine, dtype)
-    logits = decoder.prefill(ids, mask, max_new_tokens)
-    finished = torch.zeros(ids.shape[0], dtype=torch.bool)
+    switch = isinstance(decoder, _HFDecoder) and model.training  # the lean copy has no dropout to switch off
+    if switch:
+        model.eval()
+    try:
+        tokens, entropies, logprobs = _decode(decoder, prompt_ids, prompt_mask, num_samples, max_new_tokens,
+                                              (temperature, top_p, generator), (tokenizer.eos_token_id,
+                                                                                tokenizer.pad_token_id))
+    finally:
+        if switch:
+            model.train()
+    return _rollout(tokenizer, ids, mask, tokens, entropies, logprobs)
+
+
+def _decode(decoder: _HFDecoder | fast_decode.LeanLlama, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+            num_samples: int, max_new_tokens: int, sampling: tuple, special: tuple[int, int]) -> tuple[list, ...]:
+    """The sampling loop: per-step token [B], entropy [B] and log-prob [B] lists (see ``sample``)."""
+    eos_id, pad_id = special
+    logits = decoder.prefill(prompt_ids, prompt_mask, max_new_tokens, copies=num_samples)
+    finished = torch.zeros(logits.shape[0], dtype=torch.bool)
     tokens: list[torch.Tensor] = []
     entropies: list[torch.Tensor] = []
     logprobs: list[torch.Tensor] = []
     for _ in range(max_new_tokens):
-        token, entropy, logprob = _next_token(logits, temperature, top_p, generator)
+        token, entropy, logprob = _next_token(logits, *sampling)
         token = torch.where(finished, torch.full_like(token, pad_id), token)
         tokens.append(token)
         entropies.append(entropy)
@@ -201,7 +219,7 @@ def sample(
         if bool(finished.all()) or len(tokens) == max_new_tokens:
             break  # no forward pass whose logits would go unused
         logits = decoder.step(token)
-    return _rollout(tokenizer, ids, mask, tokens, entropies, logprobs)
+    return tokens, entropies, logprobs
 
 
 def _rollout(tokenizer: PreTrainedTokenizerBase, ids: torch.Tensor, mask: torch.Tensor, tokens: list[torch.Tensor],

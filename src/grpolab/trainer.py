@@ -162,13 +162,13 @@ class Trainer:
     def _sample_round(self, step: int, round_: int) -> tuple[list[Problem], Rollout, np.ndarray, Any, Any]:
         problems = self._choose_problems(step, round_)
         generator = torch.Generator().manual_seed(_step_seed(self.config.seed, step, round_))
-        self.model.eval()
         batch = collect_batch(self.model, self.policy.tokenizer, problems, self.verifier,
                               num_samples=self.config.group_size, max_new_tokens=self.max_new_tokens,
                               use_chat_template=self.task.use_chat_template, temperature=self.config.temperature,
                               top_p=self.config.top_p, generator=generator, dtype=self.config.sampler_dtype,
                               process_verifier=self.process_verifier)
-        self.model.train()
+        if not self.model.training:  # sampling keeps the mode; only a model handed over in eval mode switches
+            self.model.train()
         self.completions_generated += len(batch.rollout.texts)
         _check_verifier_errors(batch.scores, step, verifier_name=self.config.verifier or self.task.verifier)
         return problems, batch.rollout, batch.rewards, batch.scores, batch.token_rewards

