@@ -39,7 +39,7 @@ demo: setup
 # The real-verl tests; GRPOLAB_REQUIRE_VERL=1 makes a missing verl an error instead of a skip.
 test-verl: setup-verl
 	GRPOLAB_REQUIRE_VERL=1 $(VERL_BIN)/python -m pytest -q -p no:cacheprovider \
-		tests/test_integration_verl_real.py tests/test_integration_verl.py
+		tests/integrations/test_verl_real.py tests/integrations/test_verl.py
 
 test: setup test-verl
 	$(BIN)/ruff check src tests benchmarks scripts examples

@@ -17,7 +17,7 @@ template. The lr is small on purpose: the policy barely moves, so completion len
 across the run. ``grpolab_dtype`` and ``trl_bf16`` set each side's precision (grpolab: autocast of the
 update, its sampler is the lean bfloat16 decoder for Llama models; TRL: ``bf16=True``, autocast).
 
-Difference that is grpolab's by design (module docstring of ``grpolab.trainer``): completions with
+Difference that is grpolab's by design (module docstring of ``grpolab.train.trainer``): completions with
 advantage exactly 0 are not forwarded in the update; ``trained_fraction`` reports how many were.
 """
 
@@ -172,8 +172,8 @@ class GrpoPair:
         from trl import GRPOTrainer
 
         from grpolab.models import load_policy
-        from grpolab.trainer import Trainer
-        from grpolab.training_state import load_task_for
+        from grpolab.train.run import load_task_for
+        from grpolab.train.trainer import Trainer
 
         one_thread()
         warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames, on every train()

@@ -69,7 +69,7 @@ def write_rollout_log(run_dir: Path, steps: int, seed: int = 0) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from grpolab.runlog import ROLLOUT_SCHEMA
+    from grpolab.train.runlog import ROLLOUT_SCHEMA
 
     rng = np.random.default_rng(seed)
     out = run_dir / "rollouts"

@@ -45,7 +45,7 @@ def roofline_step_seconds(shapes: Counter) -> float:
 
 
 def _sampler(policy: Any, tokens: int) -> Any:
-    from grpolab.rollout import encode_prompts, sample
+    from grpolab.engine.rollout import encode_prompts, sample
     from grpolab.tasks import get_task
 
     task = get_task("arith")

@@ -1,4 +1,4 @@
-"""Rollout throughput: ``grpolab.rollout.sample`` against the floor (the same cached forward passes and
+"""Rollout throughput: ``grpolab.engine.rollout.sample`` against the floor (the same cached forward passes and
 nothing else) and against HF ``model.generate``. Goal: sample / floor <= 1.3 (time per token).
 
 Every method makes exactly B x T tokens (B = P * G rows, T = the token budget): ``sample`` gets a
@@ -68,7 +68,7 @@ def floor_loop(model: Any, ids: torch.Tensor, mask: torch.Tensor, tokens: int) -
     """Prefill + (tokens - 1) cached one-token forwards, with a fixed input token: no sampling at all."""
     from transformers import DynamicCache
 
-    from grpolab.rollout import _positions
+    from grpolab.engine.rollout import _positions
 
     full_mask = torch.cat([mask, mask.new_ones((mask.shape[0], tokens))], dim=1)
     position = _positions(mask)
@@ -84,7 +84,7 @@ def floor_loop(model: Any, ids: torch.Tensor, mask: torch.Tensor, tokens: int) -
 
 
 def _prompts(shape: Shape, tokenizer: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    from grpolab.rollout import encode_prompts
+    from grpolab.engine.rollout import encode_prompts
     from grpolab.tasks import get_task
 
     task = get_task("arith")
@@ -96,7 +96,7 @@ def _methods(shape: Shape, policy: Any) -> dict[str, Any]:
     from transformers import GenerationConfig
     from transformers.utils import logging
 
-    from grpolab.rollout import sample
+    from grpolab.engine.rollout import sample
 
     logging.set_verbosity_error()  # generate warns once per call about the negative eos_token_id
 

@@ -1,5 +1,5 @@
-"""Verifier latency: the time bounds the test suite checks by behaviour only (``tests/test_verifiers.py``,
-``tests/test_tasks_real_data.py``), measured here.
+"""Verifier latency: the time bounds the test suite checks by behaviour only (``tests/verifiers/test_verifiers.py``,
+``tests/tasks/test_real_data.py``), measured here.
 
 * the slowest call of each verifier over the pathological texts of ``tests/pathological_texts.py`` (each as
   completion against "18" and "\\frac{14}{3}", and as reference): goal < 2 s;

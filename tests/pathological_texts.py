@@ -1,4 +1,4 @@
-"""Pathological texts for the verifiers, shared by ``tests/test_verifiers.py`` (the scores) and
+"""Pathological texts for the verifiers, shared by ``tests/verifiers/test_verifiers.py`` (the scores) and
 ``benchmarks/bench_verifiers.py`` (how long the worst of them takes)."""
 
 PATHOLOGICAL = {

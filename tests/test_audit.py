@@ -106,7 +106,7 @@ def test_formats_agree_and_streaming_merge(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_grpolab_run_directory(tmp_path: Path) -> None:
-    from grpolab.runlog import RolloutLog
+    from grpolab.train.runlog import RolloutLog
 
     log = RolloutLog(tmp_path / "rollouts")
     steps = (([1.0, 1.0, 0.0, 1.0], [0.0, 0.0, -0.7, 0.7]), ([0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from char_tokenizer import char_tokenizer
 from grpolab import verifiers
 from grpolab.advantages import compute_advantages
 from grpolab.errors import UserError
@@ -21,9 +22,8 @@ from grpolab.process_rewards import (
     token_rewards_of_row,
 )
 from grpolab.verifiers.process import MAX_EXTRA_CHARS, exact_chars, get_process_verifier, gsm8k_chars
+from gsm8k_cases import GSM8K_CASES
 from pathological_texts import PATHOLOGICAL
-from test_gradients import char_tokenizer
-from test_verifiers import GSM8K_CASES
 
 # ----------------------------------------------------------------------------------------- process verifiers
 

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from grpolab import verifiers
-from grpolab.collect import collect_batch
 from grpolab.diagnostics import pass_at_k_curve
+from grpolab.engine.collect import collect_batch
 from grpolab.models import Policy
 from grpolab.tasks import Problem, Task
 

@@ -32,8 +32,8 @@ import pandas as pd
 from grpolab import advantages
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
-from grpolab.run_settings import load_saved_config, same_run_settings
-from grpolab.runlog import read_metrics
+from grpolab.train.runlog import read_metrics
+from grpolab.train.settings import load_saved_config, same_run_settings
 
 __all__ = ["RunSpec", "collect_results", "plan_lr_grid", "plan_runs", "run_sweep", "runs_table", "select_lrs"]
 
@@ -153,7 +153,7 @@ def run_one(spec: RunSpec, queue: Any = None) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(spec.config.threads or 1)
-    from grpolab.trainer import Trainer
+    from grpolab.train.trainer import Trainer
 
     def on_step(step: int, metrics: dict[str, Any]) -> None:
         if queue is not None:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from grpolab.cli import main
-from grpolab.run_lock import DirectoryLock
+from grpolab.train.lock import DirectoryLock
 
 TINY_FLAGS = ["--steps", "2", "--prompts-per-step", "4", "--eval-limit", "8", "--eval-samples", "2",
               "--checkpoint-every", "1"]

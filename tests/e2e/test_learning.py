@@ -18,7 +18,7 @@ import pytest
 from grpolab import verifiers
 from grpolab.config import TrainConfig
 from grpolab.tasks import get_task
-from grpolab.trainer import Trainer
+from grpolab.train.trainer import Trainer
 
 FIRST_CHAR_VERIFIER = "test_first_char_is_7"
 if FIRST_CHAR_VERIFIER not in verifiers.available():

@@ -12,7 +12,7 @@ import torch
 from grpolab.cli import main
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
-from grpolab.trainer import Trainer
+from grpolab.train.trainer import Trainer
 
 TINY = dict(prompts_per_step=4, group_size=4, steps=2, eval_limit=8, eval_samples=2, checkpoint_every=0,
             progress=False, threads=1, lr=1e-3, reward_granularity="token")

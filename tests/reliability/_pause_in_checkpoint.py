@@ -11,16 +11,16 @@ import sys
 import time
 from pathlib import Path
 
-import grpolab.checkpoint
-import grpolab.trainer
+import grpolab.train.checkpoint
+import grpolab.train.trainer
 from grpolab.cli import main
 
 PAUSE_STEP = int(os.environ.get("GRPOLAB_TEST_PAUSE_STEP", "-1"))
 PAUSE_FILE = os.environ.get("GRPOLAB_TEST_PAUSE_FILE", "weights")
 MARKER = os.environ.get("GRPOLAB_TEST_MARKER", "")
 _current = {"step": -1}
-_real_save_file = grpolab.checkpoint.save_file
-_real_save_checkpoint = grpolab.trainer.save_checkpoint
+_real_save_file = grpolab.train.checkpoint.save_file
+_real_save_checkpoint = grpolab.train.trainer.save_checkpoint
 
 
 def _save_checkpoint(run_dir, step, *args, **kwargs):
@@ -35,8 +35,8 @@ def _save_file(tensors, filename, *args, **kwargs):
         time.sleep(600)  # killed here
 
 
-grpolab.trainer.save_checkpoint = _save_checkpoint
-grpolab.checkpoint.save_file = _save_file
+grpolab.train.trainer.save_checkpoint = _save_checkpoint
+grpolab.train.checkpoint.save_file = _save_file
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,11 +23,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpolab import runlog
-from grpolab.checkpoint import load_latest, save_checkpoint
 from grpolab.config import TrainConfig
-from grpolab.trainer import Trainer
-from grpolab.training_state import prepare_eval_log
+from grpolab.train import runlog
+from grpolab.train.checkpoint import load_latest, save_checkpoint
+from grpolab.train.run import prepare_eval_log
+from grpolab.train.trainer import Trainer
 
 HERE = Path(__file__).parent
 STEPS = 8

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpolab import runlog
 from grpolab.cli import main
-from grpolab.run_lock import LOCK_NAME, OWNER_NAME
+from grpolab.train import runlog
+from grpolab.train.lock import LOCK_NAME, OWNER_NAME
 
 FLAGS = ["--steps", "5", "--advantage", "dr_grpo", "--lr", "3e-4", "--prompts-per-step", "2", "--eval-limit", "4",
          "--eval-samples", "0", "--checkpoint-every", "1", "--threads", "1", "--no-progress"]

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from grpolab.config import TrainConfig
-from grpolab.trainer import Trainer
+from grpolab.train.trainer import Trainer
 
 STEPS = 1_000
 SAMPLE_EVERY = 10

@@ -240,19 +240,14 @@ def _degenerate(groups: GroupTable) -> np.ndarray:
 def _rates(groups: GroupTable, degenerate: np.ndarray, members: slice, d_iid: float) -> dict[str, Any]:
     """The ``starvation_metrics`` figures of a set of groups, given ``_degenerate(groups)`` and their D_iid."""
     n, c = groups.n[members], groups.c[members]
-    seen = n > 0
-    uniform = float(np.mean(~seen | (c == 0) | (c == n)))
+    shares = diagnostics.outcome_shares(n, c)
     return {
+        **shares,
         "groups": int(n.size),
-        "all_correct": float(np.mean(seen & (c == n))),
-        "all_wrong": float(np.mean(seen & (c == 0))),
-        "unscorable_groups": float(np.mean(~seen)),
-        "uniform": uniform,
         "degenerate": float(np.mean(degenerate[members])),
-        "p_mean": float(np.mean(c[seen] / n[seen])) if seen.any() else 0.0,
         "success_rate": float(c.sum() / max(n.sum(), 1)),
         "d_iid": d_iid,
-        "jensen_gap": uniform - d_iid,
+        "jensen_gap": shares["uniform"] - d_iid,
     }
 
 

@@ -16,8 +16,8 @@ from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import CompareConfig, TrainConfig, load_config_file, split_file_values
 from grpolab.errors import UserError
 from grpolab.progress import console, progress_bar
-from grpolab.run_lock import DirectoryLock
-from grpolab.run_settings import (
+from grpolab.train.lock import DirectoryLock
+from grpolab.train.settings import (
     SWEEP_OWNED,
     check_sweep_settings,
     explicit_values,
@@ -112,7 +112,7 @@ def _select_then_run(experiments: Any, base: TrainConfig, sweep: CompareConfig, 
 
 def _task_summary(base: TrainConfig) -> dict[str, Any]:
     """The task every run trains on, built once here so that bad data fails before any run starts."""
-    from grpolab.training_state import load_task_for
+    from grpolab.train.run import load_task_for
 
     return load_task_for(base).summary()
 

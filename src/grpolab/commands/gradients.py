@@ -1,8 +1,9 @@
 """``grpolab gradients``: sample one rollout batch, score it, and print the geometry of its policy gradient.
 
 Effective / stable rank and energy counts of several candidate gradient matrices, the rank-2 check, gradient
-sparsity and the zero-advantage shares (see ``grpolab.gradient_geometry`` and docs/gradient-geometry.md).
-Every setting but ``--params``, ``--sketch-dim`` and ``--json`` is a ``TrainConfig`` field with the flag of
+sparsity and the zero-advantage shares (see ``grpolab.gradients.geometry`` and docs/gradient-geometry.md).
+Every setting but ``--json`` is a ``TrainConfig`` field (``--params`` and ``--sketch-dim`` are the
+``grad_analysis_*`` fields) with the flag of
 ``grpolab train``, so a batch here is sampled, scored and credited as a training step would be.
 """
 
@@ -24,7 +25,8 @@ from grpolab.progress import console
 # The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
 GRADIENTS_FIELDS = ("model", "task", "data", "task_options", "verifier", "advantage", "advantage_kwargs",
                     "reward_granularity", "group_size", "prompts_per_step", "seed", "temperature", "max_new_tokens",
-                    "lora", "lora_r", "lora_alpha", "lora_targets", "dtype", "sampler_dtype", "threads")
+                    "lora", "lora_r", "lora_alpha", "lora_targets", "dtype", "sampler_dtype", "threads",
+                    "grad_analysis_params", "grad_analysis_sketch_dim")
 # Where one analysed batch differs from a training run's: dr_grpo (the zero-sum estimator the rank-2 check is
 # about) and 8 prompts. Precedence: TrainConfig defaults < these < flags.
 GRADIENTS_TRAIN_DEFAULTS: dict[str, Any] = {"advantage": "dr_grpo", "prompts_per_step": 8}
@@ -32,13 +34,10 @@ GRADIENTS_TRAIN_DEFAULTS: dict[str, Any] = {"advantage": "dr_grpo", "prompts_per
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, TrainConfig, defaults=GRADIENTS_TRAIN_DEFAULTS, only=GRADIENTS_FIELDS,
-                         aliases={"prompts_per_step": "--prompts"},
+                         aliases={"prompts_per_step": "--prompts", "grad_analysis_params": "--params",
+                                  "grad_analysis_sketch_dim": "--sketch-dim"},
                          help_overrides={"lora": "wrap the model in fresh LoRA adapters (--lora-r, --lora-alpha, "
                                                  "--lora-targets) before measuring; columns: --params"})
-    parser.add_argument("--params", default="trainable",
-                        help="columns: trainable, all, lora (adds fresh LoRA adapters if the model has none), "
-                             "or comma-separated name substrings")
-    parser.add_argument("--sketch-dim", type=int, default=None, help="CountSketch width (default: exact rows)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -46,9 +45,9 @@ def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> A
     """One rollout batch of ``prompts_per_step`` training prompts x ``group_size`` samples, scored (per token
     too under ``--reward-granularity token``)."""
     from grpolab import verifiers
-    from grpolab.collect import collect_batch
-    from grpolab.training_state import load_task_for
-    from grpolab.training_step import StepBatch
+    from grpolab.engine.collect import collect_batch
+    from grpolab.train.run import load_task_for
+    from grpolab.train.step import StepBatch
     from grpolab.verifiers.process import get_process_verifier
 
     task = load_task_for(config)
@@ -69,33 +68,19 @@ def _model_for(args: argparse.Namespace, config: TrainConfig, policy: Any) -> to
     adapters."""
     model = policy.model
     has_lora = any("lora_" in name for name, _ in model.named_parameters())
-    if config.lora or (args.params == "lora" and not has_lora):
-        from grpolab.training_state import wrap_lora
+    if config.lora or (config.grad_analysis_params == "lora" and not has_lora):
+        from grpolab.train.run import wrap_lora
 
         model = wrap_lora(model, config if config.lora else TrainConfig(lora=True))
     return model.eval()
 
 
-def _advantages(config: TrainConfig, batch: Any) -> torch.Tensor:
-    """Advantages [P, G] of the outcome rewards, or [B, T] of the per-token rewards."""
-    from grpolab.advantages import compute_advantages
-    from grpolab.errors import UserError
-    from grpolab.process_rewards import token_advantages
-
-    try:
-        if batch.token_rewards is not None:
-            return token_advantages(config.advantage, batch.token_rewards, batch.completion_mask, batch.group_size,
-                                    **config.advantage_kwargs)
-        return compute_advantages(config.advantage, batch.rewards, **config.advantage_kwargs)
-    except ValueError as error:
-        raise UserError(str(error)) from None
-
-
 def run(args: argparse.Namespace) -> int:
     import contextlib
 
-    from grpolab.gradient_geometry import analyze_gradients
+    from grpolab.gradients.geometry import analyze_gradients
     from grpolab.models import load_policy
+    from grpolab.train.step import step_advantages
 
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=GRADIENTS_TRAIN_DEFAULTS)  # validated
     if config.threads:
@@ -104,15 +89,16 @@ def run(args: argparse.Namespace) -> int:
     policy = load_policy(config.model)
     model = _model_for(args, config, policy)
     batch = _sample_batch(config, policy, model)
-    advantages = _advantages(config, batch)
+    advantages = step_advantages(batch, config)
     autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if config.dtype == "bfloat16"
                 else contextlib.nullcontext())
     with autocast:
-        metrics = analyze_gradients(model, batch, advantages, params=args.params, sketch_dim=args.sketch_dim,
-                                    seed=config.seed, temperature=config.temperature)
+        metrics = analyze_gradients(model, batch, advantages, params=config.grad_analysis_params,
+                                    sketch_dim=config.grad_analysis_sketch_dim, seed=config.seed,
+                                    temperature=config.temperature)
     settings = {"model": config.model, "task": config.task, "advantage": config.advantage,
                 "group_size": config.group_size, "prompts": config.prompts_per_step, "seed": config.seed,
-                "params": args.params, "sketch_dim": args.sketch_dim}
+                "params": config.grad_analysis_params, "sketch_dim": config.grad_analysis_sketch_dim}
     settings.update(reward_granularity=config.reward_granularity, lora=config.lora, dtype=config.dtype)
     settings["reward_mean"] = float(np.nanmean(batch.rewards)) if batch.rewards.size else 0.0
     if args.json:

@@ -8,7 +8,7 @@ from pathlib import Path
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig, load_config_file
 from grpolab.progress import console, progress_bar
-from grpolab.run_settings import explicit_values, resume_config
+from grpolab.train.settings import explicit_values, resume_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grpolab.trainer import Trainer
+    from grpolab.train.trainer import Trainer
 
     config = config_from_args(args)
     out = Path(args.out or f"runs/{config.task}-{config.advantage}-G{config.group_size}-seed{config.seed}")

@@ -217,6 +217,20 @@ def _useful_fraction(matrix: np.ndarray, advantages: Any) -> float:
     return float(useful.mean())
 
 
+def outcome_shares(n: Any, c: Any) -> dict[str, float]:
+    """Shares of groups by outcome, from scorable counts n [P] and success counts c [P] (``group_counts``):
+    groups, all_correct, all_wrong, unscorable_groups (n = 0), uniform (the three together: what a
+    group-centred estimator starves under binary rewards) and p_mean (mean c / n over scorable groups).
+    The one implementation behind ``degeneracy``, ``starvation_metrics`` and ``grpolab audit``."""
+    n, c = np.asarray(n), np.asarray(c)
+    seen = n > 0
+    all_correct, all_wrong = float(np.mean(seen & (c == n))), float(np.mean(seen & (c == 0)))
+    unscorable = float(np.mean(~seen))
+    return {"groups": float(n.size), "all_correct": all_correct, "all_wrong": all_wrong,
+            "unscorable_groups": unscorable, "uniform": all_correct + all_wrong + unscorable,
+            "p_mean": float(np.mean(c[seen] / n[seen])) if seen.any() else 0.0}
+
+
 def degeneracy(rewards: Any, *, advantages: Any = None, success_threshold: float = 0.5) -> dict[str, float]:
     """Starvation summary of one batch of rewards [P, G] (see the module docstring for every choice).
 
@@ -228,20 +242,13 @@ def degeneracy(rewards: Any, *, advantages: Any = None, success_threshold: float
     if P == 0 or G == 0:
         raise UserError(f"degeneracy needs a non-empty [P, G] reward matrix, got shape {matrix.shape}")
     n, c = group_counts(matrix, success_threshold=success_threshold)
-    seen = n > 0
-    all_correct = float(np.mean(seen & (c == n)))
-    all_wrong = float(np.mean(seen & (c == 0)))
-    unscorable = float(np.mean(~seen))
-    degenerate = all_correct + all_wrong + unscorable
-    rates = c[seen] / n[seen]
-    p_mean = float(rates.mean()) if rates.size else 0.0
+    shares = outcome_shares(n, c)
+    degenerate, p_mean = shares["uniform"], shares["p_mean"]
+    rates = c[n > 0] / n[n > 0]
     d_iid = iid_degeneracy(p_mean, G)
     full = n == G
     return {
-        "groups": float(P),
-        "all_correct": all_correct,
-        "all_wrong": all_wrong,
-        "unscorable_groups": unscorable,
+        **{key: shares[key] for key in ("groups", "all_correct", "all_wrong", "unscorable_groups")},
         "degenerate": degenerate,
         "p_mean": p_mean,
         "d_iid": float(d_iid),

@@ -21,7 +21,7 @@ Departures from TRL (and from the papers):
 * ``scale_rewards`` and ``multi_objective_aggregation`` are TRL's advantage knobs and do not apply;
   ``multi_objective_aggregation="normalize_then_sum"`` is refused rather than silently ignored.
 * With ``advantage="grpo"`` (sample std, eps 1e-4; grpolab's defaults) the advantages equal TRL's
-  default ``scale_rewards="group"`` ones up to float rounding: tests/test_integration_trl.py checks it.
+  default ``scale_rewards="group"`` ones up to float rounding: tests/integrations/test_trl.py checks it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from grpolab.errors import UserError
 from grpolab.mechanism import shifts
 from grpolab.mechanism.runs import ReportedRun, evaluation_rows, reported_runs
 from grpolab.models import load_policy
-from grpolab.training_state import load_task_for
+from grpolab.train.run import load_task_for
 
 __all__ = ["COLUMNS", "Options", "measure_runs", "runs_to_analyse"]
 

@@ -14,8 +14,8 @@ import pandas as pd
 
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
-from grpolab.run_settings import load_saved_config
-from grpolab.runlog import read_metrics
+from grpolab.train.runlog import read_metrics
+from grpolab.train.settings import load_saved_config
 
 __all__ = ["ReportedRun", "evaluation_rows", "reported_runs"]
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from grpolab.collect import ScoredBatch, collect_batch
+from grpolab.engine.collect import ScoredBatch, collect_batch
+from grpolab.engine.rollout import token_logprobs
 from grpolab.mechanism.token_classes import CONTENT, FORMAT, content_mask
-from grpolab.rollout import token_logprobs
 from grpolab.tasks import Problem
 from grpolab.verifiers import gsm8k
 

@@ -1,7 +1,7 @@
 """User verifiers (dotted import paths) under the same hard time limit as the built-in math verifier.
 
-A user verifier runs in a warm worker process (the math verifier's ``_mv_pool`` / ``_mv_worker``) that
-imported it once and forks a child for the calls. Each call gets ``math_answer.DEFAULT_TIME_LIMIT_S``
+A user verifier runs in a warm worker process (the math verifier's ``_pool`` / ``_worker``) that
+imported it once and forks a child for the calls. Each call gets ``_pool.DEFAULT_TIME_LIMIT_S``
 (1 s; the answer comes within about 1.4 s). A call that overruns has its child killed and replaced: the
 completion is scored None (unscorable, so advantage 0) with a ``RuntimeWarning``, and the run goes on. A
 call that raises or returns something that is not a number raises ``VerifierError`` here, which
@@ -17,7 +17,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
-from grpolab.verifiers import _mv_pool
+from grpolab.verifiers import _pool
 
 __all__ = ["TimeLimitedVerifier", "VerifierError"]
 
@@ -31,15 +31,13 @@ class TimeLimitedVerifier:
     process under a hard per-call time limit of ``limit_s`` seconds."""
 
     def __init__(self, path: str, fn: Callable, limit_s: float | None = None) -> None:
-        from grpolab.verifiers.math_answer import DEFAULT_TIME_LIMIT_S
-
         self.path = path
-        self.limit_s = DEFAULT_TIME_LIMIT_S if limit_s is None else float(limit_s)
+        self.limit_s = _pool.DEFAULT_TIME_LIMIT_S if limit_s is None else float(limit_s)
         self.__name__ = getattr(fn, "__name__", path)
         self.__doc__ = fn.__doc__
 
     def __call__(self, completion: str, reference: str) -> float | None:
-        reply = _mv_pool.check(reference, completion, self.limit_s, target=self.path)
+        reply = _pool.check(reference, completion, self.limit_s, target=self.path)
         if reply.get("timed_out"):
             warnings.warn(
                 f"verifier {self.path!r} did not return within {self.limit_s:g} s; the completion is scored "

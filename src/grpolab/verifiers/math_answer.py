@@ -15,7 +15,7 @@ Departures and limits:
   ``$``, ``\\left``/``\\right``, thin spaces, ``^\\circ`` and a trailing period, and mapping
   ``\\dfrac``/``\\tfrac`` to ``\\frac``, the reward is 1.0 without calling math-verify (the pre-check only
   ever says *equal*; ``precheck=False`` skips it);
-- math-verify runs in a separate warm process (see ``_mv_pool`` and ``_mv_worker``) with a hard time limit
+- math-verify runs in a separate warm process (see ``_pool`` and ``_worker``) with a hard time limit
   (default 1 s; the process is killed on overrun), because its own signal-based time-outs only work in the
   main thread and cannot interrupt sympy inside one huge integer power (``10^{10^{10}}``);
 - a completion without a box, with a box nested deeper than 64 levels or never closed, or an answer longer
@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import re
 
-from grpolab.verifiers import _mv_pool
+from grpolab.verifiers import _pool
 from grpolab.verifiers._registry import register_details
 from grpolab.verifiers._text import last_boxed
 
 MAX_ANSWER_CHARS = 1000
 """Longer extracted answers (or references) are not sent to math-verify."""
 
-DEFAULT_TIME_LIMIT_S = 1.0
+DEFAULT_TIME_LIMIT_S = _pool.DEFAULT_TIME_LIMIT_S
 """Hard limit on one math-verify check; the call returns within about this plus 0.4 s."""
 
 _NOISE_RE = re.compile(r"\\left(?![A-Za-z])|\\right(?![A-Za-z])|\\[,!;: ]|\\quad|\s+|\$|\^\{?\\circ\}?")
@@ -78,7 +78,7 @@ def score_details(
     if precheck and normalise(answer) == normalise(gold):
         parts["mode"] = "precheck"
         return 1.0, parts
-    reply = _mv_pool.check(gold, answer, time_limit_s)
+    reply = _pool.check(gold, answer, time_limit_s)
     parts.update(mode="math_verify", timed_out=bool(reply["timed_out"]), reason=reply["reason"])
     return reply["score"], parts
 
@@ -90,7 +90,7 @@ def score(completion: str, reference: str, *, time_limit_s: float = DEFAULT_TIME
 
 def warm_up(servers: int = 1) -> None:
     """Have ``servers`` math-verify server processes idle (starting one takes about 1-2 s) before checking."""
-    _mv_pool.warm_up(servers)
+    _pool.warm_up(servers)
 
 
 register_details("math", score_details)

@@ -1,0 +1,101 @@
+"""Checks of a ``TrainConfig``'s values: ranges, finite numbers, task options, and config-file types.
+
+Every check raises a ``UserError`` that names the setting, so that a value the engine would clip, ignore or
+crash on is refused before a run starts. The checks read a config by attribute and never import the schema
+they check (``schema`` imports them), so ``config`` is typed ``Any`` here: it is a ``TrainConfig``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any
+
+from grpolab.errors import UserError
+
+__all__ = ["check_types", "validate"]
+
+# setting -> the least value it may take (None is allowed where the field's type allows it)
+_AT_LEAST = {"group_size": 1, "prompts_per_step": 1, "num_iterations": 1, "micro_batch_size": 1, "lora_r": 1,
+             "lora_alpha": 1, "keep_checkpoints": 1, "max_new_tokens": 1, "threads": 1, "task_limit": 1,
+             "eval_limit": 1, "grad_analysis_sketch_dim": 1, "steps": 0, "warmup_steps": 0, "weight_decay": 0,
+             "max_grad_norm": 0, "dynamic_max_rounds": 0, "checkpoint_every": 0, "eval_every": 0, "eval_samples": 0,
+             "grad_analysis_every": 0}
+_HINTS = {"eval_limit": "; to evaluate every test prompt, set eval_limit: null in a --config file"}
+
+
+def validate(config: Any) -> None:
+    """Raise a ``UserError`` naming the setting when a value is out of range or would crash a run."""
+    for name, least in _AT_LEAST.items():
+        value = getattr(config, name)
+        if value is not None and value < least:
+            raise UserError(f"{name} must be >= {least}, got {value}{_HINTS.get(name, '')}")
+    if config.lr <= 0:
+        raise UserError(f"lr must be > 0, got {config.lr}")
+    if config.lr_schedule not in ("constant", "linear", "cosine"):
+        raise UserError(f"lr_schedule must be constant, linear or cosine, got {config.lr_schedule!r}")
+    if config.eval_split not in ("test", "validation"):
+        raise UserError(f"eval_split must be test or validation, got {config.eval_split!r}")
+    if config.dtype not in ("float32", "bfloat16"):
+        raise UserError(f"dtype must be float32 or bfloat16, got {config.dtype!r}")
+    if config.sampler_dtype not in ("auto", "float32", "bfloat16"):
+        raise UserError(f"sampler_dtype must be auto, float32 or bfloat16, got {config.sampler_dtype!r}")
+    if not 0 < config.top_p <= 1 or config.temperature <= 0:
+        raise UserError(f"need 0 < top_p <= 1 and temperature > 0, got {config.top_p}, {config.temperature}")
+    if config.beta < 0 or config.epsilon_low < 0 or config.clip_high < 0:
+        raise UserError("beta, epsilon_low and epsilon_high must be >= 0")
+    _validate_ranges(config)
+
+
+def _validate_ranges(config: Any) -> None:
+    """Non-finite numbers, bad betas, task options and settings that would crash mid-run."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"{f.name} must be a finite number, got {value}")
+    if len(config.adam_betas) != 2 or not all(0 <= b < 1 for b in config.adam_betas):
+        raise UserError(f"adam_betas must be two numbers in [0, 1) such as 0.9,0.99, got {config.adam_betas}")
+    tokens = config.task_options.get("max_new_tokens", 1)
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+        raise UserError(f"task_options max_new_tokens must be an integer >= 1, got {tokens!r}")
+    if not isinstance(config.task_options.get("use_chat_template", True), bool):
+        raise UserError("task_options use_chat_template must be true or false, "
+                        f"got {config.task_options['use_chat_template']!r}")
+    _validate_granularity(config)
+    from grpolab.losses import AGGREGATION_MODES
+
+    if config.loss_aggregation not in AGGREGATION_MODES:
+        raise UserError(f"loss_aggregation must be one of {', '.join(AGGREGATION_MODES)}, "
+                        f"got {config.loss_aggregation!r}")
+
+
+def _validate_granularity(config: Any) -> None:
+    if config.reward_granularity not in ("outcome", "token"):
+        raise UserError(f"reward_granularity must be outcome or token, got {config.reward_granularity!r}")
+    if config.reward_granularity == "token":
+        from grpolab.process_rewards import check_token_estimator
+
+        check_token_estimator(config.advantage)
+        if config.dynamic_sampling:
+            raise UserError("dynamic_sampling filters groups by outcome reward; it is not supported with "
+                            "reward_granularity token")
+
+
+def check_types(values: dict[str, Any], cls: type) -> None:
+    """A clear error naming the setting when a config-file value has the wrong type."""
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        kind = hints[name]
+        optional = typing.get_origin(kind) in (typing.Union, types.UnionType)
+        if optional and value is None:
+            continue
+        base = next(a for a in typing.get_args(kind) if a is not type(None)) if optional else kind
+        base = typing.get_origin(base) or base
+        ok = isinstance(value, base) and not (isinstance(value, bool) and base is not bool)
+        if base is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok:
+            raise UserError(f"setting {name} must be of type {getattr(base, '__name__', base)}, "
+                            f"got {value!r} ({type(value).__name__}); fix it in the config file or flag")

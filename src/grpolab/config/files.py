@@ -1,0 +1,100 @@
+"""Config files: YAML or TOML in, YAML out, and building a config class from a file's values.
+
+YAML is read as TOML reads numbers (``1e-5`` is a float, where YAML 1.1 reads a string), and saved so that
+it reads back unchanged. Every value is type-checked against the field it sets (``checks.check_types``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+import tomllib
+import yaml
+
+from grpolab.config.checks import check_types
+from grpolab.config.schema import TrainConfig
+from grpolab.errors import UserError
+
+__all__ = ["build_config", "load_config_file", "save_config", "split_file_values", "yaml_text"]
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that reads numbers as TOML does: ``1e-5`` is a float (YAML 1.1 reads it as a string)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML that quotes the strings ``_Loader`` would read as numbers (e.g. ``lrs: '1e-4,3e-4'`` stays
+    plain, ``lrs: '1e-4'`` is quoted), so that a saved file reads back as what was saved."""
+
+
+for _yaml_class in (_Loader, _Dumper):
+    _yaml_class.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                                      list("-+0123456789"))
+
+
+def yaml_text(data: dict[str, Any]) -> str:
+    """``data`` as YAML that ``load_config_file`` reads back unchanged."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (.yaml/.yml) or TOML (.toml) config file into a dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"config file {path} does not exist; pass an existing YAML or TOML file to --config")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"config file {path} is not UTF-8 text ({error.reason}); pass a YAML or TOML file") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.load(text, Loader=_Loader)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
+        problem = " ".join(str(error).split())  # one line, even for YAML's multi-line messages
+        raise UserError(f"config file {path} is not valid {path.suffix.lstrip('.').upper()}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"config file {path} must hold a mapping of setting names to values")
+    return data
+
+
+def build_config(values: dict[str, Any], cls: type = TrainConfig) -> Any:
+    """``cls(**values)`` with a clear error for unknown keys and wrong types."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(f"unknown setting(s) {', '.join(unknown)}; known settings: {', '.join(sorted(known))}")
+    if "adam_betas" in values and isinstance(values["adam_betas"], list):
+        values = {**values, "adam_betas": tuple(values["adam_betas"])}
+    check_types(values, cls)
+    hints = typing.get_type_hints(cls)  # an int given for a float setting is saved as the float that runs
+    values = {k: float(v) if type(v) is int and float in (hints[k], *typing.get_args(hints[k])) else v
+              for k, v in values.items()}
+    try:
+        return cls(**values)
+    except TypeError as error:
+        raise UserError(f"bad setting: {error}") from None
+
+
+def split_file_values(values: dict[str, Any], *classes: type) -> list[dict[str, Any]]:
+    """Split one config file's keys among several config classes; unknown keys are an error."""
+    parts: list[dict[str, Any]] = []
+    claimed: set[str] = set()
+    for cls in classes:
+        names = {f.name for f in dataclasses.fields(cls)}
+        parts.append({k: v for k, v in values.items() if k in names})
+        claimed |= names
+    unknown = sorted(set(values) - claimed)
+    if unknown:
+        known = ", ".join(sorted(claimed))
+        raise UserError(f"unknown setting(s) {', '.join(unknown)} in the config file; known: {known}")
+    return parts
+
+
+def save_config(config: Any, path: str | Path) -> None:
+    """Write the resolved config as YAML (the run's saved copy)."""
+    Path(path).write_text(yaml_text(config.to_dict()))

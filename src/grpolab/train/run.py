@@ -1,0 +1,198 @@
+"""The run around the steps: building the task, LoRA wrapping, evaluations during a run, and writing the
+final model and ``summary.json`` (whose presence marks a run as complete).
+
+Each function takes what it uses (a policy, a task, a config, a run directory), never the trainer, so this
+module sits below ``grpolab.train.trainer`` in the import graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpolab.config import TrainConfig
+from grpolab.errors import UserError
+from grpolab.evaluation import evaluate
+from grpolab.models import Policy
+from grpolab.tasks import Task, get_task, with_validation
+from grpolab.train.runlog import read_metrics, rewrite_jsonl
+
+__all__ = ["RunResult", "append_evaluation", "evaluate_policy", "finish_run", "load_task_for", "prepare_eval_log",
+           "start_evaluation_key", "wrap_lora", "write_task_summary"]
+
+
+@dataclass
+class RunResult:
+    """What a finished run leaves behind: its directory, last metrics and evaluations."""
+
+    run_dir: Path
+    steps: int
+    final_metrics: dict[str, Any] = field(default_factory=dict)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+
+
+_TASK_FIELDS = ("use_chat_template", "max_new_tokens")  # Task fields any task's options may override
+
+
+def load_task_for(config: TrainConfig) -> Task:
+    """The task of a config; data options are passed only to the tasks that read files."""
+    options = {k: v for k, v in config.task_options.items() if k not in _TASK_FIELDS}
+    overrides = {k: v for k, v in config.task_options.items() if k in _TASK_FIELDS}
+    options.update(_data_options(config))
+    if config.task in ("gsm8k", "math500"):  # the train/test cut of single-split data follows the run's seed
+        options.setdefault("seed", config.seed)
+    task = _limited(get_task(config.task, **options), config.task_limit)
+    if config.eval_split == "validation":
+        task = with_validation(task)
+        if not task.validation:
+            raise UserError(f"task {config.task!r} has no validation problems; use --eval-split test")
+    if config.verifier:
+        overrides["verifier"] = config.verifier
+    task = dataclasses.replace(task, **overrides)
+    if not task.train:
+        raise UserError(f"task {config.task!r} has no training problems; check --data / --task-limit")
+    _warn_on_embedded_mismatch(config.model, config.task)
+    return task
+
+
+# Each embedded model was trained for one task; on the other it earns (almost) no reward.
+_EMBEDDED_TASKS = {"embedded": "reverse", "embedded-arith": "arith"}
+
+
+def _warn_on_embedded_mismatch(model: str, task: str) -> None:
+    trained_for = _EMBEDDED_TASKS.get(model)
+    if trained_for is None or task not in _EMBEDDED_TASKS.values() or task == trained_for:
+        return
+    better = next(name for name, its_task in _EMBEDDED_TASKS.items() if its_task == task)
+    warnings.warn(f"the model {model!r} was trained for the task {trained_for!r}, not {task!r}, and earns almost "
+                  f"no reward on it; for {task!r} use --model {better}", UserWarning, stacklevel=2)
+
+
+def _data_options(config: TrainConfig) -> dict[str, Any]:
+    """The task options that come from --data, --task-limit and, for the file task, its columns."""
+    columns = {"prompt_column": config.prompt_column, "reference_column": config.reference_column}
+    if config.task == "file":
+        chosen = {**columns, "path": config.data, "limit": config.task_limit, "verifier": config.verifier}
+        return {k: v for k, v in chosen.items() if v is not None}
+    if any(v is not None for v in columns.values()):
+        raise UserError(f"--prompt-column and --reference-column are for --task file, not {config.task!r}; drop them")
+    if config.task in ("gsm8k", "math500"):
+        return {k: v for k, v in {"path": config.data, "limit": config.task_limit}.items() if v is not None}
+    if config.data is not None:
+        raise UserError(f"task {config.task!r} is generated, not read from a file; drop --data")
+    return {}
+
+
+def write_task_summary(task: Task, run_dir: Path) -> None:
+    """Write ``task.json``: the task's name, verifier, split sizes and data facts (``Task.summary``)."""
+    (run_dir / "task.json").write_text(json.dumps(task.summary(), indent=1, default=str))
+
+
+def _limited(task: Task, limit: int | None) -> Task:
+    """The first ``limit`` train and test problems of ``task`` (all of them for None)."""
+    if limit is None:
+        return task
+    if task.train_stream is not None:
+        raise UserError(f"task {task.name!r} draws fresh train prompts every step, so --task-limit cannot "
+                        "apply; drop it (--eval-limit bounds the test prompts)")
+    return dataclasses.replace(task, train=task.train[:limit], test=task.test[:limit])
+
+
+def wrap_lora(model: Any, config: TrainConfig) -> Any:
+    """Wrap ``model`` with LoRA adapters on the target modules that exist in it (peft)."""
+    from peft import LoraConfig, get_peft_model
+
+    wanted = [name.strip() for name in config.lora_targets.split(",") if name.strip()]
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [name for name in wanted if name in present]
+    if not targets:
+        raise UserError(
+            f"none of the LoRA target modules {wanted} exist in this model; pass --lora-targets with "
+            f"names from: {', '.join(sorted(n for n in present if n)[:20])}"
+        )
+    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, target_modules=targets, lora_dropout=0.0)
+    return get_peft_model(model, lora)
+
+
+def prepare_eval_log(path: Path, *, resume_from_step: int | None, extended: bool = False) -> None:
+    """Drop evaluations that a resumed run will redo (steps >= resume_from_step), or all of them. A run
+    ``extended`` to more steps keeps its old end evaluation as a step evaluation."""
+    if not path.exists():
+        return
+    rows = [row for row in read_metrics(path) if resume_from_step is not None and row["step"] < resume_from_step]
+    if extended:
+        rows = [{**row, "phase": "step"} if row["phase"] == "end" else row for row in rows]
+    rewrite_jsonl(path, rows)
+
+
+# Settings that change neither the policy at step 0 nor how it is evaluated: runs that differ only in
+# these (a sweep's estimators, lrs and group sizes at one seed) share one start evaluation. Every other
+# field, a future one included, is part of the key, so an unknown setting never shares by mistake.
+_TRAINING_ONLY_FIELDS = frozenset({
+    "advantage", "advantage_kwargs", "lr", "lr_schedule", "warmup_steps", "weight_decay", "adam_betas",
+    "max_grad_norm", "num_iterations", "epsilon_low", "epsilon_high", "beta", "loss_aggregation", "steps",
+    "group_size", "prompts_per_step", "dynamic_sampling", "dynamic_max_rounds", "checkpoint_every",
+    "keep_checkpoints", "eval_every", "grad_analysis_every", "grad_analysis_params", "grad_analysis_sketch_dim",
+    "tensorboard", "progress", "micro_batch_size",
+})
+
+
+def start_evaluation_key(config: TrainConfig) -> str:
+    """A digest of the settings a start evaluation depends on (see ``_TRAINING_ONLY_FIELDS``)."""
+    settings = {name: value for name, value in config.to_dict().items() if name not in _TRAINING_ONLY_FIELDS}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def evaluate_policy(policy: Policy, task: Task, config: TrainConfig, *, max_new_tokens: int,
+                    cache_dir: Path | None = None) -> dict[str, Any]:
+    """The evaluation of ``policy`` on the config's ``eval_split``. A start evaluation is read from (or
+    written to) ``cache_dir`` when one is given: LoRA starts as the identity (B = 0), so the step-0 policy
+    is the base model whatever the estimator, and runs that share ``start_evaluation_key`` share it."""
+    cache = cache_dir / f"{start_evaluation_key(config)}.json" if cache_dir is not None else None
+    if cache is not None and cache.is_file():
+        return json.loads(cache.read_text())
+    result = evaluate(policy, task, n=config.eval_samples, limit=config.eval_limit, seed=config.seed,
+                      temperature=config.temperature, max_new_tokens=max_new_tokens,
+                      split=config.eval_split).to_dict()
+    if cache is not None:  # written whole under a unique name, then renamed: a reader never sees half
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        staging = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        staging.write_text(json.dumps(result))
+        os.replace(staging, cache)
+    return result
+
+
+def append_evaluation(run_dir: Path, row: dict[str, Any]) -> None:
+    """Append one evaluation row to the run's ``eval.jsonl``, flushed and fsynced."""
+    with (run_dir / "eval.jsonl").open("a") as handle:
+        handle.write(json.dumps(row) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
+    final = run_dir / "final"
+    final.mkdir(exist_ok=True)
+    policy.model.save_pretrained(str(final), safe_serialization=True)
+    policy.tokenizer.save_pretrained(str(final))
+    if lora:
+        (final / "base_model.txt").write_text(policy.source + "\n")
+
+
+def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict[str, Any]) -> RunResult:
+    """Save the final model (``policy.model``, LoRA-wrapped or not) and write ``summary.json``, whose presence
+    marks the run complete; returns the run's result."""
+    _save_final_model(run_dir, policy, config.lora)
+    evaluations = read_metrics(run_dir / "eval.jsonl")
+    summary = {"status": "complete", "steps": config.steps, "final_metrics": metrics,
+               "evaluations": [{k: v for k, v in e.items() if k != "successes"} for e in evaluations]}
+    staging = run_dir / "summary.json.tmp"
+    staging.write_text(json.dumps(summary, indent=1))
+    os.replace(staging, run_dir / "summary.json")
+    return RunResult(run_dir, config.steps, metrics, evaluations)

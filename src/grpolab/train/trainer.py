@@ -1,0 +1,375 @@
+"""The GRPO-family training loop: sample, score, compute advantages, update, log, checkpoint.
+
+Orchestration only; the pieces live in ``rollout`` (sampling), ``rewards`` (scoring), ``advantages``,
+``losses``, ``diagnostics`` (starvation metrics), ``checkpoint`` and ``runlog``.
+
+Departures from the papers and from TRL, all deliberate:
+
+* Every step's randomness (prompt choice, sampling) is derived from (seed, step), so a resumed run
+  repeats exactly what an uninterrupted one does, and no RNG state needs saving.
+* Completions whose advantage is exactly 0 are not forwarded in the update when beta = 0: they add
+  exactly nothing to the loss or its gradient (the loss's normaliser still counts them), so the
+  result equals computing them; the starved share of compute is saved instead of wasted.
+* Dynamic sampling (DAPO, arXiv 2503.14476) samples whole extra batches of P prompts per round and
+  keeps the non-degenerate groups until P are kept or the rounds run out; it then trains on fewer
+  than P groups rather than padding with degenerate ones. Its true cost is logged as
+  ``rollout/completions_generated``.
+* With ``reward_granularity: token`` the advantages are per token [B, T] (``grpolab.process_rewards``:
+  DeepSeekMath's process supervision over verifiable per-character rewards); the logs, the rollout table
+  and the starvation metrics then use each completion's token-mean advantage.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from grpolab import advantages as advantage_registry
+from grpolab import verifiers
+from grpolab.config import TrainConfig, save_config
+from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
+from grpolab.engine.collect import collect_batch
+from grpolab.engine.rollout import Rollout
+from grpolab.errors import UserError
+from grpolab.gradients.geometry import gradient_metrics_for_step
+from grpolab.models import Policy, load_policy
+from grpolab.process_rewards import completion_advantages
+from grpolab.rewards import Scores
+from grpolab.tasks import Problem, Task
+from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
+from grpolab.train.lock import DirectoryLock
+from grpolab.train.run import (
+    RunResult,
+    append_evaluation,
+    evaluate_policy,
+    finish_run,
+    load_task_for,
+    prepare_eval_log,
+    wrap_lora,
+    write_task_summary,
+)
+from grpolab.train.runlog import MetricsLog, RolloutLog
+from grpolab.train.settings import check_resume, load_saved_config, record_resume
+from grpolab.train.step import StepBatch, build_optimizer, step_advantages, update_policy
+from grpolab.verifiers.process import get_process_verifier
+
+__all__ = ["RunResult", "Trainer", "train"]
+
+StepCallback = Callable[[int, dict[str, Any]], None]
+
+
+def _step_seed(seed: int, step: int, round_: int = 0) -> int:
+    return (seed * 1_000_003 + step * 7_919 + round_ * 104_729) % (2**63 - 1)
+
+
+class Trainer:
+    """One training run in ``run_dir`` (created; resumed from its newest checkpoint if ``resume``, under the
+    run's saved settings). The run directory's lock is held from construction to the end of ``run``."""
+
+    def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
+                 on_step: StepCallback | None = None, policy: Policy | None = None, task: Task | None = None,
+                 start_eval_cache: Path | None = None):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.on_step = on_step
+        self.start_eval_cache = start_eval_cache  # shared start evaluations (a sweep's runs at one seed)
+        _prepare_run_dir(self.run_dir, resume)
+        self.lock = DirectoryLock(self.run_dir, "grpolab train").acquire()  # released when run() ends
+        try:
+            self._set_up(resume, policy, task)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _set_up(self, resume: bool, policy: Policy | None, task: Task | None) -> None:
+        config = self.config
+        saved = load_saved_config(self.run_dir) if resume else None
+        if saved is not None:  # before anything loads: the run directory's settings are the truth
+            check_resume(self.run_dir, saved, config)
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        _check_estimator(config)
+        self.task = task or load_task_for(config)
+        _check_task_fits(config, self.task)
+        self.verifier = verifiers.get_verifier(config.verifier or self.task.verifier)
+        self.process_verifier = (get_process_verifier(config.verifier or self.task.verifier)
+                                 if config.reward_granularity == "token" else None)
+        self.max_new_tokens = config.max_new_tokens or self.task.max_new_tokens
+        torch.manual_seed(config.seed)
+        self.policy = policy or load_policy(config.model)
+        self.model = wrap_lora(self.policy.model, config) if config.lora else self.policy.model
+        self.reference = _reference_model(self.model, config)
+        self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
+        self.optimizer = build_optimizer(self.params, config)
+        self.completions_generated = 0  # restored from the checkpoint on resume
+        self.success_window = SuccessWindow()  # pbar of starvation/d_iid; restored from the checkpoint
+        self.start_step = self._restore() if resume else 0
+        self.resumed_changes = {} if saved is None else record_resume(self.run_dir, saved, config, self.start_step)
+        if "steps" in self.resumed_changes:  # a finished run that is extended is no longer finished
+            (self.run_dir / "summary.json").unlink(missing_ok=True)
+        save_config(config, self.run_dir / "config.yaml")
+        write_task_summary(self.task, self.run_dir)
+        resume_from = self.start_step + 1 if resume else None
+        self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from,
+                                      tensorboard_dir=self.run_dir / "tensorboard" if config.tensorboard else None)
+        self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
+        # with no checkpoint the start evaluation is redone, so its row must go too
+        prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None,
+                         extended="steps" in self.resumed_changes)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _restore(self) -> int:
+        checkpoint = load_latest(self.run_dir)
+        if checkpoint is None:
+            return 0
+        missing = set(self.params) - set(checkpoint.weights)
+        if missing:
+            raise UserError(f"checkpoint {checkpoint.path} does not match this model (missing {sorted(missing)[:3]}); "
+                            "resume with the same --model and LoRA settings, or use a new --out")
+        with torch.no_grad():
+            for name, param in self.params.items():
+                param.copy_(checkpoint.weights[name])
+        names = {id(p): n for n, p in self.params.items()}
+        restore_optimizer(self.optimizer, names, checkpoint.optimizer, checkpoint.state.get("optimizer", {}))
+        self.completions_generated = int(checkpoint.state.get("completions_generated", 0))
+        self.success_window.load_state(checkpoint.state.get("success_window", []))
+        return checkpoint.step
+
+    def _save(self, step: int) -> None:
+        names = {id(p): n for n, p in self.params.items()}
+        tensors, extras = optimizer_tensors(self.optimizer, names)
+        state = {"optimizer": extras, "completions_generated": self.completions_generated,
+                 "success_window": self.success_window.state()}
+        save_checkpoint(self.run_dir, step, dict(self.params), tensors, state, keep=self.config.keep_checkpoints)
+
+    # ------------------------------------------------------------------ one step
+
+    def _choose_problems(self, step: int, round_: int) -> list[Problem]:
+        if self.task.train_stream is not None:  # fresh prompts every step: nothing to memorise
+            return self.task.train_stream(self.config.seed, step, round_, self.config.prompts_per_step)
+        rng = np.random.default_rng(_step_seed(self.config.seed, step, round_))
+        pool = self.task.train
+        count = min(self.config.prompts_per_step, len(pool))
+        return [pool[i] for i in rng.choice(len(pool), size=count, replace=False)]
+
+    def _sample_round(self, step: int, round_: int) -> tuple[list[Problem], Rollout, np.ndarray, Any, Any]:
+        problems = self._choose_problems(step, round_)
+        generator = torch.Generator().manual_seed(_step_seed(self.config.seed, step, round_))
+        batch = collect_batch(self.model, self.policy.tokenizer, problems, self.verifier,
+                              num_samples=self.config.group_size, max_new_tokens=self.max_new_tokens,
+                              use_chat_template=self.task.use_chat_template, temperature=self.config.temperature,
+                              top_p=self.config.top_p, generator=generator, dtype=self.config.sampler_dtype,
+                              process_verifier=self.process_verifier)
+        if not self.model.training:  # sampling keeps the mode; only a model handed over in eval mode switches
+            self.model.train()
+        self.completions_generated += len(batch.rollout.texts)
+        _check_verifier_errors(batch.scores, step, verifier_name=self.config.verifier or self.task.verifier)
+        return problems, batch.rollout, batch.rewards, batch.scores, batch.token_rewards
+
+    def _collect(self, step: int) -> tuple[StepBatch, dict[str, float]]:
+        """Sample (with dynamic sampling: several rounds) and return the batch to train on."""
+        problems, rollout, rewards, scores, token_rewards = self._sample_round(step, 0)
+        extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable}
+        batch, seen = StepBatch.make(problems, rollout, rewards, token_rewards), rewards
+        if self.config.dynamic_sampling:
+            batch, seen, rounds = self._dynamic_fill(step, batch, rewards)
+            extra["rollout/dynamic_rounds"] = rounds
+        self.success_window.add(success_rates(seen))  # everything sampled, before any filter
+        if self.config.dynamic_sampling:
+            # the starvation of everything sampled, before the filter removed the degenerate groups
+            extra.update({f"sampled/{k}": v for k, v in starvation_metrics(seen, window=self.success_window).items()})
+        return batch, extra
+
+    def _dynamic_fill(self, step: int, batch: StepBatch, rewards: np.ndarray) -> tuple[StepBatch, np.ndarray, int]:
+        kept = batch.non_degenerate()
+        seen = [rewards]
+        rounds = 0
+        while kept.num_groups < self.config.prompts_per_step and rounds < self.config.dynamic_max_rounds:
+            rounds += 1
+            problems, rollout, more, _, _ = self._sample_round(step, rounds)
+            seen.append(more)
+            kept = kept.concat(StepBatch.make(problems, rollout, more).non_degenerate())
+        return kept.first(self.config.prompts_per_step), np.concatenate(seen), rounds
+
+    def step(self, step: int) -> dict[str, Any]:
+        """Run training step ``step`` (1-based) and return its metrics."""
+        started = time.perf_counter()
+        batch, extra = self._collect(step)
+        rollout_time = time.perf_counter() - started
+        advantages = self._advantages(batch, step)  # [P, G], or [B, T] with per-token rewards
+        per_completion = completion_advantages(advantages, batch.completion_mask, batch.rewards.shape)  # [P, G]
+        grad_metrics: dict[str, float] = {}
+        if self.config.grad_analysis_every and step % self.config.grad_analysis_every == 0:
+            # at the policy that sampled the batch, before the update
+            grad_metrics = gradient_metrics_for_step(self.model, batch, advantages, self.config)
+        lr = _learning_rate(self.config, step)
+        update_started = time.perf_counter()
+        update = update_policy(self.model, self.optimizer, batch, advantages, self.config, lr=lr,
+                               max_length=self.max_new_tokens, reference=self.reference)
+        update_time = time.perf_counter() - update_started
+        self._log_rollouts(step, batch, per_completion)
+        metrics = {**batch.rollout_metrics(self.completions_generated), **extra,
+                   **starvation_metrics(batch.rewards, per_completion, lengths=batch.lengths,
+                                        window=self.success_window),
+                   **update, **grad_metrics}
+        metrics.update(_perf_metrics(batch, started, rollout_time, update_time, update.get("loss/train_tokens", 0)))
+        return metrics
+
+    def _advantages(self, batch: StepBatch, step: int) -> torch.Tensor:
+        """Advantages [P, G] of the outcome rewards, or [B, T] of the per-token rewards."""
+        try:
+            return step_advantages(batch, self.config)
+        except UserError as error:  # e.g. a user verifier's non-binary rewards under a binary-only estimator
+            raise UserError(f"step {step}: {error}; pick a matching --verifier / --advantage") from None
+
+    def _log_rollouts(self, step: int, batch: StepBatch, advantages: torch.Tensor) -> None:
+        g = batch.group_size
+        self.rollout_log.write(step, {
+            "step": [step] * batch.size,
+            "prompt_id": [p.id for p in batch.problems for _ in range(g)],
+            "sample": [i % g for i in range(batch.size)],
+            "completion": batch.texts,
+            "reward": batch.rewards.reshape(-1).tolist(),
+            "advantage": advantages.reshape(-1).tolist(),
+            "length": batch.lengths.reshape(-1).tolist(),
+            "truncated": batch.truncated.tolist(),
+        })
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> RunResult:
+        """Train from ``start_step`` to ``config.steps`` with evaluations and checkpoints; then give up the
+        run directory's lock."""
+        try:
+            return self._run()
+        finally:
+            self.lock.release()
+
+    def _run(self) -> RunResult:
+        config = self.config
+        if self.start_step == 0 and config.eval_start:
+            self._evaluate(0, "start")
+        metrics: dict[str, Any] = {}
+        for step in range(self.start_step + 1, config.steps + 1):
+            metrics = self.step(step)
+            self.metrics_log.write(step, metrics)
+            if config.eval_every and step % config.eval_every == 0 and step < config.steps:
+                self._evaluate(step, "step")
+            if step == config.steps:
+                self._evaluate(step, "end")
+            if step == config.steps or (config.checkpoint_every and step % config.checkpoint_every == 0):
+                self._save(step)
+            if self.on_step is not None:
+                self.on_step(step, metrics)
+        self.metrics_log.close()
+        return finish_run(self.run_dir, self._current_policy(), config, metrics)
+
+    def _current_policy(self) -> Policy:
+        """The policy being trained: the (LoRA-wrapped) model with the loaded policy's tokenizer."""
+        return Policy(self.model, self.policy.tokenizer, self.policy.source, self.policy.base)
+
+    def _evaluate(self, step: int, phase: str) -> dict[str, Any]:
+        """Evaluate the current policy on the config's ``eval_split`` and append the row to ``eval.jsonl``."""
+        cache_dir = self.start_eval_cache if phase == "start" else None
+        result = evaluate_policy(self._current_policy(), self.task, self.config,
+                                 max_new_tokens=self.max_new_tokens, cache_dir=cache_dir)
+        row = {"step": step, "phase": phase, "completions_generated": self.completions_generated, **result}
+        append_evaluation(self.run_dir, row)
+        return row
+
+
+def _prepare_run_dir(run_dir: Path, resume: bool) -> None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write-test-{os.getpid()}"  # per process: two starting writers must not collide
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise UserError(
+            f"cannot write to output directory {run_dir} ({error.strerror}); choose a writable --out"
+        ) from None
+    if not resume and (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step-*")):
+        raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or choose a new --out")
+
+
+def _check_task_fits(config: TrainConfig, task: Task) -> None:
+    """Refuse a step size the task cannot fill, rather than train on fewer prompts than asked."""
+    if task.train_stream is None and config.prompts_per_step > len(task.train):
+        raise UserError(f"prompts_per_step {config.prompts_per_step} is more than the {len(task.train)} train "
+                        f"prompts of task {task.name!r}; lower --prompts-per-step (or give the task more prompts)")
+
+
+def _check_verifier_errors(scores: Scores, step: int, *, verifier_name: str) -> None:
+    """Stop a run whose verifier raised on most of a step's completions: it would train on nothing."""
+    total = len(scores.rewards)
+    if total and scores.errors * 2 > total:
+        raise UserError(f"step {step}: the verifier {verifier_name} failed on {scores.errors} of {total} "
+                        f"completions, first with {scores.first_error}; fix the verifier, which must be "
+                        "fn(completion, reference) -> float | None")
+
+
+def _check_estimator(config: TrainConfig) -> None:
+    """Fail before loading anything on an unknown estimator or a group size it cannot use."""
+    try:
+        entry = advantage_registry.info(config.advantage)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    if entry.needs_group and config.group_size < 2:
+        raise UserError(f"advantage estimator {config.advantage!r} needs groups of G >= 2 completions, got "
+                        f"--group-size {config.group_size}; raise it or use a fixed-reference estimator such as sign")
+    try:  # bad --advantage-kwargs fail here, not after the model has loaded
+        advantage_registry.compute_advantages(config.advantage, np.zeros((1, config.group_size)),
+                                              **config.advantage_kwargs)
+    except ValueError as error:
+        raise UserError(f"{error}; fix --advantage-kwargs") from None
+
+
+def _reference_model(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module | None:
+    if config.beta <= 0:
+        return None
+    import copy
+
+    reference = copy.deepcopy(model).eval()
+    for param in reference.parameters():
+        param.requires_grad_(False)
+    return reference
+
+
+def _learning_rate(config: TrainConfig, step: int) -> float:
+    """Warm-up, then constant, linear or cosine decay to 0 at the last step (step is 1-based)."""
+    if config.warmup_steps and step <= config.warmup_steps:
+        return config.lr * step / config.warmup_steps
+    if config.lr_schedule == "constant":
+        return config.lr
+    span = max(config.steps - config.warmup_steps, 1)
+    progress = min(max(step - config.warmup_steps - 1, 0) / span, 1.0)
+    if config.lr_schedule == "linear":
+        return config.lr * (1.0 - progress)
+    return config.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _perf_metrics(batch: StepBatch, started: float, rollout_time: float, update_time: float,
+                  train_tokens: float) -> dict[str, float]:
+    tokens = float(batch.lengths.sum())
+    return {
+        "perf/step_time": time.perf_counter() - started,
+        "perf/rollout_time": rollout_time,
+        "perf/update_time": update_time,
+        "perf/rollout_tokens_per_s": tokens / rollout_time if rollout_time > 0 else 0.0,
+        "perf/train_tokens_per_s": train_tokens / update_time if update_time > 0 else 0.0,
+    }
+
+
+def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
+          on_step: StepCallback | None = None) -> RunResult:
+    """Train one run; the Python API behind ``grpolab train``."""
+    return Trainer(config, run_dir, resume=resume, on_step=on_step).run()
+

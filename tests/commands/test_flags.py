@@ -1,0 +1,80 @@
+"""Subcommand flags (grpolab.commands.flags): derived from the config fields, with each command's own
+defaults visible; `grpolab eval` and `grpolab gradients` redeclare no setting of TrainConfig."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from grpolab.commands import evaluate, gradients, train
+from grpolab.commands.flags import add_config_arguments, config_from_args, field_docs
+from grpolab.config import CompareConfig, TrainConfig
+
+FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def _parser(command) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return parser
+
+
+def _dests(parser: argparse.ArgumentParser) -> set[str]:
+    return {action.dest for action in parser._actions if action.dest != "help"}
+
+
+@pytest.mark.parametrize("cls", [TrainConfig, CompareConfig])
+def test_every_field_has_its_docstring(cls: type) -> None:
+    docs = field_docs(cls)
+    assert set(docs) == {f.name for f in dataclasses.fields(cls)}
+    assert all(text.strip() for text in docs.values())
+
+
+@pytest.mark.parametrize(("command", "own"), [(evaluate, {"json", "out"}), (gradients, {"json"})])
+def test_eval_and_gradients_take_their_settings_from_train_config(command, own: set[str]) -> None:
+    dests = _dests(_parser(command))
+    assert dests - FIELDS == own  # every other flag is a TrainConfig field
+    help_text = _parser(command).format_help()
+    assert "Completion length cap; default: the task's." in " ".join(help_text.split())  # the field's docstring
+
+
+def test_eval_defaults_and_its_earlier_spellings() -> None:
+    parser = _parser(evaluate)
+    config = config_from_args(parser.parse_args([]), TrainConfig, file_values=evaluate.EVAL_TRAIN_DEFAULTS)
+    assert (config.eval_samples, config.eval_limit) == (16, None)  # eval's own defaults, not a run's 8 and 200
+    assert config.replace(eval_samples=8, eval_limit=200) == TrainConfig()  # and only those
+    for argv in (["--n", "4", "--limit", "3"], ["--eval-samples", "4", "--eval-limit", "3"]):
+        config = config_from_args(parser.parse_args(argv), TrainConfig, file_values=evaluate.EVAL_TRAIN_DEFAULTS)
+        assert (config.eval_samples, config.eval_limit) == (4, 3)
+    assert "(default: 16)" in " ".join(parser.format_help().split())
+
+
+def test_gradients_defaults_and_the_prompts_spelling() -> None:
+    parser = _parser(gradients)
+    defaults = gradients.GRADIENTS_TRAIN_DEFAULTS
+    config = config_from_args(parser.parse_args([]), TrainConfig, file_values=defaults)
+    assert (config.advantage, config.prompts_per_step) == ("dr_grpo", 8)
+    args = parser.parse_args(["--prompts", "3", "--advantage", "sign"])
+    config = config_from_args(args, TrainConfig, file_values=defaults)
+    assert (config.advantage, config.prompts_per_step) == ("sign", 3)
+
+
+def test_train_flags_parse_to_the_field_types() -> None:
+    parser = _parser(train)
+    assert FIELDS <= _dests(parser)
+    args = parser.parse_args(["--no-eval-start", "--adam-betas", "0.8,0.95", "--advantage-kwargs", '{"k": 2}',
+                              "--lr", "3e-4", "--eval-limit", "5"])
+    config = config_from_args(args)
+    assert not config.eval_start and config.adam_betas == (0.8, 0.95) and config.advantage_kwargs == {"k": 2}
+    assert config.lr == 3e-4 and config.eval_limit == 5 and config.steps == TrainConfig().steps
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--advantage-kwargs", "[1, 2]"])  # a JSON object or nothing
+
+
+def test_flags_for_fields_that_do_not_exist_are_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="group: not fields of TrainConfig"):
+        add_config_arguments(argparse.ArgumentParser(), TrainConfig, only=["group"])
+    with pytest.raises(ValueError, match="steps: not fields"):  # an alias for a field the command does not take
+        add_config_arguments(argparse.ArgumentParser(), TrainConfig, only=["seed"], aliases={"steps": "--n"})

@@ -1,0 +1,156 @@
+"""The lean Llama decoder (``fast_decode``) against the transformers forward it replaces in ``rollout.sample``.
+
+Tolerances, measured on the embedded model (P = 8, G = 4, T = 16) and stated here:
+* float32 lean weights: the same tokens as the transformers path for the same generator, and the
+  sampler's log-probs within 1e-4 of ``token_logprobs`` (measured max 7e-6);
+* bfloat16 lean weights: log-probs within 0.05 mean / 0.5 max absolute (measured 0.009 / 0.11), and
+  the sampled next-token distribution passes a chi-square test against the float32 probabilities.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy import stats
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from grpolab.engine import fast_decode
+from grpolab.engine.rollout import encode_prompts, sample, token_logprobs
+from grpolab.errors import UserError
+from grpolab.models import load_policy
+from grpolab.train.step import sampler_kl
+
+PROMPTS = ["1+2=", "12+34=", "7=", "123+4+56="]  # different lengths: left padding is exercised
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    torch.set_num_threads(1)
+    return load_policy("embedded")
+
+
+def _random_llama(vocab: int, *, kv_heads: int, tied: bool) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=16,
+                         max_position_embeddings=128, tie_word_embeddings=tied, pad_token_id=0)
+    return LlamaForCausalLM(config).eval()
+
+
+def _run(model, tokenizer, *, engine: str, dtype: str = "float32", samples: int = 4, tokens: int = 12, seed: int = 0):
+    ids, mask = encode_prompts(tokenizer, PROMPTS, use_chat_template=False)
+    return sample(model, tokenizer, ids, mask, num_samples=samples, max_new_tokens=tokens,
+                  generator=torch.Generator().manual_seed(seed), engine=engine, dtype=dtype)
+
+
+def _logprob_gap(model, rollout) -> torch.Tensor:
+    """|sampler log-prob - float32 reference log-prob| over the completion tokens."""
+    with torch.no_grad():
+        reference, _ = token_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.completion_ids.shape[1])
+    return (rollout.logprobs - reference)[rollout.completion_mask.bool()].abs()
+
+
+def _assert_float32_lean_equals_reference(model, tokenizer) -> None:
+    reference = _run(model, tokenizer, engine="hf")
+    lean = _run(model, tokenizer, engine="lean")
+    assert torch.equal(lean.completion_ids, reference.completion_ids)
+    assert lean.texts == reference.texts
+    assert _logprob_gap(model, lean).max() < 1e-4
+    assert torch.allclose(lean.entropy, reference.entropy, atol=1e-4)
+
+
+def test_float32_lean_path_samples_the_same_tokens_as_transformers(embedded) -> None:
+    _assert_float32_lean_equals_reference(embedded.model.eval(), embedded.tokenizer)
+
+
+@pytest.mark.parametrize(("kv_heads", "tied"), [(2, False), (1, True), (4, False)])
+def test_grouped_query_attention_and_untied_heads(embedded, kv_heads: int, tied: bool) -> None:
+    model = _random_llama(len(embedded.tokenizer), kv_heads=kv_heads, tied=tied)
+    _assert_float32_lean_equals_reference(model, embedded.tokenizer)
+
+
+def test_lora_adapters_are_merged_into_the_sampling_weights(embedded) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(_random_llama(len(embedded.tokenizer), kv_heads=2, tied=True),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)  # peft starts B at 0: make the adapters change the outputs
+    with model.disable_adapter():
+        bare = _run(model, embedded.tokenizer, engine="hf")
+        assert torch.equal(_run(model, embedded.tokenizer, engine="lean").completion_ids, bare.completion_ids)
+    assert not torch.equal(_run(model, embedded.tokenizer, engine="lean").completion_ids, bare.completion_ids)
+    _assert_float32_lean_equals_reference(model, embedded.tokenizer)
+
+
+def test_bfloat16_logprobs_are_close_to_the_float32_reference(embedded) -> None:
+    rollout = _run(embedded.model.eval(), embedded.tokenizer, engine="lean", dtype="bfloat16", samples=8, tokens=16)
+    gap = _logprob_gap(embedded.model, rollout)
+    assert gap.numel() > 50
+    assert gap.mean() < 0.05 and gap.max() < 0.5
+
+
+def test_bfloat16_sampling_distribution_matches_the_float32_probabilities(embedded) -> None:
+    """2,000 first tokens of one prompt from the bfloat16 sampler against the float32 softmax."""
+    model, tokenizer = embedded.model.eval(), embedded.tokenizer
+    ids, mask = encode_prompts(tokenizer, ["12+34="], use_chat_template=False)
+    draws = 2000
+    rollout = sample(model, tokenizer, ids, mask, num_samples=draws, max_new_tokens=1,
+                     generator=torch.Generator().manual_seed(1), engine="lean", dtype="bfloat16")
+    with torch.no_grad():
+        probs = torch.softmax(model(input_ids=ids, attention_mask=mask).logits[0, -1].double(), dim=-1)
+    counts = torch.bincount(rollout.completion_ids[:, 0], minlength=probs.numel()).double()
+    keep = probs * draws >= 5  # chi-square needs expected counts >= 5; the rest are pooled
+    observed = torch.cat([counts[keep], counts[~keep].sum().reshape(1)])
+    expected = torch.cat([probs[keep], probs[~keep].sum().reshape(1)]) * draws
+    assert keep.sum() >= 2
+    expected = expected * observed.sum() / expected.sum()  # float rounding: both must sum alike
+    assert stats.chisquare(observed.numpy(), expected.numpy()).pvalue > 1e-3
+
+
+def test_other_architectures_fall_back_to_transformers(embedded) -> None:
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(embedded.tokenizer), n_embd=32, n_layer=1, n_head=2,
+                                      n_positions=64)).eval()
+    assert fast_decode.build(gpt2) is None
+    auto = _run(gpt2, embedded.tokenizer, engine="auto")
+    assert torch.equal(auto.completion_ids, _run(gpt2, embedded.tokenizer, engine="hf").completion_ids)
+    with pytest.raises(UserError, match="LlamaForCausalLM"):
+        _run(gpt2, embedded.tokenizer, engine="lean")
+    with pytest.raises(UserError, match="engine"):
+        _run(gpt2, embedded.tokenizer, engine="vllm")
+
+
+def test_sampler_kl_is_k3_of_the_log_ratio() -> None:
+    sampler = torch.log(torch.tensor([[0.5, 0.25]]))
+    trainer = torch.log(torch.tensor([[0.25, 0.25]]))
+    # d = log(0.25 / 0.5) = -log 2: exp(d) - 1 - d = 0.5 - 1 + log 2
+    expected = torch.tensor([[0.5 - 1 + torch.log(torch.tensor(2.0)).item(), 0.0]])
+    assert torch.allclose(sampler_kl(sampler, trainer), expected)
+    assert (sampler_kl(trainer, sampler) >= 0).all()
+
+
+@pytest.mark.parametrize(("sampler_dtype", "bound"), [("float32", 1e-6), ("bfloat16", 0.05)])
+def test_trainer_logs_the_sampler_kl_every_step(tmp_path, sampler_dtype: str, bound: float) -> None:
+    from grpolab.config import TrainConfig
+    from grpolab.train.trainer import Trainer
+
+    config = TrainConfig(advantage="sign", prompts_per_step=4, group_size=4, steps=2, eval_start=False,
+                         checkpoint_every=0, progress=False, threads=1, sampler_dtype=sampler_dtype)
+    trainer = Trainer(config, tmp_path / "run")
+    for step in (1, 2):
+        metrics = trainer.step(step)  # sign trains every completion, so the KL covers all of them
+        assert 0 <= metrics["rollout/sampler_kl"] < bound
+
+
+def test_auto_dtype_is_bfloat16_only_for_models_large_enough(embedded) -> None:
+    assert fast_decode.preferred_dtype(embedded.model) == torch.float32
+    config = LlamaConfig(vocab_size=32, hidden_size=fast_decode.BF16_MIN_HIDDEN, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=8, num_key_value_heads=8)
+    with torch.device("meta"):
+        large = LlamaForCausalLM(config)
+    assert fast_decode.preferred_dtype(large) == torch.bfloat16
+    with pytest.raises(UserError, match="dtype"):
+        _run(embedded.model, embedded.tokenizer, engine="auto", dtype="float16")

@@ -1,0 +1,148 @@
+"""The package's shape: an import graph without circles, no flat groups of files sharing a name prefix, and a
+test directory that mirrors the packages.
+
+Every import counts: module level, inside functions (lazy) and under ``if TYPE_CHECKING``, because each is a
+dependency a reader has to follow. ``from package import name`` depends on ``package.name`` when that is a
+module, else on the package.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "src"
+PACKAGE = SOURCE / "grpolab"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SOURCE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def _imported(node: ast.AST, package: str, modules: dict[str, Path]) -> list[str]:
+    """The grpolab modules one import statement depends on."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names if alias.name in modules]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level:
+        base = package.split(".")[: len(package.split(".")) - node.level + 1]
+        source = ".".join(base + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    found = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source for alias in node.names]
+    return [name for name in found if name in modules]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """grpolab module -> the grpolab modules it imports (any import statement anywhere in the file)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        graph[name] = {dep for node in ast.walk(tree) for dep in _imported(node, package, modules) if dep != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_sees_lazy_and_package_imports() -> None:
+    graph = import_graph()
+    assert "grpolab.train.run" in graph["grpolab.train.trainer"]  # a module-level import
+    assert "grpolab.train.step" in graph["grpolab.commands.gradients"]  # an import inside a function
+    assert "grpolab.verifiers._pool" in graph["grpolab.verifiers.math_answer"]  # from package import module
+
+
+def test_the_import_graph_has_no_circles() -> None:
+    assert circles(import_graph()) == []
+
+
+def _name_prefix(stem: str) -> str:
+    return stem.lstrip("_").split("_")[0]
+
+
+@pytest.mark.parametrize("directory", sorted({p.parent for p in PACKAGE.rglob("*.py")}), ids=lambda p: str(p.name))
+def test_no_flat_group_of_files_shares_a_name_prefix(directory: Path) -> None:
+    """``x.py`` beside ``x_y.py``, or ``x_a.py`` beside ``x_b.py``, is a package waiting to be made."""
+    stems = [p.stem for p in directory.glob("*.py") if p.stem != "__init__"]
+    groups: dict[str, list[str]] = defaultdict(list)
+    for stem in stems:
+        groups[_name_prefix(stem)].append(stem)
+    assert {prefix: names for prefix, names in groups.items() if len(names) > 1} == {}
+
+
+def test_the_diagnostics_core_imports_nothing_but_itself() -> None:
+    """``grpolab.diagnostics`` is the pure core: functions of arrays, usable without a model or a run."""
+    graph = import_graph()
+    outside = {dep for name, deps in graph.items() if name.startswith("grpolab.diagnostics") for dep in deps
+               if not dep.startswith("grpolab.diagnostics") and dep != "grpolab.errors"}
+    assert outside == set()
+
+
+def test_every_package_has_a_test_directory() -> None:
+    """Tests mirror the packages: ``src/grpolab/<package>/`` is tested under ``tests/<package>/`` (the
+    packages tested as a whole by one file name it ``tests/test_<package>.py``)."""
+    packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    tests = ROOT / "tests"
+    missing = [name for name in packages
+               if not (tests / name).is_dir() and not (tests / f"test_{name}.py").is_file()]
+    assert missing == []
+
+
+def test_every_top_level_module_has_a_test_file() -> None:
+    tests = ROOT / "tests"
+    untested = {"cli", "errors", "progress"}  # exercised by every command's tests, not on their own
+    modules = [p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__" and p.stem not in untested]
+    assert [m for m in modules if not (tests / f"test_{m}.py").is_file()] == []
+
+
+def test_prefix_groups_are_detected() -> None:
+    assert _name_prefix("verl_plugin") == _name_prefix("verl") == "verl"
+    assert _name_prefix("_mv_pool") == _name_prefix("_mv_worker")
+    assert _name_prefix("training_state") == _name_prefix("training_step")

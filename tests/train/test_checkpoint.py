@@ -1,0 +1,87 @@
+"""Checkpoints (grpolab.train.checkpoint): round trip, pruning, a damaged newest checkpoint, and the optimizer state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
+
+
+def _weights(value: float) -> dict[str, torch.Tensor]:
+    return {"layer.weight": torch.full((3, 2), value), "layer.bias": torch.arange(3, dtype=torch.float32) + value}
+
+
+def test_the_newest_checkpoint_reads_back_as_written(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path, 1, _weights(1.0), {"layer.weight/exp_avg": torch.ones(3, 2)}, {"scheduler": 1})
+    save_checkpoint(tmp_path, 2, _weights(2.0), {"layer.weight/exp_avg": torch.full((3, 2), 5.0)}, {"scheduler": 2})
+    checkpoint = load_latest(tmp_path)
+    assert checkpoint is not None and checkpoint.step == 2 and checkpoint.path.name == "step-000002"
+    torch.testing.assert_close(checkpoint.weights["layer.bias"], torch.tensor([2.0, 3.0, 4.0]))
+    torch.testing.assert_close(checkpoint.optimizer["layer.weight/exp_avg"], torch.full((3, 2), 5.0))
+    assert checkpoint.state == {"scheduler": 2, "step": 2}
+
+
+def test_only_the_newest_keep_checkpoints_and_no_staging_directories_remain(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints" / ".tmp-left-by-a-kill").mkdir(parents=True)
+    for step in range(1, 5):
+        save_checkpoint(tmp_path, step, _weights(step), {}, {}, keep=2)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000003", "step-000004"]
+
+
+@pytest.mark.parametrize("damage", ["flip a byte", "delete checksums", "truncate state"])
+def test_a_damaged_newest_checkpoint_is_skipped_for_the_one_before(tmp_path: Path, damage: str) -> None:
+    save_checkpoint(tmp_path, 1, _weights(1.0), {}, {}, keep=3)
+    newest = save_checkpoint(tmp_path, 2, _weights(2.0), {}, {}, keep=3)
+    if damage == "flip a byte":
+        data = bytearray((newest / "weights.safetensors").read_bytes())
+        data[-1] ^= 0xFF
+        (newest / "weights.safetensors").write_bytes(bytes(data))
+    elif damage == "delete checksums":
+        (newest / "checksums.json").unlink()
+    else:
+        (newest / "state.json").write_text('{"step": ')
+    checkpoint = load_latest(tmp_path)
+    assert checkpoint is not None and checkpoint.step == 1
+    torch.testing.assert_close(checkpoint.weights["layer.weight"], torch.ones(3, 2))
+
+
+def test_no_checkpoint_is_none(tmp_path: Path) -> None:
+    assert load_latest(tmp_path) is None
+    save_checkpoint(tmp_path, 1, _weights(1.0), {}, {})
+    (tmp_path / "checkpoints" / "step-000001" / "state.json").write_text(json.dumps({"step": 9}))
+    assert load_latest(tmp_path) is None  # its only checkpoint fails its checksums
+
+
+def test_a_restored_optimizer_takes_the_same_next_step() -> None:
+    def make() -> tuple[torch.nn.Linear, torch.optim.AdamW]:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        return model, torch.optim.AdamW(model.parameters(), lr=0.1, betas=(0.9, 0.99))
+
+    def step(model: torch.nn.Linear, optimizer: torch.optim.Optimizer, seed: int) -> None:
+        inputs = torch.randn(8, 4, generator=torch.Generator().manual_seed(seed))
+        optimizer.zero_grad()
+        model(inputs).pow(2).mean().backward()
+        optimizer.step()
+
+    model, optimizer = make()
+    for seed in range(3):
+        step(model, optimizer, seed)
+    names = {id(p): n for n, p in model.named_parameters()}
+    tensors, extras = optimizer_tensors(optimizer, names)
+    assert {f"{n}/{k}" for n in ("weight", "bias") for k in ("exp_avg", "exp_avg_sq")} <= set(tensors)
+    copy, restored = make()
+    copy.load_state_dict(model.state_dict())
+    restore_optimizer(restored, {id(p): n for n, p in copy.named_parameters()}, tensors, extras)
+    fresh, fresh_optimizer = make()  # the same weights without the moments: a different step
+    fresh.load_state_dict(model.state_dict())
+    for pair, seed in (((model, optimizer), 3), ((copy, restored), 3), ((fresh, fresh_optimizer), 3)):
+        step(*pair, seed)
+    for (name, trained), resumed, unrestored in zip(model.named_parameters(), copy.parameters(), fresh.parameters(),
+                                                    strict=True):
+        torch.testing.assert_close(resumed, trained, rtol=0, atol=0, msg=name)
+        assert not torch.equal(unrestored, trained), name
