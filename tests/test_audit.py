@@ -12,8 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from grpolab import diagnostics
+from grpolab import diagnostics, render
 from grpolab.audit import aggregate, audit
+from grpolab.audit.render import write_html
 from grpolab.cli import main
 from grpolab.errors import UserError
 
@@ -186,6 +187,22 @@ def test_cli_json_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert text.count("data:image/png;base64,") == 3 and "<table>" in text
     assert main(["audit", str(tmp_path / "r.parquet")]) == 0
     assert "degenerate groups" in capsys.readouterr().out
+
+
+def test_html_page_comes_from_the_shared_renderer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "a<b&c"
+    folder.mkdir()
+    rewards = np.where(_rewards(8, 4, seed=0) > 0, 1.0, 0.5)  # not 0/1: --threshold and a warning
+    _long(rewards, step=1).to_parquet(folder / "r.parquet")
+    result = audit(folder / "r.parquet", threshold=0.75)
+    page = write_html(result, tmp_path / "page.html").read_text()
+    assert render.CSS in page and 'id="input"' in page and page.count('<img alt="') == 3
+    assert "Rollout logs: " + str(tmp_path) + "/a&lt;b&amp;c/r.parquet" in page
+    assert '<p class="note">Warning: 9 rewards are not 0 or 1: a success is a reward &gt;= 0.75</p>' in page
+    assert '<div class="table-wrap"><table><caption>What was read</caption><thead><tr><th class="text">input' in page
+    monkeypatch.setattr(render, "_html_table", lambda caption, frame: f"<TABLE rows={len(frame)}>")
+    page = write_html(result, tmp_path / "page.html").read_text()  # every table is the renderer's
+    assert page.count("<TABLE rows=") == 2 and "<tr>" not in page
 
 
 def test_d_iid_over_trailing_windows_of_64_groups(tmp_path: Path) -> None:

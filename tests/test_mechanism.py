@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
-from grpolab import verifiers
+from grpolab import render, verifiers
 from grpolab.mechanism import content_mask, is_content_text, passk_reading, shifts, summarise
+from grpolab.mechanism.render import markdown
 from grpolab.models import load_policy
 from grpolab.tasks import get_task
 
@@ -95,6 +96,34 @@ def test_summary_of_an_unrecorded_measure_is_nan_with_no_runs() -> None:
     frame = _passk_frame({1: [np.nan, np.nan]})
     row = summarise(frame).iloc[0]
     assert row["n_runs"] == 0 and math.isnan(row["mean"])
+
+
+def _one_run_summary(estimator: str) -> pd.DataFrame:
+    """One run of every part: a format measure, token shifts per (outcome, class), pass@1 and pass@2."""
+    rows = [{"part": "format", "measure": "sampled_no_number", "phase": phase, "value": value}
+            for phase, value in (("start", 0.1), ("end", 0.3), ("change", 0.2))]
+    rows += [{"part": "passk", "measure": f"pass@{k}", "phase": phase, "k": k, "value": value}
+             for k in (1, 2) for phase, value in (("start", 0.2 * k), ("end", 0.3 * k), ("change", 0.1 * k))]
+    rows += [{"part": "tokens", "measure": measure, "token_class": token_class, "outcome": outcome,
+              "value": -0.01, "tokens": 10}
+             for measure in ("dlogp", "dprob") for token_class in ("format", "content", "all")
+             for outcome in ("correct", "wrong", "all")]
+    frame = pd.DataFrame(rows).assign(estimator=estimator, group_size=4, seed=0)
+    return summarise(frame.fillna({"token_class": "", "outcome": "", "phase": ""}))
+
+
+def test_markdown_comes_from_the_shared_renderer(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = {"out": "cmp", "prompts": 2, "samples": 4, "model": "m", "seed": 0, "temperature": 1.0,
+                "correct": 3, "wrong": 5}
+    text = markdown(_one_run_summary("odd|name"), settings, b"")
+    assert text.startswith("# Mechanism: format breakage, per-token shifts, pass@k\n\nCompare output: `cmp`.")
+    assert "| odd\\|name | 4 | sampled_no_number | 10.0% | 30.0% | +20.0 [+20.0, +20.0] | 1 |" in text
+    assert text.count("| odd\\|name | 4 |") == 1 + 9 + 2 and "\n- odd|name G=4: capacity gain" in text
+    assert "](mechanism.png)" in text
+    monkeypatch.setattr(render, "_md_table", lambda caption, frame: f"TABLE rows={len(frame)}")
+    text = markdown(_one_run_summary("sign"), settings, b"")  # every table is the renderer's
+    assert [line for line in text.splitlines() if "TABLE" in line] == ["TABLE rows=1", "TABLE rows=9", "TABLE rows=2"]
+    assert "|---|" not in text
 
 
 def test_start_logprobs_match_what_the_sampler_recorded() -> None:

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from grpolab.errors import UserError
+from grpolab.render import chromium_command
 from grpolab.report import screenshot, summary_table, write_report
-from grpolab.report.render import chromium_command
 from report_sweeps import PROMPTS_PER_STEP, STEPS, synthetic_sweep
 
 

@@ -7,7 +7,8 @@ Jensen gap, zero-gradient completions, pass@k, warnings). Modules, in the order 
   choosing their columns, and streaming them in record batches.
 * ``aggregate``: per-group partial sums, merged as they pile up, and the summary; the definitions and how
   they depart from the papers are in its docstring.
-* ``render``: the rich terminal summary and the self-contained HTML report of a result.
+* ``render``: the rich terminal summary of a result, and its self-contained HTML report as ``Section``s
+  rendered by ``grpolab.render`` (the renderer of the compare report and mechanism.md).
 """
 
 from grpolab.audit.aggregate import GroupTable, audit, collect_groups, summarize

@@ -1,18 +1,24 @@
 """Rendering of a ``grpolab audit`` result: a rich terminal summary and a self-contained HTML report.
 
-The HTML file embeds its figures as base64 PNGs (matplotlib, Agg backend), so it opens anywhere
-without side files. Input is the JSON-ready dict of ``grpolab.audit.audit``.
+The HTML report is a list of ``Section``s (what was read, the starvation summary, the figures) rendered
+by ``grpolab.render``, the renderer of the compare report; its figures (matplotlib, Agg backend) are
+embedded as base64 PNGs, so it opens anywhere without side files. Input is the JSON-ready dict of
+``grpolab.audit.audit``.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import io
 from pathlib import Path
 from typing import Any
 
-__all__ = ["render_html", "render_terminal", "sample_steps"]
+import pandas as pd
+
+from grpolab.render import Section, render_html
+
+__all__ = ["TITLE", "html_sections", "render_terminal", "sample_steps", "write_html"]
+
+TITLE = "grpolab audit: gradient starvation"
 
 
 def _pct(value: float | None) -> str:
@@ -121,13 +127,14 @@ def render_terminal(result: dict[str, Any], console: Any = None) -> None:
         console.print(bars)
 
 
-def _png(figure: Any) -> str:
+def _png(figure: Any) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    return buffer.getvalue()
 
 
-def _figures(result: dict[str, Any]) -> list[tuple[str, str]]:
+def _figures(result: dict[str, Any]) -> list[tuple[str, str, bytes]]:
+    """(file stem, caption, PNG bytes) of each figure the result has data for."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,7 +154,7 @@ def _figures(result: dict[str, Any]) -> list[tuple[str, str]]:
         ax.plot(steps, [r["d_iid"] for r in result["per_step"]], "k--", label="D_iid")
         ax.set(xlabel="step", ylabel="fraction of groups", ylim=(0, 1), title="Degenerate groups per step")
         ax.legend(loc="upper right")
-        figures.append(("Degenerate groups per step", _png(fig)))
+        figures.append(("degenerate_per_step", "Degenerate groups per step", _png(fig)))
         plt.close(fig)
     hist = result["success_histogram"]
     if hist["counts"]:
@@ -155,37 +162,40 @@ def _figures(result: dict[str, Any]) -> list[tuple[str, str]]:
         width = 0.8 / max(len(hist["rates"]) - 1, 1) if hist["exact"] else 0.09
         ax.bar(hist["rates"], hist["fractions"], width=width)
         ax.set(xlabel="per-prompt success rate c/n", ylabel="share of groups", title="Success histogram")
-        figures.append(("Per-prompt success histogram", _png(fig)))
+        figures.append(("success_histogram", "Per-prompt success histogram", _png(fig)))
         plt.close(fig)
     if result["pass_at_k"]:
         fig, ax = plt.subplots(figsize=(5, 3.2))
         ks = [int(k) for k in result["pass_at_k"]]
         ax.plot(ks, list(result["pass_at_k"].values()), "o-")
         ax.set(xlabel="k", ylabel="pass@k", ylim=(0, 1.02), title="pass@k from the groups")
-        figures.append(("pass@k", _png(fig)))
+        figures.append(("pass_at_k", "pass@k", _png(fig)))
         plt.close(fig)
     return figures
 
 
-def render_html(result: dict[str, Any], path: Path) -> Path:
+def html_sections(result: dict[str, Any]) -> list[Section]:
+    """The report's sections: what was read (and the warnings), the starvation summary, the figures."""
+    source = result["input"]
+    sections = [
+        Section(
+            "Input",
+            [f"Rollout logs: {source['path']}"],
+            notes=[f"Warning: {warning}" for warning in result.get("warnings", [])],
+            tables=[("What was read", _frame(_input_rows(source), "input", "read"))],
+        ),
+        Section("Starvation", tables=[("", _frame(_headline_rows(result), "metric", "value"))]),
+    ]
+    figures = _figures(result)
+    return [*sections, Section("Figures", figures=figures)] if figures else sections
+
+
+def _frame(rows: list[tuple[str, str]], *columns: str) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(columns))
+
+
+def write_html(result: dict[str, Any], path: Path) -> Path:
     """Write a self-contained HTML report (tables + embedded PNG figures) to ``path``."""
-    rows = "".join(
-        f"<tr><td>{html.escape(name)}</td><td>{html.escape(value)}</td></tr>"
-        for name, value in [*_input_rows(result["input"]), *_headline_rows(result)]
-    )
-    warnings = "".join(f"<p><b>Warning:</b> {html.escape(w)}</p>" for w in result.get("warnings", []))
-    figures = "".join(
-        f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{html.escape(title)}</figcaption></figure>"
-        for title, data in _figures(result)
-    )
-    source = html.escape(str(result["input"]["path"]))
-    document = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>grpolab audit</title><style>"
-        "body{font-family:sans-serif;max-width:900px;margin:2em auto}td{padding:2px 12px}"
-        "tr:nth-child(odd){background:#f4f4f4}figure{display:inline-block;margin:1em}</style></head><body>"
-        f"<h1>Gradient-starvation audit</h1><p>{source}</p>{warnings}<table>{rows}</table>{figures}</body></html>"
-    )
     path = Path(path)
-    path.write_text(document, encoding="utf-8")
+    path.write_text(render_html(html_sections(result), TITLE), encoding="utf-8")
     return path

@@ -56,7 +56,7 @@ def _json_safe(value: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from grpolab.audit import audit
-    from grpolab.audit.render import render_html, render_terminal
+    from grpolab.audit.render import render_terminal, write_html
 
     if args.group_size is not None and args.group_size < 1:
         raise UserError(f"--group-size must be >= 1, got {args.group_size}")
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     for warning in result["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.html:
-        render_html(result, args.html)
+        write_html(result, args.html)
     if args.json:
         print(json.dumps(_json_safe(result), indent=2))
     else:

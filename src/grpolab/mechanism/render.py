@@ -1,8 +1,10 @@
 """Outputs of ``grpolab mechanism``: mechanism.csv (the tidy summary), mechanism_runs.csv (per run),
-mechanism.md (three tables), mechanism.png (three panels) and the terminal table."""
+mechanism.md (three tables, as ``Section``s rendered by ``grpolab.render``, the renderer of the compare
+report), mechanism.png (three panels) and the terminal table."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -17,8 +19,12 @@ from rich.table import Table
 
 from grpolab import advantages
 from grpolab.mechanism.summary import passk_reading
+from grpolab.render import Section, render_markdown
 
-__all__ = ["markdown", "terminal_table", "write_figure", "write_outputs"]
+__all__ = ["TITLE", "figure_png", "markdown", "sections", "terminal_table", "write_outputs"]
+
+TITLE = "Mechanism: format breakage, per-token shifts, pass@k"
+FIGURE_CAPTION = "Per-token change, pass@k before and after, answer format: start and end"
 
 _OUTCOME_ORDER = {"wrong": 0, "correct": 1, "all": 2}
 _CLASS_ORDER = {"format": 0, "content": 1, "all": 2}
@@ -60,19 +66,23 @@ def _points(row: pd.Series) -> str:
     return "—" if row["n_runs"] == 0 or np.isnan(row["mean"]) else f"{row['mean'] * 100:+.1f}"
 
 
-def _phase_table(summary: pd.DataFrame, part: str) -> list[str]:
-    """Markdown rows: start, end and change [95% CI] of each measure of ``part``, per estimator and G."""
-    lines = ["| Estimator | G | Measure | Start | End | Change, points [95% CI] | Runs |",
-             "|---|---|---|---|---|---|---|"]
+def _phase_table(summary: pd.DataFrame, part: str) -> pd.DataFrame:
+    """Start, end and change [95% CI] of each measure of ``part``, per estimator and G."""
     rows = summary[summary["part"] == part]
+    cells = []
     for estimator, size in _pairs(rows):
         mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
         for measure in sorted(mine["measure"].unique(), key=_measure_key):
             by_phase = {r["phase"]: r for _, r in mine[mine["measure"] == measure].iterrows()}
             change = by_phase["change"]
-            lines.append(f"| {estimator} | {size} | {measure} | {_plain(by_phase.get('start'))} | "
-                         f"{_plain(by_phase.get('end'))} | {_ci(change, 1, 100.0)} | {change['n_runs']} |")
-    return lines
+            cells.append([estimator, size, measure, _plain(by_phase.get("start")), _plain(by_phase.get("end")),
+                           _ci(change, 1, 100.0), change["n_runs"]])
+    return _text_frame(cells, ["Estimator", "G", "Measure", "Start", "End", "Change, points [95% CI]", "Runs"])
+
+
+def _text_frame(cells: list[list], columns: list[str]) -> pd.DataFrame:
+    """The table as text, each cell formatted as ``str`` formats it."""
+    return pd.DataFrame([[str(c) for c in row] for row in cells], columns=columns, dtype=object)
 
 
 def _measure_key(measure: str) -> tuple[int, int, str]:
@@ -82,10 +92,10 @@ def _measure_key(measure: str) -> tuple[int, int, str]:
     return 1, int(measure.removeprefix("pass@")) if measure.startswith("pass@") else 0, measure
 
 
-def _token_table(summary: pd.DataFrame) -> list[str]:
-    lines = ["| Estimator | G | Completions | Tokens | Class | Tokens in class | Δ log p [95% CI] | Δ p [95% CI] "
-             "| Runs |", "|---|---|---|---|---|---|---|---|---|"]
+def _token_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Δ log p and Δ p [95% CI] per (completion outcome, token class), per estimator and G."""
     rows = summary[summary["part"] == "tokens"]
+    cells = []
     for estimator, size in _pairs(rows):
         mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
         keyed = sorted(mine[mine["measure"] == "dlogp"].itertuples(),
@@ -95,56 +105,52 @@ def _token_table(summary: pd.DataFrame) -> list[str]:
                          & (mine["token_class"] == r.token_class)].iloc[0]
             total = mine[(mine["measure"] == "dlogp") & (mine["outcome"] == r.outcome)
                          & (mine["token_class"] == "all")].iloc[0]
-            lines.append(f"| {estimator} | {size} | {r.outcome} | {int(total['tokens'])} | {r.token_class} | "
-                         f"{int(r.tokens)} | {_ci(pd.Series(r._asdict()), 4)} | {_ci(dprob, 4)} | {r.n_runs} |")
-    return lines
+            cells.append([estimator, size, r.outcome, int(total["tokens"]), r.token_class, int(r.tokens),
+                          _ci(pd.Series(r._asdict()), 4), _ci(dprob, 4), r.n_runs])
+    return _text_frame(cells, ["Estimator", "G", "Completions", "Tokens", "Class", "Tokens in class",
+                               "Δ log p [95% CI]", "Δ p [95% CI]", "Runs"])
 
 
-def markdown(summary: pd.DataFrame, settings: dict) -> str:
-    """mechanism.md: how the completions were drawn, then the format, token and pass@k tables."""
-    readings = [f"- {e} G={g}: {passk_reading(summary, e, g)}" for e, g in _pairs(summary)]
-    parts = [
-        "# Mechanism: format breakage, per-token shifts, pass@k",
-        "",
-        f"Compare output: `{settings['out']}`. Fixed completions: {settings['prompts']} test prompts x "
-        f"{settings['samples']} samples from the start policy `{settings['model']}` (seed {settings['seed']}, "
-        f"temperature {settings['temperature']}): {settings['correct']} correct, {settings['wrong']} wrong. "
-        "Every run's final model scores the same completions. Means over runs (seeds) with 95% "
-        "percentile-bootstrap CIs; one run gives a zero-width interval.",
-        "",
-        "## 1. Format breakage",
-        "",
+def sections(summary: pd.DataFrame, figure: bytes) -> list[Section]:
+    """mechanism.md's sections: the format, token and pass@k tables; ``figure``: mechanism.png's bytes."""
+    format_section = Section("1. Format breakage", [
         "`eval_unscorable`: share of sampled eval completions the verifier could not score (eval.jsonl; "
         "'not recorded' when eval.jsonl lacks it). `sampled_*`: the fixed prompts sampled again from each run's "
         "final model (same seed): `no_answer_form` = no `#### N`, `\\boxed{N}` or \"the answer is N\" (gsm8k "
         "verifiers only), `no_number` = no digit at all, `unscorable` = verifier returned None.",
-        "",
-        *_phase_table(summary, "format"),
-        "",
-        "## 2. Per-token change on the start policy's completions",
-        "",
+    ], tables=[("", _phase_table(summary, "format"))])
+    token_section = Section("2. Per-token change on the start policy's completions", [
         "Content tokens hold an ASCII digit; format tokens are all the others, EOS included. Δ log p is the "
         "token-mean of log p_end - log p_start; Δ p the token-mean of p_end - p_start.",
-        "",
-        *_token_table(summary),
-        "",
-        "## 3. pass@k before and after (eval.jsonl)",
-        "",
-        *_phase_table(summary, "passk"),
-        "",
+    ], tables=[("", _token_table(summary))])
+    passk_section = Section("3. pass@k before and after (eval.jsonl)", [
         "Reading (95% CIs of the per-run changes): search compression = pass@1 up with pass@k_max not up; "
         "capacity gain = pass@k_max up.",
-        "",
-        *readings,
-        "",
-        "![mechanism](mechanism.png)",
-        "",
-    ]
-    return "\n".join(parts)
+    ], tables=[("", _phase_table(summary, "passk"))],
+        bullets=[f"{e} G={g}: {passk_reading(summary, e, g)}" for e, g in _pairs(summary)],
+        figures=[("mechanism", FIGURE_CAPTION, figure)])
+    return [format_section, token_section, passk_section]
 
 
-def write_figure(summary: pd.DataFrame, path: Path) -> None:
-    """Three panels: Δ log p per (outcome, class); pass@k start and end; answer-format rates start and end."""
+def _intro(settings: dict) -> str:
+    return (
+        f"Compare output: `{settings['out']}`. Fixed completions: {settings['prompts']} test prompts x "
+        f"{settings['samples']} samples from the start policy `{settings['model']}` (seed {settings['seed']}, "
+        f"temperature {settings['temperature']}): {settings['correct']} correct, {settings['wrong']} wrong. "
+        "Every run's final model scores the same completions. Means over runs (seeds) with 95% "
+        "percentile-bootstrap CIs; one run gives a zero-width interval."
+    )
+
+
+def markdown(summary: pd.DataFrame, settings: dict, figure: bytes) -> str:
+    """mechanism.md: how the completions were drawn, then the format, token and pass@k tables, and the link
+    to mechanism.png (written next to it)."""
+    return render_markdown(sections(summary, figure), TITLE, figure_dir="", intro=[_intro(settings)])
+
+
+def figure_png(summary: pd.DataFrame) -> bytes:
+    """mechanism.png, three panels: Δ log p per (outcome, class); pass@k start and end; answer-format rates
+    start and end."""
     pairs = _pairs(summary)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     tokens = summary[(summary["part"] == "tokens") & (summary["measure"] == "dlogp")]
@@ -166,8 +172,10 @@ def write_figure(summary: pd.DataFrame, path: Path) -> None:
     axes[1].legend(fontsize=8)
     _format_bars(axes[2], summary, pairs)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
+    return buffer.getvalue()
 
 
 def _passk_curves(ax, summary: pd.DataFrame, estimator: str, size: int, color: str, *, first: bool) -> None:
@@ -223,6 +231,7 @@ def write_outputs(out: Path, per_run: pd.DataFrame, summary: pd.DataFrame, setti
     paths = [out / "mechanism.csv", out / "mechanism_runs.csv", out / "mechanism.md", out / "mechanism.png"]
     summary.to_csv(paths[0], index=False)
     per_run.to_csv(paths[1], index=False)
-    paths[2].write_text(markdown(summary, settings))
-    write_figure(summary, paths[3])
+    figure = figure_png(summary)
+    paths[2].write_text(markdown(summary, settings, figure))
+    paths[3].write_bytes(figure)
     return paths

@@ -11,13 +11,15 @@ Chromium. Modules, in the order data flows through them:
 * ``figures``: matplotlib figures from those frames; the estimators' colours and order.
 * ``verdict``, ``data``, ``sections``: one function per report section, each returning a ``Section``.
 * ``document``: the sections in order, and the two files (``build_sections``, ``write_report``).
-* ``render``: ``Section`` -> HTML / Markdown, and the Chromium screenshot.
+
+The sections are rendered by ``grpolab.render`` (``Section`` -> HTML / Markdown, and the Chromium screenshot),
+the one renderer that the audit page and mechanism.md use too.
 
 How the numbers and figures depart from the paper (arXiv 2605.07689) is said in ``tables`` and ``figures``.
 """
 
+from grpolab.render import screenshot
 from grpolab.report.document import build_sections, write_report
-from grpolab.report.render import screenshot
 from grpolab.report.sections import summary_display
 from grpolab.report.tables import summary_table
 

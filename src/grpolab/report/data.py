@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from grpolab.report.render import Section
+from grpolab.render import Section
 
 __all__ = ["data_sections"]
 

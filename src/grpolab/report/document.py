@@ -2,7 +2,7 @@
 
 ``build_sections`` checks the results frame and lists the sections (verdict, summary, data, lr selection,
 families, start policy, pass@k, dynamics, equal cost, effective rank, configuration); ``write_report``
-renders them to ``report.html`` and ``report.md`` with ``grpolab.report.render``.
+renders them to ``report.html`` and ``report.md`` with ``grpolab.render``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import pandas as pd
 
 from grpolab.errors import UserError
+from grpolab.render import Section, render_html, render_markdown
 from grpolab.report.data import data_sections
-from grpolab.report.render import Section, render_html, render_markdown
 from grpolab.report.sections import (
     DYNAMIC,
     dynamics_section,

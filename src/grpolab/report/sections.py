@@ -22,8 +22,8 @@ from matplotlib.figure import Figure
 
 from grpolab import advantages
 from grpolab.diagnostics.starvation import success_histogram
+from grpolab.render import Section
 from grpolab.report import figures as figs
-from grpolab.report.render import Section
 from grpolab.report.tables import (
     ALPHA,
     N_RESAMPLES,

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from grpolab import stats
+from grpolab.render import Section
 from grpolab.report import figures as figs
-from grpolab.report.render import Section
 from grpolab.report.tables import (
     ALPHA,
     N_RESAMPLES,

@@ -1,8 +1,14 @@
-"""Rendering of the ``grpolab compare`` report: sections to one self-contained HTML page and to Markdown.
+"""The one document renderer: a list of ``Section``s to a self-contained HTML page and to Markdown.
+
+Every written document goes through here: the ``grpolab compare`` report (``grpolab.report``), the
+``grpolab audit --html`` page (``grpolab.audit.render``) and ``mechanism.md`` (``grpolab.mechanism.render``).
+A document is a title, optional lead paragraphs (``intro``) and sections; a section holds plain text
+(escaped for HTML, ``|`` escaped in Markdown table cells), so the commands build content, never markup.
 
 The HTML page has inline CSS, figures as base64 PNG ``<img>`` (``max-width: 100%``), tables inside a
 horizontally scrolling wrapper, no script and no external resource, so it can be mailed or archived as one
-file. ``screenshot`` renders a page with headless Chromium (``apt-get install -y chromium``).
+file. The Markdown links figures as ``figure_dir/<stem>.png`` (the caller writes the PNGs). ``screenshot``
+renders a page with headless Chromium (``apt-get install -y chromium``).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,11 +33,12 @@ _NUMERIC = re.compile(r"^([-+\[]?[\d.]|n/a|inf|-inf)")
 
 @dataclass
 class Section:
-    """One report section: heading, paragraphs and bullets (plain text), tables, figures, a code block."""
+    """One document section, rendered in this order: heading, paragraphs, notes, tables, bullets, figures and
+    a code block (all plain text). A table's caption may be empty (then none is shown)."""
 
     title: str
     paragraphs: list[str] = field(default_factory=list)
-    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)  # (caption, table)
     figures: list[tuple[str, str, bytes]] = field(default_factory=list)  # (file stem, caption, PNG bytes)
     bullets: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -67,8 +75,9 @@ def _html_table(caption: str, frame: pd.DataFrame) -> str:
         "<tr>" + "".join(f"<td{a}>{html.escape(str(v))}</td>" for a, v in zip(align, row, strict=True)) + "</tr>"
         for row in frame.itertuples(index=False)
     )
+    caption_row = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     return (
-        f'<div class="table-wrap"><table><caption>{html.escape(caption)}</caption>'
+        f'<div class="table-wrap"><table>{caption_row}'
         f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
     )
 
@@ -91,15 +100,18 @@ def _html_section(section: Section) -> str:
     return "\n".join(parts) + "</section>"
 
 
-def render_html(sections: list[Section], title: str) -> str:
-    """One self-contained HTML page: inline CSS, base64 PNG figures, no script, no external resource."""
+def render_html(sections: list[Section], title: str, *, intro: Sequence[str] = ()) -> str:
+    """One self-contained HTML page: inline CSS, base64 PNG figures, no script, no external resource.
+
+    ``intro``: paragraphs between the title and the table of contents."""
+    lead = "".join(f"<p>{html.escape(p)}</p>" for p in intro)
     toc = " · ".join(f'<a href="#{_slug(s.title)}">{html.escape(s.title)}</a>' for s in sections)
     body = "\n".join(_html_section(s) for s in sections)
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1><nav>{toc}</nav>\n{body}\n</body></html>\n"
+        f"<h1>{html.escape(title)}</h1>{lead}<nav>{toc}</nav>\n{body}\n</body></html>\n"
     )
 
 
@@ -107,9 +119,8 @@ def _md_table(caption: str, frame: pd.DataFrame) -> str:
     def cell(value: Any) -> str:
         return str(value).replace("|", "\\|")
 
-    lines = [
-        f"**{caption}**",
-        "",
+    lines = [f"**{caption}**", ""] if caption else []
+    lines += [
         "| " + " | ".join(cell(c) for c in frame.columns) + " |",
         "|" + "---|" * len(frame.columns),
     ]
@@ -117,9 +128,13 @@ def _md_table(caption: str, frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(sections: list[Section], title: str, figure_dir: str = "figures") -> str:
-    """Markdown version: the same text and tables, figures linked as ``figure_dir/<stem>.png``."""
-    parts = [f"# {title}"]
+def render_markdown(
+    sections: list[Section], title: str, figure_dir: str = "figures", *, intro: Sequence[str] = ()
+) -> str:
+    """Markdown version: the same text and tables, figures linked as ``figure_dir/<stem>.png`` (``<stem>.png``
+    when ``figure_dir`` is empty). ``intro``: paragraphs between the title and the first section."""
+    prefix = f"{figure_dir}/" if figure_dir else ""
+    parts = [f"# {title}", *intro]
     for section in sections:
         parts.append(f"## {section.title}")
         parts += section.paragraphs
@@ -127,7 +142,7 @@ def render_markdown(sections: list[Section], title: str, figure_dir: str = "figu
         parts += [_md_table(caption, frame) for caption, frame in section.tables]
         if section.bullets:
             parts.append("\n".join(f"- {b}" for b in section.bullets))
-        parts += [f"![{caption}]({figure_dir}/{stem}.png)\n\n*{caption}*" for stem, caption, _ in section.figures]
+        parts += [f"![{caption}]({prefix}{stem}.png)\n\n*{caption}*" for stem, caption, _ in section.figures]
         if section.code is not None:
             parts.append(f"```json\n{section.code}\n```")
     return "\n\n".join(parts) + "\n"
