@@ -731,3 +731,14 @@ def test_parse_spec_reads_the_dynamic_suffix_and_rejects_unknown_names() -> None
     assert adv.parse_spec("sign") == ("sign", False)
     with pytest.raises(ValueError, match="unknown estimator 'nope\\+dynamic'"):
         adv.parse_spec("nope+dynamic")
+
+
+def test_display_order_and_colours_come_from_the_registry() -> None:
+    from grpolab.advantages import display_colors, display_order, entry_for, info
+
+    names = ["grpo", "zzz_unknown", "sign+dynamic", "sign", "dr_grpo", "grpo"]
+    assert display_order(names) == ["sign", "sign+dynamic", "dr_grpo", "grpo", "zzz_unknown"]
+    colors = display_colors(names)
+    assert colors["sign"] == info("sign").color and colors["grpo"] == info("grpo").color
+    assert colors["sign+dynamic"] != colors["sign"] and colors["zzz_unknown"] not in (colors["sign"], colors["grpo"])
+    assert entry_for("dr_grpo+dynamic") is info("dr_grpo") and entry_for("zzz_unknown") is None

@@ -27,16 +27,18 @@ Departures from the papers:
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["Estimator", "available", "compute_advantages", "get", "info", "register"]
+__all__ = ["Estimator", "available", "compute_advantages", "display_colors", "display_order", "entry_for", "get",
+           "info", "parse_spec", "register"]
 
 EstimatorFn = Callable[..., torch.Tensor]
 
@@ -83,6 +85,38 @@ def register(
         return fn
 
     return decorator
+
+
+# Colours for estimators the registry gives none (and for ``+variants``), in this order: tab10 backwards,
+# so that they differ from the registered estimators' own colours first.
+_SPARE_COLORS = ("tab:cyan", "tab:olive", "tab:gray", "tab:pink", "tab:brown", "tab:purple", "tab:red",
+                 "tab:green", "tab:orange", "tab:blue")
+
+
+def entry_for(name: str) -> Estimator | None:
+    """The entry of an estimator spelled ``name`` or ``name+variant``; None if unregistered."""
+    return _REGISTRY.get(name.split("+", 1)[0])
+
+
+def display_order(names: Iterable[str]) -> list[str]:
+    """The distinct ``names`` in the registry's display order, each followed by its ``+`` variants; unknown
+    names last. Every table and figure orders estimators this way."""
+    def key(name: str) -> tuple[int, str]:
+        entry = entry_for(name)
+        return (entry.order if entry is not None else 10_000), name
+
+    return sorted(set(names), key=key)
+
+
+def display_colors(names: Iterable[str]) -> dict[str, str]:
+    """Each plain registered estimator's own colour; ``+variants`` and unregistered names get spare colours
+    in display order. Every figure colours estimators this way (matplotlib colour names)."""
+    spare = itertools.cycle(_SPARE_COLORS)
+    colors: dict[str, str] = {}
+    for name in display_order(names):
+        entry = entry_for(name)
+        colors[name] = entry.color if entry is not None and entry.color and "+" not in name else next(spare)
+    return colors
 
 
 # A comparison may name an estimator with this suffix (``dr_grpo+dynamic``): the same estimator with DAPO's

@@ -33,20 +33,11 @@ _FORMAT_MEASURES = ["eval_unscorable", "eval_greedy_unscorable", "sampled_no_ans
                     "sampled_unscorable", "sampled_accuracy"]
 
 
-def _order(name: str) -> tuple[int, str]:
-    base = name.split("+", 1)[0]
-    return (advantages.info(base).order if base in advantages.available() else 10_000), name
-
-
-def _color(name: str, index: int) -> str:
-    base = name.split("+", 1)[0]
-    color = advantages.info(base).color if base in advantages.available() and "+" not in name else None
-    return color or f"C{index % 10}"
-
-
 def _pairs(summary: pd.DataFrame) -> list[tuple[str, int]]:
+    """(estimator, G) of the summary, in the registry's display order, then by G."""
     pairs = summary[["estimator", "group_size"]].drop_duplicates().itertuples(index=False)
-    return sorted(((e, int(g)) for e, g in pairs), key=lambda p: (_order(p[0]), p[1]))
+    order = advantages.display_order(summary["estimator"])
+    return sorted(((e, int(g)) for e, g in pairs), key=lambda p: (order.index(p[0]), p[1]))
 
 
 def _ci(row: pd.Series, digits: int = 3, scale: float = 1.0) -> str:
@@ -152,6 +143,7 @@ def figure_png(summary: pd.DataFrame) -> bytes:
     """mechanism.png, three panels: Δ log p per (outcome, class); pass@k start and end; answer-format rates
     start and end."""
     pairs = _pairs(summary)
+    colors = advantages.display_colors(summary["estimator"])
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     tokens = summary[(summary["part"] == "tokens") & (summary["measure"] == "dlogp")]
     width = 0.8 / max(len(pairs), 1)
@@ -161,8 +153,8 @@ def figure_png(summary: pd.DataFrame) -> bytes:
         means = np.array([c["mean"] for c in cells])
         errors = np.abs(np.array([[c["ci_low"] for c in cells], [c["ci_high"] for c in cells]]) - means)
         axes[0].bar(np.arange(len(_BARS)) + i * width, means, width, yerr=np.nan_to_num(errors),
-                    label=f"{estimator} G={size}", color=_color(estimator, i))
-        _passk_curves(axes[1], summary, estimator, size, _color(estimator, i), first=i == 0)
+                    label=f"{estimator} G={size}", color=colors[estimator])
+        _passk_curves(axes[1], summary, estimator, size, colors[estimator], first=i == 0)
     axes[0].axhline(0, color="black", lw=0.8)
     axes[0].set_xticks(np.arange(len(_BARS)) + width * (len(pairs) - 1) / 2, [f"{o}\n{c}" for o, c in _BARS])
     axes[0].set(title="Per-token change on start-policy completions", ylabel="mean Δ log p")
@@ -193,12 +185,13 @@ def _format_bars(ax, summary: pd.DataFrame, pairs: list[tuple[str, int]]) -> Non
                    & (summary["measure"] != "sampled_accuracy")]
     measures = sorted(rows["measure"].unique(), key=_measure_key)
     width = 0.8 / max(len(pairs), 1)
+    colors = advantages.display_colors(summary["estimator"])
     for i, (estimator, size) in enumerate(pairs):
         mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
         end = [mine[(mine["measure"] == m) & (mine["phase"] == "end")]["mean"].mean() * 100 for m in measures]
         start = [mine[(mine["measure"] == m) & (mine["phase"] == "start")]["mean"].mean() * 100 for m in measures]
         x = np.arange(len(measures)) + i * width
-        ax.bar(x, end, width, color=_color(estimator, i), label=f"{estimator} G={size} end")
+        ax.bar(x, end, width, color=colors[estimator], label=f"{estimator} G={size} end")
         ax.scatter(x, start, color="black", marker="_", s=200, label="start" if i == 0 else None, zorder=3)
     ax.set_xticks(np.arange(len(measures)) + width * (len(pairs) - 1) / 2,
                   [m.replace("sampled_", "").replace("_", " ") for m in measures], fontsize=8, rotation=15)

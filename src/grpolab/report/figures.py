@@ -2,8 +2,8 @@
 
 Each ``figure_*`` function takes tidy pandas frames prepared by ``grpolab.report.sections`` and returns a
 matplotlib ``Figure`` (Agg backend, never shown); ``grpolab.report.sections`` renders them as PNG. Colours are
-fixed per estimator (``estimator_colors``) so one estimator looks the same in every figure. Accuracies are drawn
-in percent.
+fixed per estimator (``grpolab.advantages.display_colors``) so one estimator looks the same in every figure.
+Accuracies are drawn in percent.
 
 Departures from the paper's figures (arXiv 2605.07689):
 
@@ -19,7 +19,6 @@ Departures from the paper's figures (arXiv 2605.07689):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import matplotlib
@@ -31,7 +30,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-_PALETTE = plt.get_cmap("tab10").colors
+from grpolab.advantages import display_colors, display_order
+
 DPI = 110
 DYNAMICS_LABELS = {
     "rollout/reward_mean": "Mean reward",
@@ -40,36 +40,6 @@ DYNAMICS_LABELS = {
     "starvation/all_correct": "All-correct group fraction",
     "starvation/degenerate": "Degenerate group fraction",
 }
-
-
-def registry_entry(name: str) -> Any:
-    """The registry entry of an estimator spelled ``name`` or ``name+variant``; None if unregistered."""
-    from grpolab import advantages
-
-    base = name.split("+", 1)[0]
-    return advantages.info(base) if base in advantages.available() else None
-
-
-def estimator_order(names: Sequence[str]) -> list[str]:
-    """Estimators in the registry's display order, each followed by its ``+`` variants; unknown names last."""
-
-    def key(name: str) -> tuple[int, str]:
-        entry = registry_entry(name)
-        return (entry.order if entry is not None else 10_000), name
-
-    return sorted(set(names), key=key)
-
-
-def estimator_colors(names: Sequence[str]) -> dict[str, Any]:
-    """Each plain estimator's colour from the registry; ``+variants`` and unregistered names get spare
-    colours in display order."""
-    colors: dict[str, Any] = {}
-    spare = iter(_PALETTE[i % len(_PALETTE)] for i in (9, 8, 7, 6, 5, 4, 3, 2, 1, 0) * 100)
-    for name in estimator_order(names):
-        entry = registry_entry(name)
-        plain = entry is not None and entry.color and "+" not in name
-        colors[name] = entry.color if plain else next(spare)
-    return colors
 
 
 def _panels(n_panels: int, width: float, height: float, sharey: bool = True) -> tuple[Figure, list]:
@@ -110,8 +80,8 @@ def figure_final_accuracy(runs: pd.DataFrame, summary: pd.DataFrame) -> Figure:
     runs: one row per run (estimator, group_size, final_accuracy); summary: ``summary_table`` output.
     """
     sizes = sorted(summary["group_size"].unique())
-    names = estimator_order(summary["estimator"])
-    colors = estimator_colors(names)
+    names = display_order(summary["estimator"])
+    colors = display_colors(names)
     fig, axes = _panels(len(sizes), max(3.2, 1.0 + 0.85 * len(names)), 4.2)
     rng = np.random.default_rng(0)
     for ax, size in zip(axes, sizes, strict=True):
@@ -232,8 +202,8 @@ def figure_pass_at_k(runs: pd.DataFrame) -> Figure:
     runs: one row per run with estimator, group_size, start_pass_at_k (list or None), end_pass_at_k (list).
     """
     sizes = sorted(runs["group_size"].unique())
-    names = estimator_order(runs["estimator"])
-    colors = estimator_colors(names)
+    names = display_order(runs["estimator"])
+    colors = display_colors(names)
     fig, axes = _panels(len(sizes), 5.0, 4.0)
     for ax, size in zip(axes, sizes, strict=True):
         subset = runs[runs["group_size"] == size]
@@ -279,8 +249,8 @@ def _band_on_grid(runs: list[pd.DataFrame], x: str, y: str, window: int) -> tupl
 def figure_dynamics(metrics: pd.DataFrame, columns: list[str], x: str, x_label: str, window: int) -> Figure:
     """Rows: metric columns; panels: group sizes; one line per estimator (mean over seeds, min-max band)."""
     sizes = sorted(metrics["group_size"].unique())
-    names = estimator_order(metrics["estimator"])
-    colors = estimator_colors(names)
+    names = display_order(metrics["estimator"])
+    colors = display_colors(names)
     fig, grid = plt.subplots(
         len(columns), len(sizes), figsize=(5.2 * len(sizes), 3.0 * len(columns)), sharex="col", squeeze=False
     )
@@ -311,8 +281,8 @@ def figure_effective_rank(metrics: pd.DataFrame, zero_sum_bound: float = 2.0) ->
     """grad/effective_rank at the tracked steps, per estimator (mean, min-max band); panels per group size."""
     tracked = metrics.dropna(subset=["grad/effective_rank"])
     sizes = sorted(tracked["group_size"].unique())
-    names = estimator_order(tracked["estimator"])
-    colors = estimator_colors(names)
+    names = display_order(tracked["estimator"])
+    colors = display_colors(names)
     fig, axes = _panels(len(sizes), 5.0, 3.8)
     for ax, size in zip(axes, sizes, strict=True):
         subset = tracked[tracked["group_size"] == size]

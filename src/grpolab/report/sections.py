@@ -21,6 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from grpolab import advantages
+from grpolab.advantages import display_order, entry_for
 from grpolab.diagnostics.starvation import success_histogram
 from grpolab.render import Section
 from grpolab.report import figures as figs
@@ -109,7 +110,7 @@ def _overview(results: pd.DataFrame, config: dict[str, Any]) -> str:
             return "?"
         return ", ".join(str(v) for v in sorted(results[column].dropna().unique(), key=str))
 
-    names = ", ".join(figs.estimator_order(results["estimator"]))
+    names = ", ".join(display_order(results["estimator"]))
     return (
         f"{results['run_id'].nunique()} runs: estimators {names}; group sizes G = {values('group_size')}; "
         f"seeds {values('seed')}; task {values('task')}; model {values('model')}; "
@@ -338,8 +339,8 @@ def equal_cost_section(results: pd.DataFrame) -> Section:
 
 def _zero_sum(metrics: pd.DataFrame) -> list[str]:
     """The zero-sum estimators among the runs, by the registry's flag (group-centred: rank <= 2 per group)."""
-    names = figs.estimator_order(metrics["estimator"])
-    return [n for n in names if (entry := figs.registry_entry(n)) is not None and entry.zero_sum] or ["none here"]
+    names = display_order(metrics["estimator"])
+    return [n for n in names if (entry := entry_for(n)) is not None and entry.zero_sum] or ["none here"]
 
 
 def rank_section(metrics: pd.DataFrame) -> Section:

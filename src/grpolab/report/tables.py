@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from grpolab import stats
+from grpolab.advantages import display_order
 from grpolab.diagnostics.starvation import expected_degeneracy_from_counts, iid_degeneracy
-from grpolab.report.figures import estimator_order
 
 ALPHA = 0.05  # significance level of the one-line readings (on the Holm-adjusted Welch p)
 START_STEPS = 5  # training steps averaged for D_real / D_iid of the start policy
@@ -111,7 +111,7 @@ def summary_table(results: pd.DataFrame) -> pd.DataFrame:
                 "completions": float(group["completions"].mean()),
             }
         )
-    order = {name: i for i, name in enumerate(estimator_order(runs["estimator"]))}
+    order = {name: i for i, name in enumerate(display_order(runs["estimator"]))}
     table = pd.DataFrame(
         rows,
         columns=[
@@ -140,7 +140,7 @@ def comparisons(runs: pd.DataFrame) -> tuple[list[dict[str, Any]], list[str]]:
     rows, notes = [], []
     for size, group in runs.groupby("group_size"):
         finals = {name: g["final_accuracy"].to_numpy(float) for name, g in group.groupby("estimator")}
-        finals = {name: finals[name] for name in estimator_order(finals)}
+        finals = {name: finals[name] for name in display_order(finals)}
         testable = {name: v for name, v in finals.items() if v.size >= 2}
         skipped = [f"{name} (n = {v.size})" for name, v in finals.items() if v.size < 2]
         if skipped:
@@ -264,7 +264,7 @@ def equal_cost_table(results: pd.DataFrame) -> pd.DataFrame:
     for size, group in results.groupby("group_size"):
         per_run = group.groupby("run_id")
         budget = float(per_run["completions_generated"].max().min())
-        for estimator in estimator_order(group["estimator"]):
+        for estimator in display_order(group["estimator"]):
             runs = group[group["estimator"] == estimator]
             at = [_at_budget(evals, budget) for _, evals in runs.groupby("run_id")]
             end = _last_eval(runs, "end")

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from grpolab import stats
+from grpolab.advantages import display_order, entry_for
 from grpolab.render import Section
-from grpolab.report import figures as figs
 from grpolab.report.tables import (
     ALPHA,
     N_RESAMPLES,
@@ -78,8 +78,8 @@ def _best_line(runs: pd.DataFrame, rows: list[dict[str, Any]], size: int) -> str
 def _sign_lines(runs: pd.DataFrame, rows: list[dict[str, Any]]) -> list[str]:
     """One line per group size: sign against every group-centred (zero-sum) estimator, whichever way it falls."""
     lines = []
-    names = figs.estimator_order(runs["estimator"])
-    zero_sum = [n for n in names if (e := figs.registry_entry(n)) is not None and e.zero_sum and "+" not in n]
+    names = display_order(runs["estimator"])
+    zero_sum = [n for n in names if (e := entry_for(n)) is not None and e.zero_sum and "+" not in n]
     for size in sorted(runs["group_size"].unique()):
         pairs = [p for other in zero_sum if (p := _pair(rows, int(size), SIGN, other)) is not None]
         if not pairs:
@@ -119,7 +119,7 @@ def _family_lines(results: pd.DataFrame) -> list[str]:
     largest = split["group_size"].max()
     rows = split[split["group_size"] == largest].set_index("estimator")
     parts = [f"{name} {_pts(rows.at[name, 'low_change'])} vs {_pts(rows.at[name, 'high_change'])}"
-             for name in figs.estimator_order(rows.index)]
+             for name in display_order(rows.index)]
     return [f"Where the gain sits (G = {largest}, change of held-out success in the families that started below "
             f"50% vs at or above): " + "; ".join(parts) + "."]
 
@@ -143,7 +143,7 @@ def verdict_section(results: pd.DataFrame, selection: pd.DataFrame | None) -> Se
 def selection_section(selection: pd.DataFrame) -> Section:
     """The lr grid: mean validation score per (estimator, G, lr), the chosen lr marked."""
     table = selection_table(selection)
-    order = {name: i for i, name in enumerate(figs.estimator_order(table["estimator"]))}
+    order = {name: i for i, name in enumerate(display_order(table["estimator"]))}
     table = table.sort_values(["group_size", "estimator", "lr"], key=lambda s: s.map(order) if s.name == "estimator"
                               else s)
     display = pd.DataFrame({
@@ -166,7 +166,7 @@ def families_section(results: pd.DataFrame) -> Section | None:
     wide = table.pivot_table(index=["group_size", "family"], columns="estimator", values="end").reset_index()
     start = table.groupby(["group_size", "family"])["start"].mean().reset_index()
     wide = start.merge(wide, on=["group_size", "family"]).sort_values(["group_size", "start"])
-    names = figs.estimator_order([c for c in wide.columns if c not in ("group_size", "family", "start")])
+    names = display_order([c for c in wide.columns if c not in ("group_size", "family", "start")])
     display = pd.DataFrame({"G": wide["group_size"], "Family": wide["family"], "Start": wide["start"].map(_pct),
                             **{f"{name} end": wide[name].map(_pct) for name in names}})
     text = ("Mean per-prompt success (over the evaluation samples) in each prompt family at the start and at "
