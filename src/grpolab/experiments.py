@@ -8,7 +8,7 @@ evaluation) and ``metrics.parquet`` (one row per run and step).
 
 The runs at one seed start from the same policy (LoRA starts as the identity), so their start
 evaluation is computed once and shared through ``OUT/start-evals/`` (keyed on every setting it depends
-on; see ``training_state.start_evaluation_key``).
+on; see ``grpolab.train.run.start_evaluation_key``).
 
 An estimator spelled ``name+dynamic`` (e.g. ``dr_grpo+dynamic``) is estimator ``name`` with DAPO's
 dynamic sampling switched on, so it can be compared like one more estimator.

@@ -139,7 +139,7 @@ def test_other_architectures_fall_back_to_transformers() -> None:
 
 
 def test_update_log_probs_skip_unused_columns_exactly(embedded, monkeypatch) -> None:
-    """Where the rows cannot be packed, ``training_step._logprobs`` forwards only the columns the chosen
+    """Where the rows cannot be packed, ``grpolab.train.step._logprobs`` forwards only the columns the chosen
     rows use; the log-probs of the real completion tokens are those of the full-width forward, and 0
     past the longest completion."""
     monkeypatch.setattr(prefix_packing, "logprobs", lambda *args, **kwargs: None)
@@ -240,7 +240,7 @@ def test_unaccepted_models_and_masks_return_none() -> None:
 
 
 def test_the_update_packs_with_the_padded_values() -> None:
-    """``training_step._logprobs`` on a subset of rows (a group split across micro-batches included)
+    """``grpolab.train.step._logprobs`` on a subset of rows (a group split across micro-batches included)
     gives the padded forward's log-probs."""
     model = _random_llama(kv_heads=2, tied=False)
     prompt_ids, prompt_mask, completion_ids, completion_mask = _groups()

@@ -1,4 +1,4 @@
-"""``training_step.build_optimizer``: torch's fused AdamW where it applies, the same update as the
+"""``grpolab.train.step.build_optimizer``: torch's fused AdamW where it applies, the same update as the
 ``foreach`` implementation (tolerance 1e-6 relative on the parameters after 5 steps, float32)."""
 
 from __future__ import annotations
