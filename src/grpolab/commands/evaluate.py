@@ -16,7 +16,7 @@ from grpolab.progress import console
 
 # The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
 EVAL_FIELDS = ("model", "task", "data", "prompt_column", "reference_column", "task_options", "verifier", "seed",
-               "temperature", "max_new_tokens", "eval_samples", "eval_limit")
+               "temperature", "max_new_tokens", "eval_samples", "eval_limit", "threads")
 # Where `grpolab eval` differs from a training run's evaluations: more samples per prompt for a finer pass@k
 # curve, and every test prompt. Precedence: TrainConfig defaults < these < flags.
 EVAL_TRAIN_DEFAULTS: dict[str, Any] = {"eval_samples": 16, "eval_limit": None}
@@ -35,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
     from grpolab.train.run import load_task_for
 
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=EVAL_TRAIN_DEFAULTS)  # checks the values
+    if config.threads:
+        import torch
+
+        torch.set_num_threads(config.threads)
     task = load_task_for(config)
     policy = load_policy(config.model)
     result = evaluate(policy, task, n=config.eval_samples, limit=config.eval_limit, seed=config.seed,
