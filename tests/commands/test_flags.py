@@ -78,3 +78,15 @@ def test_flags_for_fields_that_do_not_exist_are_a_programming_error() -> None:
         add_config_arguments(argparse.ArgumentParser(), TrainConfig, only=["group"])
     with pytest.raises(ValueError, match="steps: not fields"):  # an alias for a field the command does not take
         add_config_arguments(argparse.ArgumentParser(), TrainConfig, only=["seed"], aliases={"steps": "--n"})
+
+
+@pytest.mark.parametrize(("command", "flag"), [(evaluate, "--task-options"), (train, "--task-options"),
+                                               (train, "--advantage-kwargs"), (gradients, "--advantage-kwargs")])
+@pytest.mark.parametrize("text", ["[1]", "3", '"text"', "null", "{oops"])
+def test_a_json_flag_that_is_not_an_object_is_a_one_line_usage_error(command, flag: str, text: str,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        _parser(command).parse_args([flag, text])
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{flag[2:].replace('-', '_')} must be a JSON object such as" in last, last

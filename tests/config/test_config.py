@@ -33,6 +33,11 @@ def test_derived_sizes_are_properties_of_the_fields() -> None:
         ({"lr_schedule": "step"}, "lr_schedule must be constant, linear or cosine"),
         ({"task_options": {"max_new_tokens": "8"}}, "task_options max_new_tokens must be an integer"),
         ({"task_options": {"use_chat_template": "yes"}}, "use_chat_template must be true or false"),
+        ({"task_options": [1]}, "task_options must be a mapping of names to values such as {"),
+        ({"task_options": None}, "task_options must be a mapping"),
+        ({"advantage_kwargs": [1]}, "advantage_kwargs must be a mapping of names to values such as {\"k\": 2}"),
+        ({"task_options": {1: 2}}, "task_options keys must be names (text), got 1 (int)"),
+        ({"advantage_kwargs": {1: 2}}, "advantage_kwargs keys must be names (text), got 1 (int)"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_setting(changes: dict, message: str) -> None:

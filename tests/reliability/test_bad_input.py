@@ -63,7 +63,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
              "str-for-int.yaml": "group_size: four\n", "float-for-int.yaml": "seed: 2.5\n",
              "bool-for-int.yaml": "seed: true\n", "list-for-float.yaml": "lr: [1, 2]\n",
              "str-for-dict.yaml": "advantage_kwargs: k=2\n", "list.yaml": "- steps\n- 3\n",
-             "seed-not-seeds.yaml": "seed: 3\n"}
+             "seed-not-seeds.yaml": "seed: 3\n", "list-for-options.yaml": "task_options: [1]\n",
+             "int-option-name.yaml": "task_options: {1: 2}\n", "int-kwarg-name.yaml": "advantage_kwargs: {1: 2}\n"}
     for name, text in texts.items():
         (root / name).write_text(text)
     (root / "binary.yaml").write_bytes(b"\xff\xfe\x00\x80garbage")
@@ -111,6 +112,11 @@ TRAIN_ERRORS = {
     "config bool for int": (["--config", "{d}/bool-for-int.yaml"], ("seed must be of type int", "True")),
     "config list for float": (["--config", "{d}/list-for-float.yaml"], ("lr must be of type float",)),
     "config str for dict": (["--config", "{d}/str-for-dict.yaml"], ("advantage_kwargs must be of type dict",)),
+    "config list for task options": (["--config", "{d}/list-for-options.yaml"], ("task_options must be of type dict",)),
+    "config task option named by a number": (["--config", "{d}/int-option-name.yaml"],
+                                             ("task_options keys must be names", "got 1 (int)")),
+    "config estimator kwarg named by a number": (["--config", "{d}/int-kwarg-name.yaml"],
+                                                 ("advantage_kwargs keys must be names", "got 1 (int)")),
     "config not a mapping": (["--config", "{d}/list.yaml"], ("must hold a mapping",)),
     "config not UTF-8": (["--config", "{d}/binary.yaml"], ("binary.yaml is not UTF-8",)),
     "config missing": (["--config", "{d}/missing.yaml"], ("missing.yaml does not exist",)),

@@ -46,7 +46,25 @@ def validate(config: Any) -> None:
         raise UserError(f"need 0 < top_p <= 1 and temperature > 0, got {config.top_p}, {config.temperature}")
     if config.beta < 0 or config.epsilon_low < 0 or config.clip_high < 0:
         raise UserError("beta, epsilon_low and epsilon_high must be >= 0")
+    _validate_mappings(config)
     _validate_ranges(config)
+
+
+# setting -> an example of its value, for the error message
+_MAPPINGS = {"task_options": '{"max_new_tokens": 64}', "advantage_kwargs": '{"k": 2}'}
+
+
+def _validate_mappings(config: Any) -> None:
+    """``task_options`` and ``advantage_kwargs`` become keyword arguments: a mapping with names as keys."""
+    for name, example in _MAPPINGS.items():
+        value = getattr(config, name)
+        if not isinstance(value, dict):
+            raise UserError(f"{name} must be a mapping of names to values such as {example}, "
+                            f"got {value!r} ({type(value).__name__})")
+        keys = [key for key in value if not isinstance(key, str)]
+        if keys:
+            raise UserError(f"{name} keys must be names (text), got {keys[0]!r} ({type(keys[0]).__name__}); "
+                            f"write {name} as a mapping such as {example}")
 
 
 def _validate_ranges(config: Any) -> None:
