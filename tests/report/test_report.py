@@ -15,7 +15,8 @@ import pytest
 from grpolab.errors import UserError
 from grpolab.render import chromium_command
 from grpolab.report import screenshot, summary_table, write_report
-from report_sweeps import PROMPTS_PER_STEP, STEPS, synthetic_sweep
+from grpolab.report.verdict import families_section, verdict_section
+from report_sweeps import N_PROMPTS, N_SAMPLES, PROMPTS_PER_STEP, STEPS, synthetic_sweep
 
 
 def _img_sources(page: str) -> list[str]:
@@ -127,6 +128,58 @@ def test_results_without_end_evaluation_is_a_clear_error(tmp_path: Path) -> None
     results, metrics, config = synthetic_sweep(seeds=1, sizes=(2,))
     with pytest.raises(UserError, match="no 'end' evaluation"):
         write_report(tmp_path, results[results["phase"] != "end"], metrics, config)
+
+
+def _with_families(results: pd.DataFrame, families: list[str], start: dict[str, int], end: dict[str, int]
+                   ) -> pd.DataFrame:
+    """``results`` with each problem in ``families`` ([P]) solved start[family] / end[family] times of n."""
+    results = results.copy()
+    results["families"] = [families] * len(results)
+    results["successes"] = [[(start if phase == "start" else end)[f] for f in families] for phase in results["phase"]]
+    return results
+
+
+def _verdict(results: pd.DataFrame) -> str:
+    return "\n".join(verdict_section(results, None).bullets)
+
+
+def test_verdict_of_a_task_without_families_says_nothing_of_families() -> None:
+    """Every problem of a task without families is in the family "": there is no family split to report."""
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
+    results = _with_families(results, [""] * N_PROMPTS, {"": 2}, {"": 10})
+    verdict = _verdict(results)
+    assert "sign learns most" in verdict
+    assert "Where the gain sits" not in verdict and "n/a" not in verdict
+    assert families_section(results) is None
+
+
+def test_verdict_says_where_the_gain_sits_across_the_50_percent_split() -> None:
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
+    families = ["hard"] * (N_PROMPTS // 2) + ["easy"] * (N_PROMPTS // 2)
+    results = _with_families(results, families, {"hard": 0, "easy": 12}, {"hard": 4, "easy": 16})
+    assert ("Where the gain sits (G = 2, change of held-out success in the families that started below 50% vs at "
+            "or above): sign +25.0 points vs +25.0 points; dr_grpo +25.0 points vs +25.0 points.") in _verdict(results)
+    one_sided = _with_families(results, families, {"hard": 0, "easy": 4}, {"hard": 8, "easy": 4})
+    verdict = _verdict(one_sided)
+    assert ("Where the gain sits (G = 2): every prompt family started below 50% held-out success, so there is no "
+            "split; the change in them: sign +25.0 points; dr_grpo +25.0 points.") in verdict  # (50% + 0) / 2
+    assert "n/a" not in verdict and "vs" not in verdict.split("Where the gain sits")[1]
+    assert N_SAMPLES == 16  # the hand-computed changes above: 4 / 16 = 25 points, 8 / 16 = 50 points
+
+
+def test_verdict_of_sign_against_the_group_centred_estimators_is_plain_english() -> None:
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=3, sizes=(2,))
+    verdict = _verdict(results)
+    assert ": sign is significantly better than dr_grpo and grpo (n = 3 seeds each)." in verdict
+    tied = results.copy()  # sign's final scores become dr_grpo's: no estimator is better than another
+    for seed in range(3):
+        ends = tied["phase"].eq("end") & tied["seed"].eq(seed)
+        dr_grpo = tied.loc[ends & tied["estimator"].eq("dr_grpo"), "pass_at_k"].iloc[0]
+        tied.loc[ends & tied["estimator"].eq("sign"), "pass_at_k"] = pd.Series([dr_grpo], dtype=object).values
+    verdict = _verdict(tied)
+    assert "vs dr_grpo +0.0 points" in verdict
+    assert ": no significant difference between sign and any of them (n = 3 seeds each)." in verdict
+    assert "better than none" not in verdict
 
 
 needs_chromium = pytest.mark.skipif(

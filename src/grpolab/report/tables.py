@@ -286,15 +286,17 @@ def equal_cost_table(results: pd.DataFrame) -> pd.DataFrame:
 def family_table(results: pd.DataFrame) -> pd.DataFrame:
     """Per (estimator, group_size, family): mean per-prompt success rate (c / n) at the start and at the end,
     averaged over the prompts of the family and then over runs; change = end - start. Empty when the
-    evaluations carry no families or no samples."""
+    evaluations carry no families (a task without families labels every problem "") or no samples; in a
+    task where only some problems have a family, the others form the family "(none)"."""
     rows = []
     for phase in ("start", "end"):
         evaluations = _last_eval(results, phase)
         for run_id, row in evaluations.iterrows():
             families = list(row.get("families") if row.get("families") is not None else [])
             successes = np.asarray(row["successes"] if row["successes"] is not None else [], dtype=float)
-            if not families or len(families) != successes.size or int(row["n"]) == 0:
+            if not any(families) or len(families) != successes.size or int(row["n"]) == 0:
                 continue
+            families = [family or "(none)" for family in families]
             rates = pd.Series(successes / int(row["n"])).groupby(pd.Series(families)).mean()
             rows += [{"run_id": run_id, "estimator": row["estimator"], "group_size": int(row["group_size"]),
                       "phase": phase, "family": family, "rate": float(rate)} for family, rate in rates.items()]

@@ -88,11 +88,23 @@ def _sign_lines(runs: pd.DataFrame, rows: list[dict[str, Any]]) -> list[str]:
                  for p in pairs]
         better = [p["name_b"] for p in pairs if p["welch_p_holm"] < ALPHA and p["mean_difference"] > 0]
         worse = [p["name_b"] for p in pairs if p["welch_p_holm"] < ALPHA and p["mean_difference"] < 0]
-        verdict = (f"significantly better than {', '.join(better)}" if better else "significantly better than none")
-        verdict += f", significantly worse than {', '.join(worse)}" if worse else ""
-        lines.append(f"G = {size}, sign against the group-centred estimators: {'; '.join(parts)}: {verdict} "
-                     f"(n = {pairs[0]['n_a']} seeds each).")
+        lines.append(f"G = {size}, sign against the group-centred estimators: {'; '.join(parts)}: "
+                     f"{_sign_verdict(better, worse)} (n = {pairs[0]['n_a']} seeds each).")
     return lines
+
+
+def _names(names: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _sign_verdict(better: list[str], worse: list[str]) -> str:
+    """sign's significant differences in plain words, or that it has none."""
+    if not better and not worse:
+        return "no significant difference between sign and any of them"
+    said = [f"significantly better than {_names(better)}"] if better else []
+    said += [f"significantly worse than {_names(worse)}"] if worse else []
+    return "sign is " + " and ".join(said)
 
 
 def _sign_group_sizes(runs: pd.DataFrame) -> list[str]:
@@ -113,15 +125,28 @@ def _sign_group_sizes(runs: pd.DataFrame) -> list[str]:
 
 
 def _family_lines(results: pd.DataFrame) -> list[str]:
+    """Where the gain sits, at the largest G; nothing for a task without prompt families."""
     split = family_split(family_table(results))
     if split.empty:
         return []
     largest = split["group_size"].max()
     rows = split[split["group_size"] == largest].set_index("estimator")
-    parts = [f"{name} {_pts(rows.at[name, 'low_change'])} vs {_pts(rows.at[name, 'high_change'])}"
-             for name in display_order(rows.index)]
-    return [f"Where the gain sits (G = {largest}, change of held-out success in the families that started below "
-            f"50% vs at or above): " + "; ".join(parts) + "."]
+    names = display_order(rows.index)
+    low, high = rows["low_change"].notna().any(), rows["high_change"].notna().any()
+    if low and high:
+        parts = [f"{name} {_change(rows.at[name, 'low_change'])} vs {_change(rows.at[name, 'high_change'])}"
+                 for name in names]
+        return [f"Where the gain sits (G = {largest}, change of held-out success in the families that started "
+                f"below 50% vs at or above): " + "; ".join(parts) + "."]
+    column, side = ("low_change", "below") if low else ("high_change", "at or above")
+    parts = [f"{name} {_pts(rows.at[name, column])}" for name in names]
+    return [f"Where the gain sits (G = {largest}): every prompt family started {side} 50% held-out success, so "
+            f"there is no split; the change in them: " + "; ".join(parts) + "."]
+
+
+def _change(value: float) -> str:
+    """A change of success, or 'no family' where an estimator had no family on that side of 50%."""
+    return "no family" if value is None or not np.isfinite(value) else _pts(value)
 
 
 def verdict_section(results: pd.DataFrame, selection: pd.DataFrame | None) -> Section:
