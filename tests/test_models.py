@@ -1,12 +1,18 @@
-"""``grpolab.models.load_policy``: every kind of model name, and a clear error for each wrong one."""
+"""``grpolab.models.load_policy``: every kind of model name, and a clear error for each wrong one; the GGUF
+de-quantisation progress bar (without loading a real model)."""
 
 from __future__ import annotations
 
+import io
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import modeling_gguf_pytorch_utils as gguf_loading
 
+from grpolab import models
 from grpolab.errors import UserError
 from grpolab.models import EMBEDDED, EMBEDDED_ARITH, embedded_model_dir, load_policy, resolve_model_dir
 
@@ -51,3 +57,50 @@ def test_smollm2_resolves_to_its_gguf_file() -> None:
     pytest.importorskip("gguf")
     directory, extra = resolve_model_dir("smollm2-135m")
     assert extra["gguf_file"].endswith(".gguf") and (directory / extra["gguf_file"]).is_file()
+
+
+BAR_TEXT = "Converting and de-quantizing GGUF tensors"
+
+
+class _Stderr(io.StringIO):
+    def __init__(self, terminal: bool) -> None:
+        super().__init__()
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+class _FakeGGUFModel:
+    """Stands in for ``AutoModelForCausalLM``: draws transformers' GGUF bar as ``load_gguf_checkpoint`` does."""
+
+    @staticmethod
+    def from_pretrained(location: str, **kwargs) -> SimpleNamespace:
+        assert kwargs["gguf_file"] == "model.gguf"
+        for _ in gguf_loading.tqdm(range(272), desc=BAR_TEXT + "..."):  # the name transformers looks up
+            pass
+        return SimpleNamespace(config=SimpleNamespace(quantization_config="q4_1"))
+
+
+class _FakeTokenizer:
+    @staticmethod
+    def from_pretrained(location: str, **kwargs) -> SimpleNamespace:
+        return SimpleNamespace(pad_token=None, eos_token="</s>", padding_side="right")
+
+
+def test_transformers_still_draws_the_gguf_bar_with_the_tqdm_grpolab_replaces() -> None:
+    assert callable(gguf_loading.tqdm)  # if transformers renames it, the silencing below no longer applies
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_gguf_progress_bar_only_on_a_terminal(terminal: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(models, "AutoModelForCausalLM", _FakeGGUFModel)
+    monkeypatch.setattr(models, "AutoTokenizer", _FakeTokenizer)
+    stderr = _Stderr(terminal)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    original = gguf_loading.tqdm
+    model, tokenizer = models._load_from_pretrained("somewhere", {"gguf_file": "model.gguf"})
+    assert model.config.quantization_config is None and tokenizer.pad_token == "</s>"
+    assert (BAR_TEXT in stderr.getvalue()) is terminal, stderr.getvalue()[:200]
+    assert "272/272" in stderr.getvalue() if terminal else stderr.getvalue() == ""
+    assert gguf_loading.tqdm is original  # put back after loading

@@ -9,7 +9,11 @@ is read by ``gguf`` through transformers, which parses the file and does not unp
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -93,13 +97,37 @@ def _load_from_pretrained(location: str | Path, extra: dict[str, Any]) -> tuple[
     if "gguf_file" not in kwargs:
         kwargs["use_safetensors"] = True
     tokenizer = AutoTokenizer.from_pretrained(str(location), **extra)
-    model = AutoModelForCausalLM.from_pretrained(str(location), dtype=torch.float32, **kwargs)
+    quiet = _gguf_progress_bar_only_on_a_terminal() if "gguf_file" in extra else contextlib.nullcontext()
+    with quiet:
+        model = AutoModelForCausalLM.from_pretrained(str(location), dtype=torch.float32, **kwargs)
     if "gguf_file" in extra:
         # transformers leaves the GGUF quantizer attached; the weights are already dequantised.
         model.hf_quantizer = None
         model.is_quantized = False
         model.config.quantization_config = None
     return model, _finish_tokenizer(tokenizer)
+
+
+@contextlib.contextmanager
+def _gguf_progress_bar_only_on_a_terminal() -> Iterator[None]:
+    """Silence the bar transformers draws while it de-quantises GGUF tensors, unless stderr is a terminal.
+
+    That bar is a plain ``tqdm`` of ``transformers.modeling_gguf_pytorch_utils``, which
+    ``disable_progress_bar()`` does not reach (and ``TQDM_DISABLE`` is read only when tqdm is imported);
+    in a log file (a sweep's workers, CI) its redraws are hundreds of carriage-return lines.
+    """
+    from transformers import modeling_gguf_pytorch_utils as gguf_loading
+
+    original = getattr(gguf_loading, "tqdm", None)
+    isatty = getattr(sys.stderr, "isatty", None)
+    if original is None or (isatty is not None and isatty()):
+        yield
+        return
+    gguf_loading.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_loading.tqdm = original
 
 
 def _run_directory_model(path: Path) -> tuple[Path, str | None]:
