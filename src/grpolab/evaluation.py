@@ -18,6 +18,7 @@ from grpolab import verifiers
 from grpolab.diagnostics import pass_at_k_curve
 from grpolab.engine.collect import collect_batch
 from grpolab.models import Policy
+from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
 
 __all__ = ["EvalResult", "evaluate"]
@@ -79,6 +80,7 @@ def _correct_counts(
         batch = collect_batch(policy.model, policy.tokenizer, chunk, verifier, num_samples=samples,
                               max_new_tokens=max_new_tokens, use_chat_template=task.use_chat_template,
                               temperature=temperature, generator=generator)
+        check_scores(batch.scores, verifier_name=task.verifier, where="evaluation")
         correct = np.nan_to_num(batch.rewards, nan=0.0) >= 0.5  # [P, n]
         counts.append(correct.sum(axis=1))  # [P]
         lengths.append(batch.rollout.lengths.float().mean().item())

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from grpolab import verifiers
 from grpolab.errors import UserError
-from grpolab.verifiers import gsm8k, math_answer
+from grpolab.verifiers import _pool, gsm8k, math_answer
 from grpolab.verifiers._text import last_boxed
+from grpolab.verifiers._user import VerifierTimeout
 from gsm8k_cases import GSM8K_CASES
 from pathological_texts import PATHOLOGICAL
 
@@ -191,6 +192,9 @@ def bad(completion, reference):
     if completion == "raise":
         raise ValueError("broken verifier")
     return "yes"
+
+def always_slow(completion, reference):
+    time.sleep(3600)
 """
 
 
@@ -202,12 +206,13 @@ def test_user_verifier_that_never_returns_scores_none_and_goes_on(tmp_path, monk
     verifier = verifiers.get_verifier("slow_rewards:hang")
     assert verifier("7", "7") == 1.0  # starts the worker
     for stuck in ("hang", "spin"):
-        with pytest.warns(RuntimeWarning, match="did not return within 1 s; the completion is scored None"):
-            assert verifier(stuck, "7") is None
+        with pytest.raises(VerifierTimeout, match="verifier 'slow_rewards:hang' did not return within 1 s"):
+            verifier(stuck, "7")
         assert verifier("7", "7") == 1.0, stuck  # the stuck child was replaced
-    with pytest.warns(RuntimeWarning):
+    with pytest.warns(RuntimeWarning, match="did not return within 1 s; the completion is scored None"):
         scores = score_batch(verifier, ["7", "hang", "8"], ["7", "7", "7"])
-    assert np.isnan(scores.rewards[1]) and scores.rewards[[0, 2]].tolist() == [1.0, 0.0] and scores.errors == 0
+    assert np.isnan(scores.rewards[1]) and scores.rewards[[0, 2]].tolist() == [1.0, 0.0]
+    assert scores.errors == 0 and scores.timeouts == 1 and "within 1 s" in scores.first_timeout
     bad = score_batch(verifiers.get_verifier("slow_rewards:bad"), ["raise", "x"], ["r", "r"])
     assert bad.errors == 2 and "broken verifier" in bad.first_error and np.isnan(bad.rewards).all()
 
@@ -224,6 +229,53 @@ def test_a_run_goes_on_past_a_hung_user_verifier(tmp_path, monkeypatch, capsys) 
         assert main(args) == 0, capsys.readouterr().err
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and rows[0]["rollout/unscorable"] == 1 and rows[0]["rollout/verifier_errors"] == 0
+    assert rows[0]["rollout/verifier_timeouts"] == 1
+
+
+@pytest.fixture
+def always_slow(tmp_path, monkeypatch) -> str:
+    """A user verifier that never returns, under a 0.2 s limit instead of 1 s (each time-out costs less)."""
+    (tmp_path / "slow_rewards.py").write_text(SLOW_VERIFIERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_pool, "DEFAULT_TIME_LIMIT_S", 0.2)
+    return "slow_rewards:always_slow"
+
+
+def _one_line_error(argv: list[str], capsys) -> str:
+    from grpolab.cli import main
+
+    with pytest.warns(RuntimeWarning, match="did not return within 0.2 s"):
+        assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in lines[0], lines
+    return lines[0]
+
+
+def test_a_run_stops_when_the_user_verifier_times_out_on_most_completions(always_slow, tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    error = _one_line_error(["train", "--out", str(out), "--steps", "2", "--prompts-per-step", "1", "--group-size",
+                             "2", "--eval-samples", "0", "--no-eval-start", "--checkpoint-every", "0", "--threads",
+                             "1", "--no-progress", "--max-new-tokens", "4", "--verifier", always_slow], capsys)
+    assert error.startswith("grpolab train: error: step 1: the verifier slow_rewards:always_slow timed out on 2 of 2 "
+                            "completions (verifier 'slow_rewards:always_slow' did not return within 0.2 s)"), error
+    assert "make it return faster" in error
+    assert (out / "metrics.jsonl").read_text() == ""  # stopped before training on nothing
+
+
+def test_an_evaluation_stops_when_the_user_verifier_times_out(always_slow, capsys) -> None:
+    error = _one_line_error(["eval", "--limit", "1", "--n", "0", "--max-new-tokens", "4", "--verifier", always_slow],
+                            capsys)
+    assert "evaluation: the verifier slow_rewards:always_slow timed out on 1 of 1 completions" in error
+
+
+def test_a_file_task_stops_when_the_user_verifier_times_out_on_its_references(always_slow, tmp_path) -> None:
+    from grpolab.tasks import get_task
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"q": "1+1", "a": "2"}\n{"q": "2+2", "a": "4"}\n')
+    with pytest.warns(RuntimeWarning), pytest.raises(UserError, match=r"timed out on 2 of 2 references scored "
+                                                     r"against themselves \(verifier 'slow_rewards:always_slow'"):
+        get_task("file", path=str(data), prompt_column="q", reference_column="a", verifier=always_slow)
 
 
 # ----------------------------------------------------------------------------------------- robustness

@@ -89,7 +89,7 @@ def make_task(
         pool = kept["train"]
         kept["test"] = [p for p in pool if _in_test(raw_prompts[p.id], seed, test_fraction)]
         kept["train"] = [p for p in pool if not _in_test(raw_prompts[p.id], seed, test_fraction)]
-    bad = _unparseable(kept, score_fn)
+    bad = _unparseable(kept, score_fn, verifier)
     counts["unparseable_references"] = sum(p.reference in bad for problems in kept.values() for p in problems)
     kept = {role: [p for p in problems if p.reference not in bad] for role, problems in kept.items()}
     info = _info(table, (prompt_column, reference_column, verifier), how, counts, bad)
@@ -168,14 +168,20 @@ def _in_test(prompt: str, seed: int, test_fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < test_fraction
 
 
-def _unparseable(kept: dict[str, list[Problem]], score_fn: Any) -> dict[str, str]:
-    """References that score None (or raise) against themselves -> the id of the first problem holding one."""
+def _unparseable(kept: dict[str, list[Problem]], score_fn: Any, verifier: str) -> dict[str, str]:
+    """References that score None (or raise) against themselves -> the id of the first problem holding one;
+    a ``UserError`` when the verifier times out on most of them (it would on the completions too)."""
     first_id: dict[str, str] = {}
     for problems in kept.values():
         for problem in problems:
             first_id.setdefault(problem.reference, problem.id)
     references = list(first_id)
-    rewards = score_batch(score_fn, references, references).rewards
+    scores = score_batch(score_fn, references, references)
+    if scores.timeouts * 2 > len(references):
+        raise UserError(f"the verifier {verifier} timed out on {scores.timeouts} of {len(references)} references "
+                        f"scored against themselves ({scores.first_timeout}); make it return faster: every call "
+                        "must finish within that limit")
+    rewards = scores.rewards
     return {ref: first_id[ref] for ref, reward in zip(references, rewards, strict=True) if math.isnan(reward)}
 
 

@@ -41,7 +41,7 @@ from grpolab.errors import UserError
 from grpolab.gradients.geometry import gradient_metrics_for_step
 from grpolab.models import Policy, load_policy
 from grpolab.process_rewards import completion_advantages
-from grpolab.rewards import Scores
+from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
 from grpolab.train.lock import DirectoryLock
@@ -171,13 +171,14 @@ class Trainer:
         if not self.model.training:  # sampling keeps the mode; only a model handed over in eval mode switches
             self.model.train()
         self.completions_generated += len(batch.rollout.texts)
-        _check_verifier_errors(batch.scores, step, verifier_name=self.config.verifier or self.task.verifier)
+        check_scores(batch.scores, verifier_name=self.config.verifier or self.task.verifier, where=f"step {step}")
         return problems, batch.rollout, batch.rewards, batch.scores, batch.token_rewards
 
     def _collect(self, step: int) -> tuple[StepBatch, dict[str, float]]:
         """Sample (with dynamic sampling: several rounds) and return the batch to train on."""
         problems, rollout, rewards, scores, token_rewards = self._sample_round(step, 0)
-        extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable}
+        extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable,
+                                   "rollout/verifier_timeouts": scores.timeouts}
         batch, seen = StepBatch.make(problems, rollout, rewards, token_rewards), rewards
         if self.config.dynamic_sampling:
             batch, seen, rounds = self._dynamic_fill(step, batch, rewards)
@@ -305,15 +306,6 @@ def _check_task_fits(config: TrainConfig, task: Task) -> None:
     if task.train_stream is None and config.prompts_per_step > len(task.train):
         raise UserError(f"prompts_per_step {config.prompts_per_step} is more than the {len(task.train)} train "
                         f"prompts of task {task.name!r}; lower --prompts-per-step (or give the task more prompts)")
-
-
-def _check_verifier_errors(scores: Scores, step: int, *, verifier_name: str) -> None:
-    """Stop a run whose verifier raised on most of a step's completions: it would train on nothing."""
-    total = len(scores.rewards)
-    if total and scores.errors * 2 > total:
-        raise UserError(f"step {step}: the verifier {verifier_name} failed on {scores.errors} of {total} "
-                        f"completions, first with {scores.first_error}; fix the verifier, which must be "
-                        "fn(completion, reference) -> float | None")
 
 
 def _check_estimator(config: TrainConfig) -> None:

@@ -2,10 +2,12 @@
 
 A user verifier runs in a warm worker process (the math verifier's ``_pool`` / ``_worker``) that
 imported it once and forks a child for the calls. Each call gets ``_pool.DEFAULT_TIME_LIMIT_S``
-(1 s; the answer comes within about 1.4 s). A call that overruns has its child killed and replaced: the
-completion is scored None (unscorable, so advantage 0) with a ``RuntimeWarning``, and the run goes on. A
-call that raises or returns something that is not a number raises ``VerifierError`` here, which
-``rewards.score_batch`` counts in ``rollout/verifier_errors``.
+(1 s; the answer comes within about 1.4 s). A call that overruns has its child killed and replaced and
+raises ``VerifierTimeout`` here; a call that raises or returns something that is not a number raises
+``VerifierError``. ``rewards.score_batch`` scores either completion None (unscorable, so advantage 0) and
+counts it in ``rollout/verifier_timeouts`` or ``rollout/verifier_errors`` (the first time-out with a
+``RuntimeWarning``); the run goes on unless the verifier fails on most of a step's completions
+(``rewards.check_scores``).
 
 Departures: the verifier runs in another process, so it sees its module's state as imported, not state
 set in the training process at run time; what it prints goes to stderr. Cost: starting the worker (a
@@ -14,16 +16,19 @@ Python interpreter importing the verifier's module) once per process, then a pip
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 
 from grpolab.verifiers import _pool
 
-__all__ = ["TimeLimitedVerifier", "VerifierError"]
+__all__ = ["TimeLimitedVerifier", "VerifierError", "VerifierTimeout"]
 
 
 class VerifierError(RuntimeError):
     """A user verifier raised, or returned something that is not a number (the message says which)."""
+
+
+class VerifierTimeout(VerifierError):
+    """A user verifier did not return within its time limit (the message names the verifier and the limit)."""
 
 
 class TimeLimitedVerifier:
@@ -39,13 +44,7 @@ class TimeLimitedVerifier:
     def __call__(self, completion: str, reference: str) -> float | None:
         reply = _pool.check(reference, completion, self.limit_s, target=self.path)
         if reply.get("timed_out"):
-            warnings.warn(
-                f"verifier {self.path!r} did not return within {self.limit_s:g} s; the completion is scored "
-                "None (unscorable) and the run goes on",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            return None
+            raise VerifierTimeout(f"verifier {self.path!r} did not return within {self.limit_s:g} s")
         if "error" in reply:
             raise VerifierError(reply["error"])
         return reply["score"]
