@@ -1,0 +1,115 @@
+"""The documentation: no absolute machine paths, and the gradient-geometry tables come from the commands
+printed beside them (scripts/gradient_geometry_tables.py runs exactly those commands)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# An absolute path into a machine's own directories: /work, /tmp, /home, /root, /Users, not preceded by a
+# character that would make it part of a relative path or a URL (runs/tmp, https://host/home/...).
+MACHINE_PATH = re.compile(r"(?<![\w.~/-])/(?:work|tmp|home|root|Users)(?![\w-])")
+GEOMETRY_DOC = REPO / "docs" / "gradient-geometry.md"
+
+
+def _documentation() -> list[Path]:
+    return [REPO / "README.md", *sorted(p for p in (REPO / "docs").rglob("*") if p.is_file())]
+
+
+def _machine_paths(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if MACHINE_PATH.search(line)]
+
+
+@pytest.mark.parametrize("text", ["see /tmp/x.py", "a `/tmp` script", "cd /work/main && make", "/home/me/data",
+                                  "(/root/.cache/x)", "path=/Users/me/repo"])
+def test_the_pattern_finds_machine_paths(text: str) -> None:
+    assert _machine_paths(text)
+
+
+@pytest.mark.parametrize("text", ["runs/tmp/x", "https://example.org/home/page", "../shared/papers/a.txt",
+                                  "tempfile.gettempdir()", "src/grpolab/assets/embedded", "~/work/x",
+                                  "/temporary", "a / b"])
+def test_the_pattern_leaves_relative_paths_and_urls(text: str) -> None:
+    assert not _machine_paths(text)
+
+
+def test_docs_and_readme_name_no_absolute_machine_path() -> None:
+    found = {}
+    for path in _documentation():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:  # figures
+            continue
+        if hits := _machine_paths(text):
+            found[str(path.relative_to(REPO))] = hits
+    assert not found, f"absolute machine paths in the docs (use a command or a path in the repository): {found}"
+
+
+def _tables_script():
+    spec = importlib.util.spec_from_file_location("gradient_geometry_tables",
+                                                  REPO / "scripts" / "gradient_geometry_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _expand(command: str) -> list[str]:
+    """Shell brace expansion of ``{a,b}`` groups of plain words (not JSON), as the doc writes a grid of commands."""
+    parts = re.split(r"\{([\w.-]+(?:,[\w.-]+)+)\}", command)
+    choices = [[part] if i % 2 == 0 else part.split(",") for i, part in enumerate(parts)]
+    return ["".join(pick) for pick in itertools.product(*choices)]
+
+
+def _documented_gradient_commands() -> set[frozenset]:
+    """Every ``grpolab gradients`` command in the doc's code blocks, brace-expanded, as a set of its words
+    (flag order does not matter); usage lines with ``[optional]`` parts are left out."""
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", GEOMETRY_DOC.read_text(encoding="utf-8"), flags=re.S)
+    commands = set()
+    for block in blocks:
+        for command in block.replace("\\\n", " ").splitlines():
+            if command.strip().startswith("grpolab gradients") and "[--" not in command:
+                commands.update(frozenset(_pairs(shlex.split(one))) for one in _expand(command))
+    return commands
+
+
+def _pairs(words: list[str]) -> list[tuple[str, str]]:
+    """(flag, value) pairs of a command line; a flag without a value pairs with ""."""
+    out, index = [], 0
+    while index < len(words):
+        word = words[index]
+        if word.startswith("--") and index + 1 < len(words) and not words[index + 1].startswith("--"):
+            out.append((word, words[index + 1]))
+            index += 2
+        else:
+            out.append((word, ""))
+            index += 1
+    return out
+
+
+def test_gradient_geometry_tables_run_the_commands_printed_in_the_doc() -> None:
+    script = _tables_script()
+    run = set()
+    for table, seeds in script.DEFAULT_SEEDS.items():
+        run.update(frozenset(_pairs(["grpolab", *argv])) for argv in script.commands(table, seeds.split(",")))
+    documented = _documented_gradient_commands()
+    assert documented == run, (f"only in the doc: {[sorted(c) for c in documented - run]}; "
+                               f"only in the script: {[sorted(c) for c in run - documented]}")
+    text = GEOMETRY_DOC.read_text(encoding="utf-8")
+    for table in script.DEFAULT_SEEDS:
+        assert f"python scripts/gradient_geometry_tables.py {table}\n" in text
+
+
+def test_the_tables_script_commands_parse_with_the_cli() -> None:
+    from grpolab.cli import build_parser
+
+    script = _tables_script()
+    for table, seeds in script.DEFAULT_SEEDS.items():
+        for argv in script.commands(table, seeds.split(",")):
+            args = build_parser(argv).parse_args(argv)
+            assert args.command == "gradients" and args.json
