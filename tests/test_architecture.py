@@ -103,6 +103,22 @@ def test_the_import_graph_has_no_circles() -> None:
     assert circles(import_graph()) == []
 
 
+def _private_owner(module: str) -> str | None:
+    """The package that owns ``module`` when a part of its name is private (``grpolab.verifiers._pool`` ->
+    ``grpolab.verifiers``); None for a public module."""
+    parts = module.split(".")
+    private = [i for i, part in enumerate(parts) if part.startswith("_")]
+    return ".".join(parts[: private[0]]) if private else None
+
+
+def test_private_modules_are_imported_only_inside_their_package() -> None:
+    graph = import_graph()
+    leaks = sorted(f"{name} -> {dep}" for name, deps in graph.items() for dep in deps
+                   if (owner := _private_owner(dep)) is not None and not (name + ".").startswith(owner + "."))
+    assert leaks == []
+    assert _private_owner("grpolab.verifiers._pool") == "grpolab.verifiers" and _private_owner("grpolab.stats") is None
+
+
 def _name_prefix(stem: str) -> str:
     return stem.lstrip("_").split("_")[0]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpolab.errors import UserError
-from grpolab.verifiers._user import VerifierTimeout
+from grpolab.verifiers import VerifierTimeout
 
 __all__ = ["Scores", "check_scores", "score_batch"]
 

@@ -29,10 +29,12 @@ from grpolab.verifiers._registry import (
     score,
     score_with_details,
 )
+from grpolab.verifiers._user import VerifierTimeout
 
 __all__ = [
     "DetailsFn",
     "VerifierFn",
+    "VerifierTimeout",
     "available",
     "exact",
     "get_verifier",
