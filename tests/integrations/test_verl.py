@@ -23,7 +23,7 @@ import torch
 from grpolab import advantages as registry
 from grpolab import diagnostics
 from grpolab.errors import UserError
-from grpolab.integrations import verl as adapter
+from grpolab.integrations.verl import estimators as adapter
 from grpolab.integrations.verl.metrics import starvation_metrics
 from verl_batches import RAGGED_SIZES, make_batch
 

@@ -26,7 +26,7 @@ from grpolab import advantages as registry
 from grpolab import diagnostics
 from grpolab.audit import audit
 from grpolab.diagnostics.starvation import degeneracy
-from grpolab.integrations import verl as adapter
+from grpolab.integrations.verl import estimators as adapter
 from grpolab.integrations.verl.metrics import starvation_metrics
 from verl_batches import RAGGED_SIZES, make_batch
 
