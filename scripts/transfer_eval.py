@@ -8,7 +8,8 @@ this runs ``grpolab eval --model <run directory> ... --n 0 --json`` (greedy accu
 ``OUT/transfer-<task>/<run>.json`` already holds its result, so an interrupted measurement resumes. Runs are
 taken seed by seed, one estimator after another, so that a partial measurement stays balanced. Then it
 prints a Markdown table: the start policy, and per estimator the mean, each seed and the Holm-adjusted Welch
-p of every pair (``grpolab.stats``). ``--no-run`` prints the table from the results there so far.
+p of every pair (``grpolab.stats``). ``--no-run`` prints the table from the results there so far; ``--csv``
+also writes one row per policy.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--task-options", default="{}")
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--no-run", action="store_true", help="only print the table of the results so far")
+    parser.add_argument("--csv", type=Path, help="also write one row per policy (run_id, estimator, seed, accuracy)")
     return parser.parse_args()
 
 
@@ -106,6 +108,16 @@ def main() -> None:
             if not target.is_file():
                 _evaluate(str(args.out / "runs" / run.run_id), target, args)
     print(_table(runs, results, start_model))
+    if args.csv:
+        _rows(runs, results, start_model).to_csv(args.csv, index=False)
+
+
+def _rows(runs: pd.DataFrame, results: Path, start_model: str) -> pd.DataFrame:
+    start = {"run_id": "start", "estimator": "", "seed": "", "model": start_model,
+             "greedy_accuracy": _accuracy(results / "start.json")}
+    rows = [{**run._asdict(), "greedy_accuracy": _accuracy(results / f"{run.run_id}.json")}
+            for run in runs.itertuples(index=False)]
+    return pd.DataFrame([start, *rows])
 
 
 if __name__ == "__main__":
