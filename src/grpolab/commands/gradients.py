@@ -63,7 +63,7 @@ def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> A
     return StepBatch.make(problems, batch.rollout, batch.rewards, batch.token_rewards)
 
 
-def _model_for(args: argparse.Namespace, config: TrainConfig, policy: Any) -> torch.nn.Module:
+def _model_for(config: TrainConfig, policy: Any) -> torch.nn.Module:
     """The policy's model; with ``--lora``, or ``--params lora`` and no adapters present, wrapped in fresh LoRA
     adapters."""
     model = policy.model
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     policy = load_policy(config.model)
-    model = _model_for(args, config, policy)
+    model = _model_for(config, policy)
     batch = _sample_batch(config, policy, model)
     advantages = step_advantages(batch, config)
     autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if config.dtype == "bfloat16"
