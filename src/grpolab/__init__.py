@@ -11,8 +11,20 @@ circles: ``tests/test_architecture.py``):
 * ``models``, ``hub``: loading a policy. ``engine``: sampling and forward passes.
 * ``train``: one run (loop, step, checkpoints, logs). ``evaluation``: held-out accuracy and pass@k.
   ``gradients``: per-completion gradients and their geometry.
-* ``experiments``: multi-seed sweeps. ``report``, ``audit``, ``mechanism``: what the runs show.
+* ``sweep``: multi-seed comparisons, ``grpolab.compare(CompareConfig, TrainConfig, out)``. ``report``,
+  ``audit``, ``mechanism``: what the runs show.
 * ``commands`` and ``cli``: the ``grpolab`` command line. ``integrations``: TRL and verl.
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "compare"]
+
+
+def __getattr__(name: str):
+    """``grpolab.compare`` loads the sweep package on first use, so that ``import grpolab`` stays light."""
+    if name == "compare":
+        from grpolab.sweep import compare
+
+        return compare
+    raise AttributeError(f"module 'grpolab' has no attribute {name!r}")

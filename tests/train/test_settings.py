@@ -1,4 +1,4 @@
-"""Settings that are applied as given: config files, the task a config builds, saved run and sweep settings,
+"""Settings that are applied as given: config files, the task a config builds, saved run settings,
 and the directory lock (no training here; the end-to-end cases are in tests/reliability and tests/e2e)."""
 
 from __future__ import annotations
@@ -7,14 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from grpolab import experiments
-from grpolab.config import CompareConfig, TrainConfig, build_config, load_config_file, save_config
+from grpolab.config import TrainConfig, build_config, load_config_file, save_config
 from grpolab.errors import UserError
 from grpolab.train.lock import DirectoryLock
 from grpolab.train.run import load_task_for
-from grpolab.train.settings import check_sweep_settings, resume_config
+from grpolab.train.settings import resume_config
 
 
 def test_yaml_and_toml_read_numbers_alike(tmp_path: Path) -> None:
@@ -53,39 +51,6 @@ def test_resume_config_keeps_the_saved_settings(tmp_path: Path) -> None:
     assert (config.advantage, config.lr, config.steps, config.threads) == ("dr_grpo", 3e-4, 50, 2)
     with pytest.raises(UserError, match=r"group_size 4; this command gives group_size 8"):
         resume_config(tmp_path, {"group_size": 8})
-
-
-def test_a_sweep_directory_refuses_other_settings(tmp_path: Path) -> None:
-    defaults = {**CompareConfig().to_dict(), **TrainConfig().to_dict()}
-    settings = {"compare": CompareConfig(seeds=2).to_dict(), "train": TrainConfig(steps=5).to_dict()}
-    check_sweep_settings(tmp_path, settings, defaults)  # the first run saves them
-    assert yaml.safe_load((tmp_path / "compare.yaml").read_text())["steps"] == 5
-    check_sweep_settings(tmp_path, settings, defaults)
-    check_sweep_settings(tmp_path, {**settings, "compare": CompareConfig(seeds=2, workers=3).to_dict()}, defaults)
-    other = {"compare": CompareConfig(seeds=3).to_dict(), "train": TrainConfig(steps=8).to_dict()}
-    check_sweep_settings(tmp_path, other, defaults)  # no run has trained yet: the new settings replace them
-    check_sweep_settings(tmp_path, settings, defaults)
-    (tmp_path / "runs" / "sign-G4-seed0").mkdir(parents=True)
-    (tmp_path / "runs" / "sign-G4-seed0" / "metrics.jsonl").write_text('{"step": 1}\n')
-    with pytest.raises(UserError, match=r"seeds 2, steps 5; this command gives seeds 3, steps 8"):
-        check_sweep_settings(tmp_path, other, defaults)
-
-
-def _fake_finished_run(spec: experiments.RunSpec, config: TrainConfig) -> None:
-    spec.run_dir.mkdir(parents=True)
-    save_config(config, spec.run_dir / "config.yaml")
-    (spec.run_dir / "summary.json").write_text('{"status": "complete"}')
-    row = {"step": config.steps, "phase": "end", "greedy_accuracy": 0.5, "pass_at_k": {}, "successes": []}
-    (spec.run_dir / "eval.jsonl").write_text(json.dumps(row) + "\n")
-
-
-def test_a_run_saved_with_other_settings_is_not_a_result(tmp_path: Path) -> None:
-    specs = experiments.plan_runs(TrainConfig(steps=8), ["sign", "rloo"], [0], [2], tmp_path)
-    _fake_finished_run(specs[0], specs[0].config)
-    _fake_finished_run(specs[1], specs[1].config.replace(steps=5))
-    results, _ = experiments.collect_results(specs)
-    assert list(results["run_id"]) == [specs[0].run_id]
-    assert specs[0].finished and not specs[1].finished  # so the sweep tries it again, and reports the refusal
 
 
 def test_the_directory_lock_refuses_a_second_holder(tmp_path: Path) -> None:

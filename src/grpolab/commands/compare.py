@@ -1,14 +1,15 @@
 """``grpolab compare``: a multi-seed comparison of advantage estimators, evaluated, with statistics and
-a report (report.html, report.md, results.parquet in --out). Rerunning with the same --out and the same
-settings resumes; other settings are refused once a run has trained (the sweep's settings are saved in
---out/compare.yaml), and so is a second ``grpolab compare`` on an --out that one is still writing."""
+a report (report.html, report.md, results.parquet in --out). The comparison itself is the library call
+``grpolab.compare`` (``grpolab.sweep``); this command parses the flags, calls it, and prints its progress and
+summary. Rerunning with the same --out and the same settings resumes; other settings are refused once a run
+has trained (the sweep's settings are saved in --out/compare.yaml), and so is a second ``grpolab compare``
+on an --out that one is still writing."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +17,8 @@ from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import CompareConfig, TrainConfig, load_config_file, split_file_values
 from grpolab.errors import UserError
 from grpolab.progress import console, progress_bar
-from grpolab.train.lock import DirectoryLock
-from grpolab.train.settings import (
-    SWEEP_OWNED,
-    check_sweep_settings,
-    explicit_values,
-    refuse_sweep_owned,
-    sweep_train_settings,
-)
-
-# The training settings of a comparison that differ from `grpolab train`'s: a fixed, short budget, so the
-# comparison measures how fast each estimator learns (and the default sweep runs in minutes on 2 cores).
-# Precedence: TrainConfig defaults < these < the config file < flags.
-COMPARE_TRAIN_DEFAULTS: dict[str, Any] = {"steps": 20}
+from grpolab.sweep.settings import COMPARE_TRAIN_DEFAULTS, SWEEP_OWNED, refuse_sweep_owned
+from grpolab.train.settings import explicit_values
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,43 +31,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from grpolab.sweep import compare
+
     file_values = load_config_file(args.config) if args.config else {}
     compare_values, train_values = split_file_values(file_values, CompareConfig, TrainConfig)
     refuse_sweep_owned(explicit_values(args, TrainConfig, train_values))
     sweep: CompareConfig = config_from_args(args, CompareConfig, file_values=compare_values)
     base: TrainConfig = config_from_args(args, TrainConfig, file_values={**COMPARE_TRAIN_DEFAULTS, **train_values})
-    out = Path(args.out)
     sweep = _one_lr_or_grid(args, sweep, base, lrs_given="lrs" in compare_values, lr_given="lr" in train_values)
-    with DirectoryLock(out, "grpolab compare"):  # one sweep process per --out
-        return _sweep(out, sweep, base, report=not args.no_report)
+    progress = _Progress()
+    try:
+        result = compare(sweep, base, Path(args.out), report=not args.no_report, on_event=progress.on_event)
+    finally:
+        progress.close()
+        for outcome in progress.failed:
+            console.print(f"[red]run {outcome['run_id']} failed:[/red] {outcome['error']}")
+    for cell in result.unbracketed:
+        console.print(f"[yellow]the lr chosen for {cell} ({result.choice[cell]:g}) is still the "
+                      f"{_edge(result, cell)} lr tried after {sweep.lr_bracket_rounds} extra round(s): not bracketed; "
+                      "widen --lrs or raise --lr-bracket-rounds[/yellow]")
+    if result.report is not None:
+        _print_summary(result)
+    return 1 if result.failed else 0
 
 
-def _sweep(out: Path, sweep: CompareConfig, base: TrainConfig, *, report: bool) -> int:
-    from grpolab import experiments
-
-    settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base), "task": _task_summary(base)}
-    defaults = {**CompareConfig().to_dict(), **TrainConfig().to_dict(), **COMPARE_TRAIN_DEFAULTS}
-    check_sweep_settings(out, settings, defaults)  # refuses other settings; saves them while no run has trained
-    (out / "task.json").write_text(json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
-    if len(sweep.lr_list) > 1:
-        grid, choice, specs, outcomes, selection = _select_then_run(experiments, base, sweep, out)
-    else:
-        base = base.replace(lr=sweep.lr_list[0]) if sweep.lr_list else base
-        specs = experiments.plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out)
-        outcomes, selection, grid, choice = _run_with_progress(experiments, specs, sweep, "runs"), None, [], None
-    results, metrics = experiments.collect_results(specs)
-    experiments.write_tables(out, results, metrics)
-    experiments.runs_table(grid, specs, choice).to_csv(out / "runs.csv", index=False)
-    if selection is not None:
-        selection.to_parquet(out / "selection.parquet", index=False)
-    failed = [o for o in outcomes if not o["ok"]]
-    for outcome in failed:
-        console.print(f"[red]run {outcome['run_id']} failed:[/red] {outcome['error']}")
-    if results.empty:
-        raise UserError(f"no run finished; see the errors above and the run directories in {out / 'runs'}")
-    if report:
-        _report(out, results, metrics, settings, selection)
-    return 1 if failed else 0
+def _edge(result: Any, cell: Any) -> str:
+    lrs = result.selection
+    tried = lrs[(lrs["variant"] == cell.variant.name) & (lrs["estimator"] == cell.estimator)
+                & (lrs["group_size"] == cell.group_size)]["lr"]
+    return "smallest" if result.choice[cell] <= tried.min() else "largest"
 
 
 def _one_lr_or_grid(args: argparse.Namespace, sweep: CompareConfig, base: TrainConfig, *, lrs_given: bool,
@@ -92,60 +74,55 @@ def _one_lr_or_grid(args: argparse.Namespace, sweep: CompareConfig, base: TrainC
     return dataclasses.replace(sweep, lrs=f"{base.lr!r}") if lr_given else sweep
 
 
-def _select_then_run(experiments: Any, base: TrainConfig, sweep: CompareConfig, out: Path) -> tuple:
-    """Phase 1: the lr grid on selection seeds, scored on validation; phase 2: each (estimator, G) at its
-    chosen lr on the reported seeds. Returns (grid specs, chosen lrs, reported specs, outcomes of both
-    phases, selection table)."""
-    grid = experiments.plan_lr_grid(base, sweep.estimator_list, sweep.group_size_list, sweep.lr_list,
-                                    sweep.selection_seed_list, out)
-    outcomes = _run_with_progress(experiments, grid, sweep, "lr selection")
-    choice, selection = experiments.select_lrs(grid)
-    missing = [f"{e} G={g}" for e in sweep.estimator_list for g in sweep.group_size_list if (e, g) not in choice]
-    if missing:
-        raise UserError(f"no lr-selection run finished for {', '.join(missing)}; see the errors above")
-    for (estimator, size), lr in sorted(choice.items()):
-        console.print(f"selected lr {lr:g} for {estimator} G={size} (best mean validation pass@1)")
-    specs = experiments.plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out,
-                                  lrs=choice)
-    return grid, choice, specs, outcomes + _run_with_progress(experiments, specs, sweep, "runs"), selection
+class _Progress:
+    """The progress bar of each group of runs, drawn from ``grpolab.compare``'s events."""
+
+    def __init__(self) -> None:
+        self.failed: list[dict[str, Any]] = []
+        self._bars = contextlib.ExitStack()
+        self._bar: Any = None
+        self._task: Any = None
+        self._current: dict[str, str] = {}
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if "phase" in event:
+            self._start(event)
+        elif "phase_done" in event:
+            self.close()
+            console.print(f"{event['phase_done']}: {event['trained']} run(s) trained in {event['seconds']:.0f} s")
+        elif "selected" in event:
+            console.print(f"selected lr {event['lr']:g} for {event['selected']} (best mean validation pass@1"
+                          + ("" if event["bracketed"] else "; at the edge of the lrs tried") + ")")
+        elif "finished" in event:
+            if not event["finished"]["ok"]:
+                self.failed.append(event["finished"])
+            self._current.pop(event["finished"]["run_id"], None)
+            self._update(advance=1)
+        else:
+            self._current[event["run_id"]] = f"{event['run_id']} step {event['step']}/{event['steps']}"
+            self._update()
+
+    def _start(self, event: dict[str, Any]) -> None:
+        self.close()
+        if event["already"]:
+            console.print(f"resuming: {event['already']} of {event['total']} runs already finished, skipping them")
+        self._bar = self._bars.enter_context(progress_bar(True))
+        if self._bar is not None:
+            self._task = self._bar.add_task(event["phase"], total=event["total"], completed=event["already"], info="")
+
+    def _update(self, advance: int = 0) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, advance=advance, info="; ".join(sorted(self._current.values()))[:90])
+
+    def close(self) -> None:
+        self._bars.close()
+        self._bar, self._current = None, {}
 
 
-def _task_summary(base: TrainConfig) -> dict[str, Any]:
-    """The task every run trains on, built once here so that bad data fails before any run starts."""
-    from grpolab.train.run import load_task_for
-
-    return load_task_for(base).summary()
-
-
-def _run_with_progress(experiments: Any, specs: list, sweep: CompareConfig, label: str) -> list[dict[str, Any]]:
-    total = len(specs)
-    already = sum(spec.finished for spec in specs)
-    if already:
-        console.print(f"resuming: {already} of {total} runs already finished, skipping them")
-    current: dict[str, str] = {}
-    started = time.perf_counter()
-    with progress_bar(True) as bar:
-        task_id = bar.add_task(label, total=total, completed=already, info="") if bar else None
-
-        def on_event(event: dict[str, Any]) -> None:
-            if bar is None:
-                return
-            if "finished" in event:
-                current.pop(event["finished"]["run_id"], None)
-                bar.advance(task_id)
-            else:
-                current[event["run_id"]] = f"{event['run_id']} step {event['step']}/{event['steps']}"
-            bar.update(task_id, info="; ".join(sorted(current.values()))[:90])
-
-        outcomes = experiments.run_sweep(specs, workers=sweep.workers, backend=sweep.backend, on_event=on_event)
-    console.print(f"{label}: {len(outcomes)} run(s) trained in {time.perf_counter() - started:.0f} s")
-    return outcomes
-
-
-def _report(out: Path, results: Any, metrics: Any, settings: dict[str, Any], selection: Any) -> None:
+def _print_summary(result: Any) -> None:
     from grpolab import report
 
-    html_path, md_path = report.write_report(out, results, metrics, settings, selection=selection)
-    table = report.summary_display(report.summary_table(results))
+    table = report.summary_display(report.summary_table(result.results))
     print(table.to_string(index=False), flush=True)  # wide: no rich wrapping
-    console.print(f"report: {html_path}\nsummary: {md_path}\nresults: {out / 'results.parquet'}")
+    html_path, md_path = result.report
+    console.print(f"report: {html_path}\nsummary: {md_path}\nresults: {result.out / 'results.parquet'}")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpolab.config.checks import validate
-from grpolab.config.fields import setting
+from grpolab.config.fields import lower_bounds, setting
 from grpolab.errors import UserError
 
 __all__ = [
@@ -206,6 +206,21 @@ class CompareConfig:
     backend: str = setting("local", scope="runtime")
     """local (process pool) or ray (a Ray cluster; RAY_ADDRESS or a local one)."""
 
+    # the sweep as a Python API: lr bracketing, variants, the primary comparison, GPUs per run
+    lr_bracket_rounds: int = setting(2, scope="sweep", at_least=0)
+    """Rounds that extend the lr grid of an (estimator, G, variant) whose best lr is the smallest or largest
+    tried (one more lr in the grid's ratio each round) until the best lr lies inside; 0 = never extend."""
+    vary: str = setting("", scope="sweep")
+    """Axes beside estimators and G over training settings, ';'-separated, each FIELD=V1,V2,... with values
+    of the field's type (JSON for mappings and lists), e.g. 'max_grad_norm=0,1;task_options={"digits":[1,2]}';
+    each variant gets its own lr selection."""
+    primary: str = setting("", scope="sweep", resume=True)
+    """The comparison the report puts first: two of --estimators, A,B (default: sign,dr_grpo when both are
+    compared, else the first two)."""
+    gpus_per_run: int = setting(0, scope="runtime", at_least=0)
+    """GPUs for each run: the local backend gives every worker its own CUDA_VISIBLE_DEVICES (workers at most
+    GPUs // N), Ray asks num_gpus=N per run; 0 = CPU only."""
+
     @property
     def estimator_list(self) -> list[str]:
         return [name.strip() for name in self.estimators.split(",") if name.strip()]
@@ -223,6 +238,21 @@ class CompareConfig:
         if any(not math.isfinite(v) or v <= 0 for v in values):
             raise UserError(f"lrs must be positive finite numbers, got {self.lrs!r}")
         return sorted(set(values))
+
+    @property
+    def primary_pair(self) -> tuple[str, ...]:
+        """The two estimators the report compares first (empty when only one estimator is compared)."""
+        names = self.estimator_list
+        if self.primary.strip():
+            chosen = tuple(name.strip() for name in self.primary.split(","))
+            unknown = [name for name in chosen if name not in names]
+            if len(chosen) != 2 or len(set(chosen)) != 2 or unknown:
+                raise UserError(f"primary must name two different estimators of --estimators ({', '.join(names)}) "
+                                f"as A,B, got {self.primary!r}")
+            return chosen
+        if "sign" in names and "dr_grpo" in names:
+            return ("sign", "dr_grpo")
+        return tuple(names[:2]) if len(names) >= 2 else ()
 
     @property
     def selection_seed_list(self) -> list[int]:
@@ -248,6 +278,10 @@ class CompareConfig:
         self.lr_list  # noqa: B018 (validates)
         if self.backend not in ("local", "ray"):
             raise UserError(f"backend must be local or ray, got {self.backend!r}")
+        for name, least in lower_bounds(self).items():
+            if getattr(self, name) < least:
+                raise UserError(f"{name} must be >= {least:g}, got {getattr(self, name)}")
+        self.primary_pair  # noqa: B018 (validates)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

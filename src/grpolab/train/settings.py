@@ -1,14 +1,11 @@
-"""A run directory and a sweep directory own their settings.
+"""A run directory owns its settings (a sweep directory's are in ``grpolab.sweep.settings``).
 
 * A run's saved ``config.yaml`` is the truth on ``--resume``. A setting given again with the saved value is
   fine; ``steps`` may change (to extend a run, or end it sooner), and every resume is recorded in the run's
   ``resumes.jsonl`` with what changed; ``progress`` and ``threads`` change how the process runs, not what it
   trains. Any other difference is refused with one line naming the settings, both values and the way on.
-* A sweep's ``compare.yaml`` (every sweep setting and every training setting) must match a re-run's
-  settings, or ``grpolab compare`` refuses, naming the differences. A run directory whose ``config.yaml``
-  differs from the run the sweep planned is never counted as a result.
-* The settings a sweep sets for each run itself (``SWEEP_OWNED``) are refused as ``grpolab compare`` flags
-  or config-file keys, naming the flag to use instead.
+* A run directory whose ``config.yaml`` differs from the run a sweep planned is never counted as its result
+  (``same_run_settings``).
 """
 
 from __future__ import annotations
@@ -20,31 +17,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grpolab.config import CompareConfig, TrainConfig, build_config, load_config_file, yaml_text
-from grpolab.config.fields import resume_may_change, runtime_only, sweep_owned
+from grpolab.config import CompareConfig, TrainConfig, build_config, load_config_file
+from grpolab.config.fields import resume_may_change, runtime_only
 from grpolab.errors import UserError
 
 __all__ = [
     "RESUME_MAY_CHANGE",
     "RUNTIME_ONLY",
-    "SWEEP_OWNED",
     "check_resume",
-    "check_sweep_settings",
     "explicit_values",
     "load_saved_config",
     "record_resume",
-    "refuse_sweep_owned",
     "resume_config",
     "same_run_settings",
 ]
 
 # Read from the fields' metadata (grpolab.config.fields): settings of how a process runs, not of what it trains
-# or finds (they may differ between runs of one directory); those --resume may change; and the training settings
-# that ``grpolab compare`` sets for each run -> what to use instead.
+# or finds (they may differ between runs of one directory), and those --resume may change.
 RUNTIME_ONLY = runtime_only(TrainConfig, CompareConfig)
 RESUME_MAY_CHANGE = resume_may_change(TrainConfig)
-SWEEP_OWNED: dict[str, str] = sweep_owned(TrainConfig)
-SWEEP_FILE = "compare.yaml"
 Change = tuple[str, Any, Any]  # (setting, saved value, new value)
 
 
@@ -128,38 +119,3 @@ def same_run_settings(saved: TrainConfig | None, planned: TrainConfig) -> bool:
         return False
     names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in RUNTIME_ONLY]
     return not _changes(saved.to_dict(), planned.to_dict(), names)
-
-
-# ---------------------------------------------------------------------------- a sweep
-
-
-def refuse_sweep_owned(explicit_train: dict[str, Any]) -> None:
-    """Refuse training settings that ``grpolab compare`` sets for each run itself."""
-    owned = [name for name in SWEEP_OWNED if name in explicit_train]
-    if owned:
-        uses = "; ".join(f"for {name} use {SWEEP_OWNED[name]}" for name in owned)
-        flags = ", ".join("--" + name.replace("_", "-") for name in owned)
-        raise UserError(f"grpolab compare sets {', '.join(owned)} for each run itself, so {flags} would be "
-                        f"ignored: {uses}")
-
-
-def sweep_train_settings(base: TrainConfig) -> dict[str, Any]:
-    """The training settings a sweep shares between its runs (the base config without ``SWEEP_OWNED``)."""
-    return {k: v for k, v in base.to_dict().items() if k not in SWEEP_OWNED}
-
-
-def check_sweep_settings(out: Path, settings: dict[str, dict[str, Any]], defaults: dict[str, Any]) -> None:
-    """Refuse a sweep in ``out`` whose saved settings differ from ``settings`` ({"compare": ..., "train": ...})
-    once any of its runs has trained a step; settings missing from the saved file count as their
-    ``defaults``. Saves ``settings`` while no run has trained (so a sweep refused at once can be fixed)."""
-    path = Path(out) / SWEEP_FILE
-    flat = {**settings["compare"], **settings["train"]}
-    trained = any(log.stat().st_size for log in Path(out).glob("*/*/metrics.jsonl"))
-    if not path.is_file() or not trained:
-        path.write_text(yaml_text(flat))
-        return
-    saved = {**defaults, **load_config_file(path)}
-    changes = [c for c in _changes(saved, flat, list(flat)) if c[0] not in RUNTIME_ONLY]
-    if changes:
-        raise UserError(f"{out} holds a sweep made with {_describe(changes)}: rerun with its "
-                        f"saved settings ({path}) to resume it, or choose a new --out")

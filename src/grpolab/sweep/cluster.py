@@ -1,0 +1,44 @@
+"""The Ray backend: every run is one Ray task (``num_cpus=1``, ``num_gpus=--gpus-per-run``) on the cluster at
+``RAY_ADDRESS``, or on a local Ray started with ``workers`` CPUs. Ray gives each task its own
+``CUDA_VISIBLE_DEVICES``. A stop signal (Ctrl-C, SIGTERM, SIGHUP) cancels the queued and the running runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from grpolab.errors import UserError
+from grpolab.sweep.plan import RunSpec
+from grpolab.sweep.signals import StopRequest, stop_signals
+from grpolab.sweep.worker import EventFn, run_one
+
+__all__ = ["run_ray"]
+
+
+def run_ray(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus_per_run: int = 0
+            ) -> list[dict[str, Any]]:
+    """Train ``specs`` as Ray tasks; returns the outcomes of the runs that ended."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--backend ray needs Ray: pip install 'grpolab[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(num_cpus=workers, include_dashboard=False, ignore_reinit_error=True,
+                 address=os.environ.get("RAY_ADDRESS"))
+    remote = ray.remote(num_cpus=1, num_gpus=gpus_per_run)(run_one)
+    pending = {remote.remote(spec): spec for spec in specs}
+    outcomes = []
+    with stop_signals(StopRequest()):
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    pending.pop(ref)
+                    outcomes.append(ray.get(ref))
+                    on_event({"finished": outcomes[-1]})
+        except KeyboardInterrupt:  # stop the queued and the running runs, not only this process
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+    return outcomes

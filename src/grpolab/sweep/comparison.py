@@ -1,0 +1,174 @@
+"""``grpolab.compare``: a multi-seed comparison as one library call; ``grpolab compare`` parses, calls and prints.
+
+The order of a comparison: (1) check the sweep directory's saved settings and build the task once (bad data
+fails before any run starts); (2) with several lrs, select an lr per cell (variant, estimator, G) on
+validation runs, extending a cell's grid while its best lr is the smallest or largest tried
+(``lr_bracket_rounds`` times at most; ``grpolab.sweep.select``); (3) train each cell at its lr on the reported
+seeds; (4) gather the tables and write the report. Every step resumes: a finished sweep re-run with the same
+``out`` trains nothing. Progress goes to ``on_event`` (``CompareResult`` documents the events).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grpolab.config import CompareConfig, TrainConfig
+from grpolab.errors import UserError
+from grpolab.sweep.gather import collect_results, runs_table, write_tables
+from grpolab.sweep.plan import Cell, RunSpec, plan_cells, plan_lr_grid, plan_runs
+from grpolab.sweep.run import run_sweep
+from grpolab.sweep.select import Selection, extend_grids, select_lrs
+from grpolab.sweep.settings import adopt_saved_settings, check_sweep_settings, sweep_defaults, sweep_train_settings
+from grpolab.sweep.variants import parse_vary
+from grpolab.sweep.worker import EventFn
+from grpolab.train.lock import DirectoryLock
+
+__all__ = ["CompareResult", "compare"]
+
+
+@dataclass
+class CompareResult:
+    """What a comparison leaves in ``out`` (and returns): ``results`` (one row per run and evaluation),
+    ``metrics`` (per run and step), ``runs`` (one row per run, selection runs included), ``selection`` (the
+    lr-selection runs, None without selection), each cell's ``choice`` of lr and whether it is
+    ``bracketed``, the ``outcomes`` of the runs trained by this call, the ``settings`` saved for the report,
+    and the report's paths (None with ``report=False``).
+
+    Events passed to ``on_event``: {"phase": label, "total": n, "already": k} before a group of runs,
+    {"run_id", "step", "steps", "reward"} per training step, {"finished": outcome} per run,
+    {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr": lr, "bracketed": bool}.
+    """
+
+    out: Path
+    results: pd.DataFrame
+    metrics: pd.DataFrame
+    runs: pd.DataFrame
+    selection: pd.DataFrame | None
+    choice: dict[Cell, float]
+    bracketed: dict[Cell, bool]
+    outcomes: list[dict[str, Any]]
+    settings: dict[str, Any]
+    report: tuple[Path, Path] | None = None
+    specs: list[RunSpec] = field(default_factory=list, repr=False)
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """The outcomes of runs that failed or diverged (``error`` says why)."""
+        return [outcome for outcome in self.outcomes if not outcome["ok"]]
+
+    @property
+    def unbracketed(self) -> list[Cell]:
+        """The cells whose chosen lr is still the smallest or largest lr tried."""
+        return sorted(cell for cell, inside in self.bracketed.items() if not inside)
+
+
+def compare(sweep: CompareConfig, base: TrainConfig, out: str | Path, *, report: bool = True,
+            on_event: EventFn | None = None) -> CompareResult:
+    """Compare ``sweep.estimators`` at ``sweep.group_sizes`` (and each ``--vary`` variant) over seeds, each at
+    its lr chosen on validation runs (one lr in ``sweep.lrs``: every run at that lr), on the training settings
+    ``base``; writes everything into ``out`` and returns it. Holds ``out``'s lock while it runs."""
+    out = Path(out)
+    with DirectoryLock(out, "grpolab compare"):  # one sweep process per --out
+        return _compare(sweep, base, out, report=report, on_event=on_event or (lambda event: None))
+
+
+def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool, on_event: EventFn) -> CompareResult:
+    sweep = adopt_saved_settings(out, sweep)
+    sweep = dataclasses.replace(sweep, primary=",".join(sweep.primary_pair))
+    variants = parse_vary(sweep.vary)
+    cells = plan_cells(sweep.estimator_list, sweep.group_size_list, variants)
+    for variant in variants:  # a bad value for this base config fails before anything is written
+        base.replace(**variant.changes)
+    settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base), "task": _task_summary(base)}
+    check_sweep_settings(out, settings, sweep_defaults())  # refuses other settings; saves them otherwise
+    (out / "task.json").write_text(json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
+    runner = _Runner(sweep, on_event)
+    grid: list[RunSpec] = []
+    selection: Selection | None = None
+    if len(sweep.lr_list) > 1:
+        grid, selection = _select(base, sweep, cells, out, runner)
+        lrs = selection.choice
+    else:
+        base = base.replace(lr=sweep.lr_list[0]) if sweep.lr_list else base
+        lrs = None
+    specs = plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out, variants=variants,
+                      lrs=lrs)
+    runner.run(specs, "runs")
+    return _gather(out, sweep, settings, grid, specs, selection, runner.outcomes, report=report)
+
+
+class _Runner:
+    """Runs groups of runs with one sweep's backend settings, telling ``on_event`` and keeping the outcomes."""
+
+    def __init__(self, sweep: CompareConfig, on_event: EventFn):
+        self.sweep, self.on_event = sweep, on_event
+        self.outcomes: list[dict[str, Any]] = []
+
+    def run(self, specs: Sequence[RunSpec], label: str) -> None:
+        self.on_event({"phase": label, "total": len(specs), "already": sum(spec.ended for spec in specs)})
+        started = time.perf_counter()
+        outcomes = run_sweep(specs, workers=self.sweep.workers, backend=self.sweep.backend, on_event=self.on_event,
+                             gpus_per_run=self.sweep.gpus_per_run)
+        self.outcomes += outcomes
+        self.on_event({"phase_done": label, "trained": len(outcomes), "seconds": time.perf_counter() - started})
+
+
+def _select(base: TrainConfig, sweep: CompareConfig, cells: list[Cell], out: Path,
+            runner: _Runner) -> tuple[list[RunSpec], Selection]:
+    """Select each cell's lr on the selection seeds, extending unbracketed grids for up to
+    ``sweep.lr_bracket_rounds`` more rounds. Returns (every grid run, the final selection)."""
+    rounds: dict[Cell, dict[float, int]] = {cell: dict.fromkeys(sweep.lr_list, 0) for cell in cells}
+    ratio = sweep.lr_list[1] / sweep.lr_list[0]
+    for round_ in range(sweep.lr_bracket_rounds + 1):
+        grid = plan_lr_grid(base, rounds, sweep.selection_seed_list, out)
+        runner.run(grid, "lr selection" + (f", round {round_}" if round_ else ""))
+        selection = select_lrs(grid, rounds)
+        added = extend_grids(selection, ratio) if round_ < sweep.lr_bracket_rounds else {}
+        if not added:
+            break
+        for cell, lrs in added.items():
+            rounds[cell].update(dict.fromkeys(lrs, round_ + 1))
+    missing = [str(cell) for cell in cells if cell not in selection.choice]
+    if missing:
+        raise UserError(f"no lr-selection run finished for {', '.join(missing)}; see the errors above")
+    for cell, lr in sorted(selection.choice.items()):
+        runner.on_event({"selected": cell, "lr": lr, "bracketed": selection.bracketed[cell]})
+    return grid, selection
+
+
+def _task_summary(base: TrainConfig) -> dict[str, Any]:
+    """The task every run trains on, built once here so that bad data fails before any run starts."""
+    from grpolab.train.run import load_task_for
+
+    return load_task_for(base).summary()
+
+
+def _gather(out: Path, sweep: CompareConfig, settings: dict[str, Any], grid: list[RunSpec], specs: list[RunSpec],
+            selection: Selection | None, outcomes: list[dict[str, Any]], *, report: bool) -> CompareResult:
+    choice = selection.choice if selection else {}
+    bracketed = selection.bracketed if selection else {}
+    results, metrics = collect_results(specs, bracketed if selection else None)
+    write_tables(out, results, metrics)
+    runs = runs_table(grid, specs, choice or None, bracketed if selection else None)
+    runs.to_csv(out / "runs.csv", index=False)
+    if selection is not None:
+        selection.table.to_parquet(out / "selection.parquet", index=False)
+        settings["selection"] = {"unbracketed": [str(cell) for cell in selection.unbracketed],
+                                 "lr_bracket_rounds": sweep.lr_bracket_rounds}
+    result = CompareResult(out, results, metrics, runs, selection.table if selection else None, choice, bracketed,
+                           outcomes, settings, specs=specs)
+    if results.empty:
+        raise UserError(f"no run finished; see the errors above and the run directories in {out / 'runs'}")
+    if report:
+        from grpolab import report as reporting
+
+        result.report = reporting.write_report(out, results, metrics, settings, selection=result.selection)
+    return result

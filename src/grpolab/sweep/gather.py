@@ -1,0 +1,91 @@
+"""Gathering a sweep's runs into tables: ``results.parquet`` (one row per run and evaluation),
+``metrics.parquet`` (one row per run and training step) and ``runs.csv`` (one row per run, the lr-selection
+runs included, with its start and end figures).
+
+Every row carries the run's ``variant`` ("" when nothing is varied) and ``status``: ``finished``, or
+``diverged`` for a run the trainer stopped on a non-finite loss, gradient or parameter. A diverged run keeps
+the evaluations it made before it stopped and has no ``end`` evaluation, so it is never scored as 0%; the
+report marks it. ``bracketed`` says whether the run's lr was chosen inside its selection grid (None when the
+sweep chose no lr).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grpolab.sweep.plan import Cell, RunSpec
+from grpolab.train.runlog import read_metrics
+
+__all__ = ["collect_results", "runs_table", "write_tables"]
+
+
+def _run_columns(spec: RunSpec, bracketed: Mapping[Cell, bool] | None = None) -> dict[str, Any]:
+    return {"run_id": spec.run_id, "variant": spec.variant.name, "estimator": spec.estimator, "seed": spec.seed,
+            "group_size": spec.group_size, "lr": spec.lr, "task": spec.config.task, "model": spec.config.model,
+            "steps": spec.config.steps, "status": spec.status,
+            "bracketed": None if bracketed is None else bracketed.get(spec.cell)}
+
+
+def _result_row(columns: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    passk = row.get("pass_at_k", {})
+    return {**columns, "phase": row["phase"], "step": row["step"],
+            "completions_generated": row.get("completions_generated", 0),
+            "greedy_accuracy": row["greedy_accuracy"], "n": row.get("n", 0),
+            "pass_at_k": [passk[k] for k in sorted(passk, key=int)],
+            "successes": row.get("successes", []), "families": row.get("families", []),
+            "mean_length": row.get("mean_length", 0.0),
+            "greedy_unscorable": row.get("greedy_unscorable", float("nan")),
+            "unscorable": row.get("unscorable", float("nan"))}
+
+
+def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | None = None
+                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(results, metrics) tables of the ended runs: one row per run and evaluation / run and step."""
+    results, metrics = [], []
+    for spec in (s for s in specs if s.ended):
+        columns = _run_columns(spec, bracketed)
+        results += [_result_row(columns, row) for row in read_metrics(spec.run_dir / "eval.jsonl")]
+        keys = ("run_id", "variant", "estimator", "seed", "group_size", "status")
+        metrics += [{**{k: columns[k] for k in keys}, **row} for row in read_metrics(spec.run_dir / "metrics.jsonl")]
+    return pd.DataFrame(results), pd.DataFrame(metrics)
+
+
+def _evaluation_columns(prefix: str, row: dict[str, Any] | None) -> dict[str, Any]:
+    """``prefix_greedy``, ``prefix_pass_at_1``, ``prefix_pass_at_n`` and ``prefix_unscorable`` of one
+    evaluation (NaN when it was not made)."""
+    row = row or {}
+    passk = row.get("pass_at_k") or {}
+    top = max(passk, key=int) if passk else None
+    nan = float("nan")
+    return {f"{prefix}_greedy": row.get("greedy_accuracy", nan), f"{prefix}_pass_at_1": passk.get("1", nan),
+            f"{prefix}_pass_at_n": passk[top] if top else nan, f"{prefix}_unscorable": row.get("unscorable", nan)}
+
+
+def runs_table(grid: Sequence[RunSpec], specs: Sequence[RunSpec], choice: Mapping[Cell, float] | None,
+               bracketed: Mapping[Cell, bool] | None = None) -> pd.DataFrame:
+    """One row per ended run, the lr-grid runs included (``role`` selection or result): its variant,
+    estimator, G, seed, lr, status, the split it was scored on, ``n`` samples per prompt, and its start and
+    end figures. ``selected`` marks the grid runs at the lr chosen for their cell."""
+    rows = []
+    for role, group in (("selection", grid), ("result", specs)):
+        for spec in (s for s in group if s.ended):
+            evaluations = read_metrics(spec.run_dir / "eval.jsonl")
+            start = next((r for r in evaluations if r["phase"] == "start"), None)
+            end = next((r for r in reversed(evaluations) if r["phase"] == "end"), None)
+            selected = choice.get(spec.cell) == spec.lr if role == "selection" and choice else None
+            rows.append({"role": role, **_run_columns(spec, bracketed), "selected": selected,
+                         "split": (end or {}).get("split", spec.config.eval_split), "n": (end or {}).get("n", 0),
+                         **_evaluation_columns("start", start), **_evaluation_columns("end", end)})
+    return pd.DataFrame(rows)
+
+
+def write_tables(out_dir: Path, results: pd.DataFrame, metrics: pd.DataFrame) -> None:
+    """Write results.parquet and metrics.parquet (the sweep's settings are in its compare.yaml)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results.to_parquet(out_dir / "results.parquet", index=False)
+    metrics.to_parquet(out_dir / "metrics.parquet", index=False)

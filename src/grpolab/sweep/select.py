@@ -1,0 +1,119 @@
+"""Choosing each cell's learning rate on validation runs, and extending a grid until the choice is bracketed.
+
+Every (variant, estimator, G) trains at each lr of its grid on the selection seeds, scored on the validation
+split; the lr with the best mean validation score wins (ties: the smaller lr). An lr at which any selection
+run diverged is disqualified. Following the practice of reporting tuned baselines only when the tuned value is
+inside the searched range (Henderson et al. 2018, "Deep RL that matters"; Agarwal et al. 2021), a choice is
+*bracketed* when the grid holds a tried lr below it and one above it; an lr above at which runs diverged
+counts as a bracket from above. ``extend_grids`` gives an unbracketed cell one more lr on the open side, in
+the ratio of its two outermost tried lrs on that side (a geometric grid stays geometric), rounded to three
+significant digits so that run ids stay readable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from grpolab.errors import UserError
+from grpolab.sweep.plan import Cell, RunSpec
+from grpolab.train.runlog import read_metrics
+
+__all__ = ["Selection", "extend_grids", "select_lrs", "validation_score"]
+
+COLUMNS = ["variant", "estimator", "group_size", "lr", "round", "seed", "status", "validation_score"]
+
+
+@dataclass
+class Selection:
+    """The outcome of lr selection: each cell's chosen lr, whether it is bracketed, and the table of the
+    selection runs (one row per ended run: variant, estimator, group_size, lr, round, seed, status,
+    validation_score, selected, bracketed)."""
+
+    choice: dict[Cell, float]
+    bracketed: dict[Cell, bool]
+    table: pd.DataFrame
+    tried: dict[Cell, list[float]] = field(default_factory=dict)
+
+    @property
+    def unbracketed(self) -> list[Cell]:
+        return sorted(cell for cell, ok in self.bracketed.items() if not ok)
+
+
+def validation_score(row: dict[str, Any]) -> float:
+    """The selection criterion of one evaluation: pass@1 when samples were drawn, else greedy accuracy."""
+    passk = row.get("pass_at_k") or {}
+    return float(passk["1"]) if "1" in passk else float(row["greedy_accuracy"])
+
+
+def _row(spec: RunSpec, rounds: Mapping[Cell, Mapping[float, int]]) -> dict[str, Any] | None:
+    """The selection row of one ended run (None while it has not ended, or ended without a validation score)."""
+    status = spec.status
+    if status is None:
+        return None
+    score = math.nan
+    if status == "finished":
+        evaluations = [r for r in read_metrics(spec.run_dir / "eval.jsonl")
+                       if r.get("phase") == "end" and r.get("split") == "validation"]
+        if not evaluations:
+            return None
+        score = validation_score(evaluations[-1])
+    return {"variant": spec.variant.name, "estimator": spec.estimator, "group_size": spec.group_size, "lr": spec.lr,
+            "round": rounds.get(spec.cell, {}).get(spec.lr, 0), "seed": spec.seed, "status": status,
+            "validation_score": score}
+
+
+def _choose(rows: pd.DataFrame) -> tuple[float | None, bool, list[float]]:
+    """One cell's (chosen lr or None when every lr diverged, bracketed, tried lrs ascending)."""
+    tried = sorted(set(rows["lr"]))
+    diverged = set(rows.loc[rows["status"] == "diverged", "lr"])
+    means = rows[~rows["lr"].isin(diverged)].groupby("lr")["validation_score"].mean().reset_index()
+    if means.empty:
+        return None, False, tried
+    best = float(means.sort_values(["validation_score", "lr"], ascending=[False, True]).iloc[0]["lr"])
+    return best, any(lr < best for lr in tried) and any(lr > best for lr in tried), tried
+
+
+def select_lrs(grid: Sequence[RunSpec], rounds: Mapping[Cell, Mapping[float, int]] | None = None) -> Selection:
+    """Each cell's lr with the best mean validation score over its finished grid runs, lrs with a diverged
+    run excluded. ``rounds``: the round in which each cell's lr joined its grid (0: the --lrs grid)."""
+    by_cell: dict[Cell, list[dict[str, Any]]] = {}
+    for spec in grid:
+        row = _row(spec, rounds or {})
+        if row is not None:
+            by_cell.setdefault(spec.cell, []).append(row)
+    if not by_cell:
+        raise UserError("no lr-selection run finished; see the errors above and the runs in selection/")
+    choice, bracketed, tried, tables = {}, {}, {}, []
+    for cell, rows in by_cell.items():
+        table = pd.DataFrame(rows, columns=COLUMNS)
+        best, inside, tried[cell] = _choose(table)
+        if best is not None:
+            choice[cell], bracketed[cell] = best, inside
+        tables.append(table.assign(selected=table["lr"] == best, bracketed=inside))
+    return Selection(choice, bracketed, pd.concat(tables, ignore_index=True), tried)
+
+
+def _next_lr(value: float, ratio: float) -> float:
+    return float(f"{value * ratio:.3g}")
+
+
+def extend_grids(selection: Selection, fallback_ratio: float) -> dict[Cell, list[float]]:
+    """The lrs to add to each unbracketed cell: one past the chosen lr on each open side, in the ratio of the
+    two outermost tried lrs there (``fallback_ratio`` when the cell has only one tried lr)."""
+    added: dict[Cell, list[float]] = {}
+    for cell in selection.unbracketed:
+        best, tried = selection.choice[cell], selection.tried[cell]
+        new = []
+        if best >= tried[-1]:
+            ratio = tried[-1] / tried[-2] if len(tried) > 1 else fallback_ratio
+            new.append(_next_lr(tried[-1], ratio))
+        if best <= tried[0]:
+            ratio = tried[1] / tried[0] if len(tried) > 1 else fallback_ratio
+            new.append(_next_lr(tried[0], 1 / ratio))
+        added[cell] = [lr for lr in new if lr not in tried and lr > 0]
+    return {cell: lrs for cell, lrs in added.items() if lrs}

@@ -1,0 +1,108 @@
+"""A sweep directory owns its settings, and the training settings a sweep sets for each run are its own.
+
+* ``OUT/compare.yaml`` holds every sweep setting and every shared training setting. Once a run of the sweep
+  has trained a step, a re-run must give the same settings (those that may change on resume aside: runtime
+  settings such as ``workers`` and ``backend``, and ``primary``, which only orders the report), or
+  ``grpolab compare`` refuses, naming the differences. While no run has trained, new settings replace the
+  saved ones, so a sweep refused at once can be fixed.
+* A sweep folder saved before a sweep setting existed resumes with the value it was made with
+  (``_BEFORE_THE_SETTING``: ``lr_bracket_rounds`` 0, since such a sweep never extended its lr grid), so an old
+  finished sweep re-run with the same --out trains nothing.
+* The training settings that a sweep sets for each run (``SWEEP_OWNED``, from the fields' metadata) are
+  refused as ``grpolab compare`` flags or config-file keys, naming the flag to use instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from grpolab.config import CompareConfig, TrainConfig, load_config_file, yaml_text
+from grpolab.config.fields import resume_may_change, runtime_only, sweep_owned
+from grpolab.errors import UserError
+
+__all__ = ["COMPARE_TRAIN_DEFAULTS", "SWEEP_FILE", "SWEEP_OWNED", "adopt_saved_settings", "check_sweep_settings",
+           "refuse_sweep_owned", "sweep_defaults", "sweep_train_settings"]
+
+SWEEP_OWNED: dict[str, str] = sweep_owned(TrainConfig)
+SWEEP_FILE = "compare.yaml"
+
+# The training settings of a comparison that differ from `grpolab train`'s: a fixed, short budget, so the
+# comparison measures how fast each estimator learns (and the default sweep runs in minutes on 2 cores).
+# Precedence: TrainConfig defaults < these < the config file < flags.
+COMPARE_TRAIN_DEFAULTS: dict[str, Any] = {"steps": 20}
+
+# Settings a re-run may change: how the processes run, and which comparison the report puts first.
+_MAY_CHANGE = runtime_only(TrainConfig, CompareConfig) | resume_may_change(CompareConfig)
+
+# Sweep settings added after sweeps were saved without them -> the value that reproduces such a sweep.
+_BEFORE_THE_SETTING: dict[str, Any] = {"lr_bracket_rounds": 0}
+
+
+def refuse_sweep_owned(explicit_train: dict[str, Any]) -> None:
+    """Refuse training settings that ``grpolab compare`` sets for each run itself."""
+    owned = [name for name in SWEEP_OWNED if name in explicit_train]
+    if owned:
+        uses = "; ".join(f"for {name} use {SWEEP_OWNED[name]}" for name in owned)
+        flags = ", ".join("--" + name.replace("_", "-") for name in owned)
+        raise UserError(f"grpolab compare sets {', '.join(owned)} for each run itself, so {flags} would be "
+                        f"ignored: {uses}")
+
+
+def sweep_train_settings(base: TrainConfig) -> dict[str, Any]:
+    """The training settings a sweep shares between its runs (the base config without ``SWEEP_OWNED``)."""
+    return {k: v for k, v in base.to_dict().items() if k not in SWEEP_OWNED}
+
+
+def sweep_defaults() -> dict[str, Any]:
+    """The value of every setting a saved ``compare.yaml`` may leave out."""
+    return {**CompareConfig().to_dict(), **TrainConfig().to_dict(), **COMPARE_TRAIN_DEFAULTS}
+
+
+def _trained(out: Path) -> bool:
+    """Whether any run of the sweep in ``out`` has logged a training step."""
+    return any(log.stat().st_size for log in Path(out).glob("*/*/metrics.jsonl"))
+
+
+def adopt_saved_settings(out: Path, sweep: CompareConfig) -> CompareConfig:
+    """``sweep`` with the value a trained sweep in ``out`` was made with for each setting its ``compare.yaml``
+    predates, where ``sweep`` leaves that setting at its default."""
+    path = Path(out) / SWEEP_FILE
+    if not path.is_file() or not _trained(out):
+        return sweep
+    saved = load_config_file(path)
+    defaults = CompareConfig()
+    older = {name: value for name, value in _BEFORE_THE_SETTING.items()
+             if name not in saved and getattr(sweep, name) == getattr(defaults, name)}
+    return dataclasses.replace(sweep, **older) if older else sweep
+
+
+def _changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    return [(name, saved.get(name), value) for name, value in wanted.items()
+            if saved.get(name) != value and name not in _MAY_CHANGE]
+
+
+def check_sweep_settings(out: Path, settings: dict[str, dict[str, Any]], defaults: dict[str, Any]) -> None:
+    """Refuse a sweep in ``out`` whose saved settings differ from ``settings`` ({"compare": ..., "train": ...})
+    once any of its runs has trained a step; settings missing from the saved file count as their
+    ``defaults`` (or the value a sweep made before the setting existed ran with). Saves ``settings`` whenever
+    they are accepted (so the file holds the latest runtime settings and primary comparison)."""
+    path = Path(out) / SWEEP_FILE
+    flat = {**settings["compare"], **settings["train"]}
+    if path.is_file() and _trained(out):
+        saved = {**defaults, **_BEFORE_THE_SETTING, **load_config_file(path)}
+        changes = _changes(saved, flat)
+        if changes:
+            before = ", ".join(f"{name} {old!r}" for name, old, _ in changes)
+            after = ", ".join(f"{name} {new!r}" for name, _, new in changes)
+            raise UserError(f"{out} holds a sweep made with {before}; this command gives {after}: rerun with its "
+                            f"saved settings ({path}) to resume it, or choose a new --out")
+    _write_atomically(path, yaml_text(flat))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a staging file and a rename: a reader never sees half of it."""
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(text)
+    staging.replace(path)

@@ -1,0 +1,70 @@
+"""One run of a sweep inside a worker process, and what a local worker sets up before its first run.
+
+``run_one`` trains (or resumes) one run and never raises: a failed run is an outcome (``ok`` False, the
+error in one line), so that one run cannot end the sweep. A local worker (``init_worker``) takes its own
+``CUDA_VISIBLE_DEVICES`` and a watchdog thread that ends it when the sweep process is gone (killed with
+``kill -9``, say): an orphaned worker would otherwise keep its run's lock and memory.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from grpolab.sweep.plan import RunSpec
+
+__all__ = ["EventFn", "init_worker", "post_progress", "run_one"]
+
+EventFn = Callable[[dict[str, Any]], None]
+
+# This worker process's progress queue, set once by ``init_worker`` (a local pool's workers); None elsewhere.
+_progress_queue: Any = None
+
+
+def run_one(spec: RunSpec, post: EventFn | None = None) -> dict[str, Any]:
+    """Train (or resume) one run; ``post`` receives its progress ({run_id, step, steps, reward})."""
+    import torch
+
+    torch.set_num_threads(spec.config.threads or 1)
+    from grpolab.train.trainer import Trainer
+
+    def on_step(step: int, metrics: dict[str, Any]) -> None:
+        if post is not None:
+            post({"run_id": spec.run_id, "step": step, "steps": spec.config.steps,
+                  "reward": metrics.get("rollout/reward_mean")})
+
+    started = time.perf_counter()
+    try:
+        trainer = Trainer(spec.config, spec.run_dir, resume=spec.started, on_step=on_step,
+                          start_eval_cache=spec.run_dir.parent.parent / "start-evals")
+        trainer.run()
+    except Exception as error:  # one failed run must not end the sweep; it is reported at the end
+        return {"run_id": spec.run_id, "ok": False, "error": f"{type(error).__name__}: {error}"}
+    return {"run_id": spec.run_id, "ok": True, "seconds": time.perf_counter() - started}
+
+
+def post_progress(spec: RunSpec) -> dict[str, Any]:
+    """``run_one`` posting progress to this worker's queue (the local pool's task function)."""
+    return run_one(spec, _progress_queue.put if _progress_queue is not None else None)
+
+
+def init_worker(progress_queue: Any, devices: Any, parent_pid: int, poll_seconds: float = 1.0) -> None:
+    """Set up a local worker: its progress queue, its GPUs (a ``CUDA_VISIBLE_DEVICES`` value taken from the
+    ``devices`` queue, or None for CPU runs) and the watchdog on ``parent_pid``."""
+    global _progress_queue
+    _progress_queue = progress_queue
+    if devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices.get(timeout=60)
+    watchdog = threading.Thread(target=_exit_when_orphaned, args=(parent_pid, poll_seconds), daemon=True,
+                                name="grpolab-parent-watchdog")
+    watchdog.start()
+
+
+def _exit_when_orphaned(parent_pid: int, poll_seconds: float) -> None:
+    """End this process at once when its parent is gone (the kernel re-parents an orphan)."""
+    while os.getppid() == parent_pid:
+        time.sleep(poll_seconds)
+    os._exit(1)

@@ -1,0 +1,43 @@
+"""The tables gathered from ended runs: finished and diverged runs, each row with its variant and status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpolab.config import TrainConfig
+from grpolab.sweep.gather import collect_results, runs_table
+from grpolab.sweep.plan import plan_runs
+from grpolab.sweep.run import run_sweep
+from grpolab.sweep.variants import parse_vary
+from sweep_runs import diverge, finish
+
+BASE = TrainConfig(steps=4, lr=1e-4)
+
+
+def test_results_come_from_ended_runs_and_carry_status_and_variant(tmp_path: Path) -> None:
+    specs = plan_runs(BASE, ["sign", "rloo", "grpo"], [0], [2], tmp_path, variants=parse_vary("max_grad_norm=0"))
+    finish(specs[0], 0.75, passk={"1": 0.5, "10": 0.9, "2": 0.6})
+    specs[1].run_dir.mkdir(parents=True)  # started, never finished
+    diverge(specs[2], at_step=3)
+    results, metrics = collect_results(specs, {specs[0].cell: True, specs[2].cell: False})
+    assert results["run_id"].unique().tolist() == [specs[0].run_id, specs[2].run_id]
+    assert set(results["variant"]) == {"max_grad_norm=0"} and set(metrics["variant"]) == {"max_grad_norm=0"}
+    end = results[results["phase"] == "end"].iloc[0]
+    assert end["greedy_accuracy"] == 0.75 and end["pass_at_k"] == [0.5, 0.6, 0.9]  # k in numeric order
+    assert end["lr"] == 1e-4 and end["steps"] == 4 and end["status"] == "finished" and end["bracketed"]
+    diverged = results[results["run_id"] == specs[2].run_id]
+    assert diverged["phase"].tolist() == ["start"] and diverged["status"].tolist() == ["diverged"]  # never a 0%
+    assert metrics.groupby("run_id")["status"].first().to_dict() == {specs[0].run_id: "finished",
+                                                                     specs[2].run_id: "diverged"}
+    runs = runs_table([], specs, None)
+    assert runs["status"].tolist() == ["finished", "diverged"] and runs["end_greedy"].isna().tolist() == [False, True]
+    assert runs["bracketed"].isna().all()  # no lr was chosen
+    assert run_sweep([specs[0], specs[2]]) == []  # an ended run, diverged too, is never trained again
+
+
+def test_an_old_sweep_without_variants_or_status_gathers_as_before(tmp_path: Path) -> None:
+    specs = plan_runs(BASE, ["sign"], [0], [2], tmp_path)
+    finish(specs[0], 0.5, status=None)
+    results, _ = collect_results(specs)
+    assert results["run_id"].tolist() == ["sign-G2-seed0"] * 2 and set(results["variant"]) == {""}
+    assert set(results["status"]) == {"finished"} and results["bracketed"].isna().all()

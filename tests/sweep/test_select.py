@@ -1,0 +1,77 @@
+"""Choosing each cell's lr on validation runs: the best mean wins, diverged lrs are out, and a choice at the
+edge of the tried lrs extends the grid in the grid's ratio. Ended runs are written by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grpolab.config import TrainConfig
+from grpolab.errors import UserError
+from grpolab.sweep.plan import plan_cells, plan_lr_grid
+from grpolab.sweep.select import extend_grids, select_lrs, validation_score
+from sweep_runs import diverge, finish
+
+BASE = TrainConfig(steps=4, lr=1e-4)
+
+
+def _grid(tmp_path: Path, estimators: list[str], lrs: list[float], seeds: list[int] = (1000,)):
+    cells = plan_cells(estimators, [2])
+    return cells, plan_lr_grid(BASE, {cell: lrs for cell in cells}, list(seeds), tmp_path)
+
+
+def test_the_best_mean_validation_score_chooses_the_lr_and_ties_go_to_the_smaller(tmp_path: Path) -> None:
+    (sign, rloo), grid = _grid(tmp_path, ["sign", "rloo"], [1e-4, 3e-4], [1000, 1001])
+    scores = {("sign", 1e-4): (0.2, 0.4), ("sign", 3e-4): (0.5, 0.3), ("rloo", 1e-4): (0.5, 0.5),
+              ("rloo", 3e-4): (0.5, 0.5)}
+    for spec in grid:
+        score = scores[(spec.estimator, spec.lr)][spec.seed - 1000]
+        finish(spec, 0.0, passk={"1": score, "2": 0.9}, split="validation")  # pass@1 is the criterion
+    selection = select_lrs(grid)
+    assert selection.choice == {sign: 3e-4, rloo: 1e-4}
+    table = selection.table
+    assert len(table) == 8 and table.loc[table["selected"], "lr"].tolist().count(3e-4) == 2
+    assert set(table["status"]) == {"finished"} and set(table["variant"]) == {""} and set(table["round"]) == {0}
+    assert validation_score({"greedy_accuracy": 0.25}) == 0.25
+
+
+def test_a_choice_at_the_edge_is_not_bracketed_and_the_grid_grows_in_its_ratio(tmp_path: Path) -> None:
+    (sign, rloo, grpo), grid = _grid(tmp_path, ["sign", "rloo", "grpo"], [1e-5, 3e-5, 9e-5])
+    best = {"sign": 9e-5, "rloo": 1e-5, "grpo": 3e-5}
+    for spec in grid:
+        finish(spec, 0.8 if spec.lr == best[spec.estimator] else 0.4, split="validation")
+    selection = select_lrs(grid)
+    assert selection.bracketed == {sign: False, rloo: False, grpo: True}
+    assert selection.unbracketed == sorted([sign, rloo])
+    assert extend_grids(selection, fallback_ratio=3.0) == {sign: [2.7e-4], rloo: [3.33e-6]}
+    assert selection.table.groupby("estimator")["bracketed"].all().to_dict() == {"grpo": True, "rloo": False,
+                                                                                "sign": False}
+
+
+def test_a_diverged_lr_is_disqualified_and_brackets_from_above(tmp_path: Path) -> None:
+    (sign,), grid = _grid(tmp_path, ["sign"], [1e-4, 3e-4, 1e-3], [1000, 1001])
+    for spec in grid:
+        if spec.lr == 1e-3 and spec.seed == 1001:
+            diverge(spec, split="validation")  # one diverged seed disqualifies the lr
+        else:
+            finish(spec, {1e-4: 0.2, 3e-4: 0.5, 1e-3: 0.9}[spec.lr], split="validation")
+    selection = select_lrs(grid)
+    assert selection.choice == {sign: 3e-4} and selection.bracketed == {sign: True}
+    diverged = selection.table[selection.table["status"] == "diverged"]
+    assert diverged[["lr", "seed"]].values.tolist() == [[1e-3, 1001]] and diverged["validation_score"].isna().all()
+    assert not selection.table.loc[selection.table["lr"] == 1e-3, "selected"].any()
+
+
+def test_rounds_are_recorded_and_one_tried_lr_extends_both_ways(tmp_path: Path) -> None:
+    (sign,), grid = _grid(tmp_path, ["sign"], [1e-4, 3e-4])
+    finish(grid[0], 0.5, split="validation")  # the run at 3e-4 never ended (failed)
+    selection = select_lrs(grid, {sign: {1e-4: 0, 3e-4: 1}})
+    assert selection.table["round"].tolist() == [0] and selection.tried == {sign: [1e-4]}
+    assert extend_grids(selection, fallback_ratio=10.0) == {sign: [1e-3, 1e-5]}
+
+
+def test_no_ended_selection_run_is_an_error(tmp_path: Path) -> None:
+    _, grid = _grid(tmp_path, ["sign"], [1e-4, 3e-4])
+    with pytest.raises(UserError, match="no lr-selection run finished"):
+        select_lrs(grid)

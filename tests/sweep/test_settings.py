@@ -1,0 +1,90 @@
+"""A sweep directory owns its settings: refused when they change after a run trained, adopted from a sweep
+saved before a setting existed; the training settings a sweep owns are refused as flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grpolab.config import CompareConfig, TrainConfig, yaml_text
+from grpolab.errors import UserError
+from grpolab.sweep.settings import (
+    adopt_saved_settings,
+    check_sweep_settings,
+    refuse_sweep_owned,
+    sweep_defaults,
+    sweep_train_settings,
+)
+
+
+def _train_a_step(out: Path) -> None:
+    (out / "runs" / "sign-G4-seed0").mkdir(parents=True)
+    (out / "runs" / "sign-G4-seed0" / "metrics.jsonl").write_text('{"step": 1}\n')
+
+
+def test_a_sweep_directory_refuses_other_settings(tmp_path: Path) -> None:
+    defaults = {**CompareConfig().to_dict(), **TrainConfig().to_dict()}
+    settings = {"compare": CompareConfig(seeds=2).to_dict(), "train": TrainConfig(steps=5).to_dict()}
+    check_sweep_settings(tmp_path, settings, defaults)  # the first run saves them
+    assert yaml.safe_load((tmp_path / "compare.yaml").read_text())["steps"] == 5
+    check_sweep_settings(tmp_path, settings, defaults)
+    check_sweep_settings(tmp_path, {**settings, "compare": CompareConfig(seeds=2, workers=3).to_dict()}, defaults)
+    other = {"compare": CompareConfig(seeds=3).to_dict(), "train": TrainConfig(steps=8).to_dict()}
+    check_sweep_settings(tmp_path, other, defaults)  # no run has trained yet: the new settings replace them
+    check_sweep_settings(tmp_path, settings, defaults)
+    _train_a_step(tmp_path)
+    with pytest.raises(UserError, match=r"seeds 2, steps 5; this command gives seeds 3, steps 8"):
+        check_sweep_settings(tmp_path, other, defaults)
+
+
+def test_the_primary_comparison_and_the_gpus_may_change_on_a_trained_sweep(tmp_path: Path) -> None:
+    sweep = CompareConfig(estimators="sign,dr_grpo,grpo")
+    settings = {"compare": sweep.to_dict(), "train": TrainConfig().to_dict()}
+    check_sweep_settings(tmp_path, settings, sweep_defaults())
+    _train_a_step(tmp_path)
+    later = CompareConfig(estimators="sign,dr_grpo,grpo", primary="grpo,sign", gpus_per_run=1)
+    check_sweep_settings(tmp_path, {**settings, "compare": later.to_dict()}, sweep_defaults())
+    assert yaml.safe_load((tmp_path / "compare.yaml").read_text())["primary"] == "grpo,sign"  # saved for the report
+    with pytest.raises(UserError, match=r"vary ''; this command gives vary 'max_grad_norm=0,1'"):
+        check_sweep_settings(tmp_path, {**settings, "compare": dict(later.to_dict(), vary="max_grad_norm=0,1")},
+                             sweep_defaults())
+
+
+def test_a_sweep_saved_before_lr_bracketing_resumes_without_it(tmp_path: Path) -> None:
+    old = {k: v for k, v in CompareConfig().to_dict().items()
+           if k not in ("lr_bracket_rounds", "vary", "primary", "gpus_per_run")}
+    (tmp_path / "compare.yaml").write_text(yaml_text({**old, **TrainConfig().to_dict()}))
+    assert adopt_saved_settings(tmp_path, CompareConfig()) == CompareConfig()  # no run trained: nothing to keep
+    _train_a_step(tmp_path)
+    adopted = adopt_saved_settings(tmp_path, CompareConfig())
+    assert adopted.lr_bracket_rounds == 0
+    settings = {"compare": adopted.to_dict(), "train": TrainConfig().to_dict()}
+    check_sweep_settings(tmp_path, settings, sweep_defaults())  # accepted as the sweep it was
+    assert adopt_saved_settings(tmp_path, CompareConfig(lr_bracket_rounds=3)).lr_bracket_rounds == 3  # explicit
+    with pytest.raises(UserError, match="lr_bracket_rounds 0; this command gives lr_bracket_rounds 3"):
+        check_sweep_settings(tmp_path, {**settings, "compare": CompareConfig(lr_bracket_rounds=3).to_dict()},
+                             sweep_defaults())
+
+
+def test_settings_a_sweep_owns_are_refused_and_left_out_of_its_shared_settings() -> None:
+    refuse_sweep_owned({"steps": 3, "lr": 1e-4})
+    with pytest.raises(UserError, match=r"sets group_size, seed for each run itself.*use --group-sizes.*--seeds"):
+        refuse_sweep_owned({"group_size": 8, "seed": 1})
+    shared = sweep_train_settings(TrainConfig())
+    assert "steps" in shared and not {"advantage", "group_size", "seed", "dynamic_sampling"} & set(shared)
+
+
+def test_primary_is_two_of_the_estimators() -> None:
+    assert CompareConfig().primary_pair == ("sign", "dr_grpo")
+    assert CompareConfig(estimators="grpo,rloo,sign").primary_pair == ("grpo", "rloo")
+    assert CompareConfig(estimators="sign").primary_pair == ()
+    assert CompareConfig(primary="rloo, grpo").primary_pair == ("rloo", "grpo")
+    for bad in ("sign", "sign,sign", "sign,ppo", "sign,grpo,rloo"):
+        with pytest.raises(UserError, match="primary must name two different estimators of --estimators"):
+            CompareConfig(primary=bad)
+    with pytest.raises(UserError, match="gpus_per_run must be >= 0"):
+        CompareConfig(gpus_per_run=-1)
+    with pytest.raises(UserError, match="lr_bracket_rounds must be >= 0"):
+        CompareConfig(lr_bracket_rounds=-1)

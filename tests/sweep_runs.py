@@ -1,0 +1,33 @@
+"""Run directories written by hand for the sweep tests: finished, diverged, or saved with other settings."""
+
+from __future__ import annotations
+
+import json
+
+from grpolab.config import TrainConfig, save_config
+from grpolab.sweep.plan import RunSpec
+
+
+def finish(spec: RunSpec, score: float, *, passk: dict | None = None, split: str = "test",
+           config: TrainConfig | None = None, status: str | None = "finished") -> None:
+    """``spec``'s directory as a run that ended with end score ``score`` (pass@k when ``passk``)."""
+    spec.run_dir.mkdir(parents=True)
+    save_config(config or spec.config, spec.run_dir / "config.yaml")
+    (spec.run_dir / "summary.json").write_text(json.dumps({} if status is None else {"status": status}))
+    rows = [{"step": 0, "phase": "start", "split": split, "greedy_accuracy": 0.0},
+            {"step": spec.config.steps, "phase": "end", "split": split, "greedy_accuracy": score,
+             "pass_at_k": passk or {}, "n": len(passk or {})}]
+    (spec.run_dir / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (spec.run_dir / "metrics.jsonl").write_text('{"step": 1, "loss/policy": 0.1}\n')
+
+
+def diverge(spec: RunSpec, *, at_step: int = 2, split: str = "test") -> None:
+    """``spec``'s directory as a run the trainer stopped at ``at_step`` on a non-finite loss (the shared
+    contract: summary.json with status diverged, no final/, no end evaluation)."""
+    spec.run_dir.mkdir(parents=True)
+    save_config(spec.config, spec.run_dir / "config.yaml")
+    summary = {"status": "diverged", "diverged_at_step": at_step, "reason": "loss is nan"}
+    (spec.run_dir / "summary.json").write_text(json.dumps(summary))
+    start = {"step": 0, "phase": "start", "split": split, "greedy_accuracy": 0.25}
+    (spec.run_dir / "eval.jsonl").write_text(json.dumps(start) + "\n")
+    (spec.run_dir / "metrics.jsonl").write_text('{"step": 1, "loss/policy": 0.1}\n')
