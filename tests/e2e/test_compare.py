@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -157,3 +159,41 @@ def test_one_lr_runs_without_selection_and_lr_beside_lrs_is_refused(tmp_path: Pa
     assert code == 0 and not (out / "selection.parquet").exists() and not (out / "selection").exists()
     assert set(pd.read_parquet(out / "results.parquet")["lr"]) == {3e-4}
     assert main(["compare", "--lr", "3e-4", "--lrs", "1e-4,1e-3", "--out", str(tmp_path / "other")]) == 2
+
+
+def _cells_of(selection: pd.DataFrame) -> pd.DataFrame:
+    """Per (estimator, G): the chosen lr, the lrs tried, whether bracketed, the rounds that added lrs."""
+    chosen = selection[selection["selected"]].groupby(["estimator", "group_size"])["lr"].first()
+    return pd.DataFrame({"chosen": chosen, "tried": selection.groupby(["estimator", "group_size"])["lr"].unique(),
+                         "bracketed": selection.groupby(["estimator", "group_size"])["bracketed"].all(),
+                         "rounds": selection.groupby(["estimator", "group_size"])["round"].max()})
+
+
+def test_a_best_lr_at_the_edge_of_the_grid_is_extended_or_said_to_be(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """The acceptance case: ``--lrs 1e-5,3e-5`` on the embedded default never reports an edge lr silently."""
+    sweep = ["compare", "--estimators", "sign,dr_grpo", "--seeds", "1", "--group-sizes", "2", "--workers", "2",
+             "--selection-seeds", "1", "--lrs", "1e-5,3e-5", "--no-report", *TINY_FLAGS]
+    assert main([*sweep, "--out", str(tmp_path / "none"), "--lr-bracket-rounds", "0"]) == 0
+    said = capsys.readouterr().err
+    cells = _cells_of(pd.read_parquet(tmp_path / "none" / "selection.parquet"))
+    assert not cells["bracketed"].any() and (cells["rounds"] == 0).all()  # two lrs: any choice is an edge
+    for estimator in ("sign", "dr_grpo"):
+        assert f"the lr chosen for {estimator} G=2" in said and "not bracketed" in said, said
+    results = pd.read_parquet(tmp_path / "none" / "results.parquet")
+    assert results["bracketed"].eq(False).all()  # the report can say so too
+
+    out = tmp_path / "bracketed"
+    assert main([*sweep, "--out", str(out)]) == 0
+    said = capsys.readouterr().err
+    cells = _cells_of(pd.read_parquet(out / "selection.parquet"))
+    assert (cells["rounds"] >= 1).all()  # every edge choice made the grid grow
+    for (estimator, size), cell in cells.iterrows():
+        inside = min(cell["tried"]) < cell["chosen"] < max(cell["tried"])
+        assert cell["bracketed"] == inside
+        assert (f"the lr chosen for {estimator} G={size}" in said) == (not inside), said
+        ratios = sorted(cell["tried"])
+        assert all(abs(b / a - 3) < 0.02 for a, b in itertools.pairwise(ratios))  # the grid's ratio
+    assert main([*sweep, "--out", str(out)]) == 0  # a finished sweep re-run trains nothing
+    said = capsys.readouterr().err
+    assert "0 run(s) trained" in said and not re.search(r"[1-9]\d* run\(s\) trained", said), said
