@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
 from grpolab.config import TrainConfig, save_config
 from grpolab.sweep.plan import RunSpec
@@ -31,3 +33,9 @@ def diverge(spec: RunSpec, *, at_step: int = 2, split: str = "test") -> None:
     start = {"step": 0, "phase": "start", "split": split, "greedy_accuracy": 0.25}
     (spec.run_dir / "eval.jsonl").write_text(json.dumps(start) + "\n")
     (spec.run_dir / "metrics.jsonl").write_text('{"step": 1, "loss/policy": 0.1}\n')
+
+
+def visible_devices(seconds: float) -> tuple[int, str | None]:
+    """(this process's id, its CUDA_VISIBLE_DEVICES) after ``seconds``: a job for a worker pool's worker."""
+    time.sleep(seconds)
+    return os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES")

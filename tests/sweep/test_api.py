@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-SMALLER = {'seeds=3, group_sizes="2,4", lrs="1e-4,3e-4,1e-3"': 'seeds=1, group_sizes="2", lrs="1e-3,3e-3", workers=2, lr_bracket_rounds=0',
+SMALLER = {'seeds=3, group_sizes="2,4", lrs="1e-4,3e-4,1e-3"':
+           'seeds=1, group_sizes="2", lrs="1e-3,3e-3", workers=2, lr_bracket_rounds=0',
            "TrainConfig(steps=20)": "TrainConfig(steps=2, prompts_per_step=4, eval_limit=8, eval_samples=2)"}
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 
 from grpolab.config import CompareConfig, TrainConfig
 from grpolab.errors import UserError
+from grpolab.sweep.devices import check_gpus
 from grpolab.sweep.gather import collect_results, runs_table, write_tables
 from grpolab.sweep.plan import Cell, RunSpec, plan_cells, plan_lr_grid, plan_runs
 from grpolab.sweep.run import run_sweep
@@ -81,6 +82,8 @@ def compare(sweep: CompareConfig, base: TrainConfig, out: str | Path, *, report:
 
 
 def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool, on_event: EventFn) -> CompareResult:
+    if sweep.backend == "local":
+        check_gpus(sweep.gpus_per_run)  # before anything is written
     sweep = adopt_saved_settings(out, sweep)
     sweep = dataclasses.replace(sweep, primary=",".join(sweep.primary_pair))
     variants = parse_vary(sweep.vary)

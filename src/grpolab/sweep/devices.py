@@ -10,7 +10,7 @@ import os
 
 from grpolab.errors import UserError
 
-__all__ = ["device_sets", "visible_gpu_ids"]
+__all__ = ["check_gpus", "cuda_device_count", "device_sets", "visible_gpu_ids"]
 
 
 def visible_gpu_ids(count: int, environ: dict[str, str] | None = None) -> list[str]:
@@ -38,3 +38,9 @@ def cuda_device_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_gpus(gpus_per_run: int) -> None:
+    """Refuse ``--gpus-per-run`` > 0 at once when torch sees fewer GPUs than one run needs."""
+    if gpus_per_run > 0:
+        device_sets(visible_gpu_ids(cuda_device_count()), gpus_per_run, workers=1)

@@ -1,0 +1,71 @@
+"""Every signal stops the whole sweep: SIGTERM and SIGHUP to ``grpolab compare`` end its workers as Ctrl-C
+does, and workers end themselves when the sweep process is killed outright; the re-run resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from grpolab.cli import main
+from grpolab.train.lock import DirectoryLock
+
+SWEEP = ["compare", "--estimators", "sign,dr_grpo", "--seeds", "1", "--group-sizes", "2", "--workers", "2",
+         "--no-report", "--lrs", "1e-3", "--steps", "30", "--prompts-per-step", "2", "--eval-samples", "0",
+         "--eval-limit", "4", "--checkpoint-every", "1"]
+
+
+def _training(out: Path, process: subprocess.Popen) -> None:
+    """Wait until both runs have saved a checkpoint (both workers are busy training)."""
+    deadline = time.monotonic() + 300
+    while sum(1 for run in out.glob("runs/*") if any(run.glob("checkpoints/step-*"))) < 2:
+        assert process.poll() is None and time.monotonic() < deadline, "the sweep did not start training"
+        time.sleep(0.05)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _gone_within(process: subprocess.Popen, seconds: float) -> float:
+    """Seconds until no process of the sweep's process group is left (the sweep, reaped, and every worker);
+    fails after ``seconds``."""
+    started = time.monotonic()
+    while process.poll() is None or _group_alive(process.pid):
+        assert time.monotonic() - started < seconds, f"processes of the sweep remain after {seconds} s"
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_signal_to_the_sweep_process_ends_every_worker(tmp_path: Path, signum: signal.Signals) -> None:
+    out = tmp_path / "cmp"
+    process = subprocess.Popen([sys.executable, "-m", "grpolab.cli", *SWEEP, "--out", str(out)],
+                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _training(out, process)
+    process.send_signal(signum)  # to the sweep process alone, as `kill PID` or a scheduler's stop does
+    _gone_within(process, 10)  # its process group: the sweep and its workers
+    stderr = process.stderr.read()
+    if signum != signal.SIGKILL:
+        assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+        assert "rerun with the same --out to resume" in stderr, stderr
+    for run in out.glob("runs/*"):  # no worker still holds a run directory
+        DirectoryLock(run, "test").acquire().release()
+    if signum == signal.SIGTERM:  # the re-run resumes the runs where they stopped
+        assert not list(out.glob("runs/*/summary.json"))  # stopped part-way, both of them
+        assert main([*SWEEP, "--out", str(out)]) == 0
+        results = pd.read_parquet(out / "results.parquet")
+        assert results["run_id"].nunique() == 2 and set(results["status"]) == {"finished"}
+        for log in out.glob("runs/*/resumes.jsonl"):  # each resumed from its checkpoint, not from step 0
+            assert '"from_step": 0' not in log.read_text()
+        assert len(list(out.glob("runs/*/resumes.jsonl"))) == 2
