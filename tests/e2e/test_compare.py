@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from grpolab.cli import main
 from grpolab.train.lock import DirectoryLock
@@ -197,3 +198,30 @@ def test_a_best_lr_at_the_edge_of_the_grid_is_extended_or_said_to_be(tmp_path: P
     assert main([*sweep, "--out", str(out)]) == 0  # a finished sweep re-run trains nothing
     said = capsys.readouterr().err
     assert "0 run(s) trained" in said and not re.search(r"[1-9]\d* run\(s\) trained", said), said
+
+
+def test_vary_adds_an_axis_with_its_own_runs_and_rows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "cmp"
+    argv = ["compare", "--estimators", "sign,dr_grpo", "--seeds", "1", "--group-sizes", "2", "--workers", "2",
+            "--out", str(out), "--no-report", "--lrs", "1e-3", "--vary", "max_grad_norm=0,1", *TINY_FLAGS]
+    assert main(argv) == 0
+    results = pd.read_parquet(out / "results.parquet")
+    assert sorted(results["run_id"].unique()) == [f"{e}-G2-seed0-max_grad_norm={v}" for e in ("dr_grpo", "sign")
+                                                  for v in (0, 1)]
+    assert set(results["variant"]) == {"max_grad_norm=0", "max_grad_norm=1"}
+    for name in ("metrics.parquet",):
+        assert set(pd.read_parquet(out / name)["variant"]) == {"max_grad_norm=0", "max_grad_norm=1"}
+    runs = pd.read_csv(out / "runs.csv")
+    assert sorted(runs["variant"]) == ["max_grad_norm=0"] * 2 + ["max_grad_norm=1"] * 2
+    for run in out.glob("runs/*"):
+        saved = yaml.safe_load((run / "config.yaml").read_text())
+        assert saved["max_grad_norm"] == float(run.name[-1])
+    assert len(list((out / "start-evals").glob("*.json"))) == 1  # a training setting varied: one start evaluation
+    settings = yaml.safe_load((out / "compare.yaml").read_text())
+    assert settings["vary"] == "max_grad_norm=0,1" and settings["primary"] == "sign,dr_grpo"
+    capsys.readouterr()
+    assert main([*argv[:-len(TINY_FLAGS)], "--vary", "seed=1,2", *TINY_FLAGS]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "seed cannot be an axis" in err and "--seeds" in err, err
+    assert main([*argv, "--primary", "sign,grpo"]) == 2
+    assert "primary must name two different estimators" in capsys.readouterr().err
