@@ -27,6 +27,8 @@ def test_results_come_from_ended_runs_and_carry_status_and_variant(tmp_path: Pat
     assert end["lr"] == 1e-4 and end["steps"] == 4 and end["status"] == "finished" and end["bracketed"]
     diverged = results[results["run_id"] == specs[2].run_id]
     assert diverged["phase"].tolist() == ["start"] and diverged["status"].tolist() == ["diverged"]  # never a 0%
+    assert diverged["diverged_at_step"].tolist() == [3.0] and results.loc[results["status"] == "finished",
+                                                                        "diverged_at_step"].isna().all()
     assert metrics.groupby("run_id")["status"].first().to_dict() == {specs[0].run_id: "finished",
                                                                      specs[2].run_id: "diverged"}
     runs = runs_table([], specs, None)
@@ -41,3 +43,12 @@ def test_an_old_sweep_without_variants_or_status_gathers_as_before(tmp_path: Pat
     results, _ = collect_results(specs)
     assert results["run_id"].tolist() == ["sign-G2-seed0"] * 2 and set(results["variant"]) == {""}
     assert set(results["status"]) == {"finished"} and results["bracketed"].isna().all()
+
+
+def test_a_run_saved_with_other_settings_is_not_a_result(tmp_path: Path) -> None:
+    specs = plan_runs(TrainConfig(steps=8), ["sign", "rloo"], [0], [2], tmp_path)
+    finish(specs[0], 0.5)
+    finish(specs[1], 0.5, config=specs[1].config.replace(steps=5))
+    results, _ = collect_results(specs)
+    assert set(results["run_id"]) == {specs[0].run_id}
+    assert specs[0].finished and not specs[1].ended  # so the sweep tries it again, and reports the refusal

@@ -3,7 +3,8 @@
 runs included, with its start and end figures).
 
 Every row carries the run's ``variant`` ("" when nothing is varied) and ``status``: ``finished``, or
-``diverged`` for a run the trainer stopped on a non-finite loss, gradient or parameter. A diverged run keeps
+``diverged`` for a run the trainer stopped on a non-finite loss, gradient or parameter (with
+``diverged_at_step`` in results and runs). A diverged run keeps
 the evaluations it made before it stopped and has no ``end`` evaluation, so it is never scored as 0%; the
 report marks it. ``bracketed`` says whether the run's lr was chosen inside its selection grid (None when the
 sweep chose no lr).
@@ -24,9 +25,13 @@ __all__ = ["collect_results", "runs_table", "write_tables"]
 
 
 def _run_columns(spec: RunSpec, bracketed: Mapping[Cell, bool] | None = None) -> dict[str, Any]:
+    summary = spec.summary or {}
+    status = "diverged" if summary.get("status") == "diverged" else "finished"
+    at_step = summary.get("diverged_at_step") if status == "diverged" else None
     return {"run_id": spec.run_id, "variant": spec.variant.name, "estimator": spec.estimator, "seed": spec.seed,
             "group_size": spec.group_size, "lr": spec.lr, "task": spec.config.task, "model": spec.config.model,
-            "steps": spec.config.steps, "status": spec.status,
+            "steps": spec.config.steps, "status": status,
+            "diverged_at_step": float("nan") if at_step is None else float(at_step),
             "bracketed": None if bracketed is None else bracketed.get(spec.cell)}
 
 
@@ -49,7 +54,7 @@ def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | N
     for spec in (s for s in specs if s.ended):
         columns = _run_columns(spec, bracketed)
         results += [_result_row(columns, row) for row in read_metrics(spec.run_dir / "eval.jsonl")]
-        keys = ("run_id", "variant", "estimator", "seed", "group_size", "status")
+        keys = ("run_id", "variant", "estimator", "seed", "group_size", "status")  # per step: no diverged_at_step
         metrics += [{**{k: columns[k] for k in keys}, **row} for row in read_metrics(spec.run_dir / "metrics.jsonl")]
     return pd.DataFrame(results), pd.DataFrame(metrics)
 

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from grpolab import advantages
 from grpolab.config import TrainConfig
@@ -57,15 +57,23 @@ class RunSpec:
         return Cell(self.variant, self.estimator, self.group_size)
 
     @property
-    def status(self) -> str | None:
-        """``finished`` or ``diverged`` once the run has ended under the planned settings, else None."""
+    def summary(self) -> dict[str, Any] | None:
+        """The run's ``summary.json`` once it has ended under the planned settings, else None."""
         if not (self.run_dir / "summary.json").is_file() or not self.saved_as_planned:
             return None
         try:
             summary = json.loads((self.run_dir / "summary.json").read_text())
         except (OSError, ValueError):  # unreadable: not ended; the trainer says why when the sweep tries it
             return None
-        return "diverged" if isinstance(summary, dict) and summary.get("status") == "diverged" else "finished"
+        return summary if isinstance(summary, dict) else None
+
+    @property
+    def status(self) -> str | None:
+        """``finished`` or ``diverged`` once the run has ended under the planned settings, else None."""
+        summary = self.summary
+        if summary is None:
+            return None
+        return "diverged" if summary.get("status") == "diverged" else "finished"
 
     @property
     def ended(self) -> bool:
