@@ -15,7 +15,7 @@ import pandas as pd
 
 from grpolab.errors import UserError
 from grpolab.render import Section, render_html, render_markdown
-from grpolab.report.data import data_sections
+from grpolab.report.data_section import data_sections
 from grpolab.report.sections import (
     DYNAMIC,
     dynamics_section,
