@@ -53,6 +53,8 @@ def bootstrap_ci(
 ) -> tuple[float, float, float]:
     """Percentile-bootstrap CI of the mean of values [n_runs] -> (mean, low, high).
 
+    At small n it covers less than it claims (about 81% for a 95% interval at n = 5; docs/report-statistics.md):
+    the report uses ``t_interval`` instead.
     Resamples the runs with replacement ``n_resamples`` times; low / high are the (1 - confidence) / 2 and
     (1 + confidence) / 2 percentiles of the resampled means. One run gives (x, x, x).
     """

@@ -39,7 +39,7 @@ from grpolab.diagnostics.starvation import expected_degeneracy_from_counts, iid_
 
 ALPHA = 0.05  # significance level of the verdict and the one-line readings
 START_STEPS = 5  # training steps averaged for D_real / D_iid of the start policy
-N_RESAMPLES = 10_000  # bootstrap resamples; permutation splits (exact when C(N, n_a) is at most this)
+N_RESAMPLES = 10_000  # permutation splits (exact when C(N, n_a) is at most this, else this many random ones)
 
 
 def _last_eval(results: pd.DataFrame, phase: str) -> pd.DataFrame:
