@@ -94,3 +94,12 @@ def test_variants_group_the_verdict_and_the_report(tmp_path: Path) -> None:
     markdown = md_path.read_text()
     assert "| max_grad_norm=0 | dr_grpo | 2 | 3 | 65.0% | 70.0% |" in markdown  # every evaluation + 0.40
     assert "| max_grad_norm=1 | 2 | sign vs dr_grpo | primary (alone) |" in markdown
+
+
+def test_a_same_update_pair_at_different_lrs_differs_by_its_lr_alone() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=2, sizes=(2,))
+    bullets = _bullets(with_lrs(results, {"sign": 1e-3, "dr_grpo": 1e-3, "grpo": 3e-4}), config)
+    assert ("G = 2: dr_grpo and grpo are the same update under Adam at G = 2 (advantages 0.707 times each other on "
+            "every reward pattern; equal up to Adam's epsilon and gradient clipping), so they are not tested against "
+            "each other; they ran at different lrs (dr_grpo at 0.001 against grpo at 0.0003), so any difference "
+            "between them is the lr's.") in bullets

@@ -165,12 +165,6 @@ def p_phrase(row: dict[str, Any]) -> str:
     return f"Holm-adjusted Welch p = {row['welch_p_holm']:.2g}"
 
 
-def same_update_phrase(row: dict[str, Any]) -> str:
-    return (f"{row['name_a']} and {row['name_b']} are the same update under Adam at G = {row['group_size']} "
-            f"(advantages {row['ratio']:.3g} times each other on every reward pattern; equal up to Adam's epsilon "
-            f"and gradient clipping), so they are not tested against each other")
-
-
 def lr_phrase(row: dict[str, Any]) -> str:
     """'; sign at 0.001 against grpo at 0.0003' when the two arms ran at different lrs, else ''."""
     lr_a, lr_b = row.get("lr_a", math.nan), row.get("lr_b", math.nan)
@@ -179,12 +173,22 @@ def lr_phrase(row: dict[str, Any]) -> str:
     return f"; {row['name_a']} at {lr_a:g} against {row['name_b']} at {lr_b:g}"
 
 
+def same_update_phrase(row: dict[str, Any]) -> str:
+    """Why a pair is not tested: the same update under Adam (and, at different lrs, that only the lr differs)."""
+    text = (f"{row['name_a']} and {row['name_b']} are the same update under Adam at G = {row['group_size']} "
+            f"(advantages {row['ratio']:.3g} times each other on every reward pattern; equal up to Adam's epsilon "
+            f"and gradient clipping), so they are not tested against each other")
+    if lr_phrase(row):
+        text += f"; they ran at different lrs ({lr_phrase(row)[2:]}), so any difference between them is the lr's"
+    return text
+
+
 def reading(row: dict[str, Any]) -> str:
     """One honest line per pair, e.g. "G = 4: sign > dr_grpo by 21.0 points, 95% CI [...] (Welch p = 0.004,
     tested alone, n = 5 vs 5)"."""
     label = arm_label(row["variant"], row["group_size"])
     if row["role"] == "same_update":
-        return f"{label}: {same_update_phrase(row)}{lr_phrase(row)}."
+        return f"{label}: {same_update_phrase(row)}."
     a, b, diff = row["name_a"], row["name_b"], row["mean_difference"]
     counts = f"n = {row['n_a']} vs {row['n_b']}"
     if not row["tested"]:

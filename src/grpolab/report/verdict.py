@@ -96,8 +96,9 @@ def _primary_lines(runs: pd.DataFrame, rows: list[dict[str, Any]], config: dict[
     for (variant, size), group in runs.groupby(["variant", "group_size"]):
         row = _pair(rows, variant, int(size), *pair)
         text = _primary_text(row, pair, set(group["estimator"]))
+        lr = lr_phrase(row) if row and row["role"] != "same_update" else ""
         lines.append(f"Primary comparison ({pair[0]} vs {pair[1]}, declared before the runs), "
-                     f"{arm_label(variant, int(size))}: {text}{lr_phrase(row) if row else ''}.")
+                     f"{arm_label(variant, int(size))}: {text}{lr}.")
     return lines
 
 
@@ -159,7 +160,7 @@ def _same_update_lines(rows: list[dict[str, Any]], primary: tuple[str, str] | No
     """The same-update pairs other than the primary one (that one is said in its own line)."""
     others = [r for r in rows if r["role"] == "same_update"
               and (primary is None or {r["name_a"], r["name_b"]} != set(primary))]
-    return [f"{arm_label(r['variant'], r['group_size'])}: {same_update_phrase(r)}{lr_phrase(r)}." for r in others]
+    return [f"{arm_label(r['variant'], r['group_size'])}: {same_update_phrase(r)}." for r in others]
 
 
 def _diverged_lines(results: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
@@ -185,7 +186,7 @@ def _sign_group_sizes(runs: pd.DataFrame) -> list[str]:
     gains = {g: (r["final_accuracy"] - r["start_accuracy"]).dropna().to_numpy(float)
              for g, r in sign.groupby("group_size")}
     parts = ", ".join(f"G = {g}: {points(gains[g].mean())} (n = {gains[g].size})" for g in sizes)
-    line = f"sign at each group size (the paper's Fig. 3, right): {parts}"
+    line = f"sign at each group size (the paper's Fig. 3, right; exploratory, not adjusted): {parts}"
     a, b = gains[sizes[0]], gains[sizes[1]]
     if a.size >= 2 and b.size >= 2:
         _, _, p = stats.welch_t_test(b, a)
