@@ -62,3 +62,13 @@ def test_variants_in_the_selection_table() -> None:
                            _grid(OLD_GRID).assign(variant="max_grad_norm=1")])
     assert "The best lr for sign G = 2 (max_grad_norm=0) is the largest tried" in unbracketed_lines(selection)[0]
     assert "Variant" in selection_section(selection).tables[0][1].columns
+
+
+def test_diverged_selection_runs_are_counted_not_scored() -> None:
+    selection = _grid({("sign", 2): ([1e-4, 3e-4, 1e-3], 3e-4)}).assign(status="finished")
+    blew_up = (selection["lr"] == 1e-3) & (selection["seed"] == 1001)
+    selection.loc[blew_up, ["status", "validation_score"]] = ["diverged", float("nan")]
+    table = selection_section(selection).tables[0][1]
+    row = table[table["lr"] == "0.001"].iloc[0]
+    assert row["Diverged"] == 1 and row["Validation score"] == "10.0%"  # the seed that finished
+    assert "Diverged" not in selection_section(_grid(OLD_GRID)).tables[0][1].columns

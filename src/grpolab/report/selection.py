@@ -21,15 +21,17 @@ __all__ = ["bracketing", "selection_section", "selection_table", "unbracketed_li
 
 def _with_defaults(selection: pd.DataFrame) -> pd.DataFrame:
     rounds = selection["round"].fillna(0).astype(int) if "round" in selection.columns else 0
-    return selection.assign(variant=variants(selection), round=rounds)
+    diverged = selection["status"].eq("diverged") if "status" in selection.columns else False
+    return selection.assign(variant=variants(selection), round=rounds, diverged=diverged)
 
 
 def selection_table(selection: pd.DataFrame) -> pd.DataFrame:
-    """Per (variant, estimator, group_size, lr): mean validation score over the selection seeds, their count,
-    whether the lr was chosen and the round that added it (0 = the user's grid)."""
+    """Per (variant, estimator, group_size, lr): mean validation score over the selection seeds that did not
+    diverge, the seeds' count, how many diverged, whether the lr was chosen and the round that added it (0 =
+    the user's grid)."""
     table = _with_defaults(selection).groupby([*ARM, "lr"]).agg(
-        validation_score=("validation_score", "mean"), seeds=("seed", "nunique"), selected=("selected", "any"),
-        round=("round", "min"))
+        validation_score=("validation_score", "mean"), seeds=("seed", "nunique"), diverged=("diverged", "sum"),
+        selected=("selected", "any"), round=("round", "min"))
     return table.reset_index()
 
 
@@ -88,6 +90,8 @@ def selection_section(selection: pd.DataFrame) -> Section:
         "Validation score": table["validation_score"].map(lambda v: "n/a" if not np.isfinite(v) else f"{100 * v:.1f}%"),
         "Seeds": table["seeds"], "Chosen": table.apply(_chosen, axis=1),
     })
+    if table["diverged"].gt(0).any():
+        display.insert(len(display.columns) - 1, "Diverged", table["diverged"].astype(int))
     text = ("Every (estimator, G) was trained at each learning rate of --lrs on separate selection seeds "
             "(1000, 1001, ...), scored on the validation split (disjoint from train and test), and the lr with "
             "the best mean validation score was chosen (ties: the smaller lr). The results above are fresh "
