@@ -10,7 +10,7 @@ from scipy import stats as scipy_stats
 from grpolab.report.comparisons import comparisons, primary_pair
 from grpolab.report.tables import run_table
 from grpolab.stats import holm_correction
-from report_sweeps import FINALS, synthetic_sweep
+from report_sweeps import FINALS, synthetic_sweep, with_variants
 
 ALL = ("sign", "dr_grpo", "grpo", "rloo")
 
@@ -64,3 +64,11 @@ def test_no_same_update_claim_with_a_kl_term_or_hyper_parameters() -> None:
         assert [r["role"] for r in rows] == ["primary"] and rows[0]["tested"]  # the first two estimators
     rows, _ = comparisons(run_table(results), {**config, "train": {"beta": 0.0, "advantage_kwargs": {}}})
     assert [r["role"] for r in rows] == ["same_update"]
+
+
+def test_a_variant_with_a_kl_term_gets_no_same_update_claim() -> None:
+    results, _, config = synthetic_sweep(("dr_grpo", "grpo"), seeds=2, sizes=(2,))
+    runs = run_table(with_variants({"beta=0": results, "beta=0.04": results, "max_grad_norm=0": results}))
+    rows, _ = comparisons(runs, config)
+    assert {r["variant"]: r["role"] for r in rows} == {"beta=0": "same_update", "beta=0.04": "primary",
+                                                       "max_grad_norm=0": "same_update"}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -60,11 +61,17 @@ def primary_pair(config: dict[str, Any], present: list[str]) -> tuple[str, str] 
     return (estimators[0], estimators[1]) if len(estimators) >= 2 else None
 
 
-def _equivalence_checkable(config: dict[str, Any]) -> bool:
+def _equivalence_checkable(config: dict[str, Any], variant: str = "") -> bool:
     """Adam's scale invariance makes proportional advantages one update only without a KL term and at the
-    estimators' default hyper-parameters (the check uses those)."""
+    estimators' default hyper-parameters (the check uses those), in the sweep's settings and in a ``--vary``
+    variant ("FIELD=VALUE[,FIELD=VALUE]") that changes them."""
     train = config.get("train") or {}
-    return not float(train.get("beta") or 0.0) > 0 and not train.get("advantage_kwargs")
+    beta = re.search(r"(?:^|,)beta=([^,]+)", variant)
+    try:
+        kl = float(beta.group(1)) if beta else float(train.get("beta") or 0.0)
+    except ValueError:
+        return False
+    return not kl > 0 and not train.get("advantage_kwargs") and "advantage_kwargs=" not in variant
 
 
 def _lr(group: pd.DataFrame) -> float:
@@ -121,11 +128,11 @@ def comparisons(runs: pd.DataFrame, config: dict[str, Any] | None = None) -> tup
     """
     config = config or {}
     primary = primary_pair(config, display_order(runs["estimator"]))
-    checkable = _equivalence_checkable(config)
     rows, notes = [], []
     for (variant, size), group in runs.groupby(["variant", "group_size"]):
         arms = {name: group[group["estimator"] == name] for name in display_order(group["estimator"])}
         key = {"variant": variant, "group_size": int(size)}
+        checkable = _equivalence_checkable(config, variant)
         found = [_pair_row(arms, *_oriented(a, b, primary), key, checkable) for a, b in itertools.combinations(arms, 2)]
         notes += _too_few(arms, arm_label(variant, int(size)))
         if not any(r["tested"] for r in found):
