@@ -10,7 +10,7 @@ from scipy import stats as scipy_stats
 from grpolab.report.comparisons import comparisons, primary_pair
 from grpolab.report.tables import run_table
 from grpolab.stats import holm_correction
-from report_sweeps import FINALS, synthetic_sweep, with_variants
+from report_sweeps import FINALS, synthetic_sweep, with_lrs, with_variants
 
 ALL = ("sign", "dr_grpo", "grpo", "rloo")
 
@@ -35,13 +35,25 @@ def test_roles_at_g_2_and_4() -> None:
     at2 = _roles(rows, 2)
     assert at2[frozenset(("sign", "dr_grpo"))] == "primary"
     assert {pair for pair, role in at2.items() if role == "same_update"} == same  # one update under Adam at G = 2
-    assert {pair for pair, role in at2.items() if role == "secondary"} == {frozenset(("sign", "grpo")),
-                                                                            frozenset(("sign", "rloo"))}
+    # dr_grpo stands in for grpo and rloo (same update, same lr): sign vs either repeats the primary pair
+    assert {pair for pair, role in at2.items() if role == "repeat"} == {frozenset(("sign", "grpo")),
+                                                                         frozenset(("sign", "rloo"))}
+    assert {r["repeats"] for r in rows if r["role"] == "repeat" and r["group_size"] == 2} == {"sign vs dr_grpo"}
     at4 = _roles(rows, 4)  # grpo's std differs between 1 and 2 successes of 4: only rloo stays dr_grpo rescaled
     assert {pair for pair, role in at4.items() if role == "same_update"} == {frozenset(("dr_grpo", "rloo"))}
-    assert sum(role == "secondary" for role in at4.values()) == 4
-    assert not any(r["tested"] for r in rows if r["role"] == "same_update")
+    assert {pair for pair, role in at4.items() if role == "secondary"} == {frozenset(("sign", "grpo")),
+                                                                            frozenset(("dr_grpo", "grpo"))}
+    assert {r["repeats"] for r in rows if r["role"] == "repeat" and r["group_size"] == 4} == {
+        "sign vs dr_grpo", "grpo vs dr_grpo"}
+    assert not any(r["tested"] for r in rows if r["role"] in ("same_update", "repeat"))
     assert next(r["role"] for r in rows if r["group_size"] == 2) == "primary"  # the primary row comes first
+
+
+def test_a_same_update_pair_at_different_lrs_stands_for_nobody() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=3, sizes=(2,))
+    rows, _ = comparisons(run_table(with_lrs(results, {"sign": 1e-3, "dr_grpo": 1e-3, "grpo": 3e-4})), config)
+    assert _roles(rows, 2) == {frozenset(("sign", "dr_grpo")): "primary", frozenset(("sign", "grpo")): "secondary",
+                               frozenset(("dr_grpo", "grpo")): "same_update"}
 
 
 def test_the_primary_p_is_raw_and_the_secondary_ones_are_holm_adjusted_among_themselves() -> None:

@@ -103,3 +103,11 @@ def test_a_same_update_pair_at_different_lrs_differs_by_its_lr_alone() -> None:
             "every reward pattern; equal up to Adam's epsilon and gradient clipping), so they are not tested against "
             "each other; they ran at different lrs (dr_grpo at 0.001 against grpo at 0.0003), so any difference "
             "between them is the lr's.") in bullets
+
+
+def test_repeats_of_the_primary_pair_are_named_not_tested() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo", "rloo"), seeds=3, sizes=(2,))
+    verdict = "\n".join(_bullets(results, config))
+    assert ("G = 2: sign vs grpo and sign vs rloo repeat sign vs dr_grpo, so not tested: the estimator that stands "
+            "in is the same update under Adam, at the same lr.") in verdict
+    assert "secondary: sign against" not in verdict  # nothing left to test at G = 2 besides the primary pair

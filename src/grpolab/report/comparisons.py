@@ -6,7 +6,10 @@ primary pair is ``--primary`` (the sweep's ``primary`` setting, "A,B"; without i
 ran, else the first two estimators of the sweep): it is tested alone, so its p-value is not adjusted. Every
 other testable pair is secondary and Holm-adjusted among the secondary pairs of its (variant, G) (Holm 1979).
 A pair whose advantages are one positive multiple of each other on every reward pattern
-(``report.same_update``) is the same update under Adam: it is listed, never tested, and spends no alpha.
+(``report.same_update``) is the same update under Adam: it is listed, never tested, and spends no alpha. When
+such a pair also ran at the same lr, one of the two stands in for both (the primary pair's member, else the
+first in display order), and a pair with the other one is a "repeat" of the stand-in's pair: listed, not
+tested (sign vs grpo at G = 2 repeats sign vs dr_grpo).
 
 Each tested pair carries ``grpolab.stats.compare_pair``: the difference of means with its 95% Welch interval,
 Welch / permutation / Mann-Whitney p-values, Hedges' g, the interquartile means and P(A > B) with Newcombe's
@@ -30,7 +33,7 @@ from grpolab.report.same_update import same_update_ratio
 from grpolab.report.tables import ALPHA, N_RESAMPLES
 
 __all__ = ["arm_label", "comparisons", "lr_phrase", "p_phrase", "permutation_floor_notes", "points", "primary_pair",
-           "reading", "same_update_phrase"]
+           "reading", "repeat_phrase", "same_update_phrase"]
 
 DEFAULT_PRIMARY = ("sign", "dr_grpo")
 
@@ -89,20 +92,49 @@ def _oriented(a: str, b: str, primary: tuple[str, str] | None) -> tuple[str, str
 
 def _pair_row(arms: dict[str, pd.DataFrame], a: str, b: str, role: str, key: dict[str, Any],
               checkable: bool) -> dict[str, Any]:
-    """The row of one pair: its arms' sizes and lrs, and the role it ends up in (same_update, untested,
-    or the role given, with compare_pair's statistics)."""
+    """The row of one pair before any test: its arms' sizes, means and lrs, and its role ("same_update" when
+    the two are one update under Adam, else the role given)."""
     finals = {name: arms[name]["final_accuracy"].to_numpy(float) for name in (a, b)}
     row = {**key, "name_a": a, "name_b": b, "role": role, "n_a": finals[a].size, "n_b": finals[b].size,
            "mean_a": float(finals[a].mean()), "mean_b": float(finals[b].mean()),
            "mean_difference": float(finals[a].mean() - finals[b].mean()),
-           "lr_a": _lr(arms[a]), "lr_b": _lr(arms[b]), "tested": False, "ratio": math.nan}
+           "lr_a": _lr(arms[a]), "lr_b": _lr(arms[b]), "tested": False, "ratio": math.nan, "repeats": ""}
     ratio = same_update_ratio(a, b, int(key["group_size"])) if checkable else None
-    if ratio is not None:
-        return {**row, "role": "same_update", "ratio": ratio}
-    if min(finals[a].size, finals[b].size) < 2:
+    return {**row, "role": "same_update", "ratio": ratio} if ratio is not None else row
+
+
+def _representatives(names: list[str], rows: list[dict[str, Any]], primary: tuple[str, str] | None) -> dict[str, str]:
+    """Each estimator's stand-in among those that are the same update as it at the same lr: the primary pair's
+    member if one is among them, else the first in display order."""
+    stand_in = {name: name for name in names}
+    for row in rows:
+        if row["role"] == "same_update" and not lr_phrase(row):
+            kept, merged = sorted((stand_in[row["name_a"]], stand_in[row["name_b"]]), key=names.index)
+            stand_in = {name: kept if rep == merged else rep for name, rep in stand_in.items()}
+    for name in primary or ():
+        if name in stand_in:
+            old = stand_in[name]
+            stand_in = {other: name if rep == old else rep for other, rep in stand_in.items()}
+    return stand_in
+
+
+def _with_repeats(rows: list[dict[str, Any]], stand_in: dict[str, str]) -> list[dict[str, Any]]:
+    """Pairs that involve an estimator standing in for another are repeats of the stand-ins' pair: not tested."""
+    out = []
+    for row in rows:
+        a, b = stand_in[row["name_a"]], stand_in[row["name_b"]]
+        if row["role"] != "same_update" and (a, b) != (row["name_a"], row["name_b"]):
+            row = {**row, "role": "repeat", "repeats": f"{a} vs {b}"}
+        out.append(row)
+    return out
+
+
+def _tested(row: dict[str, Any], arms: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """A primary or secondary row with ``stats.compare_pair``'s fields when both arms have >= 2 runs."""
+    if row["role"] not in ("primary", "secondary") or min(row["n_a"], row["n_b"]) < 2:
         return row
-    tested = stats.compare_pair(finals[a], finals[b], n_resamples=N_RESAMPLES, random_state=0)
-    return {**row, **tested, "tested": True}
+    a, b = (arms[name]["final_accuracy"].to_numpy(float) for name in (row["name_a"], row["name_b"]))
+    return {**row, **stats.compare_pair(a, b, n_resamples=N_RESAMPLES, random_state=0), "tested": True}
 
 
 def _families(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -122,9 +154,10 @@ def comparisons(runs: pd.DataFrame, config: dict[str, Any] | None = None) -> tup
     """The pairs of every (variant, group size) -> (rows, notes).
 
     runs: ``tables.run_table``. Each row: variant, group_size, name_a, name_b, role ("primary", "secondary",
-    "same_update"), tested, n_a, n_b, mean_a, mean_b, mean_difference, lr_a, lr_b (NaN unless one lr per
-    arm), ratio (the same-update ratio, else NaN) and, when tested, ``stats.compare_pair``'s fields with
-    ``*_p_holm`` adjusted within the row's family (for the primary pair: its raw p).
+    "same_update", or "repeat" with ``repeats`` naming the pair it repeats), tested, n_a, n_b, mean_a, mean_b,
+    mean_difference, lr_a, lr_b (NaN unless one lr per arm), ratio (the same-update ratio, else NaN) and, when
+    tested, ``stats.compare_pair``'s fields with ``*_p_holm`` adjusted within the row's family (for the
+    primary pair: its raw p).
     """
     config = config or {}
     primary = primary_pair(config, display_order(runs["estimator"]))
@@ -134,6 +167,7 @@ def comparisons(runs: pd.DataFrame, config: dict[str, Any] | None = None) -> tup
         key = {"variant": variant, "group_size": int(size)}
         checkable = _equivalence_checkable(config, variant)
         found = [_pair_row(arms, *_oriented(a, b, primary), key, checkable) for a, b in itertools.combinations(arms, 2)]
+        found = [_tested(row, arms) for row in _with_repeats(found, _representatives(list(arms), found, primary))]
         notes += _too_few(arms, arm_label(variant, int(size)))
         if not any(r["tested"] for r in found):
             notes.append(f"{arm_label(variant, int(size))}: no pair of estimators with >= 2 seeds each, so no "
@@ -190,12 +224,19 @@ def same_update_phrase(row: dict[str, Any]) -> str:
     return text
 
 
+def repeat_phrase(row: dict[str, Any]) -> str:
+    return (f"not tested: it repeats {row['repeats']} (each stand-in is the same update under Adam as the "
+            "estimator it stands for, at the same lr)")
+
+
 def reading(row: dict[str, Any]) -> str:
     """One honest line per pair, e.g. "G = 4: sign > dr_grpo by 21.0 points, 95% CI [...] (Welch p = 0.004,
     tested alone, n = 5 vs 5)"."""
     label = arm_label(row["variant"], row["group_size"])
     if row["role"] == "same_update":
         return f"{label}: {same_update_phrase(row)}."
+    if row["role"] == "repeat":
+        return f"{label}: {row['name_a']} vs {row['name_b']}: {repeat_phrase(row)}."
     a, b, diff = row["name_a"], row["name_b"], row["mean_difference"]
     counts = f"n = {row['n_a']} vs {row['n_b']}"
     if not row["tested"]:

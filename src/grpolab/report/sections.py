@@ -83,7 +83,8 @@ def summary_display(summary: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-ROLE_NAMES = {"primary": "primary (alone)", "secondary": "secondary (Holm)", "same_update": "same update"}
+ROLE_NAMES = {"primary": "primary (alone)", "secondary": "secondary (Holm)", "same_update": "same update",
+              "repeat": "repeat"}
 
 
 def _interval(low: float, high: float, format_value: Any) -> str:

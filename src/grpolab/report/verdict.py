@@ -10,7 +10,8 @@ Per group size (and variant), in this order:
    over the runner-up with the p of that pair's family.
 3. Secondary: sign against each group-centred (zero-sum, by the registry) estimator, Holm-adjusted among the
    secondary pairs.
-4. What qualifies the numbers: pairs that are one update under Adam (named, not tested), arms that ran at
+4. What qualifies the numbers: pairs that are one update under Adam (named, not tested) and the pairs that
+   repeat another through such a stand-in, arms that ran at
    different lrs, runs that diverged (left out of every mean and test, and counted here), chosen lrs at an
    end of their grid, and arms clipped at very different rates.
 
@@ -37,6 +38,7 @@ from grpolab.report.comparisons import (
     p_phrase,
     points,
     primary_pair,
+    repeat_phrase,
     same_update_phrase,
 )
 from grpolab.report.selection import unbracketed_lines
@@ -119,7 +121,7 @@ def _best_line(runs: pd.DataFrame, rows: list[dict[str, Any]], variant: str, siz
         second = means.index[1]
         pair = _pair(rows, variant, size, best, second)
         test = (f", {p_phrase(pair)}, n = {pair['n_a']} vs {pair['n_b']}" if pair and pair["tested"]
-                else " (not tested)")
+                else f" ({repeat_phrase(pair)})" if pair and pair["role"] == "repeat" else " (not tested)")
         text += f"; runner-up {second}, {points(means.iloc[0] - means.iloc[1])} behind{test}"
     return text + "."
 
@@ -161,6 +163,16 @@ def _same_update_lines(rows: list[dict[str, Any]], primary: tuple[str, str] | No
     others = [r for r in rows if r["role"] == "same_update"
               and (primary is None or {r["name_a"], r["name_b"]} != set(primary))]
     return [f"{arm_label(r['variant'], r['group_size'])}: {same_update_phrase(r)}." for r in others]
+
+
+def _repeat_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per (variant, G) and repeated pair: the pairs that repeat it, not tested."""
+    repeats: dict[tuple[str, int, str], list[str]] = {}
+    for r in (r for r in rows if r["role"] == "repeat"):
+        repeats.setdefault((r["variant"], r["group_size"], r["repeats"]), []).append(f"{r['name_a']} vs {r['name_b']}")
+    return [f"{arm_label(variant, size)}: {_names(pairs)} {'repeats' if len(pairs) == 1 else 'repeat'} {pair}, "
+            "so not tested: the estimator that stands in is the same update under Adam, at the same lr."
+            for (variant, size, pair), pairs in repeats.items()]
 
 
 def _diverged_lines(results: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
@@ -244,7 +256,7 @@ def verdict_section(results: pd.DataFrame, selection: pd.DataFrame | None, confi
     bullets = _primary_lines(runs, rows, config)
     bullets += [_best_line(runs, rows, v, int(g)) for v, g in arms.itertuples(index=False)]
     bullets += _sign_lines(runs, rows)
-    bullets += _same_update_lines(rows, primary)
+    bullets += _same_update_lines(rows, primary) + _repeat_lines(rows)
     bullets += _diverged_lines(results, runs) + unbracketed_lines(selection) + clipping_lines(metrics, config)
     bullets += _sign_group_sizes(runs) + _family_lines(results)
     return Section("Verdict", [_intro(selection)], bullets=bullets)
