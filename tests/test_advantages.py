@@ -762,7 +762,7 @@ def test_every_builtin_estimator_names_its_paper(name: str) -> None:
 def test_token_estimators_are_those_with_the_token_granularity() -> None:
     assert adv.token_estimators() == adv.display_order(n for n in ALL if "token" in info(n).granularities)
     assert adv.token_estimators()  # at least one estimator has a per-token form
-    with pytest.raises(ValueError, match="'rloo' has no per-token form; .*use one of sign, dr_grpo, grpo"):
+    with pytest.raises(ValueError, match=r"'rloo' has no per-token form; .*use one of sign, dr_grpo, grpo"):
         adv.normalise_token_rewards("rloo", torch.zeros(1, 4, dtype=torch.float64))
 
 
