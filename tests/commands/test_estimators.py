@@ -3,6 +3,8 @@ the registry."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from rich.console import Console
 
@@ -31,3 +33,12 @@ def test_a_users_estimator_without_a_paper_is_listed(monkeypatch) -> None:
                         advantages.Estimator("test_mine", lambda rewards: rewards, False, False, False))
     assert main(["estimators"]) == 0
     assert any(line.startswith("│ test_mine ") for line in console.export_text().splitlines())
+
+
+def test_the_docs_page_holds_the_registrys_table(capsys) -> None:
+    assert main(["estimators", "--markdown"]) == 0
+    table = capsys.readouterr().out.strip()
+    assert table == estimators.markdown_table(estimators.estimator_rows())
+    assert all(f"| `{name}` |" in table for name in advantages.available())
+    page = (Path(__file__).resolve().parents[2] / "docs" / "estimators.md").read_text(encoding="utf-8")
+    assert table in page, "docs/estimators.md is stale: paste the output of `grpolab estimators --markdown`"
