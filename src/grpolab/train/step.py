@@ -2,6 +2,16 @@
 (the starvation metrics are ``grpolab.diagnostics.starvation_metrics``). Shapes: P groups, G completions
 each, B = P * G, T completion tokens.
 
+One batch type flows through a step: ``collect_batch`` gives a ``ScoredBatch`` (problems, rollout, scores,
+per-token rewards), ``StepBatch.from_scored`` turns it into the ``StepBatch`` that dynamic sampling filters
+and joins, the advantages are computed on, and ``update_policy`` trains on. The update cuts the trained rows
+into ``MicroBatch``es (``micro_batch_size`` rows each; the loss of each is normalised by the whole batch's
+denominator, so their gradients add up to the whole batch's) and sums their ``LossTotals``.
+
+Departure from the papers, exact in its result: with beta = 0 the rows whose advantage is 0 on every
+completion token are not forwarded (their gradient is exactly 0, and they still count in the loss's
+denominator), so that a starved group costs no compute.
+
 ``rollout/sampler_kl`` is the mean per-token KL(sampler || trainer) over the completions the update
 forwards (so it is absent on a step that trains none): the sampler may run other kernels and weights
 in bfloat16 (``fast_decode``), and this says how far its distribution is from the one being trained,
