@@ -13,22 +13,17 @@ import types
 import typing
 from typing import Any
 
+from grpolab.config.fields import lower_bounds
 from grpolab.errors import UserError
 
 __all__ = ["check_types", "validate"]
 
-# setting -> the least value it may take (None is allowed where the field's type allows it)
-_AT_LEAST = {"group_size": 1, "prompts_per_step": 1, "num_iterations": 1, "micro_batch_size": 1, "lora_r": 1,
-             "lora_alpha": 1, "keep_checkpoints": 1, "max_new_tokens": 1, "threads": 1, "task_limit": 1,
-             "eval_limit": 1, "grad_analysis_sketch_dim": 1, "steps": 0, "warmup_steps": 0, "weight_decay": 0,
-             "max_grad_norm": 0, "dynamic_max_rounds": 0, "checkpoint_every": 0, "eval_every": 0, "eval_samples": 0,
-             "grad_analysis_every": 0}
 _HINTS = {"eval_limit": "; to evaluate every test prompt, set eval_limit: null in a --config file"}
 
 
 def validate(config: Any) -> None:
     """Raise a ``UserError`` naming the setting when a value is out of range or would crash a run."""
-    for name, least in _AT_LEAST.items():
+    for name, least in lower_bounds(config).items():  # from each field's metadata
         value = getattr(config, name)
         if value is not None and value < least:
             raise UserError(f"{name} must be >= {least}, got {value}{_HINTS.get(name, '')}")

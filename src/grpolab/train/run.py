@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.config import TrainConfig
+from grpolab.config.fields import names_in_scope
 from grpolab.errors import UserError
 from grpolab.evaluation import evaluate
 from grpolab.models import Policy
@@ -131,21 +132,15 @@ def prepare_eval_log(path: Path, *, resume_from_step: int | None, extended: bool
     rewrite_jsonl(path, rows)
 
 
-# Settings that change neither the policy at step 0 nor how it is evaluated: runs that differ only in
-# these (a sweep's estimators, lrs and group sizes at one seed) share one start evaluation. Every other
-# field, a future one included, is part of the key, so an unknown setting never shares by mistake.
-_TRAINING_ONLY_FIELDS = frozenset({
-    "advantage", "advantage_kwargs", "lr", "lr_schedule", "warmup_steps", "weight_decay", "adam_betas",
-    "max_grad_norm", "num_iterations", "epsilon_low", "epsilon_high", "beta", "loss_aggregation", "steps",
-    "group_size", "prompts_per_step", "dynamic_sampling", "dynamic_max_rounds", "checkpoint_every",
-    "keep_checkpoints", "eval_every", "grad_analysis_every", "grad_analysis_params", "grad_analysis_sketch_dim",
-    "tensorboard", "progress", "micro_batch_size",
-})
+# The settings a start evaluation depends on are the fields of scope "start" (their metadata): runs that differ
+# only in the others (a sweep's estimators, lrs and group sizes at one seed) share one start evaluation. Every
+# field is classified (a test checks it), so a new setting never shares by mistake.
+_START_FIELDS = names_in_scope(TrainConfig, "start")
 
 
 def start_evaluation_key(config: TrainConfig) -> str:
-    """A digest of the settings a start evaluation depends on (see ``_TRAINING_ONLY_FIELDS``)."""
-    settings = {name: value for name, value in config.to_dict().items() if name not in _TRAINING_ONLY_FIELDS}
+    """A digest of the settings a start evaluation depends on (the fields of scope "start")."""
+    settings = {name: value for name, value in config.to_dict().items() if name in _START_FIELDS}
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 

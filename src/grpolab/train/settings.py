@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grpolab.config import TrainConfig, build_config, load_config_file, yaml_text
+from grpolab.config import CompareConfig, TrainConfig, build_config, load_config_file, yaml_text
+from grpolab.config.fields import resume_may_change, runtime_only, sweep_owned
 from grpolab.errors import UserError
 
 __all__ = [
@@ -37,16 +38,12 @@ __all__ = [
     "same_run_settings",
 ]
 
-# Settings of how a process runs, not of what it trains or finds: they may differ between runs of one directory.
-RUNTIME_ONLY = frozenset({"progress", "threads", "workers", "backend"})
-RESUME_MAY_CHANGE = RUNTIME_ONLY | {"steps"}
-# Training settings that ``grpolab compare`` sets for each run -> what to use instead.
-SWEEP_OWNED: dict[str, str] = {
-    "group_size": "--group-sizes",
-    "advantage": "--estimators",
-    "seed": "--seeds",
-    "dynamic_sampling": "NAME+dynamic in --estimators (e.g. dr_grpo+dynamic)",
-}
+# Read from the fields' metadata (grpolab.config.fields): settings of how a process runs, not of what it trains
+# or finds (they may differ between runs of one directory); those --resume may change; and the training settings
+# that ``grpolab compare`` sets for each run -> what to use instead.
+RUNTIME_ONLY = runtime_only(TrainConfig, CompareConfig)
+RESUME_MAY_CHANGE = resume_may_change(TrainConfig)
+SWEEP_OWNED: dict[str, str] = sweep_owned(TrainConfig)
 SWEEP_FILE = "compare.yaml"
 Change = tuple[str, Any, Any]  # (setting, saved value, new value)
 
