@@ -120,8 +120,8 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(tmp_path: Path) -> N
 def test_lr_selection_uses_validation_only_and_reports_fresh_seeds(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     code = main(["compare", "--estimators", "sign,grpo", "--seeds", "2", "--group-sizes", "4", "--workers", "2",
-                 "--lrs", "1e-5,3e-3", "--selection-seeds", "1", "--out", str(out), *TINY_FLAGS,
-                 "--steps", "6", "--eval-limit", "32", "--eval-samples", "4"])
+                 "--lrs", "1e-5,3e-3", "--lr-bracket-rounds", "0", "--selection-seeds", "1", "--out", str(out),
+                 *TINY_FLAGS, "--steps", "6", "--eval-limit", "32", "--eval-samples", "4"])
     assert code == 0
     selection = pd.read_parquet(out / "selection.parquet")
     assert len(selection) == 2 * 2 and set(selection["seed"]) == {1000}  # (estimator, lr) on selection seeds

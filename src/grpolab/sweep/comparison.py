@@ -141,7 +141,8 @@ def _select(base: TrainConfig, sweep: CompareConfig, cells: list[Cell], out: Pat
             rounds[cell].update(dict.fromkeys(lrs, round_ + 1))
     missing = [str(cell) for cell in cells if cell not in selection.choice]
     if missing:
-        raise UserError(f"no lr-selection run finished for {', '.join(missing)}; see the errors above")
+        raise UserError(f"no lr-selection run of {', '.join(missing)} finished without diverging; see the errors "
+                        "above and the runs in selection/")
     for cell, lr in sorted(selection.choice.items()):
         runner.on_event({"selected": cell, "lr": lr, "bracketed": selection.bracketed[cell]})
     return grid, selection
