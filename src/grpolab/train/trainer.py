@@ -36,6 +36,7 @@ from grpolab import verifiers
 from grpolab.config import TrainConfig, save_config
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.engine.collect import collect_batch
+from grpolab.engine.fit import check_training_fits
 from grpolab.engine.rollout import Rollout
 from grpolab.errors import UserError
 from grpolab.gradients.geometry import gradient_metrics_for_step
@@ -106,6 +107,8 @@ class Trainer:
         self.policy = policy or load_policy(config.model)
         self.model = wrap_lora(self.policy.model, config) if config.lora else self.policy.model
         self.reference = _reference_model(self.model, config)
+        self.max_new_tokens = check_training_fits(self.model, self.policy.tokenizer, self.task, config,
+                                                  self.max_new_tokens)
         self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self.optimizer = build_optimizer(self.params, config)
         self.completions_generated = 0  # restored from the checkpoint on resume
@@ -178,7 +181,8 @@ class Trainer:
         """Sample (with dynamic sampling: several rounds) and return the batch to train on."""
         problems, rollout, rewards, scores, token_rewards = self._sample_round(step, 0)
         extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable,
-                                   "rollout/verifier_timeouts": scores.timeouts}
+                                   "rollout/verifier_timeouts": scores.timeouts,
+                                   "rollout/prompts_truncated": rollout.prompts_truncated}
         batch, seen = StepBatch.make(problems, rollout, rewards, token_rewards), rewards
         if self.config.dynamic_sampling:
             batch, seen, rounds = self._dynamic_fill(step, batch, rewards)
