@@ -101,7 +101,7 @@ def check_training_fits(model: Any, tokenizer: Any, task: Any, config: Any, max_
     rows = config.prompts_per_step * config.group_size
     sampling = _sampling_need(shape, config.prompts_per_step, config.group_size, width, max_new_tokens)
     batch = rows * (width + max_new_tokens) * _BATCH_BYTES_PER_TOKEN
-    update = memory.update_bytes(shape, min(config.micro_batch_size, rows), width, max_new_tokens)
+    update = memory.update_bytes(shape, min(config.micro_batch_size, rows), max_new_tokens)
     memory.refuse_unless_fits(
         sampling + batch + update,
         f"a step of {config.prompts_per_step} prompts x {config.group_size} completions of up to {width} prompt + "

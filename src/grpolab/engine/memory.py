@@ -7,10 +7,11 @@ The estimates count the tensors that grow with the settings, not the model's wei
   sampler keeps it in float32 whatever the weights; ``fast_decode``);
 * the prefill's attention: prompts x heads x Lp x Lp float32 scores (three live copies: bias, scores, softmax);
 * the sampler's logits: rows x vocab float32 (four live copies: logits, log-probs, probs, their CDF);
-* the update's logits: micro-batch x (T + 1) x vocab float32 (three copies: logits, log-softmax, gradient),
-  plus the activations kept for the backward pass.
+* the update's logits: micro-batch x (T + 1) x vocab float32 (two live copies: logits, log-softmax).
 
-They are estimates within a factor of about two; they exist to refuse a setting that needs 100 GB on a
+They leave out the weights, the optimizer state and the activations of the backward pass, so they are a
+lower bound of the peak: a setting they refuse cannot fit, while one they pass may still run out (the
+command line then names the settings to lower). They exist to refuse a setting that needs 100 GB on a
 machine with 24, in one line before anything is allocated, not to pack memory tight. What "available" means:
 the least of the physical memory not in use (``psutil``'s ``available`` when installed, else ``MemAvailable``
 of /proc/meminfo, else ``os.sysconf``'s free pages), the room left under the cgroup's limit (containers), and
@@ -36,7 +37,6 @@ SAMPLER_BUDGET_BYTES = 1 << 30
 chunks of prompts, with the same result (``rollout.sample``)."""
 
 _FLOAT = 4
-_ACTIVATION_COPIES = 12  # hidden-size tensors a decoder layer keeps per token for the backward pass
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,9 @@ def sampling_bytes(shape: ModelShape, prompts: int, samples: int, prompt_tokens:
     return cache + prefill + logits + outputs
 
 
-def update_bytes(shape: ModelShape, micro_batch: int, prompt_tokens: int, new_tokens: int) -> int:
-    """Bytes one micro-batch of the update needs: the completion logits and the activations of the backward."""
-    logits = 3 * micro_batch * (new_tokens + 1) * shape.vocab * _FLOAT
-    activations = _ACTIVATION_COPIES * micro_batch * (prompt_tokens + new_tokens) * shape.hidden * shape.layers * _FLOAT
-    return logits + activations
+def update_bytes(shape: ModelShape, micro_batch: int, new_tokens: int) -> int:
+    """Bytes one micro-batch of the update needs at least: its completion logits and their log-softmax."""
+    return 2 * micro_batch * (new_tokens + 1) * shape.vocab * _FLOAT
 
 
 def format_bytes(count: float) -> str:
