@@ -56,7 +56,7 @@ from grpolab.train.run import (
     wrap_lora,
     write_task_summary,
 )
-from grpolab.train.runlog import MetricsLog, RolloutLog
+from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends
 from grpolab.train.settings import check_resume, load_saved_config, record_resume
 from grpolab.train.step import StepBatch, build_optimizer, step_advantages, update_policy
 from grpolab.verifiers.process import get_process_verifier
@@ -121,7 +121,7 @@ class Trainer:
         write_task_summary(self.task, self.run_dir)
         resume_from = self.start_step + 1 if resume else None
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from,
-                                      tensorboard_dir=self.run_dir / "tensorboard" if config.tensorboard else None)
+                                      backends=open_backends(config, self.run_dir, resume=resume))
         self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
         # with no checkpoint the start evaluation is redone, so its row must go too
         prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None,
