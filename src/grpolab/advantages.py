@@ -361,6 +361,27 @@ def reinforce_pp(rewards: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
     return _divide(centred - batch_mean, batch_std, eps)
 
 
+@register("batch_std", needs_group=True, zero_sum=True, order=12, color="darkcyan")
+def batch_std(rewards: torch.Tensor, *, eps: float = 1e-4, std: str = "sample") -> torch.Tensor:
+    """Lite PPO's advantage: A = (r - mean_g) / (std_batch + eps), group-mean centring, batch-level std scaling.
+
+    Liu et al. 2025, Tricks or Traps? A Deep Dive into RL for LLM Reasoning (arXiv 2508.08221); TRL's
+    ``scale_rewards="batch"``. The standard deviation is over every scorable reward of the batch (sample by
+    default, as TRL's; ``std="population"`` divides by their count), so a group whose rewards are all equal
+    still gets 0 while one mixed group is not blown up by its own small spread. A batch whose rewards are all
+    equal gets 0.
+    """
+    if std not in ("sample", "population"):
+        raise ValueError(f"advantage estimator 'batch_std': std must be 'sample' or 'population', got {std!r}")
+    _, mean, _ = _group_stats(rewards)
+    scored = rewards[~torch.isnan(rewards)]  # every scorable reward of the batch
+    if scored.numel() < 2:
+        return torch.zeros_like(rewards)
+    count, _, squares = _group_stats(scored.reshape(1, -1))
+    spread = _std(count, squares, std).reshape(())
+    return _divide(rewards - mean, spread.expand_as(rewards), eps)
+
+
 def _log_comb(n: torch.Tensor, k: int) -> torch.Tensor:
     """log C(n, k) for integer-valued n >= k >= 0 (elementwise)."""
     return torch.lgamma(n + 1) - math.lgamma(k + 1) - torch.lgamma(n - k + 1)

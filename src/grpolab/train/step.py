@@ -23,7 +23,8 @@ from grpolab.config import TrainConfig
 from grpolab.engine import prefix_packing
 from grpolab.engine.rollout import Rollout, token_logprobs
 from grpolab.errors import UserError
-from grpolab.losses import aggregate, aggregation_denominator, policy_loss
+from grpolab.losses import PolicyLossTerms, aggregate, aggregation_denominator, policy_loss, truncated_is_weights
+from grpolab.overlong import overlong_penalty, shape_rewards
 from grpolab.process_rewards import token_advantages
 from grpolab.tasks import Problem
 
@@ -142,21 +143,42 @@ class StepBatch:
         }
 
 
-def step_advantages(batch: StepBatch, config: TrainConfig) -> torch.Tensor:
+def step_advantages(batch: StepBatch, config: TrainConfig, *, max_length: int | None = None) -> torch.Tensor:
     """The advantages of a batch under the config's estimator: [P, G] of the outcome rewards, or [B, T] of the
-    per-token rewards (``--reward-granularity token``). Raises a ``UserError`` when the estimator refuses the
-    rewards or the advantages overflow float32 (the loss's dtype)."""
+    per-token rewards (``--reward-granularity token``). With ``overlong_buffer`` the outcome rewards first get
+    DAPO's overlong penalty against the token cap ``max_length`` (``grpolab.overlong``). Raises a ``UserError``
+    when the estimator refuses the rewards or the advantages overflow float32 (the loss's dtype)."""
     try:
         if batch.token_rewards is not None:
             advantages = token_advantages(config.advantage, batch.token_rewards, batch.completion_mask,
                                           batch.group_size, **config.advantage_kwargs)
         else:
-            advantages = compute_advantages(config.advantage, batch.rewards, **config.advantage_kwargs)
+            advantages = compute_advantages(config.advantage, _outcome_rewards(batch, config, max_length),
+                                            **config.advantage_kwargs)
         if not torch.isfinite(advantages.float()).all():
             raise ValueError(f"advantages up to {advantages.abs().max().item():.3g} overflow float32")
     except ValueError as error:
         raise UserError(str(error)) from None
     return advantages
+
+
+def _outcome_rewards(batch: StepBatch, config: TrainConfig, max_length: int | None) -> np.ndarray:
+    """The rewards [P, G] the estimator sees: the batch's, with DAPO's overlong penalty under ``overlong_buffer``."""
+    if config.overlong_buffer is None:
+        return batch.rewards
+    if max_length is None:
+        raise ValueError("overlong_buffer needs the completion length cap (max_length)")
+    return shape_rewards(batch.rewards, batch.lengths, max_length=max_length, buffer=config.overlong_buffer,
+                         penalty=config.overlong_penalty)
+
+
+def loss_mask(batch: StepBatch, config: TrainConfig) -> torch.Tensor:
+    """[B, T] float mask of the tokens that count in the loss: the completion tokens, less those of truncated
+    completions under ``mask_truncated_completions`` (DAPO's overlong filtering)."""
+    mask = batch.completion_mask.float()
+    if config.mask_truncated_completions:
+        mask = mask * (~batch.truncated.bool()).float().unsqueeze(1)
+    return mask
 
 
 def build_optimizer(params: dict[str, torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
@@ -212,22 +234,24 @@ def update_policy(
 ) -> dict[str, Any]:
     """``num_iterations`` optimizer steps on ``batch`` with advantages [P, G] (outcome) or [B, T] (per token);
     returns ``loss/*`` metrics."""
-    mask = batch.completion_mask.float()
+    mask = loss_mask(batch, config)
     per_token = tuple(advantages.shape) == tuple(mask.shape)
     flat = advantages.float() if per_token else advantages.reshape(-1).float()  # [B, T] or [B]
     denominator = aggregation_denominator(mask, config.loss_aggregation, max_length=max_length)
     carries = (flat * mask).abs().sum(dim=1) > 0 if per_token else flat != 0  # [B]
     rows = list(range(batch.size)) if config.beta > 0 else torch.nonzero(carries).flatten().tolist()
+    if config.mask_truncated_completions:
+        rows = [row for row in rows if mask[row].any()]  # a masked completion has no loss token, not even a KL one
     chunks = [rows[i : i + config.micro_batch_size] for i in range(0, len(rows), config.micro_batch_size)]
     old = _frozen_logprobs(model, batch, chunks, config) if config.num_iterations > 1 else None
     ref = _frozen_logprobs(reference, batch, chunks, config) if reference is not None else None
     for group in optimizer.param_groups:
         group["lr"] = lr
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+    totals = dict.fromkeys(_TOTALS, 0.0)
     for _ in range(config.num_iterations):
         _zero_grads(params)
-        totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "sampler_kl": 0.0}
+        totals = dict.fromkeys(_TOTALS, 0.0)
         for rows_chunk in chunks:
             _micro_step(model, batch, rows_chunk, flat, mask, config, denominator, old, ref, totals)
         grad_norm = _clip(params, config.max_grad_norm)
@@ -240,25 +264,78 @@ def update_policy(
     }
     if batch.sampler_logprobs is not None and tokens > 0:
         metrics["rollout/sampler_kl"] = totals["sampler_kl"] / tokens
+    metrics.update(loss_option_metrics(totals, batch, mask, config, tokens=tokens, max_length=max_length))
     return metrics
+
+
+# the sums each micro-step adds to (per-token sums over the loss mask, except "loss" and "is_weight_max")
+_TOTALS = ("loss", "kl", "clipped", "sampler_kl", "clipped_low", "clipped_high", "clipped_dual", "is_weight",
+           "is_weight_max")
 
 
 def _micro_step(model, batch, rows, flat, mask, config, denominator, old, ref, totals) -> None:
     key = tuple(rows)
     logprobs = _logprobs(model, batch, rows, config)
-    terms = policy_loss(
-        logprobs, old[key] if old is not None else logprobs.detach(), flat[rows],
-        epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
-        ref_logprobs=ref[key] if ref is not None else None, beta=config.beta,
-    )
+    before = old[key] if old is not None else logprobs.detach()  # the policy that sampled, pre-update
+    is_weights = _is_weights(batch, rows, before, config)
+    terms = _policy_loss_terms(logprobs, before, flat[rows], mask[rows], config, is_weights,
+                               ref[key] if ref is not None else None)
     loss = aggregate(terms.loss, mask[rows], config.loss_aggregation, denominator=denominator)
     loss.backward()
     totals["loss"] += float(loss.detach())
     totals["kl"] += float((terms.kl * mask[rows]).sum())
     totals["clipped"] += float((terms.clipped * mask[rows]).sum())
+    for bound in ("low", "high", "dual"):
+        totals[f"clipped_{bound}"] += float((getattr(terms, f"clipped_{bound}") * mask[rows]).sum())
+    if is_weights is not None and mask[rows].any():
+        totals["is_weight"] += float((is_weights * mask[rows]).sum())
+        totals["is_weight_max"] = max(totals["is_weight_max"], float(is_weights[mask[rows] > 0].max()))
     if batch.sampler_logprobs is not None:
-        before = old[key] if old is not None else logprobs.detach()  # the policy that sampled, pre-update
         totals["sampler_kl"] += float((sampler_kl(batch.sampler_logprobs[rows], before) * mask[rows]).sum())
+
+
+def _policy_loss_terms(logprobs: torch.Tensor, before: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                       config: TrainConfig, is_weights: torch.Tensor | None,
+                       ref_logprobs: torch.Tensor | None) -> PolicyLossTerms:
+    """The per-token policy loss [b, T] of a micro-batch under the config's loss settings (docs/losses.md)."""
+    return policy_loss(
+        logprobs, before, advantages, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
+        ref_logprobs=ref_logprobs, beta=config.beta, objective=config.policy_loss,
+        importance_sampling_level=config.importance_sampling_level, mask=mask, dual_clip_c=config.dual_clip_c,
+        cispo_ratio_min=config.cispo_ratio_min, cispo_ratio_max=config.cispo_ratio_max, is_weights=is_weights,
+    )
+
+
+def _is_weights(batch: StepBatch, rows: list[int], before: torch.Tensor, config: TrainConfig) -> torch.Tensor | None:
+    """TIS weights [b, T] of the rows under ``sampler_is_cap`` (trainer's pre-update log-probs against the
+    sampler's), else None."""
+    if config.sampler_is_cap is None:
+        return None
+    if batch.sampler_logprobs is None:
+        raise UserError("sampler_is_cap needs the sampler's log-probs, and this batch has none; drop --sampler-is-cap")
+    return truncated_is_weights(before, batch.sampler_logprobs[rows], config.sampler_is_cap)
+
+
+def loss_option_metrics(totals: dict[str, float], batch: StepBatch, mask: torch.Tensor, config: TrainConfig, *,
+                        tokens: float, max_length: int) -> dict[str, float]:
+    """What the loss options did in the last iteration: shares of the trained tokens clipped by each bound,
+    the share of completion tokens masked for truncation, the TIS weights' mean and maximum and the mean
+    overlong penalty (each only when its option is on; see docs/losses.md)."""
+    share = max(tokens, 1.0)
+    metrics = {"loss/clipped_low": totals["clipped_low"] / share, "loss/clipped_high": totals["clipped_high"] / share}
+    if config.dual_clip_c is not None:
+        metrics["loss/clipped_dual"] = totals["clipped_dual"] / share
+    if config.mask_truncated_completions:
+        completion_tokens = float(batch.completion_mask.sum())
+        metrics["loss/masked_truncated"] = 1.0 - float(mask.sum()) / max(completion_tokens, 1.0)
+    if config.sampler_is_cap is not None and tokens > 0:
+        metrics["loss/is_weight_mean"] = totals["is_weight"] / tokens
+        metrics["loss/is_weight_max"] = totals["is_weight_max"]
+    if config.overlong_buffer is not None and batch.size:
+        penalty = overlong_penalty(batch.lengths, max_length=max_length, buffer=config.overlong_buffer,
+                                   penalty=config.overlong_penalty)
+        metrics["rollout/overlong_penalty"] = float(penalty.mean())
+    return metrics
 
 
 def sampler_kl(sampler_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor) -> torch.Tensor:
