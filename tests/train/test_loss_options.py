@@ -47,13 +47,14 @@ def _config(**changes) -> TrainConfig:
 
 
 def _step(policy, batch: StepBatch, config: TrainConfig, advantages: torch.Tensor | None = None):
-    """(parameter change of one update, its metrics) with SGD at lr 1: the change is minus the gradient."""
+    """(parameter change of one update, its metrics) with SGD at the config's lr (1 unless the test says): the
+    change of one iteration is minus lr times the gradient."""
     model = copy.deepcopy(policy.model).train()
     before = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.SGD(list(model.parameters()), lr=1.0)
+    optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
     if advantages is None:
         advantages = compute_advantages(config.advantage, batch.rewards)
-    metrics = update_policy(model, optimizer, batch, advantages, config, lr=1.0, max_length=CAP)
+    metrics = update_policy(model, optimizer, batch, advantages, config, lr=config.lr, max_length=CAP)
     change = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before, strict=True)])
     return change, metrics
 
@@ -151,6 +152,16 @@ def test_on_policy_first_iteration_equals_the_plain_update(setup, changes: dict)
     option, _ = _step(policy, batch, _config(**changes))
     plain, _ = _step(policy, batch, _config())
     assert _relative_gap(option, plain) < 1e-5
+
+
+@pytest.mark.parametrize("changes", [{"importance_sampling_level": "sequence"}, {"policy_loss": "cispo"},
+                                     {"dual_clip_c": 1.001}])
+def test_off_policy_second_iteration_differs_from_the_plain_update(setup, changes: dict) -> None:
+    # On the second iteration the ratio is no longer 1, and each option's update leaves the plain one.
+    policy, batch = setup
+    option, _ = _step(policy, batch, _config(num_iterations=2, lr=0.1, epsilon_low=0.01, **changes))
+    plain, _ = _step(policy, batch, _config(num_iterations=2, lr=0.1, epsilon_low=0.01))
+    assert _relative_gap(option, plain) > 1e-3
 
 
 @pytest.mark.parametrize("changes", [{}, {"importance_sampling_level": "sequence"},
