@@ -8,6 +8,7 @@ exactly minus the gradient.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -21,6 +22,7 @@ from grpolab.errors import UserError
 from grpolab.models import load_policy
 from grpolab.overlong import overlong_penalty
 from grpolab.tasks import get_task
+from grpolab.train import train
 from grpolab.train.step import StepBatch, _logprobs, loss_mask, step_advantages, update_policy
 
 CAP = 16
@@ -197,3 +199,21 @@ def test_overlong_shaping_feeds_the_estimator_shaped_rewards(setup) -> None:
         step_advantages(batch, config)
     _, metrics = _step(policy, batch, config, expected)
     assert metrics["rollout/overlong_penalty"] == pytest.approx(float(penalty.mean()))
+
+
+def test_a_run_with_every_option_logs_what_each_did(tmp_path) -> None:
+    # Through the trainer: the overlong shaping gets the task's token cap, every option's metric is logged.
+    config = TrainConfig(advantage="batch_std", steps=2, prompts_per_step=4, num_iterations=2,
+                         importance_sampling_level="sequence", dual_clip_c=3.0, mask_truncated_completions=True,
+                         overlong_buffer=8, sampler_is_cap=2.0, eval_start=False, eval_samples=0, eval_limit=4,
+                         progress=False, threads=1)
+    train(config, tmp_path / "run")
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        for key in ("loss/clipped_low", "loss/clipped_high", "loss/clipped_dual", "loss/masked_truncated",
+                    "rollout/overlong_penalty"):
+            assert np.isfinite(row[key]), key
+        assert row["rollout/overlong_penalty"] < 0  # the embedded task's completions reach into an 8-token buffer
+        if row["loss/trained_sequences"] > 0:
+            assert 0 < row["loss/is_weight_mean"] <= row["loss/is_weight_max"] <= 2.0  # truncated at the cap
