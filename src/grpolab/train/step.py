@@ -12,6 +12,10 @@ Departure from the papers, exact in its result: with beta = 0 the rows whose adv
 completion token are not forwarded (their gradient is exactly 0, and they still count in the loss's
 denominator), so that a starved group costs no compute.
 
+The loss options (docs/losses.md) enter at three places: ``step_advantages`` (DAPO's overlong reward shaping,
+``grpolab.overlong``), ``loss_mask`` (DAPO's truncation masking) and ``_policy_loss_terms`` (GSPO, CISPO, the
+dual clip and the TIS weights against the sampler's log-probs); ``loss_option_metrics`` logs what they did.
+
 ``rollout/sampler_kl`` is the mean per-token KL(sampler || trainer) over the completions the update
 forwards (so it is absent on a step that trains none): the sampler may run other kernels and weights
 in bfloat16 (``fast_decode``), and this says how far its distribution is from the one being trained,
