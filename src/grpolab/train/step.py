@@ -350,6 +350,7 @@ def update_policy(
         "loss/clip_fraction": totals.clipped / max(tokens, 1.0), "loss/grad_norm": grad_norm,
         "loss/lr": lr, "loss/trained_sequences": float(len(rows)), "loss/train_tokens": tokens,
     }
+    metrics["loss/clipped"] = float(0 < config.max_grad_norm < grad_norm)  # loss/grad_norm is the pre-clip norm
     if batch.sampler_logprobs is not None and tokens > 0:
         metrics["rollout/sampler_kl"] = totals.sampler_kl / tokens
     metrics.update(loss_option_metrics(totals, batch, mask, config, tokens=tokens, max_length=max_length))
