@@ -179,11 +179,12 @@ def test_clip_metrics_split_by_bound(setup, changes: dict) -> None:
     optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
     metrics = update_policy(model, optimizer, batch, compute_advantages("grpo", batch.rewards), config,
                             lr=config.lr, max_length=CAP)
-    assert metrics["loss/clipped_low"] + metrics["loss/clipped_high"] == pytest.approx(metrics["loss/clip_fraction"])
-    assert metrics["loss/clipped_low"] > 0 and metrics["loss/clipped_high"] > 0
-    assert ("loss/clipped_dual" in metrics) == ("dual_clip_c" in changes)
+    low, high = metrics["loss/clip_fraction_low"], metrics["loss/clip_fraction_high"]
+    assert low + high == pytest.approx(metrics["loss/clip_fraction"])
+    assert metrics["loss/clip_fraction_low"] > 0 and metrics["loss/clip_fraction_high"] > 0
+    assert ("loss/clip_fraction_dual" in metrics) == ("dual_clip_c" in changes)
     if "dual_clip_c" in changes:
-        assert 0 < metrics["loss/clipped_dual"] < 1
+        assert 0 < metrics["loss/clip_fraction_dual"] < 1
 
 
 def test_overlong_shaping_feeds_the_estimator_shaped_rewards(setup) -> None:
@@ -211,8 +212,8 @@ def test_a_run_with_every_option_logs_what_each_did(tmp_path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2
     for row in rows:
-        for key in ("loss/clipped_low", "loss/clipped_high", "loss/clipped_dual", "loss/masked_truncated",
-                    "rollout/overlong_penalty"):
+        for key in ("loss/clip_fraction_low", "loss/clip_fraction_high", "loss/clip_fraction_dual",
+                    "loss/masked_truncated", "rollout/overlong_penalty"):
             assert np.isfinite(row[key]), key
         assert row["rollout/overlong_penalty"] < 0  # the embedded task's completions reach into an 8-token buffer
         if row["loss/trained_sequences"] > 0:

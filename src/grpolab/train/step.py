@@ -363,9 +363,10 @@ def loss_option_metrics(totals: LossTotals, batch: StepBatch, mask: torch.Tensor
     each bound, the share of completion tokens masked for truncation, the TIS weights' mean and maximum and the
     mean overlong penalty (the last four only when their option is on)."""
     share = max(tokens, 1.0)
-    metrics = {"loss/clipped_low": totals.clipped_low / share, "loss/clipped_high": totals.clipped_high / share}
+    metrics = {"loss/clip_fraction_low": totals.clipped_low / share,
+               "loss/clip_fraction_high": totals.clipped_high / share}
     if config.dual_clip_c is not None:
-        metrics["loss/clipped_dual"] = totals.clipped_dual / share
+        metrics["loss/clip_fraction_dual"] = totals.clipped_dual / share
     if config.mask_truncated_completions:
         metrics["loss/masked_truncated"] = 1.0 - float(mask.sum()) / max(float(batch.completion_mask.sum()), 1.0)
     if config.sampler_is_cap is not None and tokens > 0:
