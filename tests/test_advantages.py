@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -52,6 +53,7 @@ HAND_REWARDS = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
 S3 = math.sqrt(1 / 3)  # sample std of row 1: squares = 4 * 0.25 = 1, / (G - 1) = 1/3
 POP_STD_PP = math.sqrt(1.75 / 16)  # reinforce_pp: see its table
 NGRPO_STD = math.sqrt(0.24)  # ngrpo rows 0 and 1: see its table
+BATCH_STD = math.sqrt(0.2625)  # batch_std: see its table
 
 HAND_TABLES: list[tuple[str, dict, list[list[float]]]] = [
     # grpo, sample std, eps = 1e-4.
@@ -147,6 +149,18 @@ HAND_TABLES: list[tuple[str, dict, list[list[float]]]] = [
     ),
     # maxrl: (r - mean) / mean. row 0: 0.75 / 0.25 = 3, -0.25 / 0.25 = -1; row 1: +-1; rows 2, 3: 0.
     ("maxrl", {}, [[3, -1, -1, -1], [1, 1, -1, -1], [0, 0, 0, 0], [0, 0, 0, 0]]),
+    # batch_std: the dr_grpo values over the sample std of all 16 rewards (7 ones): mean 7/16,
+    # squares 7 * (9/16)^2 + 9 * (7/16)^2 = 1008/256 = 3.9375, / 15 = 0.2625; eps 1e-4.
+    (
+        "batch_std",
+        {},
+        [
+            [c / (BATCH_STD + 1e-4) for c in (0.75, -0.25, -0.25, -0.25)],
+            [c / (BATCH_STD + 1e-4) for c in (0.5, 0.5, -0.5, -0.5)],
+            [0, 0, 0, 0],
+            [0, 0, 0, 0],
+        ],
+    ),
 ]
 
 
@@ -274,11 +288,23 @@ def _loop_reinforce_pp(rewards: list[list[float]], eps: float = 1e-6) -> list[li
     return [[_ratio(c - mu, sigma, eps) for c in row] for row in centred]
 
 
+def _loop_batch_std(rewards: list[list[float]], eps: float = 1e-4, std: str = "sample") -> list[list[float]]:
+    centred = [_loop_dr_grpo(group) for group in rewards]
+    scored = [x for row in rewards for x in row if not math.isnan(x)]
+    if len(scored) < 2:
+        return [[0.0] * len(row) for row in rewards]
+    mu = _mean(scored)
+    sigma = math.sqrt(sum((x - mu) ** 2 for x in scored) / (len(scored) - (1 if std == "sample" else 0)))
+    return [[_ratio(c, sigma, eps) for c in row] for row in centred]
+
+
 def _loop(name: str, rewards: np.ndarray, **hyperparameters: object) -> np.ndarray:
     """The plain per-group Python loop; NaN rewards get 0."""
     rows = rewards.tolist()
     if name == "reinforce_pp":
         out = _loop_reinforce_pp(rows, **hyperparameters)
+    elif name == "batch_std":
+        out = _loop_batch_std(rows, **hyperparameters)
     else:
         out = [PER_GROUP[name](row, **hyperparameters) for row in rows]
     return np.where(np.isnan(rewards), 0.0, np.array(out, dtype=np.float64))
@@ -308,6 +334,8 @@ EQUIVALENCE_CASES = [
     ("ngrpo", {}),
     ("ngrpo", {"max_reward": 2.0, "eps": 0.0}),
     ("maxrl", {}),
+    ("batch_std", {}),
+    ("batch_std", {"eps": 0.0, "std": "population"}),
 ]
 
 
@@ -391,6 +419,28 @@ def test_grpo_sample_std_equals_trl_formula(rewards: np.ndarray) -> None:
     r64 = torch.from_numpy(rewards)
     trl64 = (r64 - r64.mean(1, keepdim=True)) / (r64.std(1, keepdim=True, unbiased=True) + 1e-4)
     torch.testing.assert_close(compute_advantages("grpo", r64), trl64, rtol=1e-12, atol=1e-14)
+
+
+@SETTINGS
+@given(rewards=_binary_rewards(nan=False))
+def test_batch_std_equals_trl_scale_rewards_batch(rewards: np.ndarray) -> None:
+    # TRL's scale_rewards="batch": (r - group mean) / (std of the whole batch, unbiased + 1e-4).
+    r = torch.from_numpy(rewards)
+    trl = (r - r.mean(1, keepdim=True)) / (r.std() + 1e-4)
+    if r.std() == 0:
+        trl = torch.zeros_like(r)  # grpolab gives 0 where the batch has no spread, as TRL's numerator does
+    torch.testing.assert_close(compute_advantages("batch_std", r), trl, rtol=1e-12, atol=1e-14)
+
+
+def test_batch_std_differs_from_grpo_by_the_scale_only() -> None:
+    # One mixed group (sample std sqrt(1/3)) among constant groups: grpo divides it by its own spread, batch_std
+    # by the batch's (6 ones of 12: sample var 12 * 0.25 / 11 = 3/11); signs and ratios within the group stay.
+    rewards = np.array([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], dtype=np.float64)
+    grpo, batch = _advantages("grpo", rewards), _advantages("batch_std", rewards)
+    np.testing.assert_allclose(batch[0] / grpo[0], np.full(4, (math.sqrt(1 / 3) + 1e-4) / (math.sqrt(3 / 11) + 1e-4)))
+    assert (batch[1:] == 0).all()
+    with pytest.raises(ValueError, match="'batch_std': std must be 'sample' or 'population'"):
+        compute_advantages("batch_std", rewards, std="unbiased")
 
 
 @SETTINGS
@@ -573,8 +623,9 @@ def test_zero_sum_estimators_sum_to_zero_per_group(name: str, rewards: np.ndarra
 
 
 def test_zero_sum_flag_matches_behaviour() -> None:
-    # Every estimator that is not flagged fails to sum to 0 on some fully scored binary group.
-    assert set(ZERO_SUM) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "passk", "maxrl"}
+    # Every estimator that is not flagged fails to sum to 0 on some fully scored binary group (the flagged
+    # ones sum to 0 on every group: test_zero_sum_estimators_sum_to_zero_per_group).
+    assert ZERO_SUM and set(ZERO_SUM) != set(ALL)
     rewards = np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
     for name in set(ALL) - set(ZERO_SUM):
         assert np.abs(_advantages(name, rewards).sum(axis=1)).max() > 0.1, name
@@ -592,8 +643,7 @@ def test_sign_is_twice_fixed_baseline_at_one_half(rewards: np.ndarray) -> None:
 @given(rewards=_binary_rewards())
 def test_reinforce_pp_batch_mean_zero_std_one(rewards: np.ndarray) -> None:
     centred = _advantages("dr_grpo", rewards)[~np.isnan(rewards)]
-    if centred.size == 0 or centred.std() < 1e-3:
-        return  # degenerate batch: every group constant, so every advantage is 0
+    assume(centred.size > 0 and centred.std() >= 1e-3)  # else every group is constant and every advantage 0
     scored = _advantages("reinforce_pp", rewards)[~np.isnan(rewards)]
     assert abs(scored.mean()) < 1e-9
     assert abs(scored.std() - 1.0) < 1e-4  # population std; eps = 1e-6 in the divisor
@@ -651,8 +701,8 @@ def test_group_of_one_rejected_for_group_estimators(name: str) -> None:
         compute_advantages(name, [[1.0], [0.0]])
 
 
-def test_group_estimators_are_the_expected_ones() -> None:
-    assert set(GROUP) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "passk", "ngrpo", "maxrl"}
+def test_estimators_without_the_group_flag_take_groups_of_one() -> None:
+    assert GROUP and set(GROUP) != set(ALL)
     for name in set(ALL) - set(GROUP):
         assert compute_advantages(name, [[1.0], [0.0]]).shape == (2, 1)
 
@@ -660,7 +710,6 @@ def test_group_estimators_are_the_expected_ones() -> None:
 @pytest.mark.parametrize("name", BINARY_ONLY)
 @pytest.mark.parametrize("bad", [0.5, 2.0, -1.0])
 def test_non_binary_rejected_for_binary_only_estimators(name: str, bad: float) -> None:
-    assert set(BINARY_ONLY) == {"sign", "w_reinforce", "passk"}
     with pytest.raises(ValueError, match=rf"'{name}' is defined only for binary rewards.*{bad}"):
         compute_advantages(name, [[1.0, bad, 0.0]])
 
@@ -742,3 +791,40 @@ def test_display_order_and_colours_come_from_the_registry() -> None:
     assert colors["sign"] == info("sign").color and colors["grpo"] == info("grpo").color
     assert colors["sign+dynamic"] != colors["sign"] and colors["zzz_unknown"] not in (colors["sign"], colors["grpo"])
     assert entry_for("dr_grpo+dynamic") is info("dr_grpo") and entry_for("zzz_unknown") is None
+
+
+@pytest.mark.parametrize("name", sorted(set(ALL) - set(BINARY_ONLY)))
+def test_estimators_without_the_binary_flag_take_non_binary_rewards(name: str) -> None:
+    assert np.isfinite(_advantages(name, [[1.0, 0.5, 0.0]])).all()
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_builtin_estimator_names_its_paper(name: str) -> None:
+    paper = info(name).paper
+    assert paper is not None and len(paper.title) > 10
+    assert re.fullmatch(r"\d{4}\.\d{5}", paper.arxiv), paper.arxiv
+    assert paper.year == 2000 + int(paper.arxiv[:2])  # arXiv ids start with the year of submission
+    assert paper.citation == f"{paper.title} (arXiv {paper.arxiv}, {paper.year})"
+    assert set(info(name).granularities) <= set(adv.GRANULARITIES) and "outcome" in info(name).granularities
+
+
+def test_token_estimators_are_those_with_the_token_granularity() -> None:
+    assert adv.token_estimators() == adv.display_order(n for n in ALL if "token" in info(n).granularities)
+    assert adv.token_estimators()  # at least one estimator has a per-token form
+    with pytest.raises(ValueError, match=r"'rloo' has no per-token form; .*use one of sign, dr_grpo, grpo"):
+        adv.normalise_token_rewards("rloo", torch.zeros(1, 4, dtype=torch.float64))
+
+
+def test_a_granularity_without_outcome_or_unknown_is_refused() -> None:
+    for granularities in (("token",), ("outcome", "sentence")):
+        with pytest.raises(ValueError, match="granularities must include 'outcome'"):
+            register("test_bad_granularity", granularities=granularities)
+
+
+def test_a_bad_std_kind_names_the_estimator() -> None:
+    from grpolab.advantages.group import _std
+
+    with pytest.raises(ValueError, match="'my_estimator': std must be 'sample' or 'population', got 'median'"):
+        _std(torch.ones(1, 1), torch.ones(1, 1), "median", "my_estimator")
+    with pytest.raises(ValueError, match="'grpo': std must be"):
+        compute_advantages("grpo", [[1.0, 0.0]], std="median")

@@ -2,6 +2,20 @@
 (the starvation metrics are ``grpolab.diagnostics.starvation_metrics``). Shapes: P groups, G completions
 each, B = P * G, T completion tokens.
 
+One batch type flows through a step: ``collect_batch`` gives a ``ScoredBatch`` (problems, rollout, scores,
+per-token rewards), ``StepBatch.from_scored`` turns it into the ``StepBatch`` that dynamic sampling filters
+and joins, the advantages are computed on, and ``update_policy`` trains on. The update cuts the trained rows
+into ``MicroBatch``es (``micro_batch_size`` rows each; the loss of each is normalised by the whole batch's
+denominator, so their gradients add up to the whole batch's) and sums their ``LossTotals``.
+
+Departure from the papers, exact in its result: with beta = 0 the rows whose advantage is 0 on every
+completion token are not forwarded (their gradient is exactly 0, and they still count in the loss's
+denominator), so that a starved group costs no compute.
+
+The loss options (docs/losses.md) enter at three places: ``step_advantages`` (DAPO's overlong reward shaping,
+``grpolab.overlong``), ``loss_mask`` (DAPO's truncation masking) and ``_policy_loss_terms`` (GSPO, CISPO, the
+dual clip and the TIS weights against the sampler's log-probs); ``loss_option_metrics`` logs what they did.
+
 ``rollout/sampler_kl`` is the mean per-token KL(sampler || trainer) over the completions the update
 forwards (so it is absent on a step that trains none): the sampler may run other kernels and weights
 in bfloat16 (``fast_decode``), and this says how far its distribution is from the one being trained,
@@ -11,7 +25,8 @@ as trainers that sample with vLLM report it.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -21,26 +36,38 @@ import torch.nn.functional as F
 from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.engine import prefix_packing
+from grpolab.engine.collect import ScoredBatch
 from grpolab.engine.rollout import Rollout, token_logprobs
 from grpolab.errors import UserError
-from grpolab.losses import aggregate, aggregation_denominator, policy_loss
-from grpolab.process_rewards import token_advantages
+from grpolab.losses import PolicyLossTerms, aggregate, aggregation_denominator, policy_loss, truncated_is_weights
+from grpolab.overlong import overlong_penalty, shape_rewards
+from grpolab.process_rewards import completion_advantages, token_advantages
 from grpolab.tasks import Problem
 
-__all__ = ["StepBatch", "build_optimizer", "sampler_kl", "step_advantages", "update_policy"]
+__all__ = ["LossTotals", "MicroBatch", "StepBatch", "build_optimizer", "completion_view", "loss_mask",
+           "loss_option_metrics", "sampler_kl", "step_advantages", "trained_rows", "update_policy"]
 
 
-def _pad_to(tensor: torch.Tensor, width: int, *, left: bool) -> torch.Tensor:
+def _pad_to(tensor: torch.Tensor, width: int, *, left: bool, value: float = 0.0) -> torch.Tensor:
     missing = width - tensor.shape[1]
     if missing <= 0:
         return tensor
-    pad = tensor.new_zeros((tensor.shape[0], missing))
+    pad = tensor.new_full((tensor.shape[0], missing), value)
     return torch.cat([pad, tensor] if left else [tensor, pad], dim=1)
+
+
+def _per(axis: str, *, pad: float = 0.0) -> dict[str, Any]:
+    """Field metadata of a ``StepBatch`` field indexed by ``axis``: "group" (one entry per problem), "row" (one
+    per completion) or "left" / "right" ([B, width] tensors padded on that side with ``pad`` when joined)."""
+    return {"axis": axis, "pad": pad}
 
 
 @dataclass
 class StepBatch:
     """The groups a step trains on (rows p*G .. p*G+G-1 belong to problem p).
+
+    Every field says in its metadata how it is indexed (``_per``), so that selecting groups and joining
+    batches handle every field, the optional ones included.
 
     Attributes:
         problems: the P problems.
@@ -55,17 +82,17 @@ class StepBatch:
             else None.
     """
 
-    problems: list[Problem]
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-    rewards: np.ndarray
-    texts: list[str]
-    truncated: torch.Tensor
-    entropy: torch.Tensor
-    sampler_logprobs: torch.Tensor | None = None
-    token_rewards: torch.Tensor | None = None
+    problems: list[Problem] = field(metadata=_per("group"))
+    prompt_ids: torch.Tensor = field(metadata=_per("left"))
+    prompt_mask: torch.Tensor = field(metadata=_per("left"))
+    completion_ids: torch.Tensor = field(metadata=_per("right"))
+    completion_mask: torch.Tensor = field(metadata=_per("right"))
+    rewards: np.ndarray = field(metadata=_per("group"))
+    texts: list[str] = field(metadata=_per("row"))
+    truncated: torch.Tensor = field(metadata=_per("row"))
+    entropy: torch.Tensor = field(metadata=_per("right"))
+    sampler_logprobs: torch.Tensor | None = field(default=None, metadata=_per("right"))
+    token_rewards: torch.Tensor | None = field(default=None, metadata=_per("right", pad=float("nan")))
 
     @classmethod
     def make(cls, problems: list[Problem], rollout: Rollout, rewards: np.ndarray,
@@ -73,6 +100,11 @@ class StepBatch:
         return cls(problems, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
                    rollout.completion_mask, rewards, list(rollout.texts), rollout.truncated, rollout.entropy,
                    rollout.logprobs, token_rewards)
+
+    @classmethod
+    def from_scored(cls, scored: ScoredBatch) -> StepBatch:
+        """The batch to train on from a scored rollout (``grpolab.engine.collect``)."""
+        return cls.make(scored.problems, scored.rollout, scored.rewards, scored.token_rewards)
 
     @property
     def group_size(self) -> int:
@@ -94,11 +126,8 @@ class StepBatch:
     def select_groups(self, groups: list[int]) -> StepBatch:
         g = self.group_size
         rows = [p * g + i for p in groups for i in range(g)]
-        return StepBatch([self.problems[p] for p in groups], self.prompt_ids[rows], self.prompt_mask[rows],
-                         self.completion_ids[rows], self.completion_mask[rows], self.rewards[groups],
-                         [self.texts[r] for r in rows], self.truncated[rows], self.entropy[rows],
-                         None if self.sampler_logprobs is None else self.sampler_logprobs[rows],
-                         None if self.token_rewards is None else self.token_rewards[rows])
+        return replace(self, **{f.name: _take(getattr(self, f.name), groups if f.metadata["axis"] == "group" else rows)
+                                for f in fields(self)})
 
     def non_degenerate(self) -> StepBatch:
         """Only the groups whose scorable rewards are not all equal (DAPO's dynamic-sampling filter)."""
@@ -109,24 +138,10 @@ class StepBatch:
         return self.select_groups(list(range(min(num_groups, self.num_groups))))
 
     def concat(self, other: StepBatch) -> StepBatch:
-        lp = max(self.prompt_ids.shape[1], other.prompt_ids.shape[1])
-        t = max(self.completion_ids.shape[1], other.completion_ids.shape[1])
-
-        def join(a: torch.Tensor, b: torch.Tensor, width: int, left: bool) -> torch.Tensor:
-            return torch.cat([_pad_to(a, width, left=left), _pad_to(b, width, left=left)])
-
-        return replace(
-            self, problems=self.problems + other.problems,
-            prompt_ids=join(self.prompt_ids, other.prompt_ids, lp, True),
-            prompt_mask=join(self.prompt_mask, other.prompt_mask, lp, True),
-            completion_ids=join(self.completion_ids, other.completion_ids, t, False),
-            completion_mask=join(self.completion_mask, other.completion_mask, t, False),
-            rewards=np.concatenate([self.rewards, other.rewards]), texts=self.texts + other.texts,
-            truncated=torch.cat([self.truncated, other.truncated]),
-            entropy=join(self.entropy, other.entropy, t, False),
-            sampler_logprobs=None if self.sampler_logprobs is None or other.sampler_logprobs is None
-            else join(self.sampler_logprobs, other.sampler_logprobs, t, False),
-        )
+        """This batch's groups followed by ``other``'s; padded fields are padded to the wider of the two. An
+        optional field that only one of the two batches has is None in the result."""
+        return replace(self, **{f.name: _join(getattr(self, f.name), getattr(other, f.name), f.metadata)
+                                for f in fields(self)})
 
     def rollout_metrics(self, completions_generated: int) -> dict[str, float]:
         rewards = self.rewards[~np.isnan(self.rewards)]
@@ -142,21 +157,73 @@ class StepBatch:
         }
 
 
-def step_advantages(batch: StepBatch, config: TrainConfig) -> torch.Tensor:
+def _take(value: Any, index: list[int]) -> Any:
+    """``value`` at positions ``index`` of its first axis (a list, an array or a tensor; None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [value[i] for i in index]
+    return value[index]
+
+
+def _join(a: Any, b: Any, metadata: Mapping[str, Any]) -> Any:
+    """``a`` then ``b`` along the first axis; [B, width] tensors padded to the wider one (see ``_per``)."""
+    if a is None or b is None:
+        return None
+    if isinstance(a, list):
+        return a + b
+    if isinstance(a, np.ndarray):
+        return np.concatenate([a, b])
+    if metadata["axis"] in ("left", "right"):
+        width, left = max(a.shape[1], b.shape[1]), metadata["axis"] == "left"
+        a, b = (_pad_to(t, width, left=left, value=metadata["pad"]) for t in (a, b))
+    return torch.cat([a, b])
+
+
+def step_advantages(batch: StepBatch, config: TrainConfig, *, max_length: int | None = None) -> torch.Tensor:
     """The advantages of a batch under the config's estimator: [P, G] of the outcome rewards, or [B, T] of the
-    per-token rewards (``--reward-granularity token``). Raises a ``UserError`` when the estimator refuses the
-    rewards or the advantages overflow float32 (the loss's dtype)."""
+    per-token rewards (``--reward-granularity token``). With ``overlong_buffer`` the outcome rewards first get
+    DAPO's overlong penalty against the token cap ``max_length`` (``grpolab.overlong``). Raises a ``UserError``
+    when the estimator refuses the rewards or the advantages overflow float32 (the loss's dtype)."""
     try:
         if batch.token_rewards is not None:
             advantages = token_advantages(config.advantage, batch.token_rewards, batch.completion_mask,
                                           batch.group_size, **config.advantage_kwargs)
         else:
-            advantages = compute_advantages(config.advantage, batch.rewards, **config.advantage_kwargs)
+            advantages = compute_advantages(config.advantage, _outcome_rewards(batch, config, max_length),
+                                            **config.advantage_kwargs)
         if not torch.isfinite(advantages.float()).all():
             raise ValueError(f"advantages up to {advantages.abs().max().item():.3g} overflow float32")
     except ValueError as error:
         raise UserError(str(error)) from None
     return advantages
+
+
+def _outcome_rewards(batch: StepBatch, config: TrainConfig, max_length: int | None) -> np.ndarray:
+    """The rewards [P, G] the estimator sees: the batch's, with DAPO's overlong penalty under ``overlong_buffer``."""
+    if config.overlong_buffer is None:
+        return batch.rewards
+    if max_length is None:
+        raise ValueError("overlong_buffer needs the completion length cap (max_length)")
+    return shape_rewards(batch.rewards, batch.lengths, max_length=max_length, buffer=config.overlong_buffer,
+                         penalty=config.overlong_penalty)
+
+
+def loss_mask(batch: StepBatch, config: TrainConfig) -> torch.Tensor:
+    """[B, T] float mask of the tokens that count in the loss: the completion tokens, less those of truncated
+    completions under ``mask_truncated_completions`` (DAPO's overlong filtering)."""
+    mask = batch.completion_mask.float()
+    if config.mask_truncated_completions:
+        mask = mask * (~batch.truncated.bool()).float().unsqueeze(1)
+    return mask
+
+
+def completion_view(batch: StepBatch, advantages: torch.Tensor) -> torch.Tensor:
+    """Per-completion advantages [P, G] for logs and starvation metrics: the outcome advantages themselves, or
+    under per-token rewards the mean over each completion's tokens (``process_rewards.completion_advantages``)."""
+    if batch.token_rewards is None:
+        return advantages
+    return completion_advantages(advantages, batch.completion_mask, batch.rewards.shape)
 
 
 def build_optimizer(params: dict[str, torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
@@ -206,59 +273,197 @@ def _frozen_logprobs(model: torch.nn.Module, batch: StepBatch, chunks: list[list
     return {tuple(rows): _logprobs(model, batch, rows, config) for rows in chunks}
 
 
+@dataclass(frozen=True)
+class MicroBatch:
+    """The rows of one forward and backward pass of the update, and everything their loss needs besides the
+    model. Shapes: b rows, T completion tokens.
+
+    Attributes:
+        rows: the batch rows (indices into the ``StepBatch``) forwarded together.
+        advantages: [b] one per completion (outcome rewards) or [b, T] per token.
+        mask: [b, T] float completion mask (1 = a token that counts in the loss).
+        denominator: the whole batch's normaliser of the loss aggregation (``aggregation_denominator``), so
+            that the micro-batch losses add up to the loss of the whole batch.
+        old_logprobs: [b, T] frozen log-probs of the policy that sampled (when ``num_iterations`` > 1), else
+            None: the current log-probs, detached, take their place.
+        ref_logprobs: [b, T] frozen log-probs of the reference policy (beta > 0), else None.
+        sampler_logprobs: [b, T] the sampler's own log-probs, else None.
+        is_weights: [b, T] TIS weights against the sampler (``sampler_is_cap``), else None: computed in the
+            micro-step, from the policy that sampled.
+    """
+
+    rows: list[int]
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    denominator: float
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    sampler_logprobs: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class LossTotals:
+    """Sums over the micro-batches of one optimizer step: the aggregated loss, and the masked per-token sums
+    of the KL to the reference, of the clipped indicators (any bound, and each bound), of the sampler KL and
+    of the TIS weights; ``is_weight_max`` is a maximum, not a sum."""
+
+    loss: float = 0.0
+    kl: float = 0.0
+    clipped: float = 0.0
+    sampler_kl: float = 0.0
+    clipped_low: float = 0.0
+    clipped_high: float = 0.0
+    clipped_dual: float = 0.0
+    is_weight: float = 0.0
+    is_weight_max: float = 0.0
+
+    def __add__(self, other: LossTotals) -> LossTotals:
+        sums = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        return LossTotals(**{**sums, "is_weight_max": max(self.is_weight_max, other.is_weight_max)})
+
+
 def update_policy(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: StepBatch, advantages: torch.Tensor,
     config: TrainConfig, *, lr: float, max_length: int, reference: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
     """``num_iterations`` optimizer steps on ``batch`` with advantages [P, G] (outcome) or [B, T] (per token);
-    returns ``loss/*`` metrics."""
-    mask = batch.completion_mask.float()
-    per_token = tuple(advantages.shape) == tuple(mask.shape)
-    flat = advantages.float() if per_token else advantages.reshape(-1).float()  # [B, T] or [B]
-    denominator = aggregation_denominator(mask, config.loss_aggregation, max_length=max_length)
-    carries = (flat * mask).abs().sum(dim=1) > 0 if per_token else flat != 0  # [B]
-    rows = list(range(batch.size)) if config.beta > 0 else torch.nonzero(carries).flatten().tolist()
-    chunks = [rows[i : i + config.micro_batch_size] for i in range(0, len(rows), config.micro_batch_size)]
-    old = _frozen_logprobs(model, batch, chunks, config) if config.num_iterations > 1 else None
-    ref = _frozen_logprobs(reference, batch, chunks, config) if reference is not None else None
+    returns ``loss/*`` metrics. With beta = 0 the rows whose advantage is 0 everywhere are not forwarded
+    (their gradient is exactly 0)."""
+    mask = loss_mask(batch, config)
+    rows = trained_rows(batch, advantages, config)
+    micro_batches = _micro_batches(model, batch, advantages, rows, config, max_length=max_length,
+                                   reference=reference)
     for group in optimizer.param_groups:
         group["lr"] = lr
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+    totals = LossTotals()
     for _ in range(config.num_iterations):
         _zero_grads(params)
-        totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "sampler_kl": 0.0}
-        for rows_chunk in chunks:
-            _micro_step(model, batch, rows_chunk, flat, mask, config, denominator, old, ref, totals)
+        totals = LossTotals()
+        for micro in micro_batches:
+            totals = totals + _micro_step(model, batch, micro, config)
         grad_norm = _clip(params, config.max_grad_norm)
         optimizer.step()
     tokens = float(mask[rows].sum()) if rows else 0.0
     metrics = {
-        "loss/policy": totals["loss"], "loss/kl": totals["kl"] / max(tokens, 1.0),
-        "loss/clip_fraction": totals["clipped"] / max(tokens, 1.0), "loss/grad_norm": grad_norm,
+        "loss/policy": totals.loss, "loss/kl": totals.kl / max(tokens, 1.0),
+        "loss/clip_fraction": totals.clipped / max(tokens, 1.0), "loss/grad_norm": grad_norm,
         "loss/lr": lr, "loss/trained_sequences": float(len(rows)), "loss/train_tokens": tokens,
     }
+    metrics["loss/clipped"] = float(0 < config.max_grad_norm < grad_norm)  # loss/grad_norm is the pre-clip norm
     if batch.sampler_logprobs is not None and tokens > 0:
-        metrics["rollout/sampler_kl"] = totals["sampler_kl"] / tokens
+        metrics["rollout/sampler_kl"] = totals.sampler_kl / tokens
+    metrics.update(loss_option_metrics(totals, batch, mask, config, tokens=tokens, max_length=max_length))
     return metrics
 
 
-def _micro_step(model, batch, rows, flat, mask, config, denominator, old, ref, totals) -> None:
-    key = tuple(rows)
-    logprobs = _logprobs(model, batch, rows, config)
-    terms = policy_loss(
-        logprobs, old[key] if old is not None else logprobs.detach(), flat[rows],
-        epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
-        ref_logprobs=ref[key] if ref is not None else None, beta=config.beta,
-    )
-    loss = aggregate(terms.loss, mask[rows], config.loss_aggregation, denominator=denominator)
+def loss_option_metrics(totals: LossTotals, batch: StepBatch, mask: torch.Tensor, config: TrainConfig, *,
+                        tokens: float, max_length: int) -> dict[str, float]:
+    """What the loss options did in the last iteration (docs/losses.md): shares of the trained tokens clipped by
+    each bound, the share of completion tokens masked for truncation, the TIS weights' mean and maximum and the
+    mean overlong penalty (the last four only when their option is on)."""
+    share = max(tokens, 1.0)
+    metrics = {"loss/clip_fraction_low": totals.clipped_low / share,
+               "loss/clip_fraction_high": totals.clipped_high / share}
+    if config.dual_clip_c is not None:
+        metrics["loss/clip_fraction_dual"] = totals.clipped_dual / share
+    if config.mask_truncated_completions:
+        metrics["loss/masked_truncated"] = 1.0 - float(mask.sum()) / max(float(batch.completion_mask.sum()), 1.0)
+    if config.sampler_is_cap is not None and tokens > 0:
+        metrics["loss/is_weight_mean"] = totals.is_weight / tokens
+        metrics["loss/is_weight_max"] = totals.is_weight_max
+    if config.overlong_buffer is not None and batch.size:
+        penalty = overlong_penalty(batch.lengths, max_length=max_length, buffer=config.overlong_buffer,
+                                   penalty=config.overlong_penalty)
+        metrics["rollout/overlong_penalty"] = float(penalty.mean())
+    return metrics
+
+
+def _row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Float advantages per row: [B, T] when per token (shaped like ``mask``), else [B] from [P, G]."""
+    per_token = tuple(advantages.shape) == tuple(mask.shape)
+    return advantages.float() if per_token else advantages.reshape(-1).float()
+
+
+def trained_rows(batch: StepBatch, advantages: torch.Tensor, config: TrainConfig) -> list[int]:
+    """The rows the update forwards: all of them when beta > 0 (the KL term has a gradient everywhere), else
+    those whose advantage is not 0 on some completion token (the others contribute an exactly 0 gradient);
+    under ``mask_truncated_completions`` never a truncated one (it has no loss token, not even a KL one)."""
+    mask = loss_mask(batch, config)
+    if config.beta > 0:
+        rows = list(range(batch.size))
+    else:
+        flat = _row_advantages(advantages, mask)
+        carries = (flat * mask).abs().sum(dim=1) > 0 if flat.dim() == 2 else flat != 0  # [B]
+        rows = torch.nonzero(carries).flatten().tolist()
+    if config.mask_truncated_completions:
+        rows = [row for row in rows if mask[row].any()]
+    return rows
+
+
+def _micro_batches(model: torch.nn.Module, batch: StepBatch, advantages: torch.Tensor, rows: list[int],
+                   config: TrainConfig, *, max_length: int, reference: torch.nn.Module | None) -> list[MicroBatch]:
+    """``rows`` cut into micro-batches of ``micro_batch_size``, with their frozen log-probs computed once."""
+    mask = loss_mask(batch, config)
+    flat = _row_advantages(advantages, mask)  # [B] or [B, T]
+    denominator = aggregation_denominator(mask, config.loss_aggregation, max_length=max_length)
+    chunks = [rows[i : i + config.micro_batch_size] for i in range(0, len(rows), config.micro_batch_size)]
+    old = _frozen_logprobs(model, batch, chunks, config) if config.num_iterations > 1 else None
+    ref = _frozen_logprobs(reference, batch, chunks, config) if reference is not None else None
+    sampler = batch.sampler_logprobs
+    return [MicroBatch(rows=chunk, advantages=flat[chunk], mask=mask[chunk], denominator=denominator,
+                       old_logprobs=None if old is None else old[tuple(chunk)],
+                       ref_logprobs=None if ref is None else ref[tuple(chunk)],
+                       sampler_logprobs=None if sampler is None else sampler[chunk])
+            for chunk in chunks]
+
+
+def _micro_step(model: torch.nn.Module, batch: StepBatch, micro: MicroBatch, config: TrainConfig) -> LossTotals:
+    """Forward ``micro``'s rows, backpropagate their share of the loss (gradients accumulate) and return
+    their sums."""
+    logprobs = _logprobs(model, batch, micro.rows, config)
+    before = micro.old_logprobs if micro.old_logprobs is not None else logprobs.detach()  # the sampling policy
+    is_weights = _is_weights(before, micro, config)
+    terms = _policy_loss_terms(logprobs, before, micro, config, is_weights)
+    loss = aggregate(terms.loss, micro.mask, config.loss_aggregation, denominator=micro.denominator)
     loss.backward()
-    totals["loss"] += float(loss.detach())
-    totals["kl"] += float((terms.kl * mask[rows]).sum())
-    totals["clipped"] += float((terms.clipped * mask[rows]).sum())
-    if batch.sampler_logprobs is not None:
-        before = old[key] if old is not None else logprobs.detach()  # the policy that sampled, pre-update
-        totals["sampler_kl"] += float((sampler_kl(batch.sampler_logprobs[rows], before) * mask[rows]).sum())
+    sampler = 0.0
+    if micro.sampler_logprobs is not None:
+        sampler = float((sampler_kl(micro.sampler_logprobs, before) * micro.mask).sum())
+    return LossTotals(loss=float(loss.detach()), kl=float((terms.kl * micro.mask).sum()),
+                      clipped=float((terms.clipped * micro.mask).sum()), sampler_kl=sampler,
+                      **_option_sums(terms, is_weights, micro.mask))
+
+
+def _policy_loss_terms(logprobs: torch.Tensor, old_logprobs: torch.Tensor, micro: MicroBatch,
+                       config: TrainConfig, is_weights: torch.Tensor | None = None) -> PolicyLossTerms:
+    """The per-token policy loss [b, T] of a micro-batch under the config's loss settings (docs/losses.md): the
+    one place the update calls ``grpolab.losses``' policy loss."""
+    return policy_loss(
+        logprobs, old_logprobs, micro.advantages, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
+        ref_logprobs=micro.ref_logprobs, beta=config.beta, objective=config.policy_loss,
+        importance_sampling_level=config.importance_sampling_level, mask=micro.mask, dual_clip_c=config.dual_clip_c,
+        cispo_ratio_min=config.cispo_ratio_min, cispo_ratio_max=config.cispo_ratio_max, is_weights=is_weights,
+    )
+
+
+def _is_weights(before: torch.Tensor, micro: MicroBatch, config: TrainConfig) -> torch.Tensor | None:
+    """TIS weights [b, T] under ``sampler_is_cap``: the trainer's pre-update log-probs ``before`` against the
+    sampler's; else None."""
+    if config.sampler_is_cap is None:
+        return None
+    if micro.sampler_logprobs is None:
+        raise UserError("sampler_is_cap needs the sampler's log-probs, and this batch has none; drop --sampler-is-cap")
+    return truncated_is_weights(before, micro.sampler_logprobs, config.sampler_is_cap)
+
+
+def _option_sums(terms: PolicyLossTerms, is_weights: torch.Tensor | None, mask: torch.Tensor) -> dict[str, float]:
+    """The masked sums of each bound's clipped indicator and of the TIS weights, and the weights' maximum."""
+    sums = {f"clipped_{bound}": float((getattr(terms, f"clipped_{bound}") * mask).sum())
+            for bound in ("low", "high", "dual")}
+    if is_weights is not None and mask.any():
+        sums.update(is_weight=float((is_weights * mask).sum()), is_weight_max=float(is_weights[mask > 0].max()))
+    return sums
 
 
 def sampler_kl(sampler_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor) -> torch.Tensor:
