@@ -128,3 +128,21 @@ def test_wandb_runs_offline_under_the_run_directory(tmp_path: Path, capsys: pyte
         history = [json.loads(line) for line in (folders[0] / "history.jsonl").read_text().splitlines()]
         assert [row["step"] for row in history] == [1, 2] and "rollout/reward_mean" in history[0]
         assert (folders[0] / "finished").exists()
+
+
+def test_a_resumed_run_may_add_a_backend(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "fake" / "wandb").mkdir(parents=True)
+    (tmp_path / "fake" / "wandb" / "__init__.py").write_text(FAKE_WANDB)
+    monkeypatch.syspath_prepend(str(tmp_path / "fake"))
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    run = tmp_path / "run"
+    code, err = _train(["--out", str(run), "--steps", "1"], capsys)
+    assert code == 0, err
+    code, err = _train(["--out", str(run), "--steps", "2", "--resume", "--report-to", "wandb"], capsys)
+    assert code == 0, err
+    (folder,) = (run / "wandb").glob("offline-run-*")
+    history = [json.loads(line) for line in (folder / "history.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in history] == [2]  # only the steps run after the resume
