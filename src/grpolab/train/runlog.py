@@ -104,9 +104,9 @@ class RolloutLog:
     def __init__(self, directory: Path, *, resume_from_step: int | None = None):
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        for path in directory.glob("*.parquet*"):
+        for path in directory.glob("step-*.parquet*"):  # only the files a run writes
             step = _step_of(path)
-            if resume_from_step is None or step is None or step >= resume_from_step:
+            if step is not None and (resume_from_step is None or step >= resume_from_step):
                 path.unlink()
 
     def write(self, step: int, rows: dict[str, list[Any]]) -> Path:
