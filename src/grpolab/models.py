@@ -5,6 +5,9 @@ A hub id that is not cached fails at once when the hub is offline or out of reac
 Only safetensors weights are ever loaded (``use_safetensors=True``): a checkpoint that ships only
 pickle files (``pytorch_model.bin``) is refused, since unpickling runs arbitrary code. The GGUF preset
 is read by ``gguf`` through transformers, which parses the file and does not unpickle anything.
+
+A grpolab run directory's ``final/`` is checked as it loads: damaged files and NaN or infinite weights (a run
+that diverged before grpolab detected divergence) are refused with one line naming the directory.
 """
 
 from __future__ import annotations
@@ -143,10 +146,7 @@ def load_policy(name: str) -> Policy:
     """Load model and tokenizer for ``name`` (see the module docstring for what names mean)."""
     path, extra = resolve_model_dir(name)
     if path.is_dir() and (path / "config.yaml").is_file() and not (path / "config.json").is_file():
-        weights, base = _run_directory_model(path)
-        if base is not None:
-            return _load_lora_run(weights, base, name)
-        path = weights
+        return _checked_run_model(path, name)
     if path.is_dir():
         if "gguf_file" not in extra and not any(path.glob("*.safetensors")):
             raise UserError(
@@ -158,6 +158,32 @@ def load_policy(name: str) -> Policy:
     if Path(name).exists() or name.startswith((".", "/")):
         raise UserError(f"model path {name} is not a directory; pass a Hugging Face model directory")
     return _load_hub(name)
+
+
+def _checked_run_model(run_dir: Path, name: str) -> Policy:
+    """The final model of a grpolab run directory; ``UserError`` when its files are damaged or its weights
+    are not finite."""
+    weights, base = _run_directory_model(run_dir)
+    try:
+        policy = _load_lora_run(weights, base, name) if base is not None else _load_local(weights, name)
+    except UserError:
+        raise
+    except Exception as error:  # a truncated safetensors file, a garbled config.json, ...
+        problem = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+        raise UserError(f"the final model in {weights} is damaged ({problem}); resume the run "
+                        f"(grpolab train --out {run_dir} --resume) to write it again from its last checkpoint, "
+                        "after moving final/ aside") from None
+    if not all(bool(torch.isfinite(p).all()) for p in policy.model.parameters()):
+        raise UserError(f"the final model in {weights} has NaN or infinite weights: the run diverged; retrain it "
+                        "with a lower --lr")
+    return policy
+
+
+def _load_local(path: Path, name: str) -> Policy:
+    if not any(path.glob("*.safetensors")):
+        raise UserError(f"{path} has no .safetensors weights; grpolab loads only safetensors (no pickle)")
+    model, tokenizer = _load_from_pretrained(path, {})
+    return Policy(model, tokenizer, name, name)
 
 
 def _load_hub(name: str) -> Policy:

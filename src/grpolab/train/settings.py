@@ -150,10 +150,10 @@ def _check_against_checkpoint(run_dir: Path, checkpoint: Path, trained: TrainCon
     refused = _changes(trained.to_dict(), config.to_dict(), names)
     if not refused:
         return
-    where = "has no config.yaml" if missing else f"holds a config.yaml that differs from {checkpoint.name}"
-    settings = ", ".join(f"{name} {old!r}" for name, old, _ in refused)
-    raise UserError(f"{run_dir} {where}, which was trained with {settings}; rerun --resume with the settings of "
-                    f"{checkpoint.name}: {restore_flags(trained.to_dict())}")
+    where = ("has no config.yaml and this command gives other settings than" if missing else
+             "holds a config.yaml that differs from")
+    raise UserError(f"{run_dir} {where} its checkpoint {checkpoint.name}, trained with {_describe(refused)}; "
+                    f"rerun --resume with the settings of {checkpoint.name}: {restore_flags(trained.to_dict())}")
 
 
 def refuse_run_code(config: TrainConfig, source: Path, *, given: dict[str, Any], trust: bool) -> None:
