@@ -57,5 +57,5 @@ def record_divergence(run_dir: Path, step: int, reason: str, *, lr: float, steps
                "final_metrics": safe}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
     return RunDiverged(f"the run diverged at step {step}: {reason}; the lr {lr:g} is likely too high: lower --lr "
-                       f"(or set --max-grad-norm / --warmup-steps); {run_dir} keeps its last good checkpoint and "
+                       f"(e.g. tenfold) or add --warmup-steps; {run_dir} keeps its last good checkpoint and "
                        "no final/ model", step)
