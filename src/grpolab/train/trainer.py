@@ -83,9 +83,11 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.on_step = on_step
         self.start_eval_cache = start_eval_cache  # shared start evaluations (a sweep's runs at one seed)
-        _prepare_run_dir(self.run_dir, resume, overwrite, config)
+        _prepare_run_dir(self.run_dir)
         self.lock = DirectoryLock(self.run_dir, "grpolab train").acquire()  # released when run() ends
         try:
+            if not resume:  # under the lock: --overwrite never deletes files another process is writing
+                check_fresh_run_dir(self.run_dir, overwrite=overwrite, config=config)
             self._set_up(resume, policy, task)
         except BaseException:
             self.lock.release()
@@ -302,7 +304,7 @@ class Trainer:
         return row
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, config: TrainConfig) -> None:
+def _prepare_run_dir(run_dir: Path) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".write-test-{os.getpid()}"  # per process: two starting writers must not collide
@@ -312,8 +314,6 @@ def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, config: Train
         raise UserError(
             f"cannot write to output directory {run_dir} ({error.strerror}); choose a writable --out"
         ) from None
-    if not resume:
-        check_fresh_run_dir(run_dir, overwrite=overwrite, config=config)
 
 
 def _check_task_fits(config: TrainConfig, task: Task) -> None:
