@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
@@ -153,7 +154,11 @@ def load_policy(name: str) -> Policy:
                 f"{path} has no .safetensors weights; grpolab loads only safetensors (no pickle). "
                 "Convert the checkpoint with save_pretrained(..., safe_serialization=True)"
             )
-        model, tokenizer = _load_from_pretrained(path, extra)
+        try:
+            model, tokenizer = _load_from_pretrained(path, extra)
+        except (OSError, ValueError, RuntimeError, SafetensorError) as error:  # damaged files (a cut-short file)
+            problem = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+            raise UserError(f"the model in {path} cannot be loaded ({problem}); check its files") from None
         return Policy(model, tokenizer, name, name)
     if Path(name).exists() or name.startswith((".", "/")):
         raise UserError(f"model path {name} is not a directory; pass a Hugging Face model directory")

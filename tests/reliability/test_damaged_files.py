@@ -33,12 +33,14 @@ def test_a_torn_last_line_is_still_skipped(finished_run, capsys):
     assert [row["step"] for row in runlog.read_metrics(finished_run / "metrics.jsonl")] == [1, 2, 3]
 
 
-def test_a_damaged_final_model_is_one_line_naming_it(finished_run, capsys):
+@pytest.mark.parametrize(("model", "words"), [("", "final model in {final} is damaged"),
+                                             ("final", "the model in {final} cannot be loaded")])
+def test_a_damaged_final_model_is_one_line_naming_it(finished_run, capsys, model, words):
     weights = finished_run / "final" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    code, err = run_cli(["eval", "--model", str(finished_run), "--eval-limit", "2", "--eval-samples", "0",
+    code, err = run_cli(["eval", "--model", str(finished_run / model), "--eval-limit", "2", "--eval-samples", "0",
                          "--threads", "1"], capsys)
-    assert_one_line_error(code, err, f"final model in {finished_run / 'final'} is damaged", "--resume")
+    assert_one_line_error(code, err, words.format(final=finished_run / "final"))
 
 
 def test_a_damaged_checkpoint_is_skipped_with_a_warning_naming_it(finished_run, capsys):
