@@ -12,7 +12,9 @@ from grpolab.train import runlog
 
 
 def _snapshot(folder):
-    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    """Every file's bytes, but the lock files a refused process leaves (they hold only its pid)."""
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and not p.name.startswith(".grpolab.lock")}
 
 
 def test_train_into_a_finished_run_without_checkpoints_is_refused(finished_run, capsys):
@@ -33,6 +35,15 @@ def test_train_into_a_folder_of_the_users_files_is_refused(tmp_path, capsys):
     code, err = run_cli(["train", "--out", str(out), *RUN_FLAGS], capsys)
     assert_one_line_error(code, err, "files grpolab did not write", "config.yaml", "rollouts/mine.parquet")
     assert _snapshot(out) == before
+
+
+def test_resume_into_a_folder_with_nothing_to_resume_is_checked_as_a_fresh_run(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "my": "numbers"}\n')
+    code, err = run_cli(["train", "--out", str(out), "--resume", *RUN_FLAGS], capsys)
+    assert_one_line_error(code, err, "holds the logs of an earlier run", "--overwrite")
+    assert (out / "metrics.jsonl").read_text() == '{"step": 1, "my": "numbers"}\n'
 
 
 def test_overwrite_replaces_the_run_and_keeps_the_users_files(finished_run, capsys):

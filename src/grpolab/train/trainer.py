@@ -86,7 +86,7 @@ class Trainer:
         _prepare_run_dir(self.run_dir)
         self.lock = DirectoryLock(self.run_dir, "grpolab train").acquire()  # released when run() ends
         try:
-            if not resume:  # under the lock: --overwrite never deletes files another process is writing
+            if not resume or _nothing_to_resume(self.run_dir):  # under the lock: --overwrite deletes no live files
                 check_fresh_run_dir(self.run_dir, overwrite=overwrite, config=config)
             self._set_up(resume, policy, task)
         except BaseException:
@@ -314,6 +314,11 @@ def _prepare_run_dir(run_dir: Path) -> None:
         raise UserError(
             f"cannot write to output directory {run_dir} ({error.strerror}); choose a writable --out"
         ) from None
+
+
+def _nothing_to_resume(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds neither a saved config nor a checkpoint (a resume there is a fresh run)."""
+    return not (run_dir / "config.yaml").exists() and not any((run_dir / "checkpoints").glob("step-*"))
 
 
 def _check_task_fits(config: TrainConfig, task: Task) -> None:
