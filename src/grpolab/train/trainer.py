@@ -74,7 +74,10 @@ def _step_seed(seed: int, step: int, round_: int = 0) -> int:
 
 class Trainer:
     """One training run in ``run_dir`` (created; resumed from its newest checkpoint if ``resume``, under the
-    run's saved settings). The run directory's lock is held from construction to the end of ``run``."""
+    run's saved settings, checked against its newest checkpoint's). The run directory's lock is held from
+    construction to the end of ``run``. A fresh run refuses a directory holding another run, its logs or files
+    grpolab did not write unless ``overwrite`` (``grpolab.train.ownership``); a step whose loss, gradient or
+    parameters are not finite ends the run (``grpolab.train.divergence``)."""
 
     def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
                  on_step: StepCallback | None = None, policy: Policy | None = None, task: Task | None = None,
