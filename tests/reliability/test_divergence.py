@@ -21,7 +21,7 @@ DIVERGING = ["--lr", "10", "--steps", "8", "--prompts-per-step", "2", "--eval-li
 def test_train_at_lr_10_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
     run = tmp_path / "run"
     code, err = run_cli(["train", "--out", str(run), *DIVERGING], capsys)
-    line = assert_one_line_error(code, err, "diverged at step", "lr 10 is likely too high", "lower --lr")
+    line = assert_one_line_error(code, err, "diverged at step", "lr 10 is likely too high", "a lower --lr")
     assert not (run / "final").exists()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "diverged"

@@ -56,6 +56,6 @@ def record_divergence(run_dir: Path, step: int, reason: str, *, lr: float, steps
     summary = {"status": "diverged", "diverged_at_step": step, "reason": reason, "steps": steps, "lr": lr,
                "final_metrics": safe}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
-    return RunDiverged(f"the run diverged at step {step}: {reason}; the lr {lr:g} is likely too high: lower --lr "
-                       f"(e.g. tenfold) or add --warmup-steps; {run_dir} keeps its last good checkpoint and "
-                       "no final/ model", step)
+    return RunDiverged(f"the run diverged at step {step}: {reason}; the lr {lr:g} is likely too high: rerun "
+                       "with a lower --lr (e.g. tenfold) or --warmup-steps, in a new --out or with --overwrite; "
+                       f"{run_dir} keeps its last good checkpoint and no final/ model", step)
