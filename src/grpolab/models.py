@@ -30,7 +30,8 @@ from transformers.utils import logging as transformers_logging
 from grpolab.errors import UserError
 from grpolab.hub import hub_cached, hub_unavailable
 
-__all__ = ["EMBEDDED", "EMBEDDED_ARITH", "SMOLLM2", "Policy", "embedded_model_dir", "load_policy", "resolve_model_dir"]
+__all__ = ["EMBEDDED", "EMBEDDED_ARITH", "SMOLLM2", "Policy", "check_finite_weights", "embedded_model_dir",
+           "load_policy", "resolve_model_dir"]
 
 transformers_logging.disable_progress_bar()  # grpolab shows its own progress; no per-file bars
 
@@ -178,10 +179,15 @@ def _checked_run_model(run_dir: Path, name: str) -> Policy:
         raise UserError(f"the final model in {weights} is damaged ({problem}); resume the run "
                         f"(grpolab train --out {run_dir} --resume) to write it again from its last checkpoint, "
                         "after moving final/ aside") from None
-    if not all(bool(torch.isfinite(p).all()) for p in policy.model.parameters()):
-        raise UserError(f"the final model in {weights} has NaN or infinite weights: the run diverged; retrain it "
-                        "with a lower --lr")
+    check_finite_weights(policy.model, f"the final model in {weights}",
+                         fix="the run diverged; retrain it with a lower --lr")
     return policy
+
+
+def check_finite_weights(model: torch.nn.Module, what: str, *, fix: str = "load another model") -> None:
+    """``UserError`` naming ``what`` when any weight of ``model`` is NaN or infinite."""
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        raise UserError(f"{what} has NaN or infinite weights; {fix}")
 
 
 def _load_local(path: Path, name: str) -> Policy:

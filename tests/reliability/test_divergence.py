@@ -5,6 +5,8 @@ divergence was detected) is refused in one line by the commands that load it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -67,3 +69,21 @@ def test_a_nan_model_is_refused_in_one_line(finished_run, capsys, command):
     _poison_final(finished_run)
     code, err = run_cli([command[0], "--model", str(finished_run), *command[1:]], capsys)
     assert_one_line_error(code, err, "NaN or infinite weights", str(finished_run / "final"))
+
+
+def test_gradients_on_a_nan_model_directory_is_one_line(finished_run, capsys):
+    _poison_final(finished_run)
+    code, err = run_cli(["gradients", "--model", str(finished_run / "final"), "--prompts", "2", "--group-size", "2",
+                         "--threads", "1"], capsys)
+    assert_one_line_error(code, err, f"the model {finished_run / 'final'} has NaN or infinite weights")
+
+
+def test_the_real_cli_at_lr_10_prints_one_line_and_exits_non_zero(tmp_path):
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "grpolab.cli", "train", "--out", str(run), *DIVERGING],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "diverged at step" in lines[0], lines
+    assert not (run / "final").exists()
