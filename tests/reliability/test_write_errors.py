@@ -98,3 +98,26 @@ def test_disk_full_while_saving_the_final_model_is_one_line_with_no_half_final(t
     assert summary["status"] == "finished" and summary["final_metrics"]["loss/lr"] == last["loss/lr"]
     assert summary["final_metrics"] == {k: v for k, v in last.items() if k != "step"}
     assert (run / "final" / "model.safetensors").stat().st_size > 1000
+
+
+def test_disk_full_while_writing_a_report_keeps_the_old_report_and_is_one_line(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from grpolab.errors import UserError
+    from grpolab.report import write_report
+    from report_sweeps import synthetic_sweep
+
+    results, metrics, config = synthetic_sweep(("sign", "grpo"), seeds=2, sizes=(2,))
+    html, _ = write_report(tmp_path, results, metrics, config)
+    before = html.read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(UserError) as caught:
+        write_report(tmp_path, results, metrics, config)
+    assert "disk full" in str(caught.value) and "\n" not in str(caught.value)
+    assert html.read_bytes() == before
+    assert _leftovers(tmp_path) == []
