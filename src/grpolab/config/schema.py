@@ -193,7 +193,7 @@ class TrainConfig:
     report_to: str = setting("none", scope="runtime")
     """Also send metrics to these backends, comma-separated, as TRL's report_to: none, tensorboard
     (<run>/tensorboard), wandb (<run>/wandb; offline unless WANDB_API_KEY or WANDB_MODE is set; `wandb sync`
-    uploads it), trackio (<run>/trackio unless TRACKIO_DIR is set). Each needs its package (pip install
+    uploads it), trackio (project grpolab in Trackio's store). Each needs its package (pip install
     tensorboard / wandb / trackio); --tensorboard adds tensorboard. May change on --resume."""
 
     @property

@@ -1,12 +1,13 @@
 """Logs a run writes as it goes: ``metrics.jsonl`` (one JSON object per step, flushed and fsynced) and
 ``rollouts/step-NNNNNN.parquet`` (every completion of a step, written to a temporary file and renamed,
 so only complete Parquet files ever exist). On resume from step s, entries of steps >= s are dropped (the
-file is rewritten atomically) so that the logs have each step exactly once.
+file is rewritten atomically) so that the logs have each step exactly once. A log damaged anywhere but its
+last line is refused with one line naming the file and line.
 
 Metrics also go to the backends of ``report_to`` (TRL's convention, ``report_backends``): TensorBoard event
 files under ``<run>/tensorboard``, a W&B run under ``<run>/wandb`` (offline, so with no account or network,
 unless ``WANDB_API_KEY`` or ``WANDB_MODE`` says otherwise; ``wandb sync`` uploads it later), a Trackio
-project under ``<run>/trackio`` (unless ``TRACKIO_DIR`` is set). A backend whose package is missing is
+project ``grpolab`` in Trackio's own store (``TRACKIO_DIR``). A backend whose package is missing is
 refused before the run starts, in one line naming the ``pip install``.
 """
 
@@ -156,10 +157,10 @@ class _WandB:
 
 
 class _Trackio:
-    """A Trackio run stored under ``<run>/trackio`` (or ``TRACKIO_DIR``), project ``TRACKIO_PROJECT`` or grpolab."""
+    """A Trackio run named after the run directory, in project ``TRACKIO_PROJECT`` or grpolab, kept in
+    Trackio's own store (``TRACKIO_DIR``, read once per process, so runs of one sweep worker share it)."""
 
     def __init__(self, run_dir: Path, config: dict[str, Any], *, resume: bool):
-        os.environ.setdefault("TRACKIO_DIR", str(run_dir / "trackio"))  # read when trackio is imported
         import trackio
 
         self._trackio = trackio
@@ -184,16 +185,34 @@ def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """All complete JSON lines of a metrics file (a torn last line from a kill is skipped)."""
-    rows = []
+    """All complete JSON lines of a metrics file (a torn last line from a kill is skipped); ``UserError``
+    naming the file and line when any other line is not a JSON object with a ``step``."""
     if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+        return []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path} cannot be read ({error}); {_DAMAGED_FIX}") from None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        row = _row(line)
+        if row is None and number == len(lines):  # torn by a kill mid-write
             continue
+        if row is None:
+            raise UserError(f"{path} is damaged at line {number} (not a JSON object with a step); {_DAMAGED_FIX}")
+        rows.append(row)
     return rows
+
+
+_DAMAGED_FIX = "move it aside and resume the run (grpolab train --resume) to log again from its last checkpoint"
+
+
+def _row(line: str) -> dict[str, Any] | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
 
 
 class RolloutLog:
@@ -202,9 +221,9 @@ class RolloutLog:
     def __init__(self, directory: Path, *, resume_from_step: int | None = None):
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        for path in directory.glob("*.parquet*"):
+        for path in directory.glob("step-*.parquet*"):  # only the files a run writes
             step = _step_of(path)
-            if resume_from_step is None or step is None or step >= resume_from_step:
+            if step is not None and (resume_from_step is None or step >= resume_from_step):
                 path.unlink()
 
     def write(self, step: int, rows: dict[str, list[Any]]) -> Path:
