@@ -88,3 +88,17 @@ def test_primary_is_two_of_the_estimators() -> None:
         CompareConfig(gpus_per_run=-1)
     with pytest.raises(UserError, match="lr_bracket_rounds must be >= 0"):
         CompareConfig(lr_bracket_rounds=-1)
+
+
+def test_a_damaged_compare_yaml_is_named_in_one_line(tmp_path: Path) -> None:
+    settings = {"compare": CompareConfig().to_dict(), "train": TrainConfig().to_dict()}
+    check_sweep_settings(tmp_path, settings, sweep_defaults())
+    text = (tmp_path / "compare.yaml").read_text()
+    assert text.startswith("# grpolab settings") and yaml.safe_load(text)["seeds"] == 5  # plain YAML to a reader
+    _train_a_step(tmp_path)
+    (tmp_path / "compare.yaml").write_text("".join(text.splitlines(keepends=True)[:20]))  # cut short (full disk)
+    with pytest.raises(UserError, match=r"compare\.yaml is cut short"):
+        check_sweep_settings(tmp_path, settings, sweep_defaults())
+    (tmp_path / "compare.yaml").write_text("")
+    with pytest.raises(UserError, match=r"compare\.yaml is empty"):
+        check_sweep_settings(tmp_path, settings, sweep_defaults())

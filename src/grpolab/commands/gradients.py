@@ -46,6 +46,7 @@ def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> A
     too under ``--reward-granularity token``)."""
     from grpolab import verifiers
     from grpolab.engine.collect import collect_batch
+    from grpolab.engine.fit import check_evaluation_fits
     from grpolab.train.run import load_task_for
     from grpolab.train.step import StepBatch
     from grpolab.verifiers.process import get_process_verifier
@@ -55,8 +56,12 @@ def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> A
     rng = np.random.default_rng(config.seed)
     problems = [task.train[i] for i in rng.choice(len(task.train), size=min(config.prompts_per_step,
                                                                             len(task.train)), replace=False)]
+    budget = check_evaluation_fits(model, policy.tokenizer, [p.prompt for p in problems], samples=config.group_size,
+                                   max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                                   use_chat_template=task.use_chat_template, explicit=config.max_new_tokens is not None,
+                                   where="batch", lower="--group-size or --max-new-tokens")
     batch = collect_batch(model, policy.tokenizer, problems, verifiers.get_verifier(task.verifier),
-                          num_samples=config.group_size, max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                          num_samples=config.group_size, max_new_tokens=budget,
                           use_chat_template=task.use_chat_template, temperature=config.temperature,
                           generator=torch.Generator().manual_seed(config.seed), dtype=config.sampler_dtype,
                           process_verifier=process)
@@ -79,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     import contextlib
 
     from grpolab.gradients.geometry import analyze_gradients
-    from grpolab.models import load_policy
+    from grpolab.models import check_finite_weights, load_policy
     from grpolab.train.step import step_advantages
 
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=GRADIENTS_TRAIN_DEFAULTS)  # validated
@@ -87,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     policy = load_policy(config.model)
+    check_finite_weights(policy.model, f"the model {config.model}")  # its gradient spectrum has no meaning
     model = _model_for(config, policy)
     batch = _sample_batch(config, policy, model)
     advantages = step_advantages(batch, config)

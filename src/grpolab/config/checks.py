@@ -16,7 +16,7 @@ from typing import Any
 from grpolab.config.fields import lower_bounds
 from grpolab.errors import UserError
 
-__all__ = ["check_types", "validate"]
+__all__ = ["REPORT_BACKENDS", "check_types", "report_backends", "validate"]
 
 _HINTS = {"eval_limit": "; to evaluate every test prompt, set eval_limit: null in a --config file"}
 
@@ -43,6 +43,7 @@ def validate(config: Any) -> None:
         raise UserError("beta, epsilon_low and epsilon_high must be >= 0")
     _validate_mappings(config)
     _validate_ranges(config)
+    report_backends(config)
 
 
 # setting -> an example of its value, for the error message
@@ -82,6 +83,46 @@ def _validate_ranges(config: Any) -> None:
     if config.loss_aggregation not in AGGREGATION_MODES:
         raise UserError(f"loss_aggregation must be one of {', '.join(AGGREGATION_MODES)}, "
                         f"got {config.loss_aggregation!r}")
+    _validate_loss_options(config)
+
+
+def _validate_loss_options(config: Any) -> None:
+    """The loss options of docs/losses.md: known names, bounds, and the combinations that mean nothing."""
+    from grpolab.losses import IMPORTANCE_SAMPLING_LEVELS, POLICY_OBJECTIVES
+
+    if config.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+        raise UserError("importance_sampling_level must be token or sequence, "
+                        f"got {config.importance_sampling_level!r}")
+    if config.policy_loss not in POLICY_OBJECTIVES:
+        raise UserError(f"policy_loss must be clip or cispo, got {config.policy_loss!r}")
+    if config.dual_clip_c is not None and config.dual_clip_c <= 1:
+        raise UserError(f"dual_clip_c must be > 1 (Ye et al. use 3), got {config.dual_clip_c}")
+    if config.dual_clip_c is not None and config.policy_loss == "cispo":
+        raise UserError("dual_clip_c caps the clipped objective's loss; cispo has none: drop --dual-clip-c "
+                        "or use --policy-loss clip")
+    if config.cispo_ratio_max <= 1 or (config.cispo_ratio_min is not None and config.cispo_ratio_min >= 1):
+        raise UserError(f"need cispo_ratio_min < 1 < cispo_ratio_max, got {config.cispo_ratio_min}, "
+                        f"{config.cispo_ratio_max}")
+    if config.sampler_is_cap is not None and config.sampler_is_cap <= 0:
+        raise UserError(f"sampler_is_cap must be > 0 (TRL's default is 3), got {config.sampler_is_cap}")
+    _validate_overlong(config)
+
+
+def _validate_overlong(config: Any) -> None:
+    """The overlong reward shaping changes outcome rewards, which must then be allowed to leave {0, 1}."""
+    if config.overlong_buffer is None:
+        return
+    if config.reward_granularity != "outcome":
+        raise UserError("overlong_buffer shapes outcome rewards; use it with reward_granularity outcome")
+    from grpolab.advantages import info
+
+    try:
+        binary_only = info(config.advantage).binary_only
+    except ValueError:
+        return  # an unknown estimator is reported where the estimator is resolved
+    if binary_only:
+        raise UserError(f"overlong_buffer makes the rewards non-binary, and advantage {config.advantage!r} is defined "
+                        "only for binary rewards; pick an estimator such as grpo, dr_grpo, rloo or batch_std")
 
 
 def _validate_granularity(config: Any) -> None:
@@ -112,3 +153,31 @@ def check_types(values: dict[str, Any], cls: type) -> None:
         if not ok:
             raise UserError(f"setting {name} must be of type {getattr(base, '__name__', base)}, "
                             f"got {value!r} ({type(value).__name__}); fix it in the config file or flag")
+
+
+REPORT_BACKENDS = ("tensorboard", "wandb", "trackio")
+"""The names ``report_to`` accepts besides ``none`` (TRL's names for the same integrations)."""
+
+
+def report_backends(config: Any) -> list[str]:
+    """The metrics backends of a ``TrainConfig``: the names of ``report_to`` (comma-separated; ``none``, the
+    default: no backend), plus ``tensorboard`` when the older ``tensorboard: true`` is set (so saved configs
+    with ``tensorboard: true`` and ``report_to: none`` keep writing TensorBoard files).
+
+    Raises:
+        UserError: an unknown or empty name, or ``none`` listed together with a backend.
+    """
+    if not isinstance(config.report_to, str):
+        raise UserError(f"report_to must be text such as tensorboard,wandb, got {config.report_to!r}")
+    names = [name.strip().lower() for name in config.report_to.split(",")]
+    unknown = [name for name in names if name not in (*REPORT_BACKENDS, "none")]
+    if unknown:
+        raise UserError(f"report_to: unknown backend {unknown[0]!r}; use a comma-separated list of "
+                        f"{', '.join(REPORT_BACKENDS)}, or none")
+    backends = list(dict.fromkeys(name for name in names if name != "none"))
+    if "none" in names and backends:
+        raise UserError(f"report_to {config.report_to!r} says none and also {', '.join(backends)}; "
+                        "drop none, or drop the backends")
+    if config.tensorboard and "tensorboard" not in backends:
+        backends.insert(0, "tensorboard")
+    return backends

@@ -22,6 +22,7 @@ import pandas as pd
 
 from grpolab.config import CompareConfig, TrainConfig
 from grpolab.errors import UserError
+from grpolab.io import atomic_write_text
 from grpolab.sweep.devices import check_gpus
 from grpolab.sweep.gather import collect_results, runs_table, write_tables
 from grpolab.sweep.plan import Cell, RunSpec, plan_cells, plan_lr_grid, plan_runs
@@ -92,7 +93,7 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
         base.replace(**variant.changes)
     settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base), "task": _task_summary(base)}
     check_sweep_settings(out, settings, sweep_defaults())  # refuses other settings; saves them otherwise
-    (out / "task.json").write_text(json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
+    atomic_write_text(out / "task.json", json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
     runner = _Runner(sweep, on_event)
     grid: list[RunSpec] = []
     selection: Selection | None = None

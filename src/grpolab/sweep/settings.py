@@ -18,9 +18,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from grpolab.config import CompareConfig, TrainConfig, load_config_file, yaml_text
+from grpolab.config import CompareConfig, TrainConfig, yaml_text
 from grpolab.config.fields import resume_may_change, runtime_only, sweep_owned
+from grpolab.config.files import SAVED_FOOTER, SAVED_HEADER, read_saved_settings
 from grpolab.errors import UserError
+from grpolab.io import atomic_write_text
 
 __all__ = ["COMPARE_TRAIN_DEFAULTS", "SWEEP_FILE", "SWEEP_OWNED", "adopt_saved_settings", "check_sweep_settings",
            "refuse_sweep_owned", "sweep_defaults", "sweep_train_settings"]
@@ -71,7 +73,7 @@ def adopt_saved_settings(out: Path, sweep: CompareConfig) -> CompareConfig:
     path = Path(out) / SWEEP_FILE
     if not path.is_file() or not _trained(out):
         return sweep
-    saved = load_config_file(path)
+    saved = read_saved_settings(path)
     defaults = CompareConfig()
     older = {name: value for name, value in _BEFORE_THE_SETTING.items()
              if name not in saved and getattr(sweep, name) == getattr(defaults, name)}
@@ -91,18 +93,11 @@ def check_sweep_settings(out: Path, settings: dict[str, dict[str, Any]], default
     path = Path(out) / SWEEP_FILE
     flat = {**settings["compare"], **settings["train"]}
     if path.is_file() and _trained(out):
-        saved = {**defaults, **_BEFORE_THE_SETTING, **load_config_file(path)}
+        saved = {**defaults, **_BEFORE_THE_SETTING, **read_saved_settings(path)}
         changes = _changes(saved, flat)
         if changes:
             before = ", ".join(f"{name} {old!r}" for name, old, _ in changes)
             after = ", ".join(f"{name} {new!r}" for name, _, new in changes)
             raise UserError(f"{out} holds a sweep made with {before}; this command gives {after}: rerun with its "
                             f"saved settings ({path}) to resume it, or choose a new --out")
-    _write_atomically(path, yaml_text(flat))
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a staging file and a rename: a reader never sees half of it."""
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(text)
-    staging.replace(path)
+    atomic_write_text(path, f"{SAVED_HEADER}\n{yaml_text(flat)}{SAVED_FOOTER}: {len(flat)} settings\n")

@@ -36,13 +36,17 @@ from grpolab import verifiers
 from grpolab.config import TrainConfig, save_config
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.engine.collect import ScoredBatch, collect_batch
+from grpolab.engine.fit import check_training_fits
 from grpolab.errors import UserError
 from grpolab.gradients.geometry import gradient_metrics_for_step
+from grpolab.io import is_write_error, write_error
 from grpolab.models import Policy, load_policy
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
+from grpolab.train.divergence import divergence_reason, record_divergence
 from grpolab.train.lock import DirectoryLock
+from grpolab.train.ownership import check_fresh_run_dir
 from grpolab.train.run import (
     RunResult,
     append_evaluation,
@@ -53,8 +57,8 @@ from grpolab.train.run import (
     wrap_lora,
     write_task_summary,
 )
-from grpolab.train.runlog import MetricsLog, RolloutLog
-from grpolab.train.settings import check_resume, load_saved_config, record_resume
+from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends
+from grpolab.train.settings import checked_resume_settings, record_resume
 from grpolab.train.step import StepBatch, build_optimizer, completion_view, step_advantages, update_policy
 from grpolab.verifiers.process import get_process_verifier
 
@@ -69,18 +73,23 @@ def _step_seed(seed: int, step: int, round_: int = 0) -> int:
 
 class Trainer:
     """One training run in ``run_dir`` (created; resumed from its newest checkpoint if ``resume``, under the
-    run's saved settings). The run directory's lock is held from construction to the end of ``run``."""
+    run's saved settings, checked against its newest checkpoint's). The run directory's lock is held from
+    construction to the end of ``run``. A fresh run refuses a directory holding another run, its logs or files
+    grpolab did not write unless ``overwrite`` (``grpolab.train.ownership``); a step whose loss, gradient or
+    parameters are not finite ends the run (``grpolab.train.divergence``)."""
 
     def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
                  on_step: StepCallback | None = None, policy: Policy | None = None, task: Task | None = None,
-                 start_eval_cache: Path | None = None):
+                 start_eval_cache: Path | None = None, overwrite: bool = False):
         self.config = config
         self.run_dir = Path(run_dir)
         self.on_step = on_step
         self.start_eval_cache = start_eval_cache  # shared start evaluations (a sweep's runs at one seed)
-        _prepare_run_dir(self.run_dir, resume)
+        _prepare_run_dir(self.run_dir)
         self.lock = DirectoryLock(self.run_dir, "grpolab train").acquire()  # released when run() ends
         try:
+            if not resume or _nothing_to_resume(self.run_dir):  # under the lock: --overwrite deletes no live files
+                check_fresh_run_dir(self.run_dir, overwrite=overwrite, config=config)
             self._set_up(resume, policy, task)
         except BaseException:
             self.lock.release()
@@ -88,9 +97,8 @@ class Trainer:
 
     def _set_up(self, resume: bool, policy: Policy | None, task: Task | None) -> None:
         config = self.config
-        saved = load_saved_config(self.run_dir) if resume else None
-        if saved is not None:  # before anything loads: the run directory's settings are the truth
-            check_resume(self.run_dir, saved, config)
+        # before anything loads: the run directory's settings (config.yaml, checked against the checkpoint's)
+        saved = checked_resume_settings(self.run_dir, config) if resume else None
         if config.threads:
             torch.set_num_threads(config.threads)
         _check_estimator(config)
@@ -103,6 +111,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.policy = policy or load_policy(config.model)
         self.model = wrap_lora(self.policy.model, config) if config.lora else self.policy.model
+        self.max_new_tokens = check_training_fits(self.model, self.policy.tokenizer, self.task, config,
+                                                  self.max_new_tokens)
         self.reference = _reference_model(self.model, config)
         self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self.optimizer = build_optimizer(self.params, config)
@@ -116,7 +126,7 @@ class Trainer:
         write_task_summary(self.task, self.run_dir)
         resume_from = self.start_step + 1 if resume else None
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from,
-                                      tensorboard_dir=self.run_dir / "tensorboard" if config.tensorboard else None)
+                                      backends=open_backends(config, self.run_dir, resume=resume))
         self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
         # with no checkpoint the start evaluation is redone, so its row must go too
         prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None,
@@ -145,7 +155,7 @@ class Trainer:
         names = {id(p): n for n, p in self.params.items()}
         tensors, extras = optimizer_tensors(self.optimizer, names)
         state = {"optimizer": extras, "completions_generated": self.completions_generated,
-                 "success_window": self.success_window.state()}
+                 "success_window": self.success_window.state(), "settings": self.config.to_dict()}
         save_checkpoint(self.run_dir, step, dict(self.params), tensors, state, keep=self.config.keep_checkpoints)
 
     # ------------------------------------------------------------------ one step
@@ -177,7 +187,8 @@ class Trainer:
         scored = self._sample_round(step, 0)
         scores = scored.scores
         extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable,
-                                   "rollout/verifier_timeouts": scores.timeouts}
+                                   "rollout/verifier_timeouts": scores.timeouts,
+                                   "rollout/prompts_truncated": scored.rollout.prompts_truncated}
         batch, seen = StepBatch.from_scored(scored), scored.rewards
         if self.config.dynamic_sampling:
             batch, seen, rounds = self._dynamic_fill(step, batch)
@@ -229,7 +240,7 @@ class Trainer:
     def _advantages(self, batch: StepBatch, step: int) -> torch.Tensor:
         """Advantages [P, G] of the outcome rewards, or [B, T] of the per-token rewards."""
         try:
-            return step_advantages(batch, self.config)
+            return step_advantages(batch, self.config, max_length=self.max_new_tokens)
         except UserError as error:  # e.g. a user verifier's non-binary rewards under a binary-only estimator
             raise UserError(f"step {step}: {error}; pick a matching --verifier / --advantage") from None
 
@@ -253,6 +264,11 @@ class Trainer:
         run directory's lock."""
         try:
             return self._run()
+        except Exception as error:  # a full disk while logging: one line, naming the file
+            if not is_write_error(error):
+                raise
+            raise write_error(getattr(error, "filename", None) or self.run_dir, error,
+                              fix="free disk space, then rerun with --resume") from None
         finally:
             self.lock.release()
 
@@ -264,6 +280,7 @@ class Trainer:
         for step in range(self.start_step + 1, config.steps + 1):
             metrics = self.step(step)
             self.metrics_log.write(step, metrics)
+            self._stop_if_diverged(step, metrics)
             if config.eval_every and step % config.eval_every == 0 and step < config.steps:
                 self._evaluate(step, "step")
             if step == config.steps:
@@ -274,6 +291,13 @@ class Trainer:
                 self.on_step(step, metrics)
         self.metrics_log.close()
         return finish_run(self.run_dir, self._current_policy(), config, metrics)
+
+    def _stop_if_diverged(self, step: int, metrics: dict[str, Any]) -> None:
+        reason = divergence_reason(metrics, self.params.values())
+        if reason is not None:
+            self.metrics_log.close()
+            raise record_divergence(self.run_dir, step, reason, lr=self.config.lr, steps=self.config.steps,
+                                    metrics=metrics)
 
     def _current_policy(self) -> Policy:
         """The policy being trained: the (LoRA-wrapped) model with the loaded policy's tokenizer."""
@@ -289,7 +313,7 @@ class Trainer:
         return row
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool) -> None:
+def _prepare_run_dir(run_dir: Path) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".write-test-{os.getpid()}"  # per process: two starting writers must not collide
@@ -299,8 +323,11 @@ def _prepare_run_dir(run_dir: Path, resume: bool) -> None:
         raise UserError(
             f"cannot write to output directory {run_dir} ({error.strerror}); choose a writable --out"
         ) from None
-    if not resume and (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step-*")):
-        raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or choose a new --out")
+
+
+def _nothing_to_resume(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds neither a saved config nor a checkpoint (a resume there is a fresh run)."""
+    return not (run_dir / "config.yaml").exists() and not any((run_dir / "checkpoints").glob("step-*"))
 
 
 def _check_task_fits(config: TrainConfig, task: Task) -> None:
