@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -225,3 +227,24 @@ def test_vary_adds_an_axis_with_its_own_runs_and_rows(tmp_path: Path, capsys: py
     assert len(err.splitlines()) == 1 and "seed cannot be an axis" in err and "--seeds" in err, err
     assert main([*argv, "--primary", "sign,grpo"]) == 2
     assert "primary must name two different estimators" in capsys.readouterr().err
+
+
+def test_a_diverged_selection_run_disqualifies_its_lr_and_is_never_retried(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "cmp"
+    argv = ["compare", "--estimators", "sign", "--seeds", "1", "--group-sizes", "2", "--workers", "2",
+            "--selection-seeds", "1", "--lrs", "1e-3,10", "--lr-bracket-rounds", "0", "--out", str(out),
+            "--no-report", *TINY_FLAGS, "--steps", "8", "--prompts-per-step", "2"]
+    assert main(argv) == 1  # a run of the sweep diverged: not ok
+    said = capsys.readouterr().err.replace("\n", " ")
+    assert "run sign-G2-lr10-seed1000 failed" in said and "diverged at step" in said, said
+    summary = out / "selection" / "sign-G2-lr10-seed1000" / "summary.json"
+    assert json.loads(summary.read_text())["status"] == "diverged"
+    selection = pd.read_parquet(out / "selection.parquet").set_index("lr")
+    assert selection.loc[10.0, "status"] == "diverged" and not selection.loc[10.0, "selected"]
+    assert np.isnan(selection.loc[10.0, "validation_score"])  # never scored as 0%
+    assert selection.loc[1e-3, "selected"] and selection.loc[1e-3, "status"] == "finished"
+    assert set(pd.read_parquet(out / "results.parquet")["lr"]) == {1e-3}
+    written = summary.stat().st_mtime_ns
+    assert main(argv) == 0  # the re-run trains nothing: a diverged run has ended
+    assert summary.stat().st_mtime_ns == written and "0 run(s) trained" in capsys.readouterr().err
