@@ -25,7 +25,7 @@ from grpolab.mechanism.runs import ReportedRun, evaluation_rows, reported_runs
 from grpolab.models import load_policy
 from grpolab.train.run import load_task_for
 
-__all__ = ["COLUMNS", "PARTS", "Options", "measure_runs", "runs_to_analyse"]
+__all__ = ["COLUMNS", "PARTS", "Options", "measure_runs", "parse_parts", "runs_to_analyse"]
 
 COLUMNS = ["run_id", "estimator", "group_size", "seed", "lr", "part", "measure", "token_class", "outcome",
            "phase", "k", "value", "tokens", "completions"]
@@ -132,6 +132,15 @@ def _start_weights(config: Any) -> dict[str, torch.Tensor] | None:
         return None
     policy = load_policy(config.model)
     return {name: param.detach() for name, param in policy.model.named_parameters()}
+
+
+def parse_parts(text: str) -> tuple[str, ...]:
+    """``--parts`` -> the chosen parts in ``PARTS`` order; ``UserError`` naming an unknown or missing part."""
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [part for part in chosen if part not in PARTS]
+    if unknown or not chosen:
+        raise UserError(f"--parts takes a comma-separated subset of {', '.join(PARTS)}, got {text!r}")
+    return tuple(part for part in PARTS if part in chosen)
 
 
 def runs_to_analyse(out: Path, need_final: bool = True) -> list[ReportedRun]:

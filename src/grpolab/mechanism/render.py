@@ -1,6 +1,7 @@
 """Outputs of ``grpolab mechanism``: mechanism.csv (the tidy summary), mechanism_runs.csv (per run),
-mechanism.md (three tables, as ``Section``s rendered by ``grpolab.render``, the renderer of the compare
-report), mechanism.png (three panels) and the terminal table."""
+mechanism.md (one section per measured part, as ``Section``s rendered by ``grpolab.render``, the renderer of
+the compare report), mechanism.png (three panels; written when the token shifts were measured) and the
+terminal table."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ from grpolab import advantages
 from grpolab.mechanism.summary import passk_reading
 from grpolab.render import Section, render_markdown
 
-__all__ = ["TITLE", "figure_png", "markdown", "sections", "terminal_table", "write_outputs"]
+__all__ = ["TITLE", "figure_png", "markdown", "sections", "terminal_table", "update_lines", "write_outputs"]
 
-TITLE = "Mechanism: format breakage, per-token shifts, pass@k"
+TITLE = "Mechanism: format breakage, per-token shifts, pass@k, the update's geometry"
 FIGURE_CAPTION = "Per-token change, pass@k before and after, answer format: start and end"
 
 _OUTCOME_ORDER = {"wrong": 0, "correct": 1, "all": 2}
@@ -102,8 +103,19 @@ def _token_table(summary: pd.DataFrame) -> pd.DataFrame:
                                "Δ log p [95% CI]", "Δ p [95% CI]", "Runs"])
 
 
-def sections(summary: pd.DataFrame, figure: bytes) -> list[Section]:
-    """mechanism.md's sections: the format, token and pass@k tables; ``figure``: mechanism.png's bytes."""
+def sections(summary: pd.DataFrame, figure: bytes | None, notes: list[str] | None = None) -> list[Section]:
+    """mechanism.md's sections, one per part measured in ``summary``: the format, token, pass@k and update
+    tables; ``figure``: mechanism.png's bytes (None: no figure); ``notes``: what the updates part could not
+    measure."""
+    parts = set(summary["part"])
+    chosen = [section for part, section in zip(("format", "tokens", "passk"), _sample_sections(summary, figure),
+                                               strict=True) if part in parts]
+    if "updates" in parts:
+        chosen.append(_updates_section(summary, notes or []))
+    return chosen
+
+
+def _sample_sections(summary: pd.DataFrame, figure: bytes | None) -> list[Section]:
     format_section = Section("1. Format breakage", [
         "`eval_unscorable`: share of sampled eval completions the verifier could not score (eval.jsonl; "
         "'not recorded' when eval.jsonl lacks it). `sampled_*`: the fixed prompts sampled again from each run's "
@@ -119,11 +131,56 @@ def sections(summary: pd.DataFrame, figure: bytes) -> list[Section]:
         "capacity gain = pass@k_max up.",
     ], tables=[("", _phase_table(summary, "passk"))],
         bullets=[f"{e} G={g}: {passk_reading(summary, e, g)}" for e, g in _pairs(summary)],
-        figures=[("mechanism", FIGURE_CAPTION, figure)])
+        figures=[("mechanism", FIGURE_CAPTION, figure)] if figure is not None else [])
     return [format_section, token_section, passk_section]
 
 
+_UPDATE_COLUMNS = [("successive_cosine", "Successive-update cosine"),
+                   ("successive_noise_cosine", "Its value for pure noise"), ("cross_seed_cosine", "Cross-seed cosine"),
+                   ("update_norm", "‖W_end − W_start‖"), ("step_update_norm", "Mean ‖ΔW_k‖"),
+                   ("adam_rms_ratio", "Adam ‖m̂‖/‖√v̂‖"), ("adam_noise_floor", "Noise floor"),
+                   ("adam_over_floor", "Over floor")]
+
+
+def _updates_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Each update measure's mean [95% CI] over seeds, one row per (estimator, G)."""
+    rows = summary[summary["part"] == "updates"]
+    cells = []
+    for estimator, size in _pairs(rows):
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
+        by_measure = {r["measure"]: r for _, r in mine.iterrows()}
+        values = [_update_cell(by_measure.get(measure)) for measure, _ in _UPDATE_COLUMNS]
+        cells.append([estimator, size, *values, int(mine["n_runs"].max())])
+    return _text_frame(cells, ["Estimator", "G", *(title for _, title in _UPDATE_COLUMNS), "Runs"])
+
+
+def _update_cell(row: pd.Series | None) -> str:
+    if row is None or row["n_runs"] == 0 or np.isnan(row["mean"]):
+        return "not measured"
+    if row["n_runs"] == 1:
+        return f"{row['mean']:.3f}"
+    return f"{row['mean']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+
+
+def _updates_section(summary: pd.DataFrame, notes: list[str]) -> Section:
+    return Section("4. The update's geometry (from the runs' checkpoints)", [
+        "ΔW_k = W at one kept checkpoint minus W at the one before (the first from the start weights); the "
+        "successive-update cosine is their mean consecutive cosine, beside its value when every gradient is "
+        "zero-mean i.i.d. noise: not 0, since AdamW's momentum carries noise from one interval into the next; "
+        "only a cosine above it shows a consistent drift. The cross-seed cosine is the mean cosine between "
+        "different seeds' total updates "
+        "W_end − W_start (near 0: noise; similar for all seeds: a shared direction). W is the trainable weights "
+        "of a full fine-tune, or (lora_alpha/r)·BA under LoRA. Adam ‖m̂‖/‖√v̂‖ is read from the last "
+        "checkpoint's bias-corrected moments; its noise floor is its value for zero-mean i.i.d. gradients, "
+        "sqrt((1−β1)(1+β1^t)/((1+β1)(1−β1^t))); over floor near 1 means Adam's steps are mostly noise. "
+        "Means over seeds [95% bootstrap CI].",
+    ], tables=[("", _updates_table(summary))], bullets=list(notes))
+
+
 def _intro(settings: dict) -> str:
+    if not settings.get("prompts"):
+        return (f"Compare output: `{settings['out']}`; start policy `{settings['model']}`. No completions were "
+                "sampled (parts: " + ", ".join(settings.get("parts", [])) + ").")
     return (
         f"Compare output: `{settings['out']}`. Fixed completions: {settings['prompts']} test prompts x "
         f"{settings['samples']} samples from the start policy `{settings['model']}` (seed {settings['seed']}, "
@@ -133,10 +190,11 @@ def _intro(settings: dict) -> str:
     )
 
 
-def markdown(summary: pd.DataFrame, settings: dict, figure: bytes) -> str:
-    """mechanism.md: how the completions were drawn, then the format, token and pass@k tables, and the link
-    to mechanism.png (written next to it)."""
-    return render_markdown(sections(summary, figure), TITLE, figure_dir="", intro=[_intro(settings)])
+def markdown(summary: pd.DataFrame, settings: dict, figure: bytes | None) -> str:
+    """mechanism.md: how the completions were drawn, then the tables of the measured parts, and the link to
+    mechanism.png (written next to it; None: no figure)."""
+    return render_markdown(sections(summary, figure, settings.get("update_notes")), TITLE, figure_dir="",
+                           intro=[_intro(settings)])
 
 
 def figure_png(summary: pd.DataFrame) -> bytes:
@@ -199,6 +257,20 @@ def _format_bars(ax, summary: pd.DataFrame, pairs: list[tuple[str, int]]) -> Non
     ax.legend(fontsize=8)
 
 
+def update_lines(summary: pd.DataFrame) -> list[str]:
+    """One terminal line per (estimator, G) with the update measures' means over seeds."""
+    rows = summary[summary["part"] == "updates"]
+    lines = []
+    for estimator, size in _pairs(rows):
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
+        mean = {r["measure"]: r["mean"] for _, r in mine.iterrows()}
+        lines.append(f"{estimator} G={size} updates: successive cosine {mean['successive_cosine']:.3f} (pure noise "
+                     f"{mean['successive_noise_cosine']:.3f}), cross-seed cosine {mean['cross_seed_cosine']:.3f}, "
+                     f"‖W_end − W_start‖ {mean['update_norm']:.3g}, Adam over its noise floor "
+                     f"{mean['adam_over_floor']:.3f}")
+    return lines
+
+
 def terminal_table(summary: pd.DataFrame) -> Table:
     """The rich table: Δ log p on wrong/correct x format/content, pass@1 and pass@k_max change (the reading
     of the pass@k change is ``passk_reading``, printed below it)."""
@@ -219,12 +291,15 @@ def terminal_table(summary: pd.DataFrame) -> Table:
 
 
 def write_outputs(out: Path, per_run: pd.DataFrame, summary: pd.DataFrame, settings: dict) -> list[Path]:
-    """Write mechanism.csv, mechanism_runs.csv, mechanism.md and mechanism.png into ``out``."""
+    """Write mechanism.csv, mechanism_runs.csv, mechanism.md and (when the token shifts were measured)
+    mechanism.png into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "mechanism.csv", out / "mechanism_runs.csv", out / "mechanism.md", out / "mechanism.png"]
+    paths = [out / "mechanism.csv", out / "mechanism_runs.csv", out / "mechanism.md"]
     summary.to_csv(paths[0], index=False)
     per_run.to_csv(paths[1], index=False)
-    figure = figure_png(summary)
+    figure = figure_png(summary) if (summary["part"] == "tokens").any() else None
     paths[2].write_text(markdown(summary, settings, figure))
-    paths[3].write_bytes(figure)
+    if figure is not None:
+        paths.append(out / "mechanism.png")
+        paths[3].write_bytes(figure)
     return paths
