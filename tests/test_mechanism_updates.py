@@ -18,7 +18,7 @@ from grpolab.errors import UserError
 from grpolab.mechanism import summarise
 from grpolab.mechanism.analysis import parse_parts
 from grpolab.mechanism.render import markdown, update_lines
-from grpolab.mechanism.runs import ReportedRun
+from grpolab.mechanism.runs import ReportedRun, reported_runs
 from grpolab.mechanism.updates import (
     adam_noise_floor,
     adam_rms_ratio,
@@ -178,3 +178,9 @@ def test_parts_are_parsed_in_order_and_unknown_ones_fail() -> None:
     assert parse_parts("updates, passk") == ("passk", "updates")
     with pytest.raises(UserError, match="subset of format, tokens, passk, updates"):
         parse_parts("update")
+
+
+def test_a_results_table_without_runs_fails_in_one_line(tmp_path: Path) -> None:
+    pd.DataFrame().to_parquet(tmp_path / "results.parquet")  # what a sweep whose every run failed writes
+    with pytest.raises(UserError, match=r"lists no run \(it has no run_id, estimator"):
+        reported_runs(tmp_path)
