@@ -45,7 +45,8 @@ def _run(root: Path, name: str, estimator: str, seed: int, snapshots: dict[int, 
 
 
 def _values(rows: list[dict]) -> dict[tuple[str, str], float]:
-    return {(row["run_id"], row["measure"]): row["value"] for row in rows}
+    """The run-level rows (phase ""), by (run, measure)."""
+    return {(row["run_id"], row["measure"]): row["value"] for row in rows if row["phase"] == ""}
 
 
 @pytest.fixture
@@ -106,6 +107,15 @@ def test_adam_ratio_and_its_floor_by_hand(full_runs: list[ReportedRun]) -> None:
     assert values["a", "adam_rms_ratio"] == pytest.approx(0.5)
     assert values["a", "adam_noise_floor"] == pytest.approx(1.0)  # t = 1: m̂ = g, v̂ = g²
     assert values["a", "adam_over_floor"] == pytest.approx(0.5)
+
+
+def test_adam_is_also_read_at_every_kept_checkpoint(full_runs: list[ReportedRun]) -> None:
+    rows, _ = update_rows(full_runs, start={"w": torch.zeros(2)})
+    by_step = {(row["run_id"], row["phase"]): row["value"] for row in rows if row["phase"]}
+    assert set(by_step) == {("a", "step 5"), ("a", "step 10"), ("a", "step 15"), ("b", "step 5"),
+                            ("b", "step 10"), ("b", "step 15"), ("c", "step 15")}
+    assert all(value == pytest.approx(0.5) for value in by_step.values())
+    assert {row["measure"] for row in rows if row["phase"]} == {"adam_over_floor"}
 
 
 def test_lora_updates_are_scale_times_ba_whatever_the_random_a(tmp_path: Path) -> None:
@@ -172,6 +182,8 @@ def test_the_updates_section_and_terminal_lines(full_runs: list[ReportedRun]) ->
     assert dr_row.count("not measured") == 4  # successive, its noise value, cross-seed, step norm (no interval)
     assert "successive cosine of c" in text
     assert any(line.startswith("sign G=2 updates: successive cosine 0.500") for line in update_lines(summary))
+    assert "- sign G=2, Adam over its noise floor by checkpoint: step 5: 0.500, step 10: 0.500, step 15: 0.500" \
+        in text
 
 
 def test_parts_are_parsed_in_order_and_unknown_ones_fail() -> None:

@@ -31,7 +31,8 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _updates(out: Path) -> pd.DataFrame:
     per_run = pd.read_csv(out / "mechanism_runs.csv", keep_default_na=False, na_values=[""])
-    return per_run[per_run["part"] == "updates"].pivot(index="run_id", columns="measure", values="value")
+    run_level = per_run[(per_run["part"] == "updates") & (per_run["phase"] == "")]
+    return run_level.pivot(index="run_id", columns="measure", values="value")
 
 
 def _weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
@@ -72,6 +73,10 @@ def test_the_numbers_are_the_checkpoints(compared: Path) -> None:
     assert np.allclose(updates["adam_noise_floor"], adam_noise_floor(0.9, 4))
     ratio = updates["adam_rms_ratio"] / updates["adam_noise_floor"]
     assert (updates["adam_over_floor"] - ratio).abs().max() < 1e-9
+    per_run = pd.read_csv(compared / "mechanism_runs.csv", keep_default_na=False, na_values=[""])
+    last = per_run[(per_run["part"] == "updates") & (per_run["phase"] == "step 4")].set_index("run_id")["value"]
+    assert np.allclose(last.sort_index(), updates["adam_over_floor"].sort_index())  # step 4 is the last one
+    assert set(per_run[per_run["part"] == "updates"]["phase"]) == {"", "step 2", "step 4"}
 
 
 def test_a_run_without_checkpoints_is_not_measured_and_the_rest_is(

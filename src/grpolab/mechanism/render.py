@@ -147,7 +147,7 @@ def _updates_table(summary: pd.DataFrame) -> pd.DataFrame:
     rows = summary[summary["part"] == "updates"]
     cells = []
     for estimator, size in _pairs(rows):
-        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size) & (rows["phase"] == "")]
         by_measure = {r["measure"]: r for _, r in mine.iterrows()}
         values = [_update_cell(by_measure.get(measure)) for measure, _ in _UPDATE_COLUMNS]
         cells.append([estimator, size, *values, int(mine["n_runs"].max())])
@@ -162,6 +162,19 @@ def _update_cell(row: pd.Series | None) -> str:
     return f"{row['mean']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
 
 
+def _adam_by_checkpoint(summary: pd.DataFrame) -> list[str]:
+    """One line per (estimator, G): Adam's ratio over its noise floor at each kept checkpoint (seed means)."""
+    rows = summary[(summary["part"] == "updates") & (summary["phase"].str.startswith("step "))
+                   & (summary["n_runs"] > 0)]
+    lines = []
+    for estimator, size in _pairs(rows):
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
+        mine = mine.assign(step=mine["phase"].str.removeprefix("step ").astype(int)).sort_values("step")
+        cells = ", ".join(f"step {r.step}: {r.mean:.3f}" for r in mine.itertuples())
+        lines.append(f"{estimator} G={size}, Adam over its noise floor by checkpoint: {cells}")
+    return lines
+
+
 def _updates_section(summary: pd.DataFrame, notes: list[str]) -> Section:
     return Section("4. The update's geometry (from the runs' checkpoints)", [
         "ΔW_k = W at one kept checkpoint minus W at the one before (the first from the start weights); the "
@@ -174,7 +187,7 @@ def _updates_section(summary: pd.DataFrame, notes: list[str]) -> Section:
         "checkpoint's bias-corrected moments; its noise floor is its value for zero-mean i.i.d. gradients, "
         "sqrt((1−β1)(1+β1^t)/((1+β1)(1−β1^t))); over floor near 1 means Adam's steps are mostly noise. "
         "Means over seeds [95% bootstrap CI].",
-    ], tables=[("", _updates_table(summary))], bullets=list(notes))
+    ], tables=[("", _updates_table(summary))], bullets=[*_adam_by_checkpoint(summary), *notes])
 
 
 def _intro(settings: dict) -> str:
@@ -262,7 +275,7 @@ def update_lines(summary: pd.DataFrame) -> list[str]:
     rows = summary[summary["part"] == "updates"]
     lines = []
     for estimator, size in _pairs(rows):
-        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size) & (rows["phase"] == "")]
         mean = {r["measure"]: r["mean"] for _, r in mine.iterrows()}
         lines.append(f"{estimator} G={size} updates: successive cosine {mean['successive_cosine']:.3f} (pure noise "
                      f"{mean['successive_noise_cosine']:.3f}), cross-seed cosine {mean['cross_seed_cosine']:.3f}, "

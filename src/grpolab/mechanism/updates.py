@@ -12,7 +12,9 @@ Per run, from the chain start -> kept checkpoints:
   the same (estimator, G, lr) (similar for all seeds: a shared direction; near 0: noise);
 * ``adam_rms_ratio`` ‖m̂‖ / ‖√v̂‖ at the last checkpoint (bias-corrected AdamW moments, over all trainable
   elements), ``adam_noise_floor`` its expected value under zero-mean i.i.d. gradient noise, and
-  ``adam_over_floor`` = ratio / floor (near 1: Adam's steps are mostly noise; 1/floor for a constant gradient).
+  ``adam_over_floor`` = ratio / floor (near 1: Adam's steps are mostly noise; 1/floor for a constant gradient);
+  ``adam_over_floor`` is also given at every kept checkpoint (phase ``step N``), since a run that has learned
+  what it can ends with noise-dominated steps even when its early steps were not.
 
 Where W lives: a full fine-tune's W is its trainable parameters, and the start is the run's base model
 (``load_policy(config.model)``, as the trainer loads it). Under LoRA, W is the weight-space update of each
@@ -213,9 +215,9 @@ def adam_rms_ratio(optimizer: dict[str, torch.Tensor], betas: tuple[float, float
     return float(np.sqrt(squared_m / squared_v)), last
 
 
-def _adam_measures(run: ReportedRun, chain: Chain) -> dict[str, float]:
-    path = chain.paths[-1] / "optimizer.safetensors"
-    with safe_open(str(path), "pt") as handle:
+def _adam_measures(run: ReportedRun, checkpoint: Path) -> dict[str, float]:
+    """The Adam ratio, its noise floor and their quotient at one checkpoint of ``run``."""
+    with safe_open(str(checkpoint / "optimizer.safetensors"), "pt") as handle:
         tensors = {name: handle.get_tensor(name) for name in handle.keys()}
     ratio, step = adam_rms_ratio(tensors, tuple(run.config.adam_betas))
     floor = adam_noise_floor(run.config.adam_betas[0], step) if step else float("nan")
@@ -242,14 +244,17 @@ def update_rows(runs: list[ReportedRun], start: dict[str, torch.Tensor] | None) 
         gram = update_gram(members, member_chains, start)
         measures = gram_measures(gram, member_chains, members[0].config.adam_betas[0])
         for run, chain, measured in zip(members, member_chains, measures, strict=True):
-            values[run.run_id] = {**measured, **_adam_measures(run, chain)}
+            values[run.run_id] = {**measured, **_adam_measures(run, chain.paths[-1])}
     rows = []
-    for run in runs:
+    for run, chain in zip(runs, chains, strict=True):
         ident = {"run_id": run.run_id, "estimator": run.estimator, "group_size": run.group_size,
                  "seed": run.seed, "lr": run.lr, "part": "updates", "token_class": "", "outcome": "",
                  "phase": "", "k": None}
         rows += [{**ident, "measure": measure, "value": values[run.run_id].get(measure, float("nan"))}
                  for measure in MEASURES]
+        rows += [{**ident, "measure": "adam_over_floor", "phase": f"step {step}",
+                  "value": _adam_measures(run, path)["adam_over_floor"]}
+                 for step, path in zip(chain.steps, chain.paths, strict=True)]
     return rows, notes
 
 
