@@ -31,7 +31,7 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _updates(out: Path) -> pd.DataFrame:
     per_run = pd.read_csv(out / "mechanism_runs.csv", keep_default_na=False, na_values=[""])
-    run_level = per_run[(per_run["part"] == "updates") & (per_run["phase"] == "")]
+    run_level = per_run[(per_run["part"] == "updates") & (per_run["phase"].fillna("") == "")]
     return run_level.pivot(index="run_id", columns="measure", values="value")
 
 
@@ -76,7 +76,7 @@ def test_the_numbers_are_the_checkpoints(compared: Path) -> None:
     per_run = pd.read_csv(compared / "mechanism_runs.csv", keep_default_na=False, na_values=[""])
     last = per_run[(per_run["part"] == "updates") & (per_run["phase"] == "step 4")].set_index("run_id")["value"]
     assert np.allclose(last.sort_index(), updates["adam_over_floor"].sort_index())  # step 4 is the last one
-    assert set(per_run[per_run["part"] == "updates"]["phase"]) == {"", "step 2", "step 4"}
+    assert set(per_run[per_run["part"] == "updates"]["phase"].fillna("")) == {"", "step 2", "step 4"}
 
 
 def test_a_run_without_checkpoints_is_not_measured_and_the_rest_is(
