@@ -196,3 +196,8 @@ def test_a_results_table_without_runs_fails_in_one_line(tmp_path: Path) -> None:
     pd.DataFrame().to_parquet(tmp_path / "results.parquet")  # what a sweep whose every run failed writes
     with pytest.raises(UserError, match=r"lists no run \(it has no run_id, estimator"):
         reported_runs(tmp_path)
+
+
+def test_a_start_model_without_the_checkpoints_tensors_fails_in_one_line(full_runs: list[ReportedRun]) -> None:
+    with pytest.raises(UserError, match="holds w, which the start model"):
+        update_rows(full_runs, start={"other": torch.zeros(2)})

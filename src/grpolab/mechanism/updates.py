@@ -52,6 +52,7 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
+from grpolab.errors import UserError
 from grpolab.mechanism.runs import ReportedRun
 
 __all__ = ["MEASURES", "SETTINGS_HINT", "adam_noise_floor", "adam_rms_ratio", "checkpoint_chain", "gram_measures",
@@ -126,6 +127,10 @@ def update_gram(runs: list[ReportedRun], chains: list[Chain],
     tensor at a time so that only one tensor of every snapshot is held at once."""
     with safe_open(str(chains[0].paths[0] / "weights.safetensors"), "pt") as handle:
         all_names = sorted(handle.keys())
+    missing = [] if start is None else [name for name in all_names if name not in start]
+    if missing:
+        raise UserError(f"checkpoint {chains[0].paths[0]} holds {missing[0]}, which the start model "
+                        f"{runs[0].config.model!r} lacks; analyse runs whose saved --model is still available")
     groups = _tensor_groups(all_names)
     total = sum(len(chain.paths) for chain in chains)
     gram = np.zeros((total, total))
