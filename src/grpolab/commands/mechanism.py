@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parts", default="format,tokens,passk,updates",
                         help="comma-separated parts to measure, of format, tokens, passk, updates (default: all); "
                              "format and tokens load and sample every run's model, passk and updates read files")
+    parser.add_argument("--trust-run-code", action="store_true",
+                        help="import the task or verifier that the runs' config.yaml names by dotted path "
+                             "(pkg.module:function); only for run directories you trust")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--prompts and --samples must be >= 1, got {args.prompts} and {args.samples}")
     compare_dir = Path(args.compare_dir)
     options = Options(prompts=args.prompts, samples=args.samples, seed=args.seed,
-                      end_samples=not args.no_end_samples, parts=parse_parts(args.parts))
-    runs = runs_to_analyse(compare_dir, need_final=options.sampled)  # fails before any model loads
+                      end_samples=not args.no_end_samples, parts=parse_parts(args.parts),
+                      trust_run_code=args.trust_run_code)
+    # fails before any model loads, on a wrong directory or untrusted code
+    runs = runs_to_analyse(compare_dir, need_final=options.sampled, trust_run_code=args.trust_run_code)
     total = (len(runs) + 1 if options.sampled else 0) + ("updates" in options.parts)
     with progress_bar(True) as bar:
         task_id = bar.add_task("mechanism", total=total, info="measuring") if bar else None

@@ -46,6 +46,7 @@ class Options:
         seed: the sampling seed (the same for the start and for every run's end samples).
         end_samples: also sample from every run's final model, for the end answer-format rates.
         parts: the parts to measure (``PARTS``).
+        trust_run_code: import a task or verifier that the runs' saved config.yaml names by dotted path.
     """
 
     prompts: int = 64
@@ -53,6 +54,7 @@ class Options:
     seed: int = 0
     end_samples: bool = True
     parts: tuple[str, ...] = PARTS
+    trust_run_code: bool = False
 
     @property
     def sampled(self) -> bool:
@@ -67,7 +69,7 @@ def measure_runs(out: Path, options: Options,
     sampled, and ``update_notes``, what the ``updates`` part could not measure); ``on_progress(label)`` is
     called after the start policy and after each run."""
     on_progress = on_progress or (lambda label: None)
-    runs = runs_to_analyse(out, need_final=options.sampled)
+    runs = runs_to_analyse(out, need_final=options.sampled, trust_run_code=options.trust_run_code)
     config = runs[0].config
     facts: dict[str, Any] = {"model": config.model, "temperature": config.temperature, "prompts": 0,
                              "samples": options.samples, "seed": options.seed, "correct": 0, "wrong": 0,
@@ -143,10 +145,10 @@ def parse_parts(text: str) -> tuple[str, ...]:
     return tuple(part for part in PARTS if part in chosen)
 
 
-def runs_to_analyse(out: Path, need_final: bool = True) -> list[ReportedRun]:
+def runs_to_analyse(out: Path, need_final: bool = True, *, trust_run_code: bool = False) -> list[ReportedRun]:
     """The reported runs of ``out``; ``UserError`` naming the fix when ``need_final`` and any has no final
     model."""
-    runs = reported_runs(out)
+    runs = reported_runs(out, trust_run_code=trust_run_code)
     missing = [] if not need_final else [run.run_id for run in runs if not (run.run_dir / "final").is_dir()]
     if missing:
         raise UserError(f"{len(missing)} reported run(s) have no final model (final/), e.g. {missing[0]}; "
