@@ -161,6 +161,18 @@ class TrainConfig:
     """torch threads (default: torch's choice)."""
     progress: bool = setting(True, scope="runtime")
     """Show a progress bar."""
+    # Training engine. Scope "training": the start evaluation is grpolab's own in both engines (the same
+    # evaluate() on the same starting policy), so runs that differ only in the engine share it; everything
+    # after step 0 (sampling, loss, optimiser) is the engine's.
+    engine: str = setting("grpolab", scope="training")
+    """Training engine: grpolab (its own CPU trainer) or trl (TRL's GRPOTrainer generates, computes the loss and
+    steps the optimiser, on any device accelerate gives it; grpolab keeps the task, verifier, estimator,
+    evaluation and logs). Settings TRL cannot honour are refused (docs/integrations.md)."""
+    use_vllm: bool = setting(False, scope="training")
+    """Engine trl: generate the training completions with vLLM (needs CUDA and the vllm package)."""
+    vllm_mode: str = setting("colocate", scope="training")
+    """Engine trl with --use-vllm: colocate (vLLM in the training processes) or server (a separate
+    `trl vllm-serve` process)."""
 
     @property
     def clip_high(self) -> float:
