@@ -184,7 +184,9 @@ class TRLRun:
         config = self.config
         arguments = grpo_arguments(config, output_dir=str(self.run_dir / "checkpoints"),
                                    num_processes=self.state.num_processes, max_new_tokens=self.max_new_tokens)
-        args = GRPOConfig(**arguments)
+        import torch
+
+        args = GRPOConfig(**arguments, use_cpu=not torch.cuda.is_available())  # else accelerate's device
         chat = bool(self.task.use_chat_template and getattr(self.policy.tokenizer, "chat_template", None))
         self.recorder = RunRecorder(iterations=config.num_iterations, steps=config.steps,
                                     metrics_log=self.metrics_log if self.main else None,
