@@ -240,6 +240,7 @@ class TRLRun:
     def _finish(self) -> RunResult:
         metrics = self.recorder.last_metrics or _last_row(self.run_dir)
         if self.main:
+            self.metrics_log.sync()
             result = finish_run(self.run_dir, self._current_policy(), self.config, metrics)
         else:
             result = RunResult(self.run_dir, self.config.steps, metrics, [])
