@@ -9,6 +9,7 @@ process only. Every process runs the same collectives, in the same order.
 
 Departures from grpolab's engine: a row of ``metrics.jsonl`` is flushed at once (a killed process loses
 nothing) and fsynced with each checkpoint, not at every step (an fsync per step cost 4-5% of a CPU step here);
+each step's rollout table is written on a writer thread (waited for at each checkpoint and at the end);
 ``loss/total`` is TRL's loss (policy term plus beta * KL); ``rollout/entropy``
 is TRL's mean entropy of the trained tokens; ``perf/update_time`` is the step time less the generation time.
 With num_iterations mu > 1 a grpolab step is mu optimiser steps; its row has the last one's loss figures.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +109,8 @@ class RunRecorder(TrainerCallback):
         self.written = 0
         self.last_metrics: dict[str, Any] = {}
         self.diverged: tuple[int, str] | None = None
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpolab-rollouts")
+        self._pending: Future | None = None
         self._step_started = time.perf_counter()
 
     def grpolab_step(self, global_step: int) -> int | None:
@@ -124,8 +128,15 @@ class RunRecorder(TrainerCallback):
         return control
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.drain()  # a checkpoint's steps are in rollouts/ and durable in metrics.jsonl too
+
+    def drain(self) -> None:
+        """Wait for the rollout tables being written and fsync ``metrics.jsonl``."""
+        if self._pending is not None:
+            self._pending.result()  # re-raises a failed write
+            self._pending = None
         if self.metrics_log is not None:
-            self.metrics_log.sync()  # a checkpoint's steps are durable in metrics.jsonl too
+            self.metrics_log.sync()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         step = self.grpolab_step(state.global_step)
@@ -160,9 +171,13 @@ class RunRecorder(TrainerCallback):
         return row
 
     def _write_rollouts(self, step: int) -> None:
+        """Write the step's rollout table on the writer thread (one at a time, in step order), so that the
+        Parquet encoding overlaps the next step; ``drain`` waits for it."""
         groups, record = self.trainer.last_groups, self.trainer.last_record
         g = groups.rewards.shape[1]
-        self.rollout_log.write(step, {
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._writer.submit(self.rollout_log.write, step, {
             "step": [step] * len(record.texts), "prompt_id": record.prompt_ids,
             "sample": [i % g for i in range(len(record.texts))], "completion": record.texts,
             "reward": groups.rewards.reshape(-1).float().cpu().tolist(),

@@ -234,13 +234,15 @@ class TRLRun:
             return self._finish()
         finally:
             if self.main:
+                if hasattr(self, "recorder"):
+                    self.recorder.drain()
                 self.metrics_log.close()
             self.release()
 
     def _finish(self) -> RunResult:
         metrics = self.recorder.last_metrics or _last_row(self.run_dir)
         if self.main:
-            self.metrics_log.sync()
+            self.recorder.drain()
             result = finish_run(self.run_dir, self._current_policy(), self.config, metrics)
         else:
             result = RunResult(self.run_dir, self.config.steps, metrics, [])
