@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from grpolab.advantages import entry_for
 from grpolab.diagnostics import pass_at_k_curve
 
 # Final score (pass@1 = greedy accuracy here) per (estimator, G) and seed: the hand-computed means below come
@@ -69,7 +70,7 @@ def _metrics_rows(rng: np.random.Generator, base: dict, final: float, with_rank:
             "perf/step_time": 0.5,
         }
         if with_rank:
-            zero_sum = base["estimator"].split("+")[0] in ("grpo", "dr_grpo", "rloo")
+            zero_sum = (entry := entry_for(base["estimator"])) is not None and entry.zero_sum
             tracked = step % 10 == 0
             rank = (1.9 if zero_sum else 1.5 + size) + rng.normal(0, 0.05)
             row["grad/effective_rank"] = rank if tracked else np.nan

@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerFast
 
 from char_tokenizer import char_tokenizer
 from grpolab import verifiers
-from grpolab.advantages import compute_advantages
+from grpolab.advantages import compute_advantages, info, token_estimators
 from grpolab.errors import UserError
 from grpolab.process_rewards import (
     completion_advantages,
@@ -193,7 +193,7 @@ def _random_token_rewards(seed: int, rows: int = 8, width: int = 6) -> tuple[tor
     return torch.from_numpy(rewards), torch.from_numpy(mask)
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "sign"])
+@pytest.mark.parametrize("name", token_estimators())
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_token_advantages_equal_a_plain_loop(name: str, seed: int) -> None:
     rewards, mask = _random_token_rewards(seed)
@@ -202,7 +202,7 @@ def test_token_advantages_equal_a_plain_loop(name: str, seed: int) -> None:
     np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "sign"])
+@pytest.mark.parametrize("name", token_estimators())
 def test_all_rewards_on_the_last_token_is_outcome_advantage_broadcast(name: str) -> None:
     outcome = np.array([[1, 0, 0, 1], [1, 1, 1, 0], [0, 0, 0, 0]], dtype=np.float64)  # [P, G]
     lengths = np.array([3, 5, 1, 4, 2, 2, 5, 3, 4, 1, 2, 5])
@@ -215,7 +215,7 @@ def test_all_rewards_on_the_last_token_is_outcome_advantage_broadcast(name: str)
     torch.testing.assert_close(completion_advantages(got, mask, (3, 4)), compute_advantages(name, outcome).float())
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo"])
+@pytest.mark.parametrize("name", [name for name in token_estimators() if info(name).zero_sum])
 def test_normalised_rewards_of_a_group_sum_to_zero(name: str) -> None:
     rewards, mask = _random_token_rewards(5, rows=12, width=7)
     advantages = token_advantages(name, rewards, mask, group_size=4)
@@ -228,7 +228,35 @@ def test_unrewarded_rows_and_padding_get_zero_and_bad_estimators_are_refused() -
     rewards[:4] = float("nan")  # a group with no rewarded position
     advantages = token_advantages("grpo", rewards, mask, group_size=4)
     assert (advantages[:4] == 0).all() and (advantages[mask == 0] == 0).all()
-    with pytest.raises(UserError, match="grpo, dr_grpo, sign"):
+    with pytest.raises(UserError, match=", ".join(token_estimators())):
         token_advantages("rloo", rewards, mask, group_size=4)
     with pytest.raises(ValueError, match="groups of 3"):
         token_advantages("grpo", rewards, mask, group_size=3)
+
+
+def test_the_per_token_estimators_are_the_ones_the_registry_marks() -> None:
+    assert set(token_estimators()) == {"grpo", "dr_grpo", "sign"}  # the published per-step forms (docstring)
+    assert all("token" in info(name).granularities for name in token_estimators())
+
+
+@pytest.mark.parametrize(("name", "hyperparameters", "rewards", "message"), [
+    ("grpo", {}, [[1.0, float("inf")]], "'grpo': rewards contain \\+-inf"),
+    ("grpo", {"std": "median"}, [[1.0, 0.0]], "'grpo': std must be 'sample' or 'population'"),
+    ("grpo", {"k": 2}, [[1.0, 0.0]], "'grpo': bad hyper-parameters"),
+    ("sign", {}, [[1.0, 2.0]], "'sign' takes per-token rewards in \\[0, 1\\]"),
+])
+def test_per_token_rewards_are_validated_like_outcome_rewards(name, hyperparameters, rewards, message) -> None:
+    values = torch.tensor(rewards, dtype=torch.float64)  # [B = 2, T = 1]
+    with pytest.raises(ValueError, match=message):
+        token_advantages(name, values.reshape(2, 1), torch.ones(2, 1), group_size=2, **hyperparameters)
+
+
+def test_a_per_token_mean_label_is_accepted_by_a_binary_only_estimator() -> None:
+    rewards = torch.tensor([[0.5, float("nan")], [1.0, 0.0]], dtype=torch.float64)  # [B, T]; 0.5: half right
+    advantages = token_advantages("sign", rewards, torch.ones(2, 2), group_size=2)
+    torch.testing.assert_close(advantages, torch.tensor([[0.0, 0.0], [0.0, -1.0]]))  # 2r-1 to go: [0], [1-1, -1]
+
+
+def test_completion_advantages_refuses_outcome_advantages() -> None:
+    with pytest.raises(ValueError, match="per-token advantages"):
+        completion_advantages(torch.zeros(3, 4), torch.ones(12, 5), (3, 4))

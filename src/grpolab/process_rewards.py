@@ -14,9 +14,10 @@ Shapes: P groups of G completions, B = P * G rows (problem-major), T completion 
    positions of that group, r~ = (r - mean) / std, and a token's advantage is the sum of the normalised
    rewards at and after it, A_t = sum_{t' >= t} r~_t'.
 
-Estimators under token rewards (``TOKEN_ESTIMATORS``), each the outcome estimator's normalisation applied to
-the group's rewarded positions instead of its completions (the same registry function runs on a [P, G*T]
-view), then the reward-to-go:
+Estimators under token rewards (the registry entries with granularity ``token``), each the outcome estimator's
+normalisation applied to the group's rewarded positions instead of its completions (the same registry function,
+with the same input checks, runs on a [P, G*T] view: ``advantages.normalise_token_rewards``), then the
+reward-to-go:
 
 - ``grpo``: DeepSeekMath §4.1.3 as above (sample std by default, as ``grpo``; its ``eps`` and ``std`` apply);
 - ``dr_grpo``: r~ = r - mean (Liu et al. 2025, arXiv 2503.20783: no std division);
@@ -42,10 +43,8 @@ from grpolab import advantages as advantage_registry
 from grpolab.errors import UserError
 from grpolab.verifiers.process import CharRewards, ProcessVerifierFn
 
-__all__ = ["TOKEN_ESTIMATORS", "check_token_estimator", "completion_advantages", "is_per_token", "token_advantages",
-           "token_ends", "token_rewards", "token_rewards_of_row"]
-
-TOKEN_ESTIMATORS = ("grpo", "dr_grpo", "sign")
+__all__ = ["check_token_estimator", "completion_advantages", "is_per_token", "token_advantages", "token_ends",
+           "token_rewards", "token_rewards_of_row"]
 
 
 def token_ends(tokenizer, ids: Sequence[int]) -> np.ndarray:
@@ -96,10 +95,11 @@ def token_rewards(tokenizer, completion_ids: torch.Tensor, completion_mask: torc
 
 
 def check_token_estimator(name: str) -> None:
-    """``UserError`` unless estimator ``name`` has a per-token form."""
-    if name not in TOKEN_ESTIMATORS:
+    """``UserError`` unless estimator ``name`` has a per-token form (granularity ``token`` in the registry)."""
+    entry = advantage_registry.entry_for(name)
+    if entry is None or "token" not in entry.granularities:
         raise UserError(f"advantage {name!r} has no per-token form; with --reward-granularity token use one of "
-                        f"{', '.join(TOKEN_ESTIMATORS)}")
+                        f"{', '.join(advantage_registry.token_estimators())}")
 
 
 def token_advantages(name: str, rewards: torch.Tensor, completion_mask: torch.Tensor, group_size: int,
@@ -111,13 +111,8 @@ def token_advantages(name: str, rewards: torch.Tensor, completion_mask: torch.Te
     if rows % group_size:
         raise ValueError(f"{rows} rows do not split into groups of {group_size}")
     values = rewards.detach().to(torch.float64).reshape(rows // group_size, group_size * width)  # [P, G*T]
-    if torch.isinf(values).any():
-        raise ValueError("per-token rewards contain +-inf; use finite rewards, or NaN for an unrewarded token")
-    try:
-        normalised = advantage_registry.info(name).fn(values, **hyperparameters)
-    except TypeError as error:
-        raise ValueError(f"advantage estimator {name!r}: bad hyper-parameters {hyperparameters}: {error}") from None
-    normalised = torch.where(torch.isnan(values), torch.zeros_like(normalised), normalised).reshape(rows, width)
+    normalised = advantage_registry.normalise_token_rewards(name, values, **hyperparameters)  # 0 at NaN
+    normalised = normalised.reshape(rows, width)  # [B, T]
     to_go = normalised.flip(1).cumsum(1).flip(1)  # [B, T]: sum over t' >= t
     return (to_go * completion_mask.to(torch.float64)).float()
 
@@ -130,9 +125,10 @@ def is_per_token(advantages: torch.Tensor, completion_mask: torch.Tensor) -> boo
 
 def completion_advantages(advantages: torch.Tensor, completion_mask: torch.Tensor, shape: tuple[int, int]
                           ) -> torch.Tensor:
-    """Per-completion advantages [P, G] for logs and starvation metrics: ``advantages`` itself if it is
-    [P, G], else the mean over each completion's tokens of the per-token advantages [B, T]."""
+    """Per-completion advantages [P, G] for logs and starvation metrics from per-token advantages [B, T]: the
+    mean over each completion's tokens. (Outcome advantages are per completion already: don't call this.)"""
     if not is_per_token(advantages, completion_mask):
-        return advantages
+        raise ValueError(f"completion_advantages takes per-token advantages shaped like the completion mask "
+                         f"{tuple(completion_mask.shape)}, got {tuple(advantages.shape)}")
     mask = completion_mask.to(advantages.dtype)
     return ((advantages * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)).reshape(shape)

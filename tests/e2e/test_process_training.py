@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from grpolab.advantages import token_estimators
 from grpolab.cli import main
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
@@ -32,7 +33,7 @@ def test_two_steps_with_per_token_rewards(estimator: str, tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"advantage": "rloo"}, "grpo, dr_grpo, sign"),
+    ({"advantage": "rloo"}, ", ".join(token_estimators())),
     ({"dynamic_sampling": True}, "dynamic_sampling"),
     ({"reward_granularity": "step"}, "outcome or token"),
 ])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from grpolab.advantages import info
 from grpolab.errors import UserError
 from grpolab.render import chromium_command
 from grpolab.report import screenshot, summary_table, write_report
@@ -85,6 +86,8 @@ def test_plain_report_has_no_dynamic_or_rank_sections(tmp_path: Path) -> None:
     _assert_report(tmp_path, page, markdown, BASE_SECTIONS, figures=4)
     assert "Equal sampling cost" not in page and "Gradient effective rank" not in page
     assert "| grpo | 2 | 2 | 25.0% | 31.0% | [" in markdown  # mean of 0.29, 0.33
+    papers = f"Estimators' papers: sign: {info('sign').paper.citation}; grpo: {info('grpo').paper.citation}."
+    assert papers in markdown  # from the registry, in display order
 
 
 def test_single_seed_claims_no_p_values(tmp_path: Path) -> None:

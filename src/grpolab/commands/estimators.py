@@ -1,4 +1,6 @@
-"""``grpolab estimators``: list the registered advantage estimators and what they accept."""
+"""``grpolab estimators``: list the registered advantage estimators, in display order, with what the registry
+says of each (its flags, the reward granularities it has a form for, and its paper with the full arXiv id).
+``--markdown`` prints the same table as Markdown (docs/estimators.md holds it)."""
 
 from __future__ import annotations
 
@@ -9,21 +11,43 @@ from rich.table import Table
 from grpolab import advantages
 from grpolab.progress import console
 
+COLUMNS = ("name", "needs G >= 2", "binary only", "zero-sum (starves)", "granularity", "arXiv", "year", "paper")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser  # no options
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
 
 
 def run(args: argparse.Namespace) -> int:
-    del args
-    table = Table("name", "needs G >= 2", "binary only", "zero-sum (starves)", "reference")
-    for name in sorted(advantages.available(), key=lambda n: (advantages.info(n).order, n)):  # display order
-        entry = advantages.info(name)
-        doc = (entry.fn.__doc__ or "").strip().splitlines()
-        cite = next((line.strip() for line in doc if "arXiv" in line or "20" in line), "")
-        table.add_row(name, _yes(entry.needs_group), _yes(entry.binary_only), _yes(entry.zero_sum), cite[:70])
+    rows = estimator_rows()
+    if args.markdown:
+        print(markdown_table(rows))
+        return 0
+    table = Table()
+    for column in COLUMNS:  # names and arXiv ids are never cut; the paper title wraps
+        table.add_column(column, no_wrap=column in ("name", "arXiv", "year"), ratio=1 if column == "paper" else None)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
     return 0
+
+
+def estimator_rows() -> list[tuple[str, ...]]:
+    """One row of ``COLUMNS`` per registered estimator, in display order, read from the registry."""
+    rows = []
+    for name in advantages.display_order(advantages.available()):
+        entry = advantages.info(name)
+        paper = entry.paper
+        rows.append((name, _yes(entry.needs_group), _yes(entry.binary_only), _yes(entry.zero_sum),
+                     ", ".join(entry.granularities), paper.arxiv if paper else "", str(paper.year) if paper else "",
+                     paper.title if paper else ""))
+    return rows
+
+
+def markdown_table(rows: list[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(f"`{cell}`" if i == 0 else cell for i, cell in enumerate(row)) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def _yes(flag: bool) -> str:

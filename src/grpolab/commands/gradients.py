@@ -60,7 +60,7 @@ def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> A
                           use_chat_template=task.use_chat_template, temperature=config.temperature,
                           generator=torch.Generator().manual_seed(config.seed), dtype=config.sampler_dtype,
                           process_verifier=process)
-    return StepBatch.make(problems, batch.rollout, batch.rewards, batch.token_rewards)
+    return StepBatch.from_scored(batch)
 
 
 def _model_for(config: TrainConfig, policy: Any) -> torch.nn.Module:

@@ -10,6 +10,7 @@ that ``grpolab.diagnostics.spectrum`` is unambiguously the function):
 * ``passk``: the unbiased pass@k estimator (product form) and pass@k curves.
 * ``rank``: singular values, effective / stable rank and energy counts (SVD, Gram or sketch).
 * ``zero_signal``: zero-advantage shares of completions and tokens; gradient-entry sparsity.
+* ``variance``: the variance view's predicted SNR ratio of sign over group-centred advantages, 4p(1-p)/(1-1/G).
 """
 
 import importlib

@@ -119,6 +119,14 @@ def _overview(results: pd.DataFrame, config: dict[str, Any]) -> str:
     )
 
 
+def _papers(results: pd.DataFrame) -> list[str]:
+    """One paragraph naming the paper of each registered estimator compared (from the registry); none if no
+    estimator has one."""
+    names = [n for n in display_order(results["estimator"]) if "+" not in n]
+    cited = [f"{n}: {entry.paper.citation}" for n in names if (entry := entry_for(n)) is not None and entry.paper]
+    return [f"Estimators' papers: {'; '.join(cited)}."] if cited else []
+
+
 def _equal_cost_readings(table: pd.DataFrame) -> list[str]:
     """One line per group size: each estimator's accuracy at the shared completions budget (or its cost)."""
     lines = []
@@ -147,7 +155,7 @@ def summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Sect
         readings += _equal_cost_readings(equal_cost_table(results))
     summary_section = Section(
         "Summary",
-        [_overview(results, config)],
+        [_overview(results, config), *_papers(results)],
         [("Final accuracy per estimator and group size", summary_display(summary))],
         bullets=readings,
     )

@@ -2,6 +2,16 @@
 (the starvation metrics are ``grpolab.diagnostics.starvation_metrics``). Shapes: P groups, G completions
 each, B = P * G, T completion tokens.
 
+One batch type flows through a step: ``collect_batch`` gives a ``ScoredBatch`` (problems, rollout, scores,
+per-token rewards), ``StepBatch.from_scored`` turns it into the ``StepBatch`` that dynamic sampling filters
+and joins, the advantages are computed on, and ``update_policy`` trains on. The update cuts the trained rows
+into ``MicroBatch``es (``micro_batch_size`` rows each; the loss of each is normalised by the whole batch's
+denominator, so their gradients add up to the whole batch's) and sums their ``LossTotals``.
+
+Departure from the papers, exact in its result: with beta = 0 the rows whose advantage is 0 on every
+completion token are not forwarded (their gradient is exactly 0, and they still count in the loss's
+denominator), so that a starved group costs no compute.
+
 ``rollout/sampler_kl`` is the mean per-token KL(sampler || trainer) over the completions the update
 forwards (so it is absent on a step that trains none): the sampler may run other kernels and weights
 in bfloat16 (``fast_decode``), and this says how far its distribution is from the one being trained,
@@ -11,7 +21,8 @@ as trainers that sample with vLLM report it.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -21,26 +32,37 @@ import torch.nn.functional as F
 from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.engine import prefix_packing
+from grpolab.engine.collect import ScoredBatch
 from grpolab.engine.rollout import Rollout, token_logprobs
 from grpolab.errors import UserError
-from grpolab.losses import aggregate, aggregation_denominator, policy_loss
-from grpolab.process_rewards import token_advantages
+from grpolab.losses import PolicyLossTerms, aggregate, aggregation_denominator, policy_loss
+from grpolab.process_rewards import completion_advantages, token_advantages
 from grpolab.tasks import Problem
 
-__all__ = ["StepBatch", "build_optimizer", "sampler_kl", "step_advantages", "update_policy"]
+__all__ = ["LossTotals", "MicroBatch", "StepBatch", "build_optimizer", "completion_view", "sampler_kl",
+           "step_advantages", "trained_rows", "update_policy"]
 
 
-def _pad_to(tensor: torch.Tensor, width: int, *, left: bool) -> torch.Tensor:
+def _pad_to(tensor: torch.Tensor, width: int, *, left: bool, value: float = 0.0) -> torch.Tensor:
     missing = width - tensor.shape[1]
     if missing <= 0:
         return tensor
-    pad = tensor.new_zeros((tensor.shape[0], missing))
+    pad = tensor.new_full((tensor.shape[0], missing), value)
     return torch.cat([pad, tensor] if left else [tensor, pad], dim=1)
+
+
+def _per(axis: str, *, pad: float = 0.0) -> dict[str, Any]:
+    """Field metadata of a ``StepBatch`` field indexed by ``axis``: "group" (one entry per problem), "row" (one
+    per completion) or "left" / "right" ([B, width] tensors padded on that side with ``pad`` when joined)."""
+    return {"axis": axis, "pad": pad}
 
 
 @dataclass
 class StepBatch:
     """The groups a step trains on (rows p*G .. p*G+G-1 belong to problem p).
+
+    Every field says in its metadata how it is indexed (``_per``), so that selecting groups and joining
+    batches handle every field, the optional ones included.
 
     Attributes:
         problems: the P problems.
@@ -55,17 +77,17 @@ class StepBatch:
             else None.
     """
 
-    problems: list[Problem]
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-    rewards: np.ndarray
-    texts: list[str]
-    truncated: torch.Tensor
-    entropy: torch.Tensor
-    sampler_logprobs: torch.Tensor | None = None
-    token_rewards: torch.Tensor | None = None
+    problems: list[Problem] = field(metadata=_per("group"))
+    prompt_ids: torch.Tensor = field(metadata=_per("left"))
+    prompt_mask: torch.Tensor = field(metadata=_per("left"))
+    completion_ids: torch.Tensor = field(metadata=_per("right"))
+    completion_mask: torch.Tensor = field(metadata=_per("right"))
+    rewards: np.ndarray = field(metadata=_per("group"))
+    texts: list[str] = field(metadata=_per("row"))
+    truncated: torch.Tensor = field(metadata=_per("row"))
+    entropy: torch.Tensor = field(metadata=_per("right"))
+    sampler_logprobs: torch.Tensor | None = field(default=None, metadata=_per("right"))
+    token_rewards: torch.Tensor | None = field(default=None, metadata=_per("right", pad=float("nan")))
 
     @classmethod
     def make(cls, problems: list[Problem], rollout: Rollout, rewards: np.ndarray,
@@ -73,6 +95,11 @@ class StepBatch:
         return cls(problems, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
                    rollout.completion_mask, rewards, list(rollout.texts), rollout.truncated, rollout.entropy,
                    rollout.logprobs, token_rewards)
+
+    @classmethod
+    def from_scored(cls, scored: ScoredBatch) -> StepBatch:
+        """The batch to train on from a scored rollout (``grpolab.engine.collect``)."""
+        return cls.make(scored.problems, scored.rollout, scored.rewards, scored.token_rewards)
 
     @property
     def group_size(self) -> int:
@@ -94,11 +121,8 @@ class StepBatch:
     def select_groups(self, groups: list[int]) -> StepBatch:
         g = self.group_size
         rows = [p * g + i for p in groups for i in range(g)]
-        return StepBatch([self.problems[p] for p in groups], self.prompt_ids[rows], self.prompt_mask[rows],
-                         self.completion_ids[rows], self.completion_mask[rows], self.rewards[groups],
-                         [self.texts[r] for r in rows], self.truncated[rows], self.entropy[rows],
-                         None if self.sampler_logprobs is None else self.sampler_logprobs[rows],
-                         None if self.token_rewards is None else self.token_rewards[rows])
+        return replace(self, **{f.name: _take(getattr(self, f.name), groups if f.metadata["axis"] == "group" else rows)
+                                for f in fields(self)})
 
     def non_degenerate(self) -> StepBatch:
         """Only the groups whose scorable rewards are not all equal (DAPO's dynamic-sampling filter)."""
@@ -109,24 +133,10 @@ class StepBatch:
         return self.select_groups(list(range(min(num_groups, self.num_groups))))
 
     def concat(self, other: StepBatch) -> StepBatch:
-        lp = max(self.prompt_ids.shape[1], other.prompt_ids.shape[1])
-        t = max(self.completion_ids.shape[1], other.completion_ids.shape[1])
-
-        def join(a: torch.Tensor, b: torch.Tensor, width: int, left: bool) -> torch.Tensor:
-            return torch.cat([_pad_to(a, width, left=left), _pad_to(b, width, left=left)])
-
-        return replace(
-            self, problems=self.problems + other.problems,
-            prompt_ids=join(self.prompt_ids, other.prompt_ids, lp, True),
-            prompt_mask=join(self.prompt_mask, other.prompt_mask, lp, True),
-            completion_ids=join(self.completion_ids, other.completion_ids, t, False),
-            completion_mask=join(self.completion_mask, other.completion_mask, t, False),
-            rewards=np.concatenate([self.rewards, other.rewards]), texts=self.texts + other.texts,
-            truncated=torch.cat([self.truncated, other.truncated]),
-            entropy=join(self.entropy, other.entropy, t, False),
-            sampler_logprobs=None if self.sampler_logprobs is None or other.sampler_logprobs is None
-            else join(self.sampler_logprobs, other.sampler_logprobs, t, False),
-        )
+        """This batch's groups followed by ``other``'s; padded fields are padded to the wider of the two. An
+        optional field that only one of the two batches has is None in the result."""
+        return replace(self, **{f.name: _join(getattr(self, f.name), getattr(other, f.name), f.metadata)
+                                for f in fields(self)})
 
     def rollout_metrics(self, completions_generated: int) -> dict[str, float]:
         rewards = self.rewards[~np.isnan(self.rewards)]
@@ -140,6 +150,29 @@ class StepBatch:
             "rollout/groups": float(self.num_groups),
             "rollout/completions_generated": float(completions_generated),
         }
+
+
+def _take(value: Any, index: list[int]) -> Any:
+    """``value`` at positions ``index`` of its first axis (a list, an array or a tensor; None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [value[i] for i in index]
+    return value[index]
+
+
+def _join(a: Any, b: Any, metadata: Mapping[str, Any]) -> Any:
+    """``a`` then ``b`` along the first axis; [B, width] tensors padded to the wider one (see ``_per``)."""
+    if a is None or b is None:
+        return None
+    if isinstance(a, list):
+        return a + b
+    if isinstance(a, np.ndarray):
+        return np.concatenate([a, b])
+    if metadata["axis"] in ("left", "right"):
+        width, left = max(a.shape[1], b.shape[1]), metadata["axis"] == "left"
+        a, b = (_pad_to(t, width, left=left, value=metadata["pad"]) for t in (a, b))
+    return torch.cat([a, b])
 
 
 def step_advantages(batch: StepBatch, config: TrainConfig) -> torch.Tensor:
@@ -157,6 +190,14 @@ def step_advantages(batch: StepBatch, config: TrainConfig) -> torch.Tensor:
     except ValueError as error:
         raise UserError(str(error)) from None
     return advantages
+
+
+def completion_view(batch: StepBatch, advantages: torch.Tensor) -> torch.Tensor:
+    """Per-completion advantages [P, G] for logs and starvation metrics: the outcome advantages themselves, or
+    under per-token rewards the mean over each completion's tokens (``process_rewards.completion_advantages``)."""
+    if batch.token_rewards is None:
+        return advantages
+    return completion_advantages(advantages, batch.completion_mask, batch.rewards.shape)
 
 
 def build_optimizer(params: dict[str, torch.nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
@@ -206,59 +247,135 @@ def _frozen_logprobs(model: torch.nn.Module, batch: StepBatch, chunks: list[list
     return {tuple(rows): _logprobs(model, batch, rows, config) for rows in chunks}
 
 
+@dataclass(frozen=True)
+class MicroBatch:
+    """The rows of one forward and backward pass of the update, and everything their loss needs besides the
+    model. Shapes: b rows, T completion tokens.
+
+    Attributes:
+        rows: the batch rows (indices into the ``StepBatch``) forwarded together.
+        advantages: [b] one per completion (outcome rewards) or [b, T] per token.
+        mask: [b, T] float completion mask (1 = a token that counts in the loss).
+        denominator: the whole batch's normaliser of the loss aggregation (``aggregation_denominator``), so
+            that the micro-batch losses add up to the loss of the whole batch.
+        old_logprobs: [b, T] frozen log-probs of the policy that sampled (when ``num_iterations`` > 1), else
+            None: the current log-probs, detached, take their place.
+        ref_logprobs: [b, T] frozen log-probs of the reference policy (beta > 0), else None.
+        sampler_logprobs: [b, T] the sampler's own log-probs, else None.
+    """
+
+    rows: list[int]
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    denominator: float
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    sampler_logprobs: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class LossTotals:
+    """Sums over the micro-batches of one optimizer step: the aggregated loss, and the masked per-token sums
+    of the KL to the reference, of the clipped indicator and of the sampler KL."""
+
+    loss: float = 0.0
+    kl: float = 0.0
+    clipped: float = 0.0
+    sampler_kl: float = 0.0
+
+    def __add__(self, other: LossTotals) -> LossTotals:
+        return LossTotals(self.loss + other.loss, self.kl + other.kl, self.clipped + other.clipped,
+                          self.sampler_kl + other.sampler_kl)
+
+
 def update_policy(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: StepBatch, advantages: torch.Tensor,
     config: TrainConfig, *, lr: float, max_length: int, reference: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
     """``num_iterations`` optimizer steps on ``batch`` with advantages [P, G] (outcome) or [B, T] (per token);
-    returns ``loss/*`` metrics."""
+    returns ``loss/*`` metrics. With beta = 0 the rows whose advantage is 0 everywhere are not forwarded
+    (their gradient is exactly 0)."""
     mask = batch.completion_mask.float()
-    per_token = tuple(advantages.shape) == tuple(mask.shape)
-    flat = advantages.float() if per_token else advantages.reshape(-1).float()  # [B, T] or [B]
-    denominator = aggregation_denominator(mask, config.loss_aggregation, max_length=max_length)
-    carries = (flat * mask).abs().sum(dim=1) > 0 if per_token else flat != 0  # [B]
-    rows = list(range(batch.size)) if config.beta > 0 else torch.nonzero(carries).flatten().tolist()
-    chunks = [rows[i : i + config.micro_batch_size] for i in range(0, len(rows), config.micro_batch_size)]
-    old = _frozen_logprobs(model, batch, chunks, config) if config.num_iterations > 1 else None
-    ref = _frozen_logprobs(reference, batch, chunks, config) if reference is not None else None
+    rows = trained_rows(batch, advantages, config)
+    micro_batches = _micro_batches(model, batch, advantages, rows, config, max_length=max_length,
+                                   reference=reference)
     for group in optimizer.param_groups:
         group["lr"] = lr
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+    totals = LossTotals()
     for _ in range(config.num_iterations):
         _zero_grads(params)
-        totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "sampler_kl": 0.0}
-        for rows_chunk in chunks:
-            _micro_step(model, batch, rows_chunk, flat, mask, config, denominator, old, ref, totals)
+        totals = LossTotals()
+        for micro in micro_batches:
+            totals = totals + _micro_step(model, batch, micro, config)
         grad_norm = _clip(params, config.max_grad_norm)
         optimizer.step()
     tokens = float(mask[rows].sum()) if rows else 0.0
     metrics = {
-        "loss/policy": totals["loss"], "loss/kl": totals["kl"] / max(tokens, 1.0),
-        "loss/clip_fraction": totals["clipped"] / max(tokens, 1.0), "loss/grad_norm": grad_norm,
+        "loss/policy": totals.loss, "loss/kl": totals.kl / max(tokens, 1.0),
+        "loss/clip_fraction": totals.clipped / max(tokens, 1.0), "loss/grad_norm": grad_norm,
         "loss/lr": lr, "loss/trained_sequences": float(len(rows)), "loss/train_tokens": tokens,
     }
     if batch.sampler_logprobs is not None and tokens > 0:
-        metrics["rollout/sampler_kl"] = totals["sampler_kl"] / tokens
+        metrics["rollout/sampler_kl"] = totals.sampler_kl / tokens
     return metrics
 
 
-def _micro_step(model, batch, rows, flat, mask, config, denominator, old, ref, totals) -> None:
-    key = tuple(rows)
-    logprobs = _logprobs(model, batch, rows, config)
-    terms = policy_loss(
-        logprobs, old[key] if old is not None else logprobs.detach(), flat[rows],
-        epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
-        ref_logprobs=ref[key] if ref is not None else None, beta=config.beta,
-    )
-    loss = aggregate(terms.loss, mask[rows], config.loss_aggregation, denominator=denominator)
+def _row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Float advantages per row: [B, T] when per token (shaped like ``mask``), else [B] from [P, G]."""
+    per_token = tuple(advantages.shape) == tuple(mask.shape)
+    return advantages.float() if per_token else advantages.reshape(-1).float()
+
+
+def trained_rows(batch: StepBatch, advantages: torch.Tensor, config: TrainConfig) -> list[int]:
+    """The rows the update forwards: all of them when beta > 0 (the KL term has a gradient everywhere), else
+    those whose advantage is not 0 on some completion token (the others contribute an exactly 0 gradient)."""
+    if config.beta > 0:
+        return list(range(batch.size))
+    mask = batch.completion_mask.float()
+    flat = _row_advantages(advantages, mask)
+    carries = (flat * mask).abs().sum(dim=1) > 0 if flat.dim() == 2 else flat != 0  # [B]
+    return torch.nonzero(carries).flatten().tolist()
+
+
+def _micro_batches(model: torch.nn.Module, batch: StepBatch, advantages: torch.Tensor, rows: list[int],
+                   config: TrainConfig, *, max_length: int, reference: torch.nn.Module | None) -> list[MicroBatch]:
+    """``rows`` cut into micro-batches of ``micro_batch_size``, with their frozen log-probs computed once."""
+    mask = batch.completion_mask.float()
+    flat = _row_advantages(advantages, mask)  # [B] or [B, T]
+    denominator = aggregation_denominator(mask, config.loss_aggregation, max_length=max_length)
+    chunks = [rows[i : i + config.micro_batch_size] for i in range(0, len(rows), config.micro_batch_size)]
+    old = _frozen_logprobs(model, batch, chunks, config) if config.num_iterations > 1 else None
+    ref = _frozen_logprobs(reference, batch, chunks, config) if reference is not None else None
+    sampler = batch.sampler_logprobs
+    return [MicroBatch(rows=chunk, advantages=flat[chunk], mask=mask[chunk], denominator=denominator,
+                       old_logprobs=None if old is None else old[tuple(chunk)],
+                       ref_logprobs=None if ref is None else ref[tuple(chunk)],
+                       sampler_logprobs=None if sampler is None else sampler[chunk])
+            for chunk in chunks]
+
+
+def _micro_step(model: torch.nn.Module, batch: StepBatch, micro: MicroBatch, config: TrainConfig) -> LossTotals:
+    """Forward ``micro``'s rows, backpropagate their share of the loss (gradients accumulate) and return
+    their sums."""
+    logprobs = _logprobs(model, batch, micro.rows, config)
+    before = micro.old_logprobs if micro.old_logprobs is not None else logprobs.detach()  # the sampling policy
+    terms = _policy_loss_terms(logprobs, before, micro, config)
+    loss = aggregate(terms.loss, micro.mask, config.loss_aggregation, denominator=micro.denominator)
     loss.backward()
-    totals["loss"] += float(loss.detach())
-    totals["kl"] += float((terms.kl * mask[rows]).sum())
-    totals["clipped"] += float((terms.clipped * mask[rows]).sum())
-    if batch.sampler_logprobs is not None:
-        before = old[key] if old is not None else logprobs.detach()  # the policy that sampled, pre-update
-        totals["sampler_kl"] += float((sampler_kl(batch.sampler_logprobs[rows], before) * mask[rows]).sum())
+    sampler = 0.0
+    if micro.sampler_logprobs is not None:
+        sampler = float((sampler_kl(micro.sampler_logprobs, before) * micro.mask).sum())
+    return LossTotals(loss=float(loss.detach()), kl=float((terms.kl * micro.mask).sum()),
+                      clipped=float((terms.clipped * micro.mask).sum()), sampler_kl=sampler)
+
+
+def _policy_loss_terms(logprobs: torch.Tensor, old_logprobs: torch.Tensor, micro: MicroBatch,
+                       config: TrainConfig) -> PolicyLossTerms:
+    """The per-token policy loss [b, T] of a micro-batch under the config's loss settings: the one place the
+    update calls ``grpolab.losses``' policy loss."""
+    return policy_loss(logprobs, old_logprobs, micro.advantages, epsilon_low=config.epsilon_low,
+                       epsilon_high=config.epsilon_high, ref_logprobs=micro.ref_logprobs, beta=config.beta)
 
 
 def sampler_kl(sampler_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor) -> torch.Tensor:

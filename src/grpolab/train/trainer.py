@@ -35,12 +35,10 @@ from grpolab import advantages as advantage_registry
 from grpolab import verifiers
 from grpolab.config import TrainConfig, save_config
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
-from grpolab.engine.collect import collect_batch
-from grpolab.engine.rollout import Rollout
+from grpolab.engine.collect import ScoredBatch, collect_batch
 from grpolab.errors import UserError
 from grpolab.gradients.geometry import gradient_metrics_for_step
 from grpolab.models import Policy, load_policy
-from grpolab.process_rewards import completion_advantages
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
@@ -57,7 +55,7 @@ from grpolab.train.run import (
 )
 from grpolab.train.runlog import MetricsLog, RolloutLog
 from grpolab.train.settings import check_resume, load_saved_config, record_resume
-from grpolab.train.step import StepBatch, build_optimizer, step_advantages, update_policy
+from grpolab.train.step import StepBatch, build_optimizer, completion_view, step_advantages, update_policy
 from grpolab.verifiers.process import get_process_verifier
 
 __all__ = ["RunResult", "Trainer", "train"]
@@ -160,28 +158,29 @@ class Trainer:
         count = min(self.config.prompts_per_step, len(pool))
         return [pool[i] for i in rng.choice(len(pool), size=count, replace=False)]
 
-    def _sample_round(self, step: int, round_: int) -> tuple[list[Problem], Rollout, np.ndarray, Any, Any]:
+    def _sample_round(self, step: int, round_: int) -> ScoredBatch:
         problems = self._choose_problems(step, round_)
         generator = torch.Generator().manual_seed(_step_seed(self.config.seed, step, round_))
-        batch = collect_batch(self.model, self.policy.tokenizer, problems, self.verifier,
-                              num_samples=self.config.group_size, max_new_tokens=self.max_new_tokens,
-                              use_chat_template=self.task.use_chat_template, temperature=self.config.temperature,
-                              top_p=self.config.top_p, generator=generator, dtype=self.config.sampler_dtype,
-                              process_verifier=self.process_verifier)
+        scored = collect_batch(self.model, self.policy.tokenizer, problems, self.verifier,
+                               num_samples=self.config.group_size, max_new_tokens=self.max_new_tokens,
+                               use_chat_template=self.task.use_chat_template, temperature=self.config.temperature,
+                               top_p=self.config.top_p, generator=generator, dtype=self.config.sampler_dtype,
+                               process_verifier=self.process_verifier)
         if not self.model.training:  # sampling keeps the mode; only a model handed over in eval mode switches
             self.model.train()
-        self.completions_generated += len(batch.rollout.texts)
-        check_scores(batch.scores, verifier_name=self.config.verifier or self.task.verifier, where=f"step {step}")
-        return problems, batch.rollout, batch.rewards, batch.scores, batch.token_rewards
+        self.completions_generated += len(scored.rollout.texts)
+        check_scores(scored.scores, verifier_name=self.config.verifier or self.task.verifier, where=f"step {step}")
+        return scored
 
     def _collect(self, step: int) -> tuple[StepBatch, dict[str, float]]:
         """Sample (with dynamic sampling: several rounds) and return the batch to train on."""
-        problems, rollout, rewards, scores, token_rewards = self._sample_round(step, 0)
+        scored = self._sample_round(step, 0)
+        scores = scored.scores
         extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable,
                                    "rollout/verifier_timeouts": scores.timeouts}
-        batch, seen = StepBatch.make(problems, rollout, rewards, token_rewards), rewards
+        batch, seen = StepBatch.from_scored(scored), scored.rewards
         if self.config.dynamic_sampling:
-            batch, seen, rounds = self._dynamic_fill(step, batch, rewards)
+            batch, seen, rounds = self._dynamic_fill(step, batch)
             extra["rollout/dynamic_rounds"] = rounds
         self.success_window.add(success_rates(seen))  # everything sampled, before any filter
         if self.config.dynamic_sampling:
@@ -189,15 +188,18 @@ class Trainer:
             extra.update({f"sampled/{k}": v for k, v in starvation_metrics(seen, window=self.success_window).items()})
         return batch, extra
 
-    def _dynamic_fill(self, step: int, batch: StepBatch, rewards: np.ndarray) -> tuple[StepBatch, np.ndarray, int]:
+    def _dynamic_fill(self, step: int, batch: StepBatch) -> tuple[StepBatch, np.ndarray, int]:
+        """DAPO's dynamic sampling: more rounds until ``prompts_per_step`` non-degenerate groups are kept (or
+        ``dynamic_max_rounds`` ran out); returns the kept batch, the rewards [P_seen, G] of every group
+        sampled, and the number of extra rounds."""
         kept = batch.non_degenerate()
-        seen = [rewards]
+        seen = [batch.rewards]
         rounds = 0
         while kept.num_groups < self.config.prompts_per_step and rounds < self.config.dynamic_max_rounds:
             rounds += 1
-            problems, rollout, more, _, _ = self._sample_round(step, rounds)
-            seen.append(more)
-            kept = kept.concat(StepBatch.make(problems, rollout, more).non_degenerate())
+            more = StepBatch.from_scored(self._sample_round(step, rounds))
+            seen.append(more.rewards)
+            kept = kept.concat(more.non_degenerate())
         return kept.first(self.config.prompts_per_step), np.concatenate(seen), rounds
 
     def step(self, step: int) -> dict[str, Any]:
@@ -206,7 +208,7 @@ class Trainer:
         batch, extra = self._collect(step)
         rollout_time = time.perf_counter() - started
         advantages = self._advantages(batch, step)  # [P, G], or [B, T] with per-token rewards
-        per_completion = completion_advantages(advantages, batch.completion_mask, batch.rewards.shape)  # [P, G]
+        per_completion = completion_view(batch, advantages)  # [P, G]
         grad_metrics: dict[str, float] = {}
         if self.config.grad_analysis_every and step % self.config.grad_analysis_every == 0:
             # at the policy that sampled the batch, before the update

@@ -1,0 +1,185 @@
+"""The map of when the sign advantage helps: each estimator's gain over dr_grpo against the start success p.
+
+    python scripts/sign_map.py run --out runs/sign-map          # the sweeps (resumable; about an hour on 2 cores)
+    python scripts/sign_map.py table --out runs/sign-map        # experiments/sign-map/map.csv, map.md and map.png
+
+``run`` makes one ``grpolab compare`` per (difficulty level, clipping): the embedded model on the ``reverse``
+task with the level's task options (docs/when-sign-helps.md lists their start pass@1), the estimators sign,
+dr_grpo, reinforce and nsr at G = 2 and 4, each at its own lr chosen on validation data from a wide grid (so
+that the choice is interior: ``table`` says where it is not), then 10 fresh seeds on the test split; once with
+``max_grad_norm`` 1 (the default) and once with 0 (no clipping). A finished sweep is skipped, so an interrupted
+``run`` resumes.
+
+``table`` reads each sweep's ``runs.csv`` and writes one row per (level, clipping, G, estimator): the start p,
+the end pass@1 (mean, sd, n), the chosen lr and whether it is interior to the grid, the gain over dr_grpo at the
+same (level, clipping, G) with its Welch t 95% interval and p value, and the variance view's predicted SNR ratio
+4p(1-p)/(1-1/G) (``grpolab.diagnostics.variance``). The figure plots the gains against start p beside the
+prediction. The Markdown table ends with the verdict: in how many cells the sign of sign's measured gain (where
+significant) matches the side of 1 the prediction falls on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from grpolab.diagnostics.variance import snr_ratio_sign_vs_centred
+
+LEVELS = {
+    "star-len6": {"markers": "*", "lengths": [6, 6]},
+    "star-len4": {"markers": "*", "lengths": [4, 4]},
+    "mixed": {"markers": "+*", "lengths": [3, 6]},
+    "plus-len6": {"markers": "+", "lengths": [6, 6]},
+    "plus": {"markers": "+", "lengths": [3, 6]},
+}
+CLIPPING = {"clip1": 1.0, "noclip": 0.0}
+ESTIMATORS = "sign,dr_grpo,reinforce,nsr"
+LRS = "1e-4,3e-4,1e-3,3e-3,1e-2"
+SEEDS = 10
+REFERENCE = "dr_grpo"
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=["run", "table"])
+    parser.add_argument("--out", type=Path, default=Path("runs/sign-map"), help="folder of the sweeps")
+    parser.add_argument("--dest", type=Path, default=Path("experiments/sign-map"), help="where table writes")
+    parser.add_argument("--levels", default=",".join(LEVELS), help="comma-separated level names")
+    parser.add_argument("--clipping", default=",".join(CLIPPING), help="comma-separated: clip1, noclip")
+    parser.add_argument("--seeds", type=int, default=SEEDS)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--lrs", default=LRS, help="the lr grid each estimator chooses from")
+    parser.add_argument("--estimators", default=ESTIMATORS)
+    parser.add_argument("--extra", default="", help="more compare flags, e.g. '--eval-limit 50' (smoke tests)")
+    return parser.parse_args()
+
+
+def _cells(args: argparse.Namespace) -> list[tuple[str, str]]:
+    return [(level, clip) for clip in args.clipping.split(",") for level in args.levels.split(",")]
+
+
+def _compare_command(args: argparse.Namespace, level: str, clip: str) -> list[str]:
+    return [str(Path(sys.executable).with_name("grpolab")), "compare", "--out", str(args.out / f"{level}-{clip}"),
+            "--estimators", args.estimators, "--group-sizes", "2,4", "--seeds", str(args.seeds), "--lrs", args.lrs,
+            "--steps", str(args.steps), "--task-options", json.dumps(LEVELS[level]),
+            "--max-grad-norm", str(CLIPPING[clip]), "--workers", str(args.workers), "--no-report", *args.extra.split()]
+
+
+def run(args: argparse.Namespace) -> None:
+    for level, clip in _cells(args):
+        command = _compare_command(args, level, clip)
+        print("$", " ".join(command[1:]), flush=True)
+        subprocess.run(command, check=False)
+
+
+def _welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """Mean difference a - b, the half-width of its Welch t 95% interval, and the two-sided p value."""
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = float(np.sqrt(va + vb))
+    if se == 0:
+        return float(a.mean() - b.mean()), 0.0, 1.0 if a.mean() == b.mean() else 0.0
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    p_value = float(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue)
+    return float(a.mean() - b.mean()), float(scipy_stats.t.ppf(0.975, dof) * se), p_value
+
+
+def _cell_rows(runs: pd.DataFrame, level: str, clip: str) -> list[dict]:
+    results, grid = runs[runs["role"] == "result"], runs[runs["role"] == "selection"]
+    rows = []
+    for (size, estimator), arm in results.groupby(["group_size", "estimator"]):
+        reference = results[(results["group_size"] == size) & (results["estimator"] == REFERENCE)]
+        tried = sorted(grid[(grid["group_size"] == size) & (grid["estimator"] == estimator)]["lr"].unique())
+        lr = float(arm["lr"].iloc[0])
+        start_p = float(arm["start_pass_at_1"].mean())
+        gain, half, p_value = _welch(arm["end_pass_at_1"].to_numpy(), reference["end_pass_at_1"].to_numpy())
+        rows.append({"level": level, "clipping": clip, "group_size": int(size), "estimator": estimator,
+                     "start_p": start_p, "end_mean": float(arm["end_pass_at_1"].mean()),
+                     "end_sd": float(arm["end_pass_at_1"].std(ddof=1)), "n": len(arm), "lr": lr,
+                     "lr_interior": bool(tried) and tried[0] < lr < tried[-1],
+                     "gain_vs_dr_grpo": gain, "gain_ci_half": half, "gain_p": p_value,
+                     "predicted_snr_ratio": snr_ratio_sign_vs_centred(min(max(start_p, 0.0), 1.0), int(size))})
+    return rows
+
+
+def _map_table(args: argparse.Namespace) -> pd.DataFrame:
+    rows = []
+    for level, clip in _cells(args):
+        path = args.out / f"{level}-{clip}" / "runs.csv"
+        if path.is_file():
+            rows += _cell_rows(pd.read_csv(path), level, clip)
+        else:
+            print(f"missing: {path} (run it first)", file=sys.stderr)
+    return pd.DataFrame(rows)
+
+
+def _verdict(table: pd.DataFrame) -> str:
+    sign = table[table["estimator"] == "sign"]
+    significant = sign[sign["gain_p"] < 0.05]
+    agree = int(((significant["gain_vs_dr_grpo"] > 0) == (significant["predicted_snr_ratio"] > 1)).sum())
+    return (f"sign differs significantly from dr_grpo (Welch p < 0.05, unadjusted) in {len(significant)} of "
+            f"{len(sign)} cells; in {agree} of those {len(significant)} the direction matches the side of 1 on "
+            "which the predicted SNR ratio falls.")
+
+
+def _figure(table: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    clips, sizes = sorted(table["clipping"].unique()), sorted(table["group_size"].unique())
+    figure, axes = plt.subplots(len(clips), len(sizes), figsize=(5 * len(sizes), 3.6 * len(clips)), squeeze=False)
+    grid_p = np.linspace(0.0, 1.0, 101)
+    for row, clip in enumerate(clips):
+        for col, size in enumerate(sizes):
+            ax = axes[row][col]
+            cell = table[(table["clipping"] == clip) & (table["group_size"] == size)]
+            for estimator, arm in cell[cell["estimator"] != REFERENCE].groupby("estimator"):
+                arm = arm.sort_values("start_p")
+                ax.errorbar(arm["start_p"], 100 * arm["gain_vs_dr_grpo"], yerr=100 * arm["gain_ci_half"],
+                            marker="o", capsize=3, label=estimator)
+            ax.axhline(0, color="grey", lw=0.8)
+            ax.set(title=f"G = {size}, {clip}", xlabel="start pass@1 (p)", ylabel="gain over dr_grpo (points)")
+            twin = ax.twinx()
+            twin.plot(grid_p, snr_ratio_sign_vs_centred(grid_p, int(size)), "k--", lw=1,
+                      label="predicted SNR² ratio, sign / dr_grpo")
+            twin.axhline(1, color="k", lw=0.5, ls=":")
+            twin.set_ylabel("4p(1-p)/(1-1/G)")
+            if row == 0 and col == 0:
+                ax.legend(loc="lower left", fontsize=8)
+                twin.legend(loc="upper right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    cells = [[f"{v:.3g}" if isinstance(v, float) else str(v) for v in row] for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
+
+
+def table(args: argparse.Namespace) -> None:
+    data = _map_table(args)
+    if data.empty:
+        raise SystemExit(f"no finished sweep under {args.out}; run: python scripts/sign_map.py run --out {args.out}")
+    args.dest.mkdir(parents=True, exist_ok=True)
+    data.to_csv(args.dest / "map.csv", index=False)
+    shown = data.assign(**{c: (100 * data[c]).round(1) for c in ("start_p", "end_mean", "gain_vs_dr_grpo",
+                                                                   "gain_ci_half")})
+    text = _markdown(shown) + "\n\n" + _verdict(data) + "\n"
+    (args.dest / "map.md").write_text(text)
+    _figure(data, args.dest / "map.png")
+    print(text)
+
+
+if __name__ == "__main__":
+    arguments = _arguments()
+    run(arguments) if arguments.action == "run" else table(arguments)

@@ -1,0 +1,41 @@
+"""Advantage estimators for outcome (binary) rewards: one registry, one signature.
+
+Every estimator maps ``rewards[P, G]`` (P prompts, G completions each) to ``advantages[P, G]``::
+
+    fn(rewards: Tensor[P, G], *, <keyword hyper-parameters>) -> Tensor[P, G]
+
+Under an outcome-only reward every token of a completion gets its completion's advantage (the credit
+assignment of the GRPO-foundations paper), so a per-completion advantage is all the trainer needs.
+
+The package is cut by family: ``registry`` (the entries, lookup and the validating ``compute_advantages``),
+``group`` (group-centred: grpo, dr_grpo, rloo, reinforce_pp, ngrpo, maxrl), ``fixed`` (fixed-reference: sign,
+fixed_baseline, reinforce, nsr, w_reinforce) and ``passk``. Each registry entry carries its paper (title,
+arXiv id, year), its flags, its granularities, its display order and colour; ``grpolab estimators``, the
+report and the docs read them there. Each family module says where it departs from its papers.
+"""
+
+from grpolab.advantages import fixed, group, passk  # noqa: F401  (importing them registers the estimators)
+from grpolab.advantages.registry import (
+    _REGISTRY as _REGISTRY,  # for tests that register and remove their own estimators
+)
+from grpolab.advantages.registry import (
+    DYNAMIC_SUFFIX,
+    GRANULARITIES,
+    Estimator,
+    Paper,
+    available,
+    compute_advantages,
+    display_colors,
+    display_order,
+    entry_for,
+    get,
+    info,
+    normalise_token_rewards,
+    parse_spec,
+    register,
+    token_estimators,
+)
+
+__all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "Estimator", "Paper", "available", "compute_advantages",
+           "display_colors", "display_order", "entry_for", "get", "info", "normalise_token_rewards", "parse_spec",
+           "register", "token_estimators"]

@@ -1,0 +1,156 @@
+"""Group-centred estimators: each completion's advantage is measured against its own group's statistics.
+
+``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp``, ``ngrpo`` and ``maxrl``, with the group statistics they share
+(over scorable members only: NaN rewards are left out).
+
+Departures from the papers:
+
+* ``grpo`` divides by the *sample* (Bessel-corrected) standard deviation by default, as DeepSeekMath's
+  reference code and TRL do, so that grpolab's advantages equal TRL's exactly; ``std="population"``
+  gives the biased version. With G = 2 and one success the two differ by sqrt(2).
+* Statistics over a group with unscorable members use only its scorable members; the papers assume
+  every completion is scored.
+* ``ngrpo`` implements only NGRPO's advantage calibration (the virtual maximum-reward sample); its
+  asymmetric clipping belongs to the loss (``epsilon_low`` / ``epsilon_high`` in ``grpolab.losses``).
+* ``reinforce_pp`` whitens per completion, not per token (equal under outcome rewards when all completions
+  have the same length).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from grpolab.advantages.registry import Paper, register
+
+__all__ = ["DEEPSEEKMATH", "dr_grpo", "grpo", "maxrl", "ngrpo", "reinforce_pp", "rloo"]
+
+DEEPSEEKMATH = Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models",
+                     "2402.03300", 2024)
+
+
+def _group_stats(rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-group (count, mean, sum of squared deviations) over scorable members; shapes [P, 1].
+
+    The mean is taken relative to a pivot (the group's largest scored reward), so a constant group gets
+    exactly its value as mean and exactly 0 deviations, whatever the value (no 1e-17 rounding noise that
+    a zero ``eps`` would blow up to O(1) advantages).
+    """
+    valid = ~torch.isnan(rewards)
+    count = valid.sum(dim=1, keepdim=True).to(rewards.dtype)
+    pivot = torch.where(valid, rewards, torch.full_like(rewards, -math.inf)).amax(dim=1, keepdim=True)
+    pivot = torch.where(torch.isfinite(pivot), pivot, torch.zeros_like(pivot))  # [P, 1]; 0 if all NaN
+    shifted = torch.where(valid, rewards - pivot, torch.zeros_like(rewards))
+    mean = pivot + shifted.sum(dim=1, keepdim=True) / count.clamp(min=1)
+    squared = torch.where(valid, (rewards - mean) ** 2, torch.zeros_like(rewards))
+    return count, mean, squared.sum(dim=1, keepdim=True)
+
+
+def _std(count: torch.Tensor, squares: torch.Tensor, kind: str, estimator: str) -> torch.Tensor:
+    """Per-group standard deviation [P, 1], Bessel-corrected (``kind="sample"``) or not (``"population"``)."""
+    if kind == "sample":
+        return torch.sqrt(squares / (count - 1).clamp(min=1))
+    if kind == "population":
+        return torch.sqrt(squares / count.clamp(min=1))
+    raise ValueError(f"advantage estimator {estimator!r}: std must be 'sample' or 'population', got {kind!r}")
+
+
+def _divide(numerator: torch.Tensor, spread: torch.Tensor, eps: float) -> torch.Tensor:
+    """numerator / (spread + eps), and 0 where the spread is 0 (so eps = 0 never gives 0 / 0)."""
+    safe = torch.where(spread > 0, spread, torch.ones_like(spread))
+    return torch.where(spread > 0, numerator / (safe + eps), torch.zeros_like(numerator))
+
+
+@register("grpo", needs_group=True, zero_sum=True, order=2, color="tab:green", paper=DEEPSEEKMATH,
+          granularities=("outcome", "token"))
+def grpo(rewards: torch.Tensor, *, eps: float = 1e-4, std: str = "sample") -> torch.Tensor:
+    """GRPO: A = (r - mean_g) / (std_g + eps).
+
+    Shao et al. 2024, DeepSeekMath (arXiv 2402.03300). ``std="sample"`` (default) is the
+    Bessel-corrected standard deviation that DeepSeekMath's code and TRL use (``torch.std``), kept so
+    that advantages match TRL's; ``std="population"`` divides by G instead of G - 1. Groups whose
+    rewards are all equal get 0: the starving case.
+    """
+    count, mean, squares = _group_stats(rewards)
+    return _divide(rewards - mean, _std(count, squares, std, "grpo"), eps)
+
+
+@register("dr_grpo", needs_group=True, zero_sum=True, order=1, color="tab:orange", granularities=("outcome", "token"),
+          paper=Paper("Understanding R1-Zero-Like Training: A Critical Perspective", "2503.20783", 2025))
+def dr_grpo(rewards: torch.Tensor) -> torch.Tensor:
+    """Dr. GRPO: A = r - mean_g, no division by the standard deviation.
+
+    Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (arXiv 2503.20783).
+    """
+    _, mean, _ = _group_stats(rewards)
+    return rewards - mean
+
+
+@register("rloo", needs_group=True, zero_sum=True, order=3, color="tab:red",
+          paper=Paper("Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in "
+                      "LLMs", "2402.14740", 2024))
+def rloo(rewards: torch.Tensor) -> torch.Tensor:
+    """RLOO: A_i = r_i - mean of the other G - 1 rewards = G / (G - 1) * (r_i - mean_g).
+
+    Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization (arXiv 2402.14740).
+    A group with fewer than two scorable completions gets 0 (there is no leave-one-out baseline).
+    """
+    count, mean, _ = _group_stats(rewards)
+    scale = torch.where(count > 1, count / (count - 1).clamp(min=1), torch.zeros_like(count))
+    return scale * (rewards - mean)
+
+
+
+
+@register("reinforce_pp", needs_group=True, zero_sum=True, order=8, color="tab:cyan",
+          paper=Paper("REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", "2501.03262",
+                      2025))
+def reinforce_pp(rewards: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
+    """REINFORCE++ baseline: A = r - mean_g, then whitened over the whole batch.
+
+    Hu et al. 2025, REINFORCE++ (arXiv 2501.03262), the "REINFORCE++-baseline" variant: the group mean
+    is subtracted, then the batch mean and batch standard deviation (population) of the centred values
+    normalise them. Departure: grpolab whitens per completion, not per token (equal under outcome
+    rewards when all completions have the same length).
+    """
+    _, mean, _ = _group_stats(rewards)
+    centred = rewards - mean
+    scored = centred[~torch.isnan(centred)]
+    if scored.numel() == 0:
+        return torch.zeros_like(rewards)
+    batch_mean = scored.mean()
+    batch_std = scored.std(unbiased=False)
+    return _divide(centred - batch_mean, batch_std, eps)
+
+
+
+@register("ngrpo", needs_group=True, order=10, color="gold",
+          paper=Paper("NGRPO: Negative-enhanced Group Relative Policy Optimization", "2509.18851", 2025))
+def ngrpo(rewards: torch.Tensor, *, max_reward: float = 1.0, eps: float = 1e-4) -> torch.Tensor:
+    """NGRPO advantage calibration: group statistics include one virtual sample with the maximum reward.
+
+    Nan et al. 2025, NGRPO: Negative-enhanced Group Relative Policy Optimization (arXiv 2509.18851).
+    A = (r - mean') / (std' + eps), with mean' and std' (population) over the G scored rewards plus a
+    virtual ``max_reward``. An all-wrong group then gets negative advantages instead of 0; an
+    all-correct group still gets 0.
+    """
+    count, mean, squares = _group_stats(rewards)
+    virtual_mean = mean + (max_reward - mean) / (count + 1)  # = (count * mean + max_reward) / (count + 1)
+    virtual_squares = squares + count * (mean - virtual_mean) ** 2 + (max_reward - virtual_mean) ** 2
+    virtual_std = torch.sqrt(virtual_squares / (count + 1))
+    return _divide(rewards - virtual_mean, virtual_std, eps)
+
+
+@register("maxrl", needs_group=True, zero_sum=True, order=11, color="navy",
+          paper=Paper("Maximum Likelihood Reinforcement Learning", "2602.02710", 2026))
+def maxrl(rewards: torch.Tensor) -> torch.Tensor:
+    """MaxRL: A = (r - mean_g) / mean_g, and 0 for a group whose mean reward is 0.
+
+    Tajwar et al. 2026, Maximum Likelihood Reinforcement Learning (arXiv 2602.02710): dividing by
+    the success rate p makes the expected update the gradient of log p rather than of p, so rarely
+    solved prompts weigh as much as often solved ones. All-wrong and all-correct groups still get 0.
+    """
+    _, mean, _ = _group_stats(rewards)
+    safe_mean = torch.where(mean > 0, mean, torch.ones_like(mean))
+    return torch.where(mean > 0, (rewards - mean) / safe_mean, torch.zeros_like(rewards))

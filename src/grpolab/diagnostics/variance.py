@@ -1,0 +1,58 @@
+"""The variance view of fixed-reference against group-centred advantages: a predicted signal-to-noise ratio.
+
+Take binary rewards r in {0, 1} with success probability p for a prompt, on-policy sampling and no ratio
+clipping, and write s = grad log pi(y) for a completion's score (E[s] = 0, E[r s] = grad p). Then
+
+* the sign advantage (2r - 1) has E[(2r - 1) s] = 2 grad p, and
+* the group-centred advantage (r_i - mean_j r_j) of a group of G has E[(r_i - rbar) s_i] = (1 - 1/G) grad p:
+
+the same expected direction. Paper 1's "pass@G failure descent" is one term of a decomposition of this same
+expectation (E[(2r - 1) s] = E[r s] - E[(1 - r) s]), not a different direction. What differs is the noise. When
+the score's noise is large and unrelated to the reward (s = z + signal with E|z|^2 >> |signal|^2, the regime of a
+language model's high-dimensional score), the per-completion variance is E|s|^2 for sign, since (2r - 1)^2 = 1,
+and p (1 - p) (1 - 1/G) E|s|^2 for the group-centred advantage. The ratio of squared signal-to-noise ratios
+(mean^2 / variance) is therefore
+
+    SNR^2_sign / SNR^2_centred = 4 p (1 - p) / (1 - 1/G),
+
+which exceeds 1 only at middling success: p in (0.146, 0.854) at G = 2 and (0.25, 0.75) at G = 4; above G = 4
+the window narrows to nothing as G grows. Under Adam, whose step size does not follow the gradient's scale, the
+SNR is what sets progress, so the view predicts sign helps at middling p and hurts at low p.
+
+Departures: this is a first-order prediction of a rough model, not a result of either paper; the scale-free
+constants (the 2 and the 1 - 1/G) drop out under Adam but matter under SGD. ``tests/diagnostics/test_variance.py``
+checks the formula by simulation under its own assumptions; ``docs/when-sign-helps.md`` tests it on training runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["sign_helps_interval", "snr_ratio_sign_vs_centred"]
+
+
+def snr_ratio_sign_vs_centred(p: float | np.ndarray, group_size: int) -> float | np.ndarray:
+    """Predicted SNR^2 of the sign advantage over a group-centred one (dr_grpo), ``4 p (1 - p) / (1 - 1/G)``,
+    at success probability ``p`` (a number or an array) and group size ``G >= 2``."""
+    if group_size < 2:
+        raise ValueError(f"group-centred advantages need G >= 2, got {group_size}")
+    p = np.asarray(p, dtype=float)
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError("p must lie in [0, 1]")
+    ratio = 4.0 * p * (1.0 - p) / (1.0 - 1.0 / group_size)
+    return float(ratio) if ratio.ndim == 0 else ratio
+
+
+def sign_helps_interval(group_size: int) -> tuple[float, float] | None:
+    """The success probabilities where the predicted ratio exceeds 1, ``(low, high)``; None when there are none
+    (``4 p (1 - p) <= 1 - 1/G`` everywhere, which never happens for finite G, but the interval shrinks to 0.5)."""
+    if group_size < 2:
+        raise ValueError(f"group-centred advantages need G >= 2, got {group_size}")
+    threshold = (1.0 - 1.0 / group_size) / 4.0  # p (1 - p) must exceed this
+    discriminant = 1.0 - 4.0 * threshold
+    if discriminant <= 0:
+        return None
+    half = math.sqrt(discriminant) / 2.0
+    return 0.5 - half, 0.5 + half

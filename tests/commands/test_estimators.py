@@ -1,0 +1,44 @@
+"""``grpolab estimators``: every registered estimator, in display order, with its paper's full arXiv id from
+the registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from grpolab import advantages
+from grpolab.cli import main
+from grpolab.commands import estimators
+
+
+@pytest.mark.parametrize("width", [60, 200])
+def test_every_estimator_is_printed_with_its_full_arxiv_id(width: int, monkeypatch) -> None:
+    console = Console(width=width, record=True, force_terminal=False)
+    monkeypatch.setattr(estimators, "console", console)
+    assert main(["estimators"]) == 0
+    lines = console.export_text().splitlines()
+    rows = {name: next(line for line in lines if line.startswith(f"│ {name} ")) for name in advantages.available()}
+    for name, line in rows.items():
+        paper = advantages.info(name).paper
+        assert paper.arxiv in line and str(paper.year) in line, (name, line)
+    assert sorted(rows, key=lambda n: lines.index(rows[n])) == advantages.display_order(advantages.available())
+
+
+def test_a_users_estimator_without_a_paper_is_listed(monkeypatch) -> None:
+    console = Console(width=200, record=True, force_terminal=False)
+    monkeypatch.setattr(estimators, "console", console)
+    monkeypatch.setitem(advantages._REGISTRY, "test_mine",
+                        advantages.Estimator("test_mine", lambda rewards: rewards, False, False, False))
+    assert main(["estimators"]) == 0
+    assert any(line.startswith("│ test_mine ") for line in console.export_text().splitlines())
+
+
+def test_the_docs_page_holds_the_registrys_table(capsys) -> None:
+    assert main(["estimators", "--markdown"]) == 0
+    table = capsys.readouterr().out.strip()
+    assert table == estimators.markdown_table(estimators.estimator_rows())
+    assert all(f"| `{name}` |" in table for name in advantages.available())
+    page = (Path(__file__).resolve().parents[2] / "docs" / "estimators.md").read_text(encoding="utf-8")
+    assert table in page, "docs/estimators.md is stale: paste the output of `grpolab estimators --markdown`"

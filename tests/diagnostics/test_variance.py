@@ -1,0 +1,56 @@
+"""The variance view's predicted SNR ratio: hand values, its interval, and a simulation under its assumptions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grpolab.diagnostics.variance import sign_helps_interval, snr_ratio_sign_vs_centred
+
+
+def test_hand_values():
+    assert snr_ratio_sign_vs_centred(0.5, 2) == pytest.approx(2.0)
+    assert snr_ratio_sign_vs_centred(0.5, 4) == pytest.approx(4 / 3)
+    assert snr_ratio_sign_vs_centred(0.1, 4) == pytest.approx(4 * 0.09 / 0.75)
+    assert np.allclose(snr_ratio_sign_vs_centred(np.array([0.0, 1.0]), 8), 0.0)
+
+
+def test_interval_matches_the_quoted_bounds():
+    low, high = sign_helps_interval(2)
+    assert (round(low, 3), round(high, 3)) == (0.146, 0.854)
+    assert sign_helps_interval(4) == pytest.approx((0.25, 0.75))
+    for g in (2, 4, 8):
+        low, high = sign_helps_interval(g)
+        assert snr_ratio_sign_vs_centred(low, g) == pytest.approx(1.0)
+        assert snr_ratio_sign_vs_centred((low + high) / 2, g) > 1 > snr_ratio_sign_vs_centred(low / 2, g)
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="G >= 2"):
+        snr_ratio_sign_vs_centred(0.5, 1)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        snr_ratio_sign_vs_centred(1.5, 4)
+
+
+def _simulated_snr2(p: float, group_size: int, estimator: str, rng: np.random.Generator) -> float:
+    """SNR^2 (|mean|^2 / total variance) of one completion's gradient term A_i s_i, with scores s = z + m(r):
+    z ~ N(0, I_d) unrelated to the reward and m(1) = (1 - p) v, m(0) = -p v (so E[s] = 0, E[r s] = p (1 - p) v)."""
+    draws, dim = 400_000, 50
+    rewards = (rng.random((draws, group_size)) < p).astype(float)
+    if estimator == "sign":
+        weights = 2 * rewards[:, 0] - 1
+    else:
+        weights = rewards[:, 0] - rewards.mean(axis=1)
+    signal = np.zeros(dim)
+    signal[0] = 0.3
+    scores = rng.standard_normal((draws, dim)) + np.where(rewards[:, :1] == 1, 1 - p, -p) * signal
+    terms = weights[:, None] * scores
+    mean = terms.mean(axis=0)
+    return float(mean @ mean / terms.var(axis=0).sum())
+
+
+@pytest.mark.parametrize(("p", "group_size"), [(0.5, 2), (0.2, 4), (0.7, 4)])
+def test_simulation_agrees_with_the_formula(p, group_size):
+    rng = np.random.default_rng(0)
+    ratio = _simulated_snr2(p, group_size, "sign", rng) / _simulated_snr2(p, group_size, "centred", rng)
+    assert ratio == pytest.approx(snr_ratio_sign_vs_centred(p, group_size), rel=0.1)
