@@ -153,6 +153,11 @@ def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: 
     resumes = read_metrics(out / "resumes.jsonl")
     assert len(resumes) == 1 and resumes[0]["from_step"] >= 2 and resumes[0]["changed"] == {}
     assert json.loads((out / "summary.json").read_text())["status"] == "complete"
+    finished = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume"], env=_env(), capture_output=True,
+                              text=True, timeout=300, check=False)  # a finished run resumed: nothing more to do
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert [e["phase"] for e in read_metrics(out / "eval.jsonl")] == ["end"]
+    assert [row["step"] for row in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
     again = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume", "--lr", "0.5"], env=_env(),
                            capture_output=True, text=True, timeout=120, check=False)
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "lr" in again.stderr

@@ -230,7 +230,8 @@ class TRLRun:
             self.trainer.train(resume_from_checkpoint=str(self.checkpoint) if self.checkpoint else None)
             if self.recorder.diverged is not None:
                 self._diverged(*self.recorder.diverged)
-            self._evaluate(self.config.steps, "end")
+            if not self._ended():
+                self._evaluate(self.config.steps, "end")
             return self._finish()
         finally:
             if self.main:
@@ -238,6 +239,15 @@ class TRLRun:
                     self.recorder.drain()
                 self.metrics_log.close()
             self.release()
+
+    def _ended(self) -> bool:
+        """Whether ``eval.jsonl`` already holds the end evaluation (a finished run resumed again), as the main
+        process reads it."""
+        from accelerate.utils import broadcast_object_list
+
+        ended = [self.main and any(row.get("phase") == "end" and row.get("step") == self.config.steps
+                                   for row in read_metrics(self.run_dir / "eval.jsonl"))]
+        return bool(broadcast_object_list(ended)[0]) if self.state.num_processes > 1 else ended[0]
 
     def _finish(self) -> RunResult:
         metrics = self.recorder.last_metrics or _last_row(self.run_dir)
