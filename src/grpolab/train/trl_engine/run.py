@@ -50,6 +50,7 @@ from grpolab.train.run import (
 from grpolab.train.runlog import MetricsLog, RolloutLog, read_metrics
 from grpolab.train.settings import check_resume, load_saved_config, record_resume
 from grpolab.train.trl_engine.arguments import check_supported, grpo_arguments, lora_config
+from grpolab.train.trl_engine.device import for_evaluation
 
 __all__ = ["latest_checkpoint", "run_trl", "step_problems"]
 
@@ -211,10 +212,12 @@ class TRLRun:
         return Policy(model, self.policy.tokenizer, self.policy.source, self.policy.base)
 
     def _evaluate(self, step: int, phase: str) -> None:
-        """grpolab's evaluation on the main process (on the model's device); the others wait."""
+        """grpolab's evaluation on the main process, on the model's device (``device``); the others wait."""
         if self.main:
             cache = self.start_eval_cache if phase == "start" else None
-            result = evaluate_policy(self._current_policy(), self.task, self.config,
+            policy = self._current_policy()
+            policy = Policy(for_evaluation(policy.model), policy.tokenizer, policy.source, policy.base)
+            result = evaluate_policy(policy, self.task, self.config,
                                      max_new_tokens=self.max_new_tokens, cache_dir=cache)
             completions = step * self.config.completions_per_step
             append_evaluation(self.run_dir, {"step": step, "phase": phase, "completions_generated": completions,
