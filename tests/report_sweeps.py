@@ -17,6 +17,8 @@ FINALS = {
     ("dr_grpo", 4): [0.30, 0.26, 0.31],
     ("grpo", 2): [0.29, 0.33, 0.34],
     ("grpo", 4): [0.31, 0.30, 0.35],
+    ("rloo", 2): [0.27, 0.31, 0.35],
+    ("rloo", 4): [0.28, 0.33, 0.32],
     ("dr_grpo+dynamic", 2): [0.50, 0.46, 0.54],
     ("dr_grpo+dynamic", 4): [0.60, 0.52, 0.56],
 }
@@ -116,3 +118,39 @@ def synthetic_sweep(
         "eval": {"n": N_SAMPLES},
     }
     return pd.DataFrame(results), pd.DataFrame(metrics), config
+
+
+def with_lrs(results: pd.DataFrame, lrs: dict[str, float]) -> pd.DataFrame:
+    """``results`` with an ``lr`` column: each estimator at lrs[estimator]."""
+    return results.assign(lr=results["estimator"].map(lrs).astype(float))
+
+
+def with_diverged(results: pd.DataFrame, diverged: dict[tuple[str, int, int], int],
+                  drop_end: bool = True) -> pd.DataFrame:
+    """``results`` with the reliability contract's columns: status "diverged" and diverged_at_step for the runs
+    keyed (estimator, G, seed) -> step, "finished" for the others; a diverged run keeps its evaluations up to
+    that step (and no end evaluation when ``drop_end``)."""
+    keys = list(zip(results["estimator"], results["group_size"], results["seed"], strict=True))
+    at = pd.Series([diverged.get(key, np.nan) for key in keys], index=results.index, dtype=float)
+    out = results.assign(status=np.where(at.notna(), "diverged", "finished"), diverged_at_step=at)
+    if drop_end:
+        out = out[~(at.notna() & (out["step"] > at))]
+    return out.reset_index(drop=True)
+
+
+def with_variants(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One table of several sweeps' results (or metrics), each tagged with its ``variant`` and its run ids made
+    unique by it."""
+    tagged = [frame.assign(variant=variant, run_id=frame["run_id"] + (f"-{variant}" if variant else ""))
+              for variant, frame in frames.items()]
+    return pd.concat(tagged, ignore_index=True)
+
+
+def shifted(results: pd.DataFrame, estimator: str, points: float) -> pd.DataFrame:
+    """``results`` with every evaluation of ``estimator`` scored ``points`` higher (pass@1 and greedy)."""
+    out = results.copy()
+    rows = out["estimator"] == estimator
+    out.loc[rows, "greedy_accuracy"] = out.loc[rows, "greedy_accuracy"] + points
+    out.loc[rows, "pass_at_k"] = pd.Series([[p[0] + points, *p[1:]] for p in out.loc[rows, "pass_at_k"]],
+                                           index=out.index[rows], dtype=object)
+    return out

@@ -53,6 +53,7 @@ HAND_REWARDS = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
 S3 = math.sqrt(1 / 3)  # sample std of row 1: squares = 4 * 0.25 = 1, / (G - 1) = 1/3
 POP_STD_PP = math.sqrt(1.75 / 16)  # reinforce_pp: see its table
 NGRPO_STD = math.sqrt(0.24)  # ngrpo rows 0 and 1: see its table
+BATCH_STD = math.sqrt(0.2625)  # batch_std: see its table
 
 HAND_TABLES: list[tuple[str, dict, list[list[float]]]] = [
     # grpo, sample std, eps = 1e-4.
@@ -148,6 +149,18 @@ HAND_TABLES: list[tuple[str, dict, list[list[float]]]] = [
     ),
     # maxrl: (r - mean) / mean. row 0: 0.75 / 0.25 = 3, -0.25 / 0.25 = -1; row 1: +-1; rows 2, 3: 0.
     ("maxrl", {}, [[3, -1, -1, -1], [1, 1, -1, -1], [0, 0, 0, 0], [0, 0, 0, 0]]),
+    # batch_std: the dr_grpo values over the sample std of all 16 rewards (7 ones): mean 7/16,
+    # squares 7 * (9/16)^2 + 9 * (7/16)^2 = 1008/256 = 3.9375, / 15 = 0.2625; eps 1e-4.
+    (
+        "batch_std",
+        {},
+        [
+            [c / (BATCH_STD + 1e-4) for c in (0.75, -0.25, -0.25, -0.25)],
+            [c / (BATCH_STD + 1e-4) for c in (0.5, 0.5, -0.5, -0.5)],
+            [0, 0, 0, 0],
+            [0, 0, 0, 0],
+        ],
+    ),
 ]
 
 
@@ -275,11 +288,23 @@ def _loop_reinforce_pp(rewards: list[list[float]], eps: float = 1e-6) -> list[li
     return [[_ratio(c - mu, sigma, eps) for c in row] for row in centred]
 
 
+def _loop_batch_std(rewards: list[list[float]], eps: float = 1e-4, std: str = "sample") -> list[list[float]]:
+    centred = [_loop_dr_grpo(group) for group in rewards]
+    scored = [x for row in rewards for x in row if not math.isnan(x)]
+    if len(scored) < 2:
+        return [[0.0] * len(row) for row in rewards]
+    mu = _mean(scored)
+    sigma = math.sqrt(sum((x - mu) ** 2 for x in scored) / (len(scored) - (1 if std == "sample" else 0)))
+    return [[_ratio(c, sigma, eps) for c in row] for row in centred]
+
+
 def _loop(name: str, rewards: np.ndarray, **hyperparameters: object) -> np.ndarray:
     """The plain per-group Python loop; NaN rewards get 0."""
     rows = rewards.tolist()
     if name == "reinforce_pp":
         out = _loop_reinforce_pp(rows, **hyperparameters)
+    elif name == "batch_std":
+        out = _loop_batch_std(rows, **hyperparameters)
     else:
         out = [PER_GROUP[name](row, **hyperparameters) for row in rows]
     return np.where(np.isnan(rewards), 0.0, np.array(out, dtype=np.float64))
@@ -309,6 +334,8 @@ EQUIVALENCE_CASES = [
     ("ngrpo", {}),
     ("ngrpo", {"max_reward": 2.0, "eps": 0.0}),
     ("maxrl", {}),
+    ("batch_std", {}),
+    ("batch_std", {"eps": 0.0, "std": "population"}),
 ]
 
 
@@ -392,6 +419,28 @@ def test_grpo_sample_std_equals_trl_formula(rewards: np.ndarray) -> None:
     r64 = torch.from_numpy(rewards)
     trl64 = (r64 - r64.mean(1, keepdim=True)) / (r64.std(1, keepdim=True, unbiased=True) + 1e-4)
     torch.testing.assert_close(compute_advantages("grpo", r64), trl64, rtol=1e-12, atol=1e-14)
+
+
+@SETTINGS
+@given(rewards=_binary_rewards(nan=False))
+def test_batch_std_equals_trl_scale_rewards_batch(rewards: np.ndarray) -> None:
+    # TRL's scale_rewards="batch": (r - group mean) / (std of the whole batch, unbiased + 1e-4).
+    r = torch.from_numpy(rewards)
+    trl = (r - r.mean(1, keepdim=True)) / (r.std() + 1e-4)
+    if r.std() == 0:
+        trl = torch.zeros_like(r)  # grpolab gives 0 where the batch has no spread, as TRL's numerator does
+    torch.testing.assert_close(compute_advantages("batch_std", r), trl, rtol=1e-12, atol=1e-14)
+
+
+def test_batch_std_differs_from_grpo_by_the_scale_only() -> None:
+    # One mixed group (sample std sqrt(1/3)) among constant groups: grpo divides it by its own spread, batch_std
+    # by the batch's (6 ones of 12: sample var 12 * 0.25 / 11 = 3/11); signs and ratios within the group stay.
+    rewards = np.array([[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], dtype=np.float64)
+    grpo, batch = _advantages("grpo", rewards), _advantages("batch_std", rewards)
+    np.testing.assert_allclose(batch[0] / grpo[0], np.full(4, (math.sqrt(1 / 3) + 1e-4) / (math.sqrt(3 / 11) + 1e-4)))
+    assert (batch[1:] == 0).all()
+    with pytest.raises(ValueError, match="'batch_std': std must be 'sample' or 'population'"):
+        compute_advantages("batch_std", rewards, std="unbiased")
 
 
 @SETTINGS

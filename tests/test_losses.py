@@ -1,4 +1,5 @@
-"""Tests for ``grpolab.losses``: the clipped surrogate on hand-computed values, aggregation, micro-batches.
+"""Tests for ``grpolab.losses``: the clipped surrogate on hand-computed values, the loss options (GSPO's sequence
+ratio, CISPO, the dual clip, truncated importance sampling) with their equivalences, aggregation, micro-batches.
 
 Shapes: logprobs, loss and mask are [B, T] (B completions, T tokens); advantages [B] or [B, T].
 """
@@ -13,7 +14,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpolab.losses import AGGREGATION_MODES, PolicyLossTerms, aggregate, aggregation_denominator, policy_loss
+from grpolab.losses import (
+    AGGREGATION_MODES,
+    PolicyLossTerms,
+    aggregate,
+    aggregation_denominator,
+    importance_log_ratio,
+    policy_loss,
+    truncated_is_weights,
+)
 
 SETTINGS = settings(max_examples=20, deadline=None, database=None)
 F64 = torch.float64
@@ -144,6 +153,217 @@ def test_gradient_flows_and_clipped_tokens_get_none() -> None:
         logprobs.grad = None
         aggregate(terms.loss, torch.tensor([[1, 1, 0], [1, 0, 0]]), mode).backward(retain_graph=True)
         assert torch.isfinite(logprobs.grad).all() and logprobs.grad.abs().sum() > 0
+
+
+def test_clipped_indicator_splits_into_low_and_high_bounds() -> None:
+    # The hand table above: A = +2, r 1.5 is clipped by the upper bound; A = -1, r 0.5 by the lower one.
+    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES, epsilon_low=0.2, epsilon_high=0.28)
+    torch.testing.assert_close(terms.clipped_high, torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]], dtype=F64))
+    torch.testing.assert_close(terms.clipped_low, torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]], dtype=F64))
+    torch.testing.assert_close(terms.clipped, terms.clipped_low + terms.clipped_high)
+    assert (terms.clipped_dual == 0).all()
+
+
+def _grad(objective_kwargs: dict, logprobs: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor,
+          mask: torch.Tensor, mode: str = "token_mean") -> tuple[PolicyLossTerms, torch.Tensor]:
+    """The terms of ``policy_loss`` and d aggregate / d logprobs [B, T]."""
+    leaf = logprobs.clone().requires_grad_(True)
+    terms = policy_loss(leaf, old, advantages, mask=mask, **objective_kwargs)
+    aggregate(terms.loss, mask, mode).backward()
+    return terms, leaf.grad
+
+
+# ---------------------------------------------------------------------------- GSPO (sequence-level ratio)
+
+SEQ_OLD = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -3.0]], dtype=F64)  # [B, T]
+SEQ_MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=F64)  # row 1's last token is padding
+# token log-ratios: row 0 [0.3, -0.1, 0.1] (mean 0.1); row 1 [0.5, 0.1] (mean 0.3), its padding 7.0 ignored
+SEQ_LOGPROBS = SEQ_OLD + torch.tensor([[0.3, -0.1, 0.1], [0.5, 0.1, 7.0]], dtype=F64)
+
+
+def test_sequence_ratio_is_exp_of_the_masked_mean_log_ratio_on_every_token() -> None:
+    log_ratio = importance_log_ratio(SEQ_LOGPROBS, SEQ_OLD, level="sequence", mask=SEQ_MASK)
+    torch.testing.assert_close(log_ratio, torch.tensor([[0.1] * 3, [0.3] * 3], dtype=F64))
+    torch.testing.assert_close(importance_log_ratio(SEQ_LOGPROBS, SEQ_OLD), SEQ_LOGPROBS - SEQ_OLD)
+
+
+def test_gspo_hand_computed_loss_and_gradient() -> None:
+    # s_0 = e^0.1 = 1.10517, s_1 = e^0.3 = 1.34986; A = [+1, -1]; clip [0.8, 1.2].
+    # Row 0: A > 0, s_0 inside the range -> loss -s_0 on each token. Row 1: A < 0, s_1 > 1.2 -> the unclipped
+    # branch max(s_1, 1.2) = s_1. token_mean over the 5 tokens: d loss / d logp_t = -A_i s_i / 5 (GSPO-token).
+    s0, s1 = math.exp(0.1), math.exp(0.3)
+    advantages = torch.tensor([1.0, -1.0], dtype=F64)
+    terms, grad = _grad({"importance_sampling_level": "sequence"}, SEQ_LOGPROBS, SEQ_OLD, advantages, SEQ_MASK)
+    torch.testing.assert_close(terms.loss, torch.tensor([[-s0] * 3, [s1] * 3], dtype=F64))
+    assert (terms.clipped == 0).all()
+    torch.testing.assert_close(grad, torch.tensor([[-s0 / 5] * 3, [s1 / 5, s1 / 5, 0.0]], dtype=F64))
+    # GSPO's own objective, the mean over sequences: its gradient is s_i A_i / |y_i| / B on each token.
+    _, grad = _grad({"importance_sampling_level": "sequence"}, SEQ_LOGPROBS, SEQ_OLD, advantages, SEQ_MASK,
+                    "seq_mean_token_mean")
+    torch.testing.assert_close(grad, torch.tensor([[-s0 / 6] * 3, [s1 / 4, s1 / 4, 0.0]], dtype=F64))
+
+
+def test_gspo_clips_whole_sequences() -> None:
+    # Both rows A = +1: row 1's s_1 = 1.35 > 1.2 is clipped on every token (loss -1.2, no gradient); row 0 is not.
+    advantages = torch.tensor([1.0, 1.0], dtype=F64)
+    terms, grad = _grad({"importance_sampling_level": "sequence"}, SEQ_LOGPROBS, SEQ_OLD, advantages, SEQ_MASK)
+    torch.testing.assert_close(terms.loss[1], torch.full((3,), -1.2, dtype=F64))
+    torch.testing.assert_close(terms.clipped_high, torch.tensor([[0.0] * 3, [1.0] * 3], dtype=F64))
+    assert (grad[1] == 0).all() and (grad[0] != 0).all()
+
+
+def test_gspo_gradient_equals_the_gradient_of_the_sequence_ratio_itself() -> None:
+    # Under a per-completion advantage, GSPO-token's gradient equals differentiating exp(mean_t log r) directly.
+    generator = torch.Generator().manual_seed(3)
+    old = -torch.rand(4, 6, generator=generator, dtype=F64) * 3  # [B, T]
+    logprobs = old + 0.1 * torch.randn(4, 6, generator=generator, dtype=F64)
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 2 + [0] * 4, [1] * 5 + [0]], dtype=F64)
+    advantages = torch.tensor([1.0, -0.5, 2.0, -1.0], dtype=F64)
+    for mode in AGGREGATION_MODES:
+        _, grad = _grad({"importance_sampling_level": "sequence", "epsilon_low": 10.0}, logprobs, old, advantages,
+                        mask, mode)
+        leaf = logprobs.clone().requires_grad_(True)
+        sequence = torch.exp(((leaf - old) * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True))  # [B, 1]
+        aggregate((-advantages[:, None] * sequence).expand(4, 6), mask, mode).backward()
+        torch.testing.assert_close(grad, leaf.grad)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1), objective=st.sampled_from(["clip", "cispo"]))
+def test_gspo_on_one_token_sequences_equals_the_token_ratio(seed: int, objective: str) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    old = -torch.rand(5, 1, generator=generator, dtype=F64) * 3  # [B, 1]: one token per sequence
+    logprobs = old + 0.5 * torch.randn(5, 1, generator=generator, dtype=F64)
+    advantages = torch.randn(5, generator=generator, dtype=F64)
+    mask = torch.ones(5, 1, dtype=F64)
+    options = {"objective": objective, "epsilon_high": 0.28, "cispo_ratio_max": 1.3}
+    token, token_grad = _grad(options, logprobs, old, advantages, mask)
+    sequence, sequence_grad = _grad({**options, "importance_sampling_level": "sequence"}, logprobs, old,
+                                    advantages, mask)
+    torch.testing.assert_close(sequence.loss, token.loss)
+    torch.testing.assert_close(sequence.clipped, token.clipped)
+    torch.testing.assert_close(sequence_grad, token_grad)
+
+
+def test_sequence_level_without_a_mask_is_refused() -> None:
+    with pytest.raises(ValueError, match="needs the completion mask"):
+        policy_loss(LOGPROBS, OLD, ADVANTAGES, importance_sampling_level="sequence")
+    with pytest.raises(ValueError, match="unknown importance_sampling_level 'seq'"):
+        importance_log_ratio(LOGPROBS, OLD, level="seq")
+
+
+# ---------------------------------------------------------------------------- CISPO
+
+ONES = torch.ones(2, 3, dtype=F64)
+
+
+def test_cispo_hand_computed_loss_and_gradient() -> None:
+    # Ratios [1.1, 1.5, 0.5] per row; r_max 1.28, no lower bound -> weights [1.1, 1.28, 0.5].
+    # loss = -A w logp; d loss / d logp = -A w / 6 (token_mean over 6 tokens), on every token: none loses it.
+    weights = torch.tensor([[1.1, 1.28, 0.5]] * 2, dtype=F64)
+    terms, grad = _grad({"objective": "cispo", "cispo_ratio_max": 1.28}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    torch.testing.assert_close(terms.loss, -ADVANTAGES[:, None] * weights * LOGPROBS)
+    torch.testing.assert_close(grad, -ADVANTAGES[:, None] * weights / 6)
+    torch.testing.assert_close(terms.clipped_high, torch.tensor([[0.0, 1.0, 0.0]] * 2, dtype=F64))  # both signs
+    assert (terms.clipped_low == 0).all()
+    # with a lower bound 0.8 the 0.5 ratio's weight becomes 0.8
+    terms, grad = _grad({"objective": "cispo", "cispo_ratio_min": 0.8, "cispo_ratio_max": 1.28}, LOGPROBS, OLD,
+                        ADVANTAGES, ONES)
+    torch.testing.assert_close(grad, -ADVANTAGES[:, None] * torch.tensor([[1.1, 1.28, 0.8]] * 2, dtype=F64) / 6)
+    torch.testing.assert_close(terms.clipped_low, torch.tensor([[0.0, 0.0, 1.0]] * 2, dtype=F64))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1))
+def test_cispo_without_clipping_has_the_plain_policy_gradient(seed: int) -> None:
+    # Unclipped CISPO, -sg(r) A log pi, and the unclipped surrogate -r A have the same gradient -A r.
+    generator = torch.Generator().manual_seed(seed)
+    old = -torch.rand(3, 4, generator=generator, dtype=F64) * 3  # [B, T]
+    logprobs = old + torch.randn(3, 4, generator=generator, dtype=F64)
+    advantages = torch.randn(3, generator=generator, dtype=F64)
+    mask = torch.ones(3, 4, dtype=F64)
+    _, cispo = _grad({"objective": "cispo", "cispo_ratio_max": math.inf}, logprobs, old, advantages, mask)
+    _, plain = _grad({"epsilon_low": 1.0, "epsilon_high": math.inf}, logprobs, old, advantages, mask)
+    torch.testing.assert_close(cispo, plain)
+    torch.testing.assert_close(plain, -advantages[:, None] * torch.exp(logprobs - old) / 12)
+
+
+def test_cispo_refuses_the_dual_clip() -> None:
+    with pytest.raises(ValueError, match="dual clip applies to the clipped objective"):
+        policy_loss(LOGPROBS, OLD, ADVANTAGES, objective="cispo", dual_clip_c=3.0)
+    with pytest.raises(ValueError, match="unknown objective 'ppo'"):
+        policy_loss(LOGPROBS, OLD, ADVANTAGES, objective="ppo")
+
+
+# ---------------------------------------------------------------------------- dual clip
+
+def test_dual_clip_hand_computed_loss_and_gradient() -> None:
+    # Row 1 (A = -1) ratios [1.1, 1.5, 4.0], c = 3: PPO's loss [1.1, 1.5, 4.0], capped at -A c = 3 on the last
+    # token, which then has no gradient. Row 0 (A = +2) is untouched.
+    old = torch.zeros(2, 3, dtype=F64)
+    logprobs = torch.log(torch.tensor([[1.1, 1.5, 0.5], [1.1, 1.5, 4.0]], dtype=F64))
+    terms, grad = _grad({"dual_clip_c": 3.0}, logprobs, old, ADVANTAGES, ONES)
+    plain, plain_grad = _grad({}, logprobs, old, ADVANTAGES, ONES)
+    torch.testing.assert_close(terms.loss[1], torch.tensor([1.1, 1.5, 3.0], dtype=F64))
+    torch.testing.assert_close(terms.clipped_dual, torch.tensor([[0.0] * 3, [0.0, 0.0, 1.0]], dtype=F64))
+    torch.testing.assert_close(grad[1], torch.tensor([1.1 / 6, 1.5 / 6, 0.0], dtype=F64))
+    torch.testing.assert_close(terms.loss[0], plain.loss[0])
+    torch.testing.assert_close(grad[0], plain_grad[0])
+    torch.testing.assert_close(plain_grad[1, 2], torch.tensor(4.0 / 6, dtype=F64))  # what the cap took away
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1))
+def test_dual_clip_at_infinity_is_no_dual_clip(seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    old = -torch.rand(3, 4, generator=generator, dtype=F64) * 3  # [B, T]
+    logprobs = old + torch.randn(3, 4, generator=generator, dtype=F64)
+    advantages = torch.tensor([1.0, 0.0, -1.5], dtype=F64)
+    mask = torch.ones(3, 4, dtype=F64)
+    dual, dual_grad = _grad({"dual_clip_c": math.inf}, logprobs, old, advantages, mask)
+    plain, plain_grad = _grad({}, logprobs, old, advantages, mask)
+    torch.testing.assert_close(dual.loss, plain.loss)
+    torch.testing.assert_close(dual_grad, plain_grad)
+    assert (dual.clipped_dual == 0).all()
+
+
+# ---------------------------------------------------------------------------- truncated importance sampling
+
+def test_truncated_is_weights_hand_values() -> None:
+    trainer = torch.tensor([[-1.0, -2.0, -0.5]], dtype=F64)
+    sampler = trainer - torch.log(torch.tensor([[2.0, 0.5, 1.0]], dtype=F64))  # pi_trainer / pi_sampler = 2, .5, 1
+    torch.testing.assert_close(truncated_is_weights(trainer, sampler, 1.5),
+                               torch.tensor([[1.5, 0.5, 1.0]], dtype=torch.float32))
+    leaf = trainer.clone().requires_grad_(True)
+    assert not truncated_is_weights(leaf, sampler, 1.5).requires_grad
+
+
+def test_is_weights_scale_the_policy_term_not_the_kl() -> None:
+    weights = torch.tensor([[1.5, 0.5, 1.0], [2.0, 1.0, 0.25]], dtype=F64)
+    ref = OLD - 0.2
+    terms, _ = _grad({"is_weights": weights, "ref_logprobs": ref, "beta": 0.1}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    plain, _ = _grad({"ref_logprobs": ref, "beta": 0.1}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    policy_term = plain.loss - 0.1 * plain.kl
+    torch.testing.assert_close(terms.loss, weights * policy_term + 0.1 * plain.kl)
+    _, unweighted = _grad({}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    _, weighted = _grad({"is_weights": weights}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    torch.testing.assert_close(weighted, weights * unweighted)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**31 - 1))
+def test_tis_with_an_infinite_cap_and_matching_sampler_is_no_correction(seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    old = -torch.rand(3, 4, generator=generator, dtype=F64) * 3  # [B, T]
+    logprobs = old + 0.3 * torch.randn(3, 4, generator=generator, dtype=F64)
+    advantages = torch.randn(3, generator=generator, dtype=F64)
+    mask = torch.ones(3, 4, dtype=F64)
+    weights = truncated_is_weights(old, old.clone(), math.inf)
+    assert (weights == 1).all()
+    corrected, corrected_grad = _grad({"is_weights": weights.to(F64)}, logprobs, old, advantages, mask)
+    plain, plain_grad = _grad({}, logprobs, old, advantages, mask)
+    torch.testing.assert_close(corrected.loss, plain.loss)
+    torch.testing.assert_close(corrected_grad, plain_grad)
 
 
 # ---------------------------------------------------------------------------- aggregation

@@ -1,13 +1,25 @@
 """Statistics for multi-seed comparisons: small pure functions over shape-documented numpy arrays.
 
 Modelled on google-research/rliable ``metrics.py``: every function takes per-run scores, ``values[n_runs]``
-(one number per seed, e.g. final accuracy), and is deterministic given ``random_state``. Conventions:
+(one number per seed, e.g. final accuracy), and is deterministic given ``random_state``. The interval and
+summary functions also take stacks ``values[..., n_runs]`` and work along the last axis, so that their
+coverage can be checked on thousands of simulated sweeps at once. Conventions:
 
-* Two-sided tests throughout; a p-value is never NaN for valid input (see each function for the
-  zero-variance cases, where scipy returns NaN and we return a limit instead).
+* Two-sided tests and intervals throughout; a p-value is never NaN for valid input (see each function for
+  the zero-variance cases, where scipy returns NaN and we return a limit instead).
+* Intervals for the small seed counts of a sweep (n = 3 to 10 per arm) are t intervals: Student's for one
+  mean (``t_interval``) and Welch's for a difference of means (``welch_interval``, Welch 1947). The
+  percentile bootstrap (``bootstrap_ci``, kept for single-sample summaries elsewhere) covers far less
+  than it claims at n = 5: see docs/report-statistics.md for the coverage measured by tests/test_stats.py.
+* rliable's summaries (Agarwal et al. 2021, "Deep RL at the Edge of the Statistical Precipice", arXiv
+  2108.13264): the interquartile mean (``iqm``) and the probability of improvement P(X > Y)
+  (``probability_of_improvement``). Departure from rliable: its interval for P(X > Y) is a stratified
+  percentile bootstrap; ours is Newcombe's (2006) score-type interval (his method 5), closed form and
+  checked by simulation at n = 5 (tests/test_stats.py), because with 5 runs per arm a bootstrap of P(X > Y)
+  collapses to the point whenever the two arms do not overlap.
 * Fewer than the needed runs (1 for a bootstrap, 2 per side for a t-test) raise ``UserError``, except
-  ``bootstrap_ci`` with one run, which returns the degenerate interval (x, x, x): one seed says nothing about
-  spread, and a report should show it as such rather than crash.
+  ``bootstrap_ci`` and ``t_interval`` with one run, which return no spread: one seed says nothing about it,
+  and a report should show it as such rather than crash.
 * Multiple comparisons: Holm's step-down correction, applied within each test family.
 """
 
@@ -41,6 +53,8 @@ def bootstrap_ci(
 ) -> tuple[float, float, float]:
     """Percentile-bootstrap CI of the mean of values [n_runs] -> (mean, low, high).
 
+    At small n it covers less than it claims (about 81% for a 95% interval at n = 5; docs/report-statistics.md):
+    the report uses ``t_interval`` instead.
     Resamples the runs with replacement ``n_resamples`` times; low / high are the (1 - confidence) / 2 and
     (1 + confidence) / 2 percentiles of the resampled means. One run gives (x, x, x).
     """
@@ -81,6 +95,119 @@ def welch_t_test(a: Any, b: Any) -> tuple[float, float, float]:
     dof = standard_error2**2 / (var_x**2 / (x.size - 1) + var_y**2 / (y.size - 1))
     p = 2.0 * float(scipy_stats.t.sf(abs(t), dof))
     return float(t), float(dof), min(p, 1.0)
+
+
+def _as_stack(values: Any, name: str, minimum: int) -> np.ndarray:
+    """Runs as float64 [..., n_runs] (the last axis is the runs); finite, at least ``minimum`` runs."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim == 0 or array.shape[-1] < minimum:
+        raise UserError(f"{name} needs at least {minimum} run(s), got {0 if array.ndim == 0 else array.shape[-1]}")
+    if not np.all(np.isfinite(array)):
+        raise UserError(f"{name} holds NaN or infinite values; drop the failed runs first")
+    return array
+
+
+def _scalar(value: np.ndarray) -> Any:
+    """A 0-d result as a Python float; stacked results stay arrays."""
+    return float(value) if np.ndim(value) == 0 else value
+
+
+def _two_sided_quantile(confidence: float) -> float:
+    if not 0.0 < confidence < 1.0:
+        raise UserError(f"confidence must lie in (0, 1), got {confidence}")
+    return (1.0 + confidence) / 2
+
+
+def t_interval(values: Any, *, confidence: float = 0.95) -> tuple[Any, Any, Any]:
+    """Student-t CI of the mean of values [..., n_runs] -> (mean, low, high), each of shape [...].
+
+    mean -+ t_{n-1, (1 + confidence) / 2} * s / sqrt(n). One run gives (x, NaN, NaN): no spread to speak of.
+    All runs equal gives (x, x, x).
+    """
+    runs = _as_stack(values, "t_interval", 1)
+    quantile = _two_sided_quantile(confidence)
+    n = runs.shape[-1]
+    mean = runs.mean(axis=-1)
+    if n == 1:
+        nan = np.full_like(mean, np.nan)
+        return _scalar(mean), _scalar(nan), _scalar(nan)
+    half = scipy_stats.t.ppf(quantile, n - 1) * runs.std(axis=-1, ddof=1) / math.sqrt(n)
+    return _scalar(mean), _scalar(mean - half), _scalar(mean + half)
+
+
+def welch_interval(a: Any, b: Any, *, confidence: float = 0.95) -> tuple[Any, Any, Any]:
+    """Welch CI of mean(a) - mean(b): a [..., n_a], b [..., n_b] (>= 2 runs each) -> (difference, low, high).
+
+    difference -+ t_{dof, (1 + confidence) / 2} * sqrt(s_a^2 / n_a + s_b^2 / n_b), dof by Welch-Satterthwaite
+    (the interval that inverts ``welch_t_test``). Both samples constant: the degenerate interval (d, d).
+    """
+    x, y = _as_stack(a, "welch_interval a", 2), _as_stack(b, "welch_interval b", 2)
+    quantile = _two_sided_quantile(confidence)
+    var_x = x.var(axis=-1, ddof=1) / x.shape[-1]  # squared standard errors [...]
+    var_y = y.var(axis=-1, ddof=1) / y.shape[-1]
+    standard_error2 = var_x + var_y
+    denominator = var_x**2 / (x.shape[-1] - 1) + var_y**2 / (y.shape[-1] - 1)
+    safe = np.where(denominator > 0, denominator, 1.0)
+    dof = np.where(denominator > 0, standard_error2**2 / safe, x.shape[-1] + y.shape[-1] - 2)
+    half = scipy_stats.t.ppf(quantile, dof) * np.sqrt(standard_error2)
+    difference = x.mean(axis=-1) - y.mean(axis=-1)
+    return _scalar(difference), _scalar(difference - half), _scalar(difference + half)
+
+
+def iqm(values: Any) -> Any:
+    """Interquartile mean of values [..., n_runs] -> [...]: the mean of the middle half of the runs.
+
+    rliable's ``aggregate_iqm``: ``scipy.stats.trim_mean(values, 0.25)``, which cuts floor(n / 4) runs
+    from each end (with 5 runs, the mean of the middle 3; with 3 runs, of all 3).
+    """
+    runs = _as_stack(values, "iqm", 1)
+    return _scalar(scipy_stats.trim_mean(runs, 0.25, axis=-1))
+
+
+def probability_of_improvement(a: Any, b: Any) -> Any:
+    """P(X > Y) for X drawn from a [..., n_a] and Y from b [..., n_b] -> [...], ties counting 1/2.
+
+    The Mann-Whitney U statistic of a over b divided by n_a * n_b: rliable's ``probability_of_improvement``
+    for one task. 0.5 = neither tends to be higher; 1 = every run of a beats every run of b.
+    """
+    x, y = _as_stack(a, "probability_of_improvement a", 1), _as_stack(b, "probability_of_improvement b", 1)
+    wins = x[..., :, None] > y[..., None, :]  # [..., n_a, n_b]
+    ties = x[..., :, None] == y[..., None, :]
+    return _scalar((wins + 0.5 * ties).mean(axis=(-2, -1)))
+
+
+def _improvement_variance(theta: np.ndarray, n_a: int, n_b: int) -> np.ndarray:
+    """Hanley-McNeil variance of the Mann-Whitney P(X > Y) at theta, with both sample sizes replaced by
+    their mean N* = (n_a + n_b) / 2 in the two correction terms (Newcombe 2006, method 4)."""
+    shared = (n_a + n_b) / 2 - 1
+    return theta * (1 - theta) / (n_a * n_b) * (1 + shared * (1 - theta) / (2 - theta) + shared * theta / (1 + theta))
+
+
+def improvement_interval(a: Any, b: Any, *, confidence: float = 0.95,
+                         iterations: int = 60) -> tuple[Any, Any, Any]:
+    """P(X > Y) with its CI: a [..., n_a], b [..., n_b] -> (p, low, high), each [...].
+
+    Newcombe (2006, "Confidence intervals for an effect size measure based on the Mann-Whitney statistic",
+    Stat. Med. 25, method 5): the thetas whose Hanley-McNeil standard error covers the estimate,
+    |p - theta| <= z sqrt(V(theta)), found by bisection on [0, p] and [p, 1]. Like Wilson's interval for a
+    proportion it stays inside [0, 1] and does not collapse at p = 0 or 1.
+    """
+    x, y = _as_stack(a, "improvement_interval a", 1), _as_stack(b, "improvement_interval b", 1)
+    z = scipy_stats.norm.ppf(_two_sided_quantile(confidence))
+    p = np.asarray(probability_of_improvement(x, y), dtype=np.float64)
+    n_a, n_b = x.shape[-1], y.shape[-1]
+
+    def outside(theta: np.ndarray) -> np.ndarray:
+        return (p - theta) ** 2 > z * z * _improvement_variance(theta, n_a, n_b)
+
+    low_out, low_in = np.zeros_like(p), p.copy()  # bisect the lower end between 0 (outside) and p (inside)
+    high_in, high_out = p.copy(), np.ones_like(p)
+    for _ in range(iterations):
+        middle = (low_out + low_in) / 2
+        low_out, low_in = np.where(outside(middle), middle, low_out), np.where(outside(middle), low_in, middle)
+        middle = (high_in + high_out) / 2
+        high_out, high_in = np.where(outside(middle), middle, high_out), np.where(outside(middle), high_in, middle)
+    return _scalar(p), _scalar(low_in), _scalar(high_in)
 
 
 def _split_differences(pooled: np.ndarray, a_indices: np.ndarray, n_a: int) -> np.ndarray:
@@ -172,14 +299,26 @@ def hedges_g(a: Any, b: Any) -> float:
     return d * correction
 
 
-def _compare_pair(x: np.ndarray, y: np.ndarray, n_resamples: int, random_state: int) -> dict[str, float]:
+def compare_pair(a: Any, b: Any, *, n_resamples: int = 10_000, random_state: int = 0) -> dict[str, float]:
+    """Everything the report says about one pair: a [n_a], b [n_b] (>= 2 runs each) -> one row.
+
+    n_a, n_b, mean_a, mean_b, mean_difference (a - b) with its 95% Welch interval (difference_low /
+    difference_high), welch_t, welch_dof, welch_p, permutation_p, mann_whitney_p, cohens_d, hedges_g, the
+    interquartile means iqm_a / iqm_b, and P(a > b) with its 95% Newcombe interval (prob_improvement,
+    prob_improvement_low / _high). No multiplicity correction: that belongs to the family the pair is in.
+    """
+    x, y = _as_runs(a, "compare_pair a", 2), _as_runs(b, "compare_pair b", 2)
     t, dof, p = welch_t_test(x, y)
+    difference, low, high = welch_interval(x, y)
+    improvement, improvement_low, improvement_high = improvement_interval(x, y)
     return {
         "n_a": int(x.size),
         "n_b": int(y.size),
         "mean_a": float(x.mean()),
         "mean_b": float(y.mean()),
-        "mean_difference": float(x.mean() - y.mean()),
+        "mean_difference": difference,
+        "difference_low": low,
+        "difference_high": high,
         "welch_t": t,
         "welch_dof": dof,
         "welch_p": p,
@@ -187,7 +326,26 @@ def _compare_pair(x: np.ndarray, y: np.ndarray, n_resamples: int, random_state: 
         "mann_whitney_p": mann_whitney(x, y),
         "cohens_d": cohens_d(x, y),
         "hedges_g": hedges_g(x, y),
+        "iqm_a": iqm(x),
+        "iqm_b": iqm(y),
+        "prob_improvement": improvement,
+        "prob_improvement_low": improvement_low,
+        "prob_improvement_high": improvement_high,
     }
+
+
+P_FAMILIES = ("welch_p", "permutation_p", "mann_whitney_p")
+
+
+def holm_family(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of one test family with ``<family>_holm`` added for each p-value family in P_FAMILIES,
+    adjusted over these rows only (new dicts; the input is left as it is)."""
+    rows = [dict(row) for row in rows]
+    for family in P_FAMILIES:
+        adjusted = holm_correction([row[family] for row in rows])
+        for row, value in zip(rows, adjusted, strict=True):
+            row[f"{family}_holm"] = float(value)
+    return rows
 
 
 def pairwise_comparisons(
@@ -195,19 +353,15 @@ def pairwise_comparisons(
 ) -> list[dict[str, Any]]:
     """All pairs of named groups {name: values[n_runs]}, in insertion order (a before b).
 
-    Each row: name_a, name_b, n_a, n_b, mean_a, mean_b, mean_difference (a - b), welch_t, welch_dof,
-    welch_p, permutation_p, mann_whitney_p, cohens_d, hedges_g, and the Holm-adjusted ``*_p_holm`` for
-    each test family, adjusted over all pairs. Every group needs >= 2 runs (Welch).
+    Each row: name_a, name_b, the fields of ``compare_pair``, and the Holm-adjusted ``*_p_holm`` for each
+    test family, adjusted over all pairs. Every group needs >= 2 runs (Welch).
     """
     if len(groups) < 2:
         raise UserError(f"pairwise_comparisons needs at least two groups, got {len(groups)}")
     arrays = {name: _as_runs(values, f"group {name!r}", 2) for name, values in groups.items()}
     rows = [
-        {"name_a": a, "name_b": b, **_compare_pair(arrays[a], arrays[b], n_resamples, random_state)}
+        {"name_a": a, "name_b": b, **compare_pair(arrays[a], arrays[b], n_resamples=n_resamples,
+                                                  random_state=random_state)}
         for a, b in itertools.combinations(arrays, 2)
     ]
-    for family in ("welch_p", "permutation_p", "mann_whitney_p"):
-        adjusted = holm_correction([row[family] for row in rows])
-        for row, value in zip(rows, adjusted, strict=True):
-            row[f"{family}_holm"] = float(value)
-    return rows
+    return holm_family(rows)

@@ -48,6 +48,11 @@ def test_an_unclassified_field_is_refused_when_set(monkeypatch: pytest.MonkeyPat
     ({"sampler_dtype": "bfloat16"}, "sampler_dtype"),
     ({"grad_analysis_every": 2}, "grad_analysis_every"),
     ({"loss_aggregation": "seq_mean_token_sum"}, "loss_aggregation"),
+    ({"overlong_buffer": 4, "advantage": "grpo"}, "overlong_buffer"),
+    ({"policy_loss": "cispo", "loss_aggregation": "seq_mean_token_mean"}, "policy_loss cispo"),
+    ({"policy_loss": "cispo", "cispo_ratio_min": 0.5}, "cispo_ratio_min"),
+    ({"dual_clip_c": 1.1}, "dual_clip_c"),
+    ({"sampler_is_cap": 2.0}, "sampler_is_cap"),
 ])
 def test_refused_settings_name_the_setting_and_the_engine(changes: dict[str, Any], setting: str) -> None:
     with pytest.raises(UserError) as error:
@@ -59,6 +64,7 @@ def test_refused_settings_name_the_setting_and_the_engine(changes: dict[str, Any
 def _effective_trl(args: Any, peft: Any) -> dict[str, Any]:
     """The hyper-parameters a GRPOConfig trains with, in grpolab's terms (one process)."""
     mu = args.num_iterations
+    cispo = args.loss_type == "cispo"
     schedule = {"constant_with_warmup": "constant"}.get(args.lr_scheduler_type.value, args.lr_scheduler_type.value)
     aggregation = {"dapo": "token_mean", "grpo": "seq_mean_token_mean", "dr_grpo": "seq_mean_token_sum_norm"}
     return {
@@ -68,8 +74,15 @@ def _effective_trl(args: Any, peft: Any) -> dict[str, Any]:
         "lr": args.learning_rate, "lr_schedule": schedule, "warmup_steps": args.warmup_steps // mu,
         "weight_decay": args.weight_decay, "adam_betas": (args.adam_beta1, args.adam_beta2),
         "max_grad_norm": args.max_grad_norm, "num_iterations": mu, "epsilon_low": args.epsilon,
-        "clip_high": args.epsilon_high, "beta": args.beta, "k3_without_ratio": not args.use_bias_correction_kl,
-        "loss_aggregation": aggregation[args.loss_type], "temperature": args.temperature, "top_p": args.top_p,
+        "clip_high": None if cispo else args.epsilon_high, "beta": args.beta,
+        "k3_without_ratio": not args.use_bias_correction_kl,
+        "loss_aggregation": "token_mean" if cispo else aggregation[args.loss_type],
+        "policy_loss": "cispo" if cispo else "clip", "cispo_ratio_max": args.epsilon_high if cispo else None,
+        "dual_clip_c": args.delta, "importance_sampling_level": args.importance_sampling_level,
+        "mask_truncated_completions": args.mask_truncated_completions,
+        "sampler_is_cap": args.vllm_importance_sampling_clip_max if args.vllm_importance_sampling_correction
+        and args.vllm_importance_sampling_mode == "token_truncate" else None,
+        "temperature": args.temperature, "top_p": args.top_p,
         "max_new_tokens": args.max_completion_length,
         "dtype": "bfloat16" if args.bf16 else "float32", "fp16": args.fp16,
         "optimizer_steps_per_rollout": args.gradient_accumulation_steps // args.steps_per_generation,
@@ -81,13 +94,18 @@ def _effective_trl(args: Any, peft: Any) -> dict[str, Any]:
 
 
 def _effective_grpolab(config: TrainConfig, micro: int) -> dict[str, Any]:
+    cispo = config.policy_loss == "cispo"
     return {
         "group_size": config.group_size, "prompts_per_step": config.prompts_per_step, "micro_batch_size": micro,
         "steps": config.steps, "seed": config.seed, "lr": config.lr, "lr_schedule": config.lr_schedule,
         "warmup_steps": config.warmup_steps, "weight_decay": config.weight_decay, "adam_betas": config.adam_betas,
         "max_grad_norm": config.max_grad_norm, "num_iterations": config.num_iterations,
-        "epsilon_low": config.epsilon_low, "clip_high": config.clip_high, "beta": config.beta,
-        "k3_without_ratio": True, "loss_aggregation": config.loss_aggregation, "temperature": config.temperature,
+        "epsilon_low": config.epsilon_low, "clip_high": None if cispo else config.clip_high, "beta": config.beta,
+        "k3_without_ratio": True, "loss_aggregation": config.loss_aggregation, "policy_loss": config.policy_loss,
+        "cispo_ratio_max": config.cispo_ratio_max if cispo else None, "dual_clip_c": config.dual_clip_c,
+        "importance_sampling_level": config.importance_sampling_level,
+        "mask_truncated_completions": config.mask_truncated_completions, "sampler_is_cap": config.sampler_is_cap,
+        "temperature": config.temperature,
         "top_p": config.top_p, "max_new_tokens": config.max_new_tokens, "dtype": config.dtype, "fp16": False,
         "optimizer_steps_per_rollout": 1,
         "checkpoint_every": config.checkpoint_every,
@@ -114,11 +132,13 @@ CONFIGS = [
                 loss_aggregation="seq_mean_token_mean", temperature=0.7, top_p=0.9, dtype="bfloat16",
                 lora=True, lora_r=64, lora_alpha=128, checkpoint_every=3, keep_checkpoints=1),
     TrainConfig(engine="trl", max_new_tokens=8, warmup_steps=5, checkpoint_every=0,
-                loss_aggregation="seq_mean_token_sum_norm", lr_schedule="linear"),
+                loss_aggregation="seq_mean_token_sum_norm", lr_schedule="linear", dual_clip_c=3.0,
+                importance_sampling_level="sequence", mask_truncated_completions=True),
+    TrainConfig(engine="trl", max_new_tokens=8, policy_loss="cispo", cispo_ratio_max=4.0),
 ]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["defaults", "everything-set", "linear-dr-grpo"])
+@pytest.mark.parametrize("config", CONFIGS, ids=["defaults", "everything-set", "linear-dr-grpo-gspo", "cispo"])
 def test_trl_trains_with_the_same_hyper_parameters(config: TrainConfig, tmp_path: Any) -> None:
     from trl import GRPOConfig
 
@@ -163,3 +183,13 @@ def test_vllm_is_refused_in_one_line_without_cuda(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(UserError, match=r"^use_vllm needs the vllm package \(engine trl\)"):
         _check_vllm(TrainConfig(engine="trl", use_vllm=True, vllm_mode="server"))
     _check_vllm(TrainConfig(engine="trl"))  # no vLLM asked: nothing to check
+
+
+def test_truncated_importance_sampling_is_trl_s_vllm_correction(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = TrainConfig(engine="trl", use_vllm=True, sampler_is_cap=2.0)
+    kwargs = grpo_arguments(config, output_dir="x", num_processes=1, max_new_tokens=8)
+    assert (kwargs["vllm_importance_sampling_correction"], kwargs["vllm_importance_sampling_mode"],
+            kwargs["vllm_importance_sampling_clip_max"]) == (True, "token_truncate", 2.0)
+    plain = grpo_arguments(TrainConfig(engine="trl", use_vllm=True), output_dir="x", num_processes=1,
+                           max_new_tokens=8)
+    assert plain["vllm_importance_sampling_correction"] is False  # grpolab's default: no correction

@@ -16,7 +16,8 @@ from grpolab.advantages import info
 from grpolab.errors import UserError
 from grpolab.render import chromium_command
 from grpolab.report import screenshot, summary_table, write_report
-from grpolab.report.verdict import families_section, verdict_section
+from grpolab.report.families import families_section
+from grpolab.report.verdict import verdict_section
 from report_sweeps import N_PROMPTS, N_SAMPLES, PROMPTS_PER_STEP, STEPS, synthetic_sweep
 
 
@@ -71,7 +72,9 @@ def test_full_report_is_complete_and_self_contained(full_report: tuple[Path, Pat
     assert "| sign | 2 | 3 | 25.0% | 74.0% | [" in markdown  # start, then the mean of 0.70, 0.74, 0.78
     assert "| dr_grpo | 4 | 3 | 25.0% | 29.0% | [" in markdown  # mean of 0.30, 0.26, 0.31
     assert "| dr_grpo+dynamic | 2 | 3 | 25.0% | 50.0% | [" in markdown  # mean of 0.50, 0.46, 0.54
-    assert "G = 2: sign > dr_grpo by 44.0 points (Holm-adjusted Welch p = " in markdown
+    assert "G = 2 (primary): sign > dr_grpo by 44.0 points, 95% CI [+35.7 points, +52.3 points] (Welch p = " in markdown
+    assert "G = 2: dr_grpo+dynamic > dr_grpo by 20.0 points, 95% CI [+11.7 points, +28.3 points] (Holm-adjusted" \
+        in markdown  # the interval of the larger minus the smaller
     assert "With n = 3 vs 3 seeds the exact permutation test cannot go below p = 0.1" in markdown  # 2 / 20
     budget = f"| dr_grpo+dynamic | 4 | 3 | {int(STEPS * PROMPTS_PER_STEP * 4 * 1.6):,} | 56.0% | 1,920 |"
     assert budget in markdown  # dynamic sampling used 1.6x the completions; budget = the others' total
@@ -171,17 +174,18 @@ def test_verdict_says_where_the_gain_sits_across_the_50_percent_split() -> None:
 
 
 def test_verdict_of_sign_against_the_group_centred_estimators_is_plain_english() -> None:
-    results, _, _ = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=3, sizes=(2,))
-    verdict = _verdict(results)
-    assert ": sign is significantly better than dr_grpo and grpo (n = 3 seeds each)." in verdict
-    tied = results.copy()  # sign's final scores become dr_grpo's: no estimator is better than another
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=3, sizes=(4,))
+    verdict = _verdict(results)  # dr_grpo is the primary pair's; grpo is secondary
+    assert "G = 4, secondary: sign against the group-centred estimators: vs grpo +46.0 points" in verdict
+    assert ": sign is significantly better than grpo (n = 3 seeds of sign)." in verdict
+    tied = results.copy()  # sign's final scores become grpo's: no estimator is better than another
     for seed in range(3):
         ends = tied["phase"].eq("end") & tied["seed"].eq(seed)
-        dr_grpo = tied.loc[ends & tied["estimator"].eq("dr_grpo"), "pass_at_k"].iloc[0]
-        tied.loc[ends & tied["estimator"].eq("sign"), "pass_at_k"] = pd.Series([dr_grpo], dtype=object).values
+        grpo = tied.loc[ends & tied["estimator"].eq("grpo"), "pass_at_k"].iloc[0]
+        tied.loc[ends & tied["estimator"].eq("sign"), "pass_at_k"] = pd.Series([grpo], dtype=object).values
     verdict = _verdict(tied)
-    assert "vs dr_grpo +0.0 points" in verdict
-    assert ": no significant difference between sign and any of them (n = 3 seeds each)." in verdict
+    assert "vs grpo +0.0 points" in verdict
+    assert ": no significant difference between sign and any of them (n = 3 seeds of sign)." in verdict
     assert "better than none" not in verdict
 
 

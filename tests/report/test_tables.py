@@ -8,7 +8,7 @@ import pytest
 
 from grpolab.diagnostics import iid_degeneracy
 from grpolab.report.tables import equal_cost_table, jensen_table, summary_table
-from report_sweeps import N_SAMPLES, PROMPTS_PER_STEP, STEPS, synthetic_sweep
+from report_sweeps import N_SAMPLES, PROMPTS_PER_STEP, STEPS, shifted, synthetic_sweep
 
 
 def test_summary_table_matches_hand_computation() -> None:
@@ -20,7 +20,10 @@ def test_summary_table_matches_hand_computation() -> None:
     assert sign2["final_accuracy"] == pytest.approx((0.70 + 0.74 + 0.78) / 3)
     assert sign2["start_accuracy"] == pytest.approx(0.25)
     assert sign2["change"] == pytest.approx(0.74 - 0.25)
-    assert 0.70 - 1e-9 <= sign2["ci_low"] <= sign2["final_accuracy"] <= sign2["ci_high"] <= 0.78 + 1e-9
+    # Student t: s = 0.04, t_{2, 0.975} = 4.3027, half width 4.3027 * 0.04 / sqrt(3) = 0.0994
+    assert sign2["ci_low"] == pytest.approx(0.74 - 0.0994, abs=1e-4)
+    assert sign2["ci_high"] == pytest.approx(0.74 + 0.0994, abs=1e-4)
+    assert sign2["n_diverged"] == 0 and sign2["variant"] == ""  # an old results table: one variant, no status
     assert table.loc[("dr_grpo", 4), "final_accuracy"] == pytest.approx((0.30 + 0.26 + 0.31) / 3)
     ends = results[(results["phase"] == "end") & (results["estimator"] == "grpo") & (results["group_size"] == 4)]
     assert table.loc[("grpo", 4), "pass@1"] == pytest.approx(np.mean([p[0] for p in ends["pass_at_k"]]))
@@ -61,3 +64,11 @@ def test_equal_cost_table_with_only_end_evaluations() -> None:
     assert table.loc["sign", "accuracy_at_budget"] == pytest.approx(0.72)  # its end evaluation fits
     assert np.isnan(table.loc["dr_grpo+dynamic", "accuracy_at_budget"])  # only its start fits: no claim
     assert table.loc["dr_grpo+dynamic", "completions_end"] == int(STEPS * PROMPTS_PER_STEP * 2 * 1.6)
+
+
+
+def test_the_summary_interval_stays_within_the_range_of_a_score() -> None:
+    results, _, _ = synthetic_sweep(("sign",), seeds=2, sizes=(2,))
+    row = summary_table(shifted(results, "sign", 0.2)).iloc[0]  # 0.90 and 0.94: se 0.02, t_{1, 0.975} = 12.706
+    assert row["ci_low"] == pytest.approx(0.92 - 12.706 * 0.02, abs=1e-3)
+    assert row["ci_high"] == 1.0  # 0.92 + 0.254 cut to the largest possible score

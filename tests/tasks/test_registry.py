@@ -11,7 +11,7 @@ import pytest
 
 from grpolab import tasks
 from grpolab.errors import UserError
-from grpolab.report.data import data_sections
+from grpolab.report.data_section import data_sections
 from grpolab.tasks import Problem, Task, get_task, register_task
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -8,10 +8,10 @@ Under an outcome-only reward every token of a completion gets its completion's a
 assignment of the GRPO-foundations paper), so a per-completion advantage is all the trainer needs.
 
 The package is cut by family: ``registry`` (the entries, lookup and the validating ``compute_advantages``),
-``group`` (group-centred: grpo, dr_grpo, rloo, reinforce_pp, ngrpo, maxrl), ``fixed`` (fixed-reference: sign,
-fixed_baseline, reinforce, nsr, w_reinforce) and ``passk``. Each registry entry carries its paper (title,
-arXiv id, year), its flags, its granularities, its display order and colour; ``grpolab estimators``, the
-report and the docs read them there. Each family module says where it departs from its papers.
+``group`` (group-centred: grpo, dr_grpo, rloo, reinforce_pp, ngrpo, maxrl, batch_std), ``fixed``
+(fixed-reference: sign, fixed_baseline, reinforce, nsr, w_reinforce) and ``passk``. Each registry entry carries
+its paper (title, arXiv id, year), its flags, its granularities, its display order and colour; ``grpolab
+estimators``, the report and the docs read them there. Each family module says where it departs from its papers.
 """
 
 from grpolab.advantages import fixed, group, passk  # noqa: F401  (importing them registers the estimators)

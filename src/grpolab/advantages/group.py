@@ -1,7 +1,7 @@
 """Group-centred estimators: each completion's advantage is measured against its own group's statistics.
 
-``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp``, ``ngrpo`` and ``maxrl``, with the group statistics they share
-(over scorable members only: NaN rewards are left out).
+``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp``, ``ngrpo``, ``maxrl`` and ``batch_std``, with the group
+statistics they share (over scorable members only: NaN rewards are left out).
 
 Departures from the papers:
 
@@ -14,6 +14,8 @@ Departures from the papers:
   asymmetric clipping belongs to the loss (``epsilon_low`` / ``epsilon_high`` in ``grpolab.losses``).
 * ``reinforce_pp`` whitens per completion, not per token (equal under outcome rewards when all completions
   have the same length).
+* ``batch_std`` takes the batch's standard deviation over completions, as TRL's ``scale_rewards="batch"`` does;
+  Lite PPO's batch is the same, its paper does not say whether the std is the sample or the population one.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 
 from grpolab.advantages.registry import Paper, register
 
-__all__ = ["DEEPSEEKMATH", "dr_grpo", "grpo", "maxrl", "ngrpo", "reinforce_pp", "rloo"]
+__all__ = ["DEEPSEEKMATH", "batch_std", "dr_grpo", "grpo", "maxrl", "ngrpo", "reinforce_pp", "rloo"]
 
 DEEPSEEKMATH = Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models",
                      "2402.03300", 2024)
@@ -154,3 +156,20 @@ def maxrl(rewards: torch.Tensor) -> torch.Tensor:
     _, mean, _ = _group_stats(rewards)
     safe_mean = torch.where(mean > 0, mean, torch.ones_like(mean))
     return torch.where(mean > 0, (rewards - mean) / safe_mean, torch.zeros_like(rewards))
+
+
+@register("batch_std", needs_group=True, zero_sum=True, order=12, color="darkcyan",
+          paper=Paper("Tricks or Traps? A Deep Dive into RL for LLM Reasoning", "2508.08221", 2025))
+def batch_std(rewards: torch.Tensor, *, eps: float = 1e-4, std: str = "sample") -> torch.Tensor:
+    """Lite PPO's advantage: A = (r - mean_g) / (std_batch + eps), group-mean centring, batch-level std scaling.
+
+    Liu et al. 2025, Tricks or Traps? A Deep Dive into RL for LLM Reasoning (arXiv 2508.08221); TRL's
+    ``scale_rewards="batch"``. The standard deviation is over every scorable reward of the batch (sample by
+    default, as TRL's; ``std="population"`` divides by their count), so a group whose rewards are all equal
+    still gets 0 while one mixed group is not blown up by its own small spread. A batch whose rewards are all
+    equal gets 0.
+    """
+    _, mean, _ = _group_stats(rewards)
+    count, _, squares = _group_stats(rewards.reshape(1, -1))  # the whole batch as one group: [1, 1]
+    spread = _std(count, squares, std, "batch_std")  # 0 for fewer than two scorable rewards
+    return _divide(rewards - mean, spread.expand_as(rewards), eps)

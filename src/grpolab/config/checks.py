@@ -94,6 +94,46 @@ def _validate_ranges(config: Any) -> None:
     if config.loss_aggregation not in AGGREGATION_MODES:
         raise UserError(f"loss_aggregation must be one of {', '.join(AGGREGATION_MODES)}, "
                         f"got {config.loss_aggregation!r}")
+    _validate_loss_options(config)
+
+
+def _validate_loss_options(config: Any) -> None:
+    """The loss options of docs/losses.md: known names, bounds, and the combinations that mean nothing."""
+    from grpolab.losses import IMPORTANCE_SAMPLING_LEVELS, POLICY_OBJECTIVES
+
+    if config.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+        raise UserError("importance_sampling_level must be token or sequence, "
+                        f"got {config.importance_sampling_level!r}")
+    if config.policy_loss not in POLICY_OBJECTIVES:
+        raise UserError(f"policy_loss must be clip or cispo, got {config.policy_loss!r}")
+    if config.dual_clip_c is not None and config.dual_clip_c <= 1:
+        raise UserError(f"dual_clip_c must be > 1 (Ye et al. use 3), got {config.dual_clip_c}")
+    if config.dual_clip_c is not None and config.policy_loss == "cispo":
+        raise UserError("dual_clip_c caps the clipped objective's loss; cispo has none: drop --dual-clip-c "
+                        "or use --policy-loss clip")
+    if config.cispo_ratio_max <= 1 or (config.cispo_ratio_min is not None and config.cispo_ratio_min >= 1):
+        raise UserError(f"need cispo_ratio_min < 1 < cispo_ratio_max, got {config.cispo_ratio_min}, "
+                        f"{config.cispo_ratio_max}")
+    if config.sampler_is_cap is not None and config.sampler_is_cap <= 0:
+        raise UserError(f"sampler_is_cap must be > 0 (TRL's default is 3), got {config.sampler_is_cap}")
+    _validate_overlong(config)
+
+
+def _validate_overlong(config: Any) -> None:
+    """The overlong reward shaping changes outcome rewards, which must then be allowed to leave {0, 1}."""
+    if config.overlong_buffer is None:
+        return
+    if config.reward_granularity != "outcome":
+        raise UserError("overlong_buffer shapes outcome rewards; use it with reward_granularity outcome")
+    from grpolab.advantages import info
+
+    try:
+        binary_only = info(config.advantage).binary_only
+    except ValueError:
+        return  # an unknown estimator is reported where the estimator is resolved
+    if binary_only:
+        raise UserError(f"overlong_buffer makes the rewards non-binary, and advantage {config.advantage!r} is defined "
+                        "only for binary rewards; pick an estimator such as grpo, dr_grpo, rloo or batch_std")
 
 
 def _validate_granularity(config: Any) -> None:

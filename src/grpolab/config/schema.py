@@ -161,6 +161,31 @@ class TrainConfig:
     """torch threads (default: torch's choice)."""
     progress: bool = setting(True, scope="runtime")
     """Show a progress bar."""
+    # Loss options (docs/losses.md): every default keeps the clipped token-level loss above.
+    importance_sampling_level: str = setting("token", scope="training")
+    """Importance ratio: token (PPO/GRPO) or sequence (GSPO: exp of the mean token log-ratio, clipped per
+    sequence; Zheng et al. 2025, Group Sequence Policy Optimization, arXiv 2507.18071)."""
+    policy_loss: str = setting("clip", scope="training")
+    """Policy objective: clip (PPO's clipped surrogate, arXiv 1707.06347) or cispo (clipped IS weight with
+    stop-gradient times the log-prob; MiniMax-M1, arXiv 2506.13585; bounds --cispo-ratio-min/max)."""
+    cispo_ratio_min: float | None = setting(None, scope="training", at_least=0)
+    """CISPO: lower bound of the IS weight (None = none, as MiniMax-M1 ran it; arXiv 2506.13585)."""
+    cispo_ratio_max: float = setting(5.0, scope="training")
+    """CISPO: upper bound of the IS weight (ScaleRL's and TRL's recommended 5.0; MiniMax-M1, arXiv 2506.13585)."""
+    dual_clip_c: float | None = setting(None, scope="training")
+    """Dual clip: cap the loss of negative-advantage tokens at -A c, c > 1 (None = off; Ye et al. 2020, Mastering
+    Complex Control in MOBA Games with Deep RL, arXiv 1912.09729)."""
+    mask_truncated_completions: bool = setting(False, scope="training")
+    """Completions that hit the token cap without EOS contribute no loss tokens (DAPO overlong filtering,
+    arXiv 2503.14476)."""
+    overlong_buffer: int | None = setting(None, scope="training", at_least=1)
+    """DAPO soft overlong punishment: the last N tokens before the cap get a reward penalty rising linearly to
+    --overlong-penalty (None = off; arXiv 2503.14476); not with binary-only estimators such as sign."""
+    overlong_penalty: float = setting(1.0, scope="training", at_least=0)
+    """DAPO soft overlong punishment: the penalty at the cap (DAPO: 1; arXiv 2503.14476)."""
+    sampler_is_cap: float | None = setting(None, scope="training")
+    """Truncated importance sampling: weight each token's loss by min(pi_trainer / pi_sampler, cap), cap > 0
+    (None = off; Yao et al. 2025, Your Efficient RL Framework Secretly Brings You Off-Policy RL Training, TIS)."""
     # Training engine. Scope "training": the start evaluation is grpolab's own in both engines (the same
     # evaluate() on the same starting policy), so runs that differ only in the engine share it; everything
     # after step 0 (sampling, loss, optimiser) is the engine's.

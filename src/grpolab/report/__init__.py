@@ -6,11 +6,16 @@ figures linked from ``figures/*.png``). ``summary_table(results)`` is the per (e
 prints, ``summary_display`` its formatted form; ``screenshot(html, png)`` renders a report with headless
 Chromium. Modules, in the order data flows through them:
 
-* ``tables``: pure functions of the results and metrics frames (runs, summary, comparisons, Jensen gap,
-  equal cost); no plotting, no files.
+* ``tables``: pure functions of the results and metrics frames (runs, summary, diverged runs, Jensen gap,
+  equal cost, families); no plotting, no files.
+* ``comparisons``: which pairs are tested and how (the primary pair alone, the secondary ones Holm-adjusted,
+  the pairs that are one update under Adam, found by ``same_update``, named instead).
 * ``figures``: matplotlib figures from those frames; the estimators' colours and order.
-* ``verdict``, ``data``, ``sections``: one function per report section, each returning a ``Section``.
+* ``verdict``, ``sections``, ``selection``, ``families``, ``clipping``, ``data_section``: one function per
+  report section, each returning a ``Section``.
 * ``document``: the sections in order, and the two files (``build_sections``, ``write_report``).
+
+The statistics and their measured coverage: docs/report-statistics.md.
 
 The sections are rendered by ``grpolab.render`` (``Section`` -> HTML / Markdown, and the Chromium screenshot),
 the one renderer that the audit page and mechanism.md use too.

@@ -1,8 +1,10 @@
 """The whole ``grpolab compare`` report: its sections in order, written as HTML and as Markdown.
 
 ``build_sections`` checks the results frame and lists the sections (verdict, summary, data, lr selection,
-families, start policy, pass@k, dynamics, equal cost, effective rank, configuration); ``write_report``
-renders them to ``report.html`` and ``report.md`` with ``grpolab.render``.
+families, start policy, pass@k, dynamics, gradient clipping, equal cost, effective rank, configuration);
+``write_report`` renders them to ``report.html`` and ``report.md`` with ``grpolab.render``. Figures and the
+tables that group by estimator alone see each ``--vary`` variant as an estimator ``name+variant``
+(``tables.labelled``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import pandas as pd
 
 from grpolab.errors import UserError
 from grpolab.render import Section, render_html, render_markdown
-from grpolab.report.data import data_sections
+from grpolab.report.clipping import clipping_section
+from grpolab.report.data_section import data_sections
+from grpolab.report.families import families_section
 from grpolab.report.sections import (
     DYNAMIC,
     dynamics_section,
@@ -27,8 +31,9 @@ from grpolab.report.sections import (
     summary_sections,
     usable_metrics,
 )
-from grpolab.report.tables import run_table
-from grpolab.report.verdict import families_section, selection_section, verdict_section
+from grpolab.report.selection import selection_section
+from grpolab.report.tables import labelled, run_table
+from grpolab.report.verdict import verdict_section
 
 RESULTS_COLUMNS = tuple(
     "run_id estimator seed group_size phase step completions_generated greedy_accuracy n pass_at_k successes".split()
@@ -40,20 +45,24 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
     """Every section of the report, in order (figures already rendered to PNG)."""
     _check_results(results)
     usable, problem = usable_metrics(metrics)
-    sections = [verdict_section(results, selection), *summary_sections(results, config), *data_sections(config)]
+    shown = labelled(usable)
+    sections = [verdict_section(results, selection, config, usable), *summary_sections(results, config),
+                *data_sections(config)]
     if selection is not None and not selection.empty:
         sections.append(selection_section(selection))
     family = families_section(results)
     sections += [family] if family is not None else []
     sections += [
         start_section(results, usable),
-        pass_at_k_section(run_table(results)),
-        dynamics_section(usable, problem),
+        pass_at_k_section(labelled(run_table(results))),
+        dynamics_section(shown, problem),
     ]
+    clipping = clipping_section(usable, config)
+    sections += [clipping] if clipping is not None else []
     if results["estimator"].str.contains(DYNAMIC, regex=False).any():
-        sections.append(equal_cost_section(results))
+        sections.append(equal_cost_section(labelled(results)))
     if present(usable, ["grad/effective_rank"]):
-        sections.append(rank_section(usable))
+        sections.append(rank_section(shown))
     sections.append(
         Section(
             "Configuration",
@@ -68,8 +77,11 @@ def _check_results(results: pd.DataFrame) -> None:
     missing = [c for c in RESULTS_COLUMNS if c not in results.columns]
     if missing:
         raise UserError(f"results lack the columns {missing}; pass the sweep's results table")
-    if not (results["phase"] == "end").any():
-        raise UserError("results hold no 'end' evaluation: no run finished, so there is nothing to report")
+    if run_table(results).empty:
+        diverged = "status" in results.columns and results["status"].eq("diverged").any()
+        reason = "every run diverged" if diverged else "no run finished"
+        raise UserError(f"results hold no 'end' evaluation of a run that did not diverge: {reason}, so there is "
+                        "nothing to report; see the runs' summary.json")
 
 
 def write_report(
@@ -80,10 +92,11 @@ def write_report(
 
     results: one row per (run, evaluation) with run_id, estimator, seed, group_size, task, model, steps,
     phase ("start" / "step" / "end"), step, completions_generated, greedy_accuracy, n, pass_at_k [n],
-    successes [P], mean_length. metrics: one row per (run, training step) with run_id, estimator, seed,
-    group_size, step and ``rollout/``, ``starvation/``, ``loss/``, ``perf/``, ``grad/`` columns (any may be
-    missing; empty or None is allowed). config: the sweep settings. selection: the lr-selection runs
-    (``experiments.select_lrs``), or None. Returns (html path, markdown path).
+    successes [P], mean_length, and optionally lr, variant (a --vary setting, "" for none) and status
+    ("finished" / "diverged", with diverged_at_step). metrics: one row per (run, training step) with run_id,
+    estimator, seed, group_size, (variant,) step and ``rollout/``, ``starvation/``, ``loss/``, ``perf/``,
+    ``grad/`` columns (any may be missing; empty or None is allowed). config: the sweep settings. selection:
+    the lr-selection runs (``experiments.select_lrs``), or None. Returns (html path, markdown path).
     """
     out_dir = Path(out_dir)
     sections = build_sections(results, metrics, config, selection)

@@ -7,7 +7,8 @@ Accuracies are drawn in percent.
 
 Departures from the paper's figures (arXiv 2605.07689):
 
-* Figure 1 (accuracy per estimator) adds 95% percentile-bootstrap CIs and every seed as a dot.
+* Figure 1 (accuracy per estimator) adds 95% Student-t CIs and every seed as a dot; a ``--vary`` variant
+  is drawn as an estimator of its own, ``name+variant`` (``tables.labelled``).
 * Figure 2 (start policy): the histogram is of the *start evaluation's* per-prompt success rates c / n (the
   paper histograms training rollouts); the bar pairs show D_real vs D_iid for every group size, both from
   training groups (first steps) and from the start evaluation's counts (unbiased estimator).
@@ -75,7 +76,7 @@ def _accuracy_bar(ax: plt.Axes, x: int, row: pd.Series, seeds: np.ndarray, color
 
 
 def figure_final_accuracy(runs: pd.DataFrame, summary: pd.DataFrame) -> Figure:
-    """Bars of mean final accuracy with 95% bootstrap CI, seeds as dots; one panel per group size.
+    """Bars of mean final accuracy with 95% Student-t CI, seeds as dots; one panel per group size.
 
     runs: one row per run (estimator, group_size, final_accuracy); summary: ``summary_table`` output.
     """
@@ -99,7 +100,7 @@ def figure_final_accuracy(runs: pd.DataFrame, summary: pd.DataFrame) -> Figure:
         ax.set_ylim(0, 105)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("Final held-out score (%)")
-    fig.suptitle("Final accuracy per estimator\n(bars: mean, whiskers: 95% bootstrap CI, dots: seeds)")
+    fig.suptitle("Final accuracy per estimator\n(bars: mean, whiskers: 95% t interval, dots: seeds)")
     fig.tight_layout()
     return fig
 

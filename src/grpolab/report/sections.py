@@ -25,15 +25,14 @@ from grpolab.advantages import display_order, entry_for
 from grpolab.diagnostics.starvation import success_histogram
 from grpolab.render import Section
 from grpolab.report import figures as figs
+from grpolab.report.comparisons import comparisons, permutation_floor_notes, reading
 from grpolab.report.tables import (
     ALPHA,
     N_RESAMPLES,
     START_STEPS,
-    comparisons,
     equal_cost_table,
     jensen_table,
-    permutation_floor_notes,
-    reading,
+    labelled,
     run_table,
     summary_table,
 )
@@ -65,11 +64,13 @@ def summary_display(summary: pd.DataFrame) -> pd.DataFrame:
             return f"n/a (n = {row['n_seeds']})"
         return f"[{_pct(row['ci_low'])}, {_pct(row['ci_high'])}]"
 
+    columns = {"Variant": summary["variant"]} if "variant" in summary and (summary["variant"] != "").any() else {}
+    columns.update({"Estimator": summary["estimator"], "G": summary["group_size"], "Seeds": summary["n_seeds"]})
+    if "n_diverged" in summary and summary["n_diverged"].gt(0).any():
+        columns["Diverged (left out)"] = summary["n_diverged"]
     return pd.DataFrame(
         {
-            "Estimator": summary["estimator"],
-            "G": summary["group_size"],
-            "Seeds": summary["n_seeds"],
+            **columns,
             "Start score": summary["start_accuracy"].map(_pct),
             "Final score": summary["final_accuracy"].map(_pct),
             "95% CI": summary.apply(ci, axis=1),
@@ -82,22 +83,46 @@ def summary_display(summary: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+ROLE_NAMES = {"primary": "primary (alone)", "secondary": "secondary (Holm)", "same_update": "same update",
+              "repeat": "repeat"}
+
+
+def _interval(low: float, high: float, format_value: Any) -> str:
+    return f"[{format_value(low)}, {format_value(high)}]"
+
+
+def _tested_columns(r: dict[str, Any]) -> dict[str, str]:
+    """The statistics of a tested pair; 'n/a' for the rest."""
+    if not r["tested"]:
+        return dict.fromkeys(("95% CI of A - B", "p (its family)", "Welch p", "Permutation p", "P(A > B) [95% CI]",
+                              "IQM A", "IQM B", "Hedges g"), "n/a")
+    return {
+        "95% CI of A - B": _interval(r["difference_low"], r["difference_high"], lambda v: _pct(v, signed=True)),
+        "p (its family)": _num(r["welch_p_holm"]),
+        "Welch p": _num(r["welch_p"]),
+        "Permutation p": _num(r["permutation_p"]),
+        "P(A > B) [95% CI]": f"{r['prob_improvement']:.2f} "
+                             + _interval(r["prob_improvement_low"], r["prob_improvement_high"], lambda v: f"{v:.2f}"),
+        "IQM A": _pct(r["iqm_a"]),
+        "IQM B": _pct(r["iqm_b"]),
+        "Hedges g": _num(r["hedges_g"]),
+    }
+
+
 def _stats_display(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    variant = any(r["variant"] for r in rows)
     return pd.DataFrame(
         [
             {
+                **({"Variant": r["variant"]} if variant else {}),
                 "G": r["group_size"],
                 "Pair (A vs B)": f"{r['name_a']} vs {r['name_b']}",
+                "Role": ROLE_NAMES[r["role"]],
                 "n": f"{r['n_a']} vs {r['n_b']}",
                 "Mean A": _pct(r["mean_a"]),
                 "Mean B": _pct(r["mean_b"]),
                 "A - B": _pct(r["mean_difference"], signed=True),
-                "Welch t": _num(r["welch_t"]),
-                "Welch p": _num(r["welch_p"]),
-                "Permutation p": _num(r["permutation_p"]),
-                "Holm p (Welch)": _num(r["welch_p_holm"]),
-                "Holm p (perm.)": _num(r["permutation_p_holm"]),
-                "Hedges g": _num(r["hedges_g"]),
+                **_tested_columns(r),
             }
             for r in rows
         ]
@@ -115,7 +140,7 @@ def _overview(results: pd.DataFrame, config: dict[str, Any]) -> str:
         f"{results['run_id'].nunique()} runs: estimators {names}; group sizes G = {values('group_size')}; "
         f"seeds {values('seed')}; task {values('task')}; model {values('model')}; "
         f"{values('steps')} training steps. The score is held-out pass@1 of each run's last evaluation "
-        f"(greedy accuracy when no samples were drawn); CIs are 95% percentile bootstraps over seeds."
+        f"(greedy accuracy when no samples were drawn); CIs are 95% Student-t intervals over seeds."
     )
 
 
@@ -148,11 +173,11 @@ def _equal_cost_readings(table: pd.DataFrame) -> list[str]:
 
 def summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Section]:
     runs, summary = run_table(results), summary_table(results)
-    rows, notes = comparisons(runs)
+    rows, notes = comparisons(runs, config)
     notes += permutation_floor_notes(rows)
     readings = [reading(r) for r in rows] + notes
     if results["estimator"].str.contains(DYNAMIC, regex=False).any():
-        readings += _equal_cost_readings(equal_cost_table(results))
+        readings += _equal_cost_readings(equal_cost_table(labelled(results)))
     summary_section = Section(
         "Summary",
         [_overview(results, config), *_papers(results)],
@@ -166,16 +191,19 @@ def summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Sect
                 "final_accuracy",
                 "Final held-out score (pass@1; greedy accuracy without samples) per estimator; bars are means "
                 "over seeds, whiskers 95% "
-                "bootstrap CIs (none for a single seed), dots individual seeds.",
-                _png(figs.figure_final_accuracy(runs, summary)),
+                "Student-t CIs (none for a single seed), dots individual seeds.",
+                _png(figs.figure_final_accuracy(labelled(runs), labelled(summary))),
             )
         ],
     )
     text = (
-        f"Pairs are compared within each group size on final accuracy per seed: Welch's t-test, a "
-        f"permutation test (exact when at most {N_RESAMPLES:,} splits), Holm-adjusted over the pairs of "
-        f"that group size, Hedges' g as effect size. A pair is called different when the Holm-adjusted "
-        f"Welch p < {ALPHA}."
+        "Pairs are compared within each group size (and variant) on final accuracy per seed. The primary pair "
+        "(--primary, declared before the runs) is tested alone; the other pairs are secondary, Holm-adjusted "
+        "among themselves; pairs that are the same update under Adam are listed, not tested. Per pair: the "
+        "difference of means with its 95% Welch interval, Welch's t-test, a permutation test (exact when at "
+        f"most {N_RESAMPLES:,} splits), Hedges' g, and rliable's interquartile means and probability of "
+        "improvement P(A > B) (Agarwal et al. 2021) with Newcombe's 95% interval. A pair is called different "
+        f"when the Welch p of its family (raw for the primary pair, Holm-adjusted otherwise) is < {ALPHA}."
     )
     table = [("Pairwise comparisons of final accuracy", _stats_display(rows))] if rows else []
     statistics = Section("Statistics", [text] if rows else [text, "No test could be run."], table, bullets=notes)

@@ -1,11 +1,23 @@
-"""The sections of the ``grpolab compare`` report that lead with the answer: the verdict, the learning-rate
-selection, and where the gain sits (per prompt family).
+"""The report's "Verdict" section: the answer first, computed, never written by hand.
 
-The verdict is computed, never written by hand: per group size, the estimators ranked by held-out score
-(``tables.score``: pass@1, or greedy accuracy without samples), the best one's gain with its CI and
-its smallest per-seed gain, its margin over the runner-up with the Holm-adjusted Welch p; then sign
-against each group-centred (zero-sum, by the registry) estimator whichever way it falls; then sign at
-each group size (the gradient-starvation paper, arXiv 2605.07689, Fig. 3 right).
+Per group size (and variant), in this order:
+
+1. The primary comparison, declared before the runs (``--primary``; see ``report.comparisons``): the
+   difference of means with its 95% Welch interval and its unadjusted Welch p (it is tested alone), P(A > B)
+   with its interval and the interquartile means (rliable, Agarwal et al. 2021, arXiv 2108.13264); or why it
+   cannot be tested (an arm missing, fewer than 2 finished runs, the same update under Adam).
+2. Who learns most: the best arm's gain with its Student-t CI and its smallest per-seed gain, and its margin
+   over the runner-up with the p of that pair's family.
+3. Secondary: sign against each group-centred (zero-sum, by the registry) estimator, Holm-adjusted among the
+   secondary pairs.
+4. What qualifies the numbers: pairs that are one update under Adam (named, not tested) and the pairs that
+   repeat another through such a stand-in, arms that ran at
+   different lrs, runs that diverged (left out of every mean and test, and counted here), chosen lrs at an
+   end of their grid, and arms clipped at very different rates.
+
+Then sign at each group size (the gradient-starvation paper, arXiv 2605.07689, Fig. 3 right) and where the
+gain sits (per prompt family). Departure from the paper: it tests every pair with a t-test and no
+correction; here only the declared pair is tested without correction.
 """
 
 from __future__ import annotations
@@ -18,78 +30,117 @@ import pandas as pd
 from grpolab import stats
 from grpolab.advantages import display_order, entry_for
 from grpolab.render import Section
-from grpolab.report.tables import (
-    ALPHA,
-    N_RESAMPLES,
+from grpolab.report.clipping import clipping_lines
+from grpolab.report.comparisons import (
+    arm_label,
     comparisons,
-    family_split,
-    family_table,
-    run_table,
-    selection_table,
+    lr_phrase,
+    p_phrase,
+    points,
+    primary_pair,
+    repeat_phrase,
+    same_update_phrase,
 )
+from grpolab.report.selection import unbracketed_lines
+from grpolab.report.tables import ALPHA, diverged_table, family_split, family_table, labelled, run_table
 
-__all__ = ["families_section", "selection_section", "verdict_section"]
+__all__ = ["verdict_section"]
 
 SIGN = "sign"
-
-
-def _pts(value: float) -> str:
-    return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:+.1f} points"
 
 
 def _pct(value: float) -> str:
     return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:.1f}%"
 
 
-def _pair(rows: list[dict[str, Any]], size: int, a: str, b: str) -> dict[str, Any] | None:
-    """The comparison row of a and b at G = size, oriented so that name_a == a."""
+def _pair(rows: list[dict[str, Any]], variant: str, size: int, a: str, b: str) -> dict[str, Any] | None:
+    """The comparison row of a and b at (variant, G), oriented so that name_a == a."""
     for row in rows:
-        if row["group_size"] == size and {row["name_a"], row["name_b"]} == {a, b}:
+        if row["variant"] == variant and row["group_size"] == size and {row["name_a"], row["name_b"]} == {a, b}:
             if row["name_a"] == a:
                 return row
-            return {**row, "name_a": a, "name_b": b, "mean_a": row["mean_b"], "mean_b": row["mean_a"],
-                    "n_a": row["n_b"], "n_b": row["n_a"], "mean_difference": -row["mean_difference"]}
+            flipped = {"name_a": a, "name_b": b, "mean_a": row["mean_b"], "mean_b": row["mean_a"], "n_a": row["n_b"],
+                       "n_b": row["n_a"], "lr_a": row["lr_b"], "lr_b": row["lr_a"],
+                       "mean_difference": -row["mean_difference"]}
+            return {**row, **flipped}
     return None
 
 
-def _best_line(runs: pd.DataFrame, rows: list[dict[str, Any]], size: int) -> str:
-    group = runs[runs["group_size"] == size]
+def _significance(row: dict[str, Any]) -> str:
+    if row["welch_p_holm"] >= ALPHA:
+        return "no significant difference"
+    better = row["name_a"] if row["mean_difference"] > 0 else row["name_b"]
+    return f"{better} is significantly better"
+
+
+def _primary_text(row: dict[str, Any] | None, pair: tuple[str, str], present: set[str]) -> str:
+    """The primary comparison's numbers, or why there are none."""
+    a, b = pair
+    if row is None:
+        missing = [name for name in pair if name not in present]
+        return f"not testable: {' and '.join(missing)} has no finished run here"
+    if row["role"] == "same_update":
+        return f"not tested: {same_update_phrase(row)}"
+    if not row["tested"]:
+        return f"not testable: a test needs at least 2 finished runs per arm (n = {row['n_a']} vs {row['n_b']})"
+    return (f"{a} - {b} = {points(row['mean_difference'])}, 95% CI [{points(row['difference_low'])}, "
+            f"{points(row['difference_high'])}] ({p_phrase(row)}, n = {row['n_a']} vs {row['n_b']}): "
+            f"{_significance(row)}; P({a} > {b}) = {row['prob_improvement']:.2f} "
+            f"[{row['prob_improvement_low']:.2f}, {row['prob_improvement_high']:.2f}]; interquartile means "
+            f"{_pct(row['iqm_a'])} vs {_pct(row['iqm_b'])}")
+
+
+def _primary_lines(runs: pd.DataFrame, rows: list[dict[str, Any]], config: dict[str, Any]) -> list[str]:
+    pair = primary_pair(config, display_order(runs["estimator"]))
+    if pair is None:
+        return []
+    lines = []
+    for (variant, size), group in runs.groupby(["variant", "group_size"]):
+        row = _pair(rows, variant, int(size), *pair)
+        text = _primary_text(row, pair, set(group["estimator"]))
+        lr = lr_phrase(row) if row and row["role"] != "same_update" else ""
+        lines.append(f"Primary comparison ({pair[0]} vs {pair[1]}, declared before the runs), "
+                     f"{arm_label(variant, int(size))}: {text}{lr}.")
+    return lines
+
+
+def _best_line(runs: pd.DataFrame, rows: list[dict[str, Any]], variant: str, size: int) -> str:
+    group = runs[(runs["group_size"] == size) & (runs["variant"] == variant)]
     means = group.groupby("estimator")["final_accuracy"].mean().sort_values(ascending=False)
-    best = means.index[0]
+    best, label = means.index[0], arm_label(variant, size)
     mine = group[group["estimator"] == best]
     gains = (mine["final_accuracy"] - mine["start_accuracy"]).to_numpy(float)
     gains = gains[np.isfinite(gains)]  # a run without a start evaluation has no gain
     if gains.size == 0:
-        return f"G = {size}: {best} reaches the highest held-out score, {_pct(means.iloc[0])} (no start evaluation)."
-    low, high = (stats.bootstrap_ci(gains, n_resamples=N_RESAMPLES, random_state=0)[1:]
-                 if gains.size >= 2 else (np.nan, np.nan))
-    text = (f"G = {size}: {best} learns most, held-out score {_pct(mine['start_accuracy'].mean())} -> "
-            f"{_pct(means.iloc[0])} ({_pts(gains.mean())}, 95% CI [{_pts(low)}, {_pts(high)}]; smallest gain "
-            f"of its {gains.size} seeds {_pts(gains.min())})")
+        return f"{label}: {best} reaches the highest held-out score, {_pct(means.iloc[0])} (no start evaluation)."
+    low, high = stats.t_interval(gains)[1:] if gains.size >= 2 else (np.nan, np.nan)
+    text = (f"{label}: {best} learns most, held-out score {_pct(mine['start_accuracy'].mean())} -> "
+            f"{_pct(means.iloc[0])} ({points(gains.mean())}, 95% CI [{points(low)}, {points(high)}]; smallest gain "
+            f"of its {gains.size} seeds {points(gains.min())})")
     if len(means) > 1:
         second = means.index[1]
-        pair = _pair(rows, size, best, second)
-        test = (f", Holm-adjusted Welch p = {pair['welch_p_holm']:.2g}, n = {pair['n_a']} vs {pair['n_b']}"
-                if pair else " (no test: fewer than 2 seeds)")
-        text += f"; runner-up {second}, {_pts(means.iloc[0] - means.iloc[1])} behind{test}"
+        pair = _pair(rows, variant, size, best, second)
+        test = (f", {p_phrase(pair)}, n = {pair['n_a']} vs {pair['n_b']}" if pair and pair["tested"]
+                else f" ({repeat_phrase(pair)})" if pair and pair["role"] == "repeat" else " (not tested)")
+        text += f"; runner-up {second}, {points(means.iloc[0] - means.iloc[1])} behind{test}"
     return text + "."
 
 
 def _sign_lines(runs: pd.DataFrame, rows: list[dict[str, Any]]) -> list[str]:
-    """One line per group size: sign against every group-centred (zero-sum) estimator, whichever way it falls."""
+    """Per (variant, G): sign against every group-centred (zero-sum) estimator in a tested secondary pair."""
     lines = []
     names = display_order(runs["estimator"])
     zero_sum = [n for n in names if (e := entry_for(n)) is not None and e.zero_sum and "+" not in n]
-    for size in sorted(runs["group_size"].unique()):
-        pairs = [p for other in zero_sum if (p := _pair(rows, int(size), SIGN, other)) is not None]
+    for (variant, size), _ in runs.groupby(["variant", "group_size"]):
+        pairs = [p for other in zero_sum if (p := _pair(rows, variant, int(size), SIGN, other)) is not None
+                 and p["tested"] and p["role"] == "secondary"]
         if not pairs:
             continue
-        parts = [f"vs {p['name_b']} {_pts(p['mean_difference'])} (Holm-adjusted Welch p = {p['welch_p_holm']:.2g})"
-                 for p in pairs]
+        parts = [f"vs {p['name_b']} {points(p['mean_difference'])} ({p_phrase(p)}{lr_phrase(p)})" for p in pairs]
         better = [p["name_b"] for p in pairs if p["welch_p_holm"] < ALPHA and p["mean_difference"] > 0]
         worse = [p["name_b"] for p in pairs if p["welch_p_holm"] < ALPHA and p["mean_difference"] < 0]
-        lines.append(f"G = {size}, sign against the group-centred estimators: {'; '.join(parts)}: "
-                     f"{_sign_verdict(better, worse)} (n = {pairs[0]['n_a']} seeds each).")
+        lines.append(f"{arm_label(variant, int(size))}, secondary: sign against the group-centred estimators: "
+                     f"{'; '.join(parts)}: {_sign_verdict(better, worse)} (n = {pairs[0]['n_a']} seeds of sign).")
     return lines
 
 
@@ -107,16 +158,47 @@ def _sign_verdict(better: list[str], worse: list[str]) -> str:
     return "sign is " + " and ".join(said)
 
 
+def _same_update_lines(rows: list[dict[str, Any]], primary: tuple[str, str] | None) -> list[str]:
+    """The same-update pairs other than the primary one (that one is said in its own line)."""
+    others = [r for r in rows if r["role"] == "same_update"
+              and (primary is None or {r["name_a"], r["name_b"]} != set(primary))]
+    return [f"{arm_label(r['variant'], r['group_size'])}: {same_update_phrase(r)}." for r in others]
+
+
+def _repeat_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per (variant, G) and repeated pair: the pairs that repeat it, not tested."""
+    repeats: dict[tuple[str, int, str], list[str]] = {}
+    for r in (r for r in rows if r["role"] == "repeat"):
+        repeats.setdefault((r["variant"], r["group_size"], r["repeats"]), []).append(f"{r['name_a']} vs {r['name_b']}")
+    return [f"{arm_label(variant, size)}: {_names(pairs)} {'repeats' if len(pairs) == 1 else 'repeat'} {pair}, "
+            "so not tested: the estimator that stands in is the same update under Adam, at the same lr."
+            for (variant, size, pair), pairs in repeats.items()]
+
+
+def _diverged_lines(results: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """Per arm with diverged runs: how many, when, and that the means leave them out."""
+    lines = []
+    for (variant, estimator, size), group in diverged_table(results).groupby(["variant", "estimator", "group_size"]):
+        kept = int(((runs["variant"] == variant) & (runs["estimator"] == estimator)
+                    & (runs["group_size"] == size)).sum())
+        steps = [f"{s:.0f}" for s in sorted(group["diverged_at_step"].dropna())]
+        when = f" (at step {', '.join(steps)})" if steps else ""
+        lines.append(f"{estimator} {arm_label(variant, int(size))}: {len(group)} of {len(group) + kept} runs diverged"
+                     f"{when}; they are left out of every mean and test, which describe only the {kept} run(s) that "
+                     "did not diverge (a survivor bias in that arm's favour).")
+    return lines
+
+
 def _sign_group_sizes(runs: pd.DataFrame) -> list[str]:
-    """sign's gain at each group size, and a Welch test between the two smallest sizes."""
-    sign = runs[runs["estimator"] == SIGN]
+    """sign's gain at each group size, and a Welch test between the two smallest sizes (variant "" only)."""
+    sign = runs[(runs["estimator"] == SIGN) & (runs["variant"] == "")]
     sizes = sorted(sign["group_size"].unique())
     if len(sizes) < 2:
         return []
     gains = {g: (r["final_accuracy"] - r["start_accuracy"]).dropna().to_numpy(float)
              for g, r in sign.groupby("group_size")}
-    parts = ", ".join(f"G = {g}: {_pts(gains[g].mean())} (n = {gains[g].size})" for g in sizes)
-    line = f"sign at each group size (the paper's Fig. 3, right): {parts}"
+    parts = ", ".join(f"G = {g}: {points(gains[g].mean())} (n = {gains[g].size})" for g in sizes)
+    line = f"sign at each group size (the paper's Fig. 3, right; exploratory, not adjusted): {parts}"
     a, b = gains[sizes[0]], gains[sizes[1]]
     if a.size >= 2 and b.size >= 2:
         _, _, p = stats.welch_t_test(b, a)
@@ -126,7 +208,7 @@ def _sign_group_sizes(runs: pd.DataFrame) -> list[str]:
 
 def _family_lines(results: pd.DataFrame) -> list[str]:
     """Where the gain sits, at the largest G; nothing for a task without prompt families."""
-    split = family_split(family_table(results))
+    split = family_split(family_table(labelled(results)))
     if split.empty:
         return []
     largest = split["group_size"].max()
@@ -139,62 +221,43 @@ def _family_lines(results: pd.DataFrame) -> list[str]:
         return [f"Where the gain sits (G = {largest}, change of held-out success in the families that started "
                 f"below 50% vs at or above): " + "; ".join(parts) + "."]
     column, side = ("low_change", "below") if low else ("high_change", "at or above")
-    parts = [f"{name} {_pts(rows.at[name, column])}" for name in names]
+    parts = [f"{name} {points(rows.at[name, column])}" for name in names]
     return [f"Where the gain sits (G = {largest}): every prompt family started {side} 50% held-out success, so "
             f"there is no split; the change in them: " + "; ".join(parts) + "."]
 
 
 def _change(value: float) -> str:
     """A change of success, or 'no family' where an estimator had no family on that side of 50%."""
-    return "no family" if value is None or not np.isfinite(value) else _pts(value)
+    return "no family" if value is None or not np.isfinite(value) else points(value)
 
 
-def verdict_section(results: pd.DataFrame, selection: pd.DataFrame | None) -> Section:
-    """The answer first: who learns fastest and by how much, sign vs group-centred, where the gain sits."""
-    runs = run_table(results)
-    rows, _ = comparisons(runs)
-    bullets = [_best_line(runs, rows, int(size)) for size in sorted(runs["group_size"].unique())]
-    bullets += _sign_lines(runs, rows) + _sign_group_sizes(runs) + _family_lines(results)
+def _intro(selection: pd.DataFrame | None) -> str:
     lr_text = ("Each estimator ran at its own learning rate, chosen per group size on the validation split "
                "(never on the test split; see Learning-rate selection). " if selection is not None else
                "Every estimator ran at the same learning rate (no --lrs): a difference may come from the "
                "learning rate rather than the estimator. ")
-    text = (f"Held-out score = pass@1 on the test split (mean success of the evaluation samples at the training "
+    return (f"Held-out score = pass@1 on the test split (mean success of the evaluation samples at the training "
             f"temperature; greedy accuracy when no samples were drawn), at the end of training. {lr_text}"
-            f"A difference is called significant when its Holm-adjusted Welch p < {ALPHA}.")
-    return Section("Verdict", [text], bullets=bullets)
+            f"The primary comparison (--primary) was declared before the runs and is tested alone: significant "
+            f"when its Welch p < {ALPHA}. Every other pair is secondary: significant when its Welch p, "
+            "Holm-adjusted over the secondary pairs of its group size, is below that. CIs are 95% Welch "
+            "(differences) or Student-t (one arm) intervals over seeds.")
 
 
-def selection_section(selection: pd.DataFrame) -> Section:
-    """The lr grid: mean validation score per (estimator, G, lr), the chosen lr marked."""
-    table = selection_table(selection)
-    order = {name: i for i, name in enumerate(display_order(table["estimator"]))}
-    table = table.sort_values(["group_size", "estimator", "lr"], key=lambda s: s.map(order) if s.name == "estimator"
-                              else s)
-    display = pd.DataFrame({
-        "Estimator": table["estimator"], "G": table["group_size"], "lr": table["lr"].map(lambda v: f"{v:g}"),
-        "Validation score": table["validation_score"].map(_pct), "Seeds": table["seeds"],
-        "Chosen": table["selected"].map(lambda v: "yes" if v else ""),
-    })
-    text = ("Every (estimator, G) was trained at each learning rate of --lrs on separate selection seeds "
-            "(1000, 1001, ...), scored on the validation split (disjoint from train and test), and the lr with "
-            "the best mean validation score was chosen (ties: the smaller lr). The results above are fresh "
-            "runs at the chosen lr; the selection runs are never reported as results.")
-    return Section("Learning-rate selection", [text], [("Validation score per learning rate", display)])
+def verdict_section(results: pd.DataFrame, selection: pd.DataFrame | None, config: dict[str, Any] | None = None,
+                    metrics: pd.DataFrame | None = None) -> Section:
+    """The answer first: the primary comparison, who learns fastest and by how much, sign vs group-centred,
+    and everything that qualifies those numbers."""
+    config = config or {}
+    runs = run_table(results)
+    rows, _ = comparisons(runs, config)
+    primary = primary_pair(config, display_order(runs["estimator"]))
+    arms = runs[["variant", "group_size"]].drop_duplicates().sort_values(["variant", "group_size"])
+    bullets = _primary_lines(runs, rows, config)
+    bullets += [_best_line(runs, rows, v, int(g)) for v, g in arms.itertuples(index=False)]
+    bullets += _sign_lines(runs, rows)
+    bullets += _same_update_lines(rows, primary) + _repeat_lines(rows)
+    bullets += _diverged_lines(results, runs) + unbracketed_lines(selection) + clipping_lines(metrics, config)
+    bullets += _sign_group_sizes(runs) + _family_lines(results)
+    return Section("Verdict", [_intro(selection)], bullets=bullets)
 
-
-def families_section(results: pd.DataFrame) -> Section | None:
-    """Start and end success per prompt family, for each estimator at each group size; None without families."""
-    table = family_table(results)
-    if table.empty:
-        return None
-    wide = table.pivot_table(index=["group_size", "family"], columns="estimator", values="end").reset_index()
-    start = table.groupby(["group_size", "family"])["start"].mean().reset_index()
-    wide = start.merge(wide, on=["group_size", "family"]).sort_values(["group_size", "start"])
-    names = display_order([c for c in wide.columns if c not in ("group_size", "family", "start")])
-    display = pd.DataFrame({"G": wide["group_size"], "Family": wide["family"], "Start": wide["start"].map(_pct),
-                            **{f"{name} end": wide[name].map(_pct) for name in names}})
-    text = ("Mean per-prompt success (over the evaluation samples) in each prompt family at the start and at "
-            "the end of training, mean over seeds. Families are ordered by their starting success: the "
-            "low-success families are where group-centred advantages starve (most groups all wrong).")
-    return Section("Per-family breakdown", [text], [("Held-out success per prompt family", display)])

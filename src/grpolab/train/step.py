@@ -12,6 +12,10 @@ Departure from the papers, exact in its result: with beta = 0 the rows whose adv
 completion token are not forwarded (their gradient is exactly 0, and they still count in the loss's
 denominator), so that a starved group costs no compute.
 
+The loss options (docs/losses.md) enter at three places: ``step_advantages`` (DAPO's overlong reward shaping,
+``grpolab.overlong``), ``loss_mask`` (DAPO's truncation masking) and ``_policy_loss_terms`` (GSPO, CISPO, the
+dual clip and the TIS weights against the sampler's log-probs); ``loss_option_metrics`` logs what they did.
+
 ``rollout/sampler_kl`` is the mean per-token KL(sampler || trainer) over the completions the update
 forwards (so it is absent on a step that trains none): the sampler may run other kernels and weights
 in bfloat16 (``fast_decode``), and this says how far its distribution is from the one being trained,
@@ -35,12 +39,13 @@ from grpolab.engine import prefix_packing
 from grpolab.engine.collect import ScoredBatch
 from grpolab.engine.rollout import Rollout, token_logprobs
 from grpolab.errors import UserError
-from grpolab.losses import PolicyLossTerms, aggregate, aggregation_denominator, policy_loss
+from grpolab.losses import PolicyLossTerms, aggregate, aggregation_denominator, policy_loss, truncated_is_weights
+from grpolab.overlong import overlong_penalty, shape_rewards
 from grpolab.process_rewards import completion_advantages, token_advantages
 from grpolab.tasks import Problem
 
-__all__ = ["LossTotals", "MicroBatch", "StepBatch", "build_optimizer", "completion_view", "sampler_kl",
-           "step_advantages", "trained_rows", "update_policy"]
+__all__ = ["LossTotals", "MicroBatch", "StepBatch", "build_optimizer", "completion_view", "loss_mask",
+           "loss_option_metrics", "sampler_kl", "step_advantages", "trained_rows", "update_policy"]
 
 
 def _pad_to(tensor: torch.Tensor, width: int, *, left: bool, value: float = 0.0) -> torch.Tensor:
@@ -175,21 +180,42 @@ def _join(a: Any, b: Any, metadata: Mapping[str, Any]) -> Any:
     return torch.cat([a, b])
 
 
-def step_advantages(batch: StepBatch, config: TrainConfig) -> torch.Tensor:
+def step_advantages(batch: StepBatch, config: TrainConfig, *, max_length: int | None = None) -> torch.Tensor:
     """The advantages of a batch under the config's estimator: [P, G] of the outcome rewards, or [B, T] of the
-    per-token rewards (``--reward-granularity token``). Raises a ``UserError`` when the estimator refuses the
-    rewards or the advantages overflow float32 (the loss's dtype)."""
+    per-token rewards (``--reward-granularity token``). With ``overlong_buffer`` the outcome rewards first get
+    DAPO's overlong penalty against the token cap ``max_length`` (``grpolab.overlong``). Raises a ``UserError``
+    when the estimator refuses the rewards or the advantages overflow float32 (the loss's dtype)."""
     try:
         if batch.token_rewards is not None:
             advantages = token_advantages(config.advantage, batch.token_rewards, batch.completion_mask,
                                           batch.group_size, **config.advantage_kwargs)
         else:
-            advantages = compute_advantages(config.advantage, batch.rewards, **config.advantage_kwargs)
+            advantages = compute_advantages(config.advantage, _outcome_rewards(batch, config, max_length),
+                                            **config.advantage_kwargs)
         if not torch.isfinite(advantages.float()).all():
             raise ValueError(f"advantages up to {advantages.abs().max().item():.3g} overflow float32")
     except ValueError as error:
         raise UserError(str(error)) from None
     return advantages
+
+
+def _outcome_rewards(batch: StepBatch, config: TrainConfig, max_length: int | None) -> np.ndarray:
+    """The rewards [P, G] the estimator sees: the batch's, with DAPO's overlong penalty under ``overlong_buffer``."""
+    if config.overlong_buffer is None:
+        return batch.rewards
+    if max_length is None:
+        raise ValueError("overlong_buffer needs the completion length cap (max_length)")
+    return shape_rewards(batch.rewards, batch.lengths, max_length=max_length, buffer=config.overlong_buffer,
+                         penalty=config.overlong_penalty)
+
+
+def loss_mask(batch: StepBatch, config: TrainConfig) -> torch.Tensor:
+    """[B, T] float mask of the tokens that count in the loss: the completion tokens, less those of truncated
+    completions under ``mask_truncated_completions`` (DAPO's overlong filtering)."""
+    mask = batch.completion_mask.float()
+    if config.mask_truncated_completions:
+        mask = mask * (~batch.truncated.bool()).float().unsqueeze(1)
+    return mask
 
 
 def completion_view(batch: StepBatch, advantages: torch.Tensor) -> torch.Tensor:
@@ -262,6 +288,8 @@ class MicroBatch:
             None: the current log-probs, detached, take their place.
         ref_logprobs: [b, T] frozen log-probs of the reference policy (beta > 0), else None.
         sampler_logprobs: [b, T] the sampler's own log-probs, else None.
+        is_weights: [b, T] TIS weights against the sampler (``sampler_is_cap``), else None: computed in the
+            micro-step, from the policy that sampled.
     """
 
     rows: list[int]
@@ -276,16 +304,22 @@ class MicroBatch:
 @dataclass(frozen=True)
 class LossTotals:
     """Sums over the micro-batches of one optimizer step: the aggregated loss, and the masked per-token sums
-    of the KL to the reference, of the clipped indicator and of the sampler KL."""
+    of the KL to the reference, of the clipped indicators (any bound, and each bound), of the sampler KL and
+    of the TIS weights; ``is_weight_max`` is a maximum, not a sum."""
 
     loss: float = 0.0
     kl: float = 0.0
     clipped: float = 0.0
     sampler_kl: float = 0.0
+    clipped_low: float = 0.0
+    clipped_high: float = 0.0
+    clipped_dual: float = 0.0
+    is_weight: float = 0.0
+    is_weight_max: float = 0.0
 
     def __add__(self, other: LossTotals) -> LossTotals:
-        return LossTotals(self.loss + other.loss, self.kl + other.kl, self.clipped + other.clipped,
-                          self.sampler_kl + other.sampler_kl)
+        sums = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        return LossTotals(**{**sums, "is_weight_max": max(self.is_weight_max, other.is_weight_max)})
 
 
 def update_policy(
@@ -295,7 +329,7 @@ def update_policy(
     """``num_iterations`` optimizer steps on ``batch`` with advantages [P, G] (outcome) or [B, T] (per token);
     returns ``loss/*`` metrics. With beta = 0 the rows whose advantage is 0 everywhere are not forwarded
     (their gradient is exactly 0)."""
-    mask = batch.completion_mask.float()
+    mask = loss_mask(batch, config)
     rows = trained_rows(batch, advantages, config)
     micro_batches = _micro_batches(model, batch, advantages, rows, config, max_length=max_length,
                                    reference=reference)
@@ -316,8 +350,32 @@ def update_policy(
         "loss/clip_fraction": totals.clipped / max(tokens, 1.0), "loss/grad_norm": grad_norm,
         "loss/lr": lr, "loss/trained_sequences": float(len(rows)), "loss/train_tokens": tokens,
     }
+    metrics["loss/clipped"] = float(0 < config.max_grad_norm < grad_norm)  # loss/grad_norm is the pre-clip norm
     if batch.sampler_logprobs is not None and tokens > 0:
         metrics["rollout/sampler_kl"] = totals.sampler_kl / tokens
+    metrics.update(loss_option_metrics(totals, batch, mask, config, tokens=tokens, max_length=max_length))
+    return metrics
+
+
+def loss_option_metrics(totals: LossTotals, batch: StepBatch, mask: torch.Tensor, config: TrainConfig, *,
+                        tokens: float, max_length: int) -> dict[str, float]:
+    """What the loss options did in the last iteration (docs/losses.md): shares of the trained tokens clipped by
+    each bound, the share of completion tokens masked for truncation, the TIS weights' mean and maximum and the
+    mean overlong penalty (the last four only when their option is on)."""
+    share = max(tokens, 1.0)
+    metrics = {"loss/clip_fraction_low": totals.clipped_low / share,
+               "loss/clip_fraction_high": totals.clipped_high / share}
+    if config.dual_clip_c is not None:
+        metrics["loss/clip_fraction_dual"] = totals.clipped_dual / share
+    if config.mask_truncated_completions:
+        metrics["loss/masked_truncated"] = 1.0 - float(mask.sum()) / max(float(batch.completion_mask.sum()), 1.0)
+    if config.sampler_is_cap is not None and tokens > 0:
+        metrics["loss/is_weight_mean"] = totals.is_weight / tokens
+        metrics["loss/is_weight_max"] = totals.is_weight_max
+    if config.overlong_buffer is not None and batch.size:
+        penalty = overlong_penalty(batch.lengths, max_length=max_length, buffer=config.overlong_buffer,
+                                   penalty=config.overlong_penalty)
+        metrics["rollout/overlong_penalty"] = float(penalty.mean())
     return metrics
 
 
@@ -329,19 +387,24 @@ def _row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 
 def trained_rows(batch: StepBatch, advantages: torch.Tensor, config: TrainConfig) -> list[int]:
     """The rows the update forwards: all of them when beta > 0 (the KL term has a gradient everywhere), else
-    those whose advantage is not 0 on some completion token (the others contribute an exactly 0 gradient)."""
+    those whose advantage is not 0 on some completion token (the others contribute an exactly 0 gradient);
+    under ``mask_truncated_completions`` never a truncated one (it has no loss token, not even a KL one)."""
+    mask = loss_mask(batch, config)
     if config.beta > 0:
-        return list(range(batch.size))
-    mask = batch.completion_mask.float()
-    flat = _row_advantages(advantages, mask)
-    carries = (flat * mask).abs().sum(dim=1) > 0 if flat.dim() == 2 else flat != 0  # [B]
-    return torch.nonzero(carries).flatten().tolist()
+        rows = list(range(batch.size))
+    else:
+        flat = _row_advantages(advantages, mask)
+        carries = (flat * mask).abs().sum(dim=1) > 0 if flat.dim() == 2 else flat != 0  # [B]
+        rows = torch.nonzero(carries).flatten().tolist()
+    if config.mask_truncated_completions:
+        rows = [row for row in rows if mask[row].any()]
+    return rows
 
 
 def _micro_batches(model: torch.nn.Module, batch: StepBatch, advantages: torch.Tensor, rows: list[int],
                    config: TrainConfig, *, max_length: int, reference: torch.nn.Module | None) -> list[MicroBatch]:
     """``rows`` cut into micro-batches of ``micro_batch_size``, with their frozen log-probs computed once."""
-    mask = batch.completion_mask.float()
+    mask = loss_mask(batch, config)
     flat = _row_advantages(advantages, mask)  # [B] or [B, T]
     denominator = aggregation_denominator(mask, config.loss_aggregation, max_length=max_length)
     chunks = [rows[i : i + config.micro_batch_size] for i in range(0, len(rows), config.micro_batch_size)]
@@ -360,22 +423,47 @@ def _micro_step(model: torch.nn.Module, batch: StepBatch, micro: MicroBatch, con
     their sums."""
     logprobs = _logprobs(model, batch, micro.rows, config)
     before = micro.old_logprobs if micro.old_logprobs is not None else logprobs.detach()  # the sampling policy
-    terms = _policy_loss_terms(logprobs, before, micro, config)
+    is_weights = _is_weights(before, micro, config)
+    terms = _policy_loss_terms(logprobs, before, micro, config, is_weights)
     loss = aggregate(terms.loss, micro.mask, config.loss_aggregation, denominator=micro.denominator)
     loss.backward()
     sampler = 0.0
     if micro.sampler_logprobs is not None:
         sampler = float((sampler_kl(micro.sampler_logprobs, before) * micro.mask).sum())
     return LossTotals(loss=float(loss.detach()), kl=float((terms.kl * micro.mask).sum()),
-                      clipped=float((terms.clipped * micro.mask).sum()), sampler_kl=sampler)
+                      clipped=float((terms.clipped * micro.mask).sum()), sampler_kl=sampler,
+                      **_option_sums(terms, is_weights, micro.mask))
 
 
 def _policy_loss_terms(logprobs: torch.Tensor, old_logprobs: torch.Tensor, micro: MicroBatch,
-                       config: TrainConfig) -> PolicyLossTerms:
-    """The per-token policy loss [b, T] of a micro-batch under the config's loss settings: the one place the
-    update calls ``grpolab.losses``' policy loss."""
-    return policy_loss(logprobs, old_logprobs, micro.advantages, epsilon_low=config.epsilon_low,
-                       epsilon_high=config.epsilon_high, ref_logprobs=micro.ref_logprobs, beta=config.beta)
+                       config: TrainConfig, is_weights: torch.Tensor | None = None) -> PolicyLossTerms:
+    """The per-token policy loss [b, T] of a micro-batch under the config's loss settings (docs/losses.md): the
+    one place the update calls ``grpolab.losses``' policy loss."""
+    return policy_loss(
+        logprobs, old_logprobs, micro.advantages, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
+        ref_logprobs=micro.ref_logprobs, beta=config.beta, objective=config.policy_loss,
+        importance_sampling_level=config.importance_sampling_level, mask=micro.mask, dual_clip_c=config.dual_clip_c,
+        cispo_ratio_min=config.cispo_ratio_min, cispo_ratio_max=config.cispo_ratio_max, is_weights=is_weights,
+    )
+
+
+def _is_weights(before: torch.Tensor, micro: MicroBatch, config: TrainConfig) -> torch.Tensor | None:
+    """TIS weights [b, T] under ``sampler_is_cap``: the trainer's pre-update log-probs ``before`` against the
+    sampler's; else None."""
+    if config.sampler_is_cap is None:
+        return None
+    if micro.sampler_logprobs is None:
+        raise UserError("sampler_is_cap needs the sampler's log-probs, and this batch has none; drop --sampler-is-cap")
+    return truncated_is_weights(before, micro.sampler_logprobs, config.sampler_is_cap)
+
+
+def _option_sums(terms: PolicyLossTerms, is_weights: torch.Tensor | None, mask: torch.Tensor) -> dict[str, float]:
+    """The masked sums of each bound's clipped indicator and of the TIS weights, and the weights' maximum."""
+    sums = {f"clipped_{bound}": float((getattr(terms, f"clipped_{bound}") * mask).sum())
+            for bound in ("low", "high", "dual")}
+    if is_weights is not None and mask.any():
+        sums.update(is_weight=float((is_weights * mask).sum()), is_weight_max=float(is_weights[mask > 0].max()))
+    return sums
 
 
 def sampler_kl(sampler_logprobs: torch.Tensor, trainer_logprobs: torch.Tensor) -> torch.Tensor:

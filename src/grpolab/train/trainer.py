@@ -229,7 +229,7 @@ class Trainer:
     def _advantages(self, batch: StepBatch, step: int) -> torch.Tensor:
         """Advantages [P, G] of the outcome rewards, or [B, T] of the per-token rewards."""
         try:
-            return step_advantages(batch, self.config)
+            return step_advantages(batch, self.config, max_length=self.max_new_tokens)
         except UserError as error:  # e.g. a user verifier's non-binary rewards under a binary-only estimator
             raise UserError(f"step {step}: {error}; pick a matching --verifier / --advantage") from None
 

@@ -23,6 +23,10 @@ The conversions that are not one-to-one (P prompts, G completions, B = P * G, n 
   ``grpo``, seq_mean_token_sum_norm -> ``dr_grpo`` (the constant is ``max_completion_length``);
   seq_mean_token_sum has no TRL loss and is refused.
 * ``beta``: grpolab's KL term is k3 without an importance weight, so ``use_bias_correction_kl`` is False.
+* ``policy_loss`` cispo is ``loss_type="cispo"`` with ``epsilon_high`` = ``cispo_ratio_max`` (TRL's CISPO has no
+  lower bound and aggregates over tokens); ``dual_clip_c`` is TRL's two-sided clip ``delta``, the same loss
+  when it is at least 1 + epsilon_high; ``sampler_is_cap`` is TRL's vLLM correction ``token_truncate`` with
+  that cap (TRL's own default correction is switched off without it); overlong shaping is refused.
 * ``dtype``: ``bf16`` (TRL's default True is overridden), and ``adam_betas`` set both of TRL's betas.
 """
 
@@ -65,6 +69,14 @@ MAPPED: dict[str, tuple[str, ...]] = {
     "keep_checkpoints": ("save_total_limit",),
     "use_vllm": ("use_vllm",),
     "vllm_mode": ("vllm_mode",),
+    "importance_sampling_level": ("importance_sampling_level",),
+    "policy_loss": ("loss_type",),
+    "cispo_ratio_max": ("epsilon_high",),
+    "cispo_ratio_min": (),  # TRL's CISPO has no lower bound: only None is accepted (check_supported)
+    "dual_clip_c": ("delta",),
+    "mask_truncated_completions": ("mask_truncated_completions",),
+    "sampler_is_cap": ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                       "vllm_importance_sampling_clip_max"),
 }
 
 GRPOLAB_SIDE: dict[str, str] = {
@@ -91,6 +103,8 @@ REFUSED: dict[str, str] = {
     "grad_analysis_every": "the gradient geometry needs grpolab's own update",
     "grad_analysis_params": "the gradient geometry needs grpolab's own update",
     "grad_analysis_sketch_dim": "the gradient geometry needs grpolab's own update",
+    "overlong_buffer": "TRL has no overlong reward shaping",
+    "overlong_penalty": "TRL has no overlong reward shaping",
 }
 
 _LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
@@ -118,6 +132,41 @@ def check_supported(config: TrainConfig) -> None:
     if config.loss_aggregation not in _LOSS_TYPES:
         raise UserError(f"loss_aggregation {config.loss_aggregation!r} is not supported by engine trl (TRL has no "
                         f"such loss); use one of {', '.join(_LOSS_TYPES)} or --engine grpolab")
+    _check_loss_options(config)
+
+
+def _check_loss_options(config: TrainConfig) -> None:
+    """The loss options TRL can express only in part."""
+    refusals = [
+        (config.policy_loss == "cispo" and config.loss_aggregation != "token_mean", "policy_loss cispo",
+         "TRL's CISPO aggregates over tokens only; add --loss-aggregation token_mean"),
+        (config.policy_loss == "cispo" and config.cispo_ratio_min is not None, "cispo_ratio_min",
+         "TRL's CISPO has no lower bound on the IS weight; drop --cispo-ratio-min"),
+        (config.dual_clip_c is not None and config.dual_clip_c < 1 + config.clip_high, "dual_clip_c",
+         "TRL's two-sided clip (delta) equals the dual clip only from 1 + epsilon_high up; raise it"),
+        (config.sampler_is_cap is not None and not config.use_vllm, "sampler_is_cap",
+         "without vLLM TRL samples with the trained model itself, so there is no sampler mismatch to correct; "
+         "add --use-vllm or drop it"),
+    ]
+    for refused, setting, why in refusals:
+        if refused:
+            raise UserError(f"{setting} is not supported by engine trl as set: {why} (or use --engine grpolab)")
+
+
+def _loss(config: TrainConfig) -> dict[str, Any]:
+    """``loss_type`` and the ratio bounds: the clipped surrogate (aggregation as set) or CISPO."""
+    if config.policy_loss == "cispo":
+        return {"loss_type": "cispo", "epsilon": config.epsilon_low, "epsilon_high": config.cispo_ratio_max}
+    return {"loss_type": _LOSS_TYPES[config.loss_aggregation], "epsilon": config.epsilon_low,
+            "epsilon_high": config.clip_high, "delta": config.dual_clip_c}
+
+
+def _sampler_correction(config: TrainConfig) -> dict[str, Any]:
+    """grpolab's truncated importance sampling (per token, capped) as TRL's vLLM correction; off without it."""
+    if config.sampler_is_cap is None:
+        return {"vllm_importance_sampling_correction": False}
+    return {"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "token_truncate",
+            "vllm_importance_sampling_clip_max": config.sampler_is_cap}
 
 
 def batch_layout(config: TrainConfig, num_processes: int) -> tuple[int, int]:
@@ -159,8 +208,9 @@ def grpo_arguments(config: TrainConfig, *, output_dir: str, num_processes: int, 
         "learning_rate": config.lr, "lr_scheduler_type": _schedule(config), "warmup_steps": config.warmup_steps * mu,
         "weight_decay": config.weight_decay, "adam_beta1": config.adam_betas[0], "adam_beta2": config.adam_betas[1],
         "optim": "adamw_torch", "max_grad_norm": config.max_grad_norm,
-        "epsilon": config.epsilon_low, "epsilon_high": config.clip_high, "beta": config.beta,
-        "use_bias_correction_kl": False, "loss_type": _LOSS_TYPES[config.loss_aggregation],
+        **_loss(config), "beta": config.beta, "use_bias_correction_kl": False,
+        "importance_sampling_level": config.importance_sampling_level,
+        "mask_truncated_completions": config.mask_truncated_completions, **_sampler_correction(config),
         "temperature": config.temperature, "top_p": config.top_p, "top_k": 0,
         "max_completion_length": max_new_tokens, "bf16": config.dtype == "bfloat16", "fp16": False,
         "seed": config.seed, "data_seed": config.seed, "use_vllm": config.use_vllm, "vllm_mode": config.vllm_mode,

@@ -35,7 +35,9 @@ __all__ = ["RecordingGRPOTrainer", "RolloutRecord", "RunRecorder"]
 
 # TRL's logged name -> grpolab's metric name
 _TRL_NAMES = {"loss": "loss/total", "kl": "loss/kl", "clip_ratio/region_mean": "loss/clip_fraction",
-              "grad_norm": "loss/grad_norm", "learning_rate": "loss/lr", "entropy": "rollout/entropy"}
+              "clip_ratio/low_mean": "loss/clip_fraction_low", "clip_ratio/high_mean": "loss/clip_fraction_high",
+              "cispo_clip_ratio": "loss/clip_fraction_high", "grad_norm": "loss/grad_norm", "learning_rate": "loss/lr",
+              "entropy": "rollout/entropy"}
 
 
 @dataclass

@@ -1,0 +1,255 @@
+"""Which pairs of arms the report tests, and how: one primary comparison declared before the runs, the other
+pairs secondary, and the pairs that are one update under Adam named instead of tested.
+
+Within each (variant, group size), the arms are the estimators' finished runs (``tables.run_table``). The
+primary pair is ``--primary`` (the sweep's ``primary`` setting, "A,B"; without it "sign,dr_grpo" when both
+ran, else the first two estimators of the sweep): it is tested alone, so its p-value is not adjusted. Every
+other testable pair is secondary and Holm-adjusted among the secondary pairs of its (variant, G) (Holm 1979).
+A pair whose advantages are one positive multiple of each other on every reward pattern
+(``report.same_update``) is the same update under Adam: it is listed, never tested, and spends no alpha. When
+such a pair also ran at the same lr, one of the two stands in for both (the primary pair's member, else the
+first in display order), and a pair with the other one is a "repeat" of the stand-in's pair: listed, not
+tested (sign vs grpo at G = 2 repeats sign vs dr_grpo).
+
+Each tested pair carries ``grpolab.stats.compare_pair``: the difference of means with its 95% Welch interval,
+Welch / permutation / Mann-Whitney p-values, Hedges' g, the interquartile means and P(A > B) with Newcombe's
+interval (rliable's summaries, Agarwal et al. 2021, arXiv 2108.13264). Departure from rliable: no
+stratified bootstrap (see ``grpolab.stats``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from grpolab import stats
+from grpolab.advantages import display_order
+from grpolab.report.same_update import same_update_ratio
+from grpolab.report.tables import ALPHA, N_RESAMPLES
+
+__all__ = ["arm_label", "comparisons", "lr_phrase", "p_phrase", "permutation_floor_notes", "points", "primary_pair",
+           "reading", "repeat_phrase", "same_update_phrase"]
+
+DEFAULT_PRIMARY = ("sign", "dr_grpo")
+
+
+def arm_label(variant: str, size: int) -> str:
+    """'G = 4', or 'G = 4 (max_grad_norm=0)' for a variant."""
+    return f"G = {size}" + (f" ({variant})" if variant else "")
+
+
+def _names(value: Any) -> list[str]:
+    """A comma-separated string or a list of names -> the names."""
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return [str(name) for name in value or []]
+
+
+def primary_pair(config: dict[str, Any], present: list[str]) -> tuple[str, str] | None:
+    """The declared primary pair (``config["compare"]["primary"]``, "A,B"), else the default: sign and dr_grpo
+    when the sweep ran both, else its first two estimators. ``present``: the estimators that have runs (the
+    sweep's list when the config does not hold one). None when fewer than two estimators ran."""
+    compare = config.get("compare") or {}
+    declared = _names(compare.get("primary"))
+    if len(declared) == 2:
+        return declared[0], declared[1]
+    estimators = _names(compare.get("estimators") or config.get("estimators")) or list(present)
+    if all(name in estimators for name in DEFAULT_PRIMARY):
+        return DEFAULT_PRIMARY
+    return (estimators[0], estimators[1]) if len(estimators) >= 2 else None
+
+
+def _equivalence_checkable(config: dict[str, Any], variant: str = "") -> bool:
+    """Adam's scale invariance makes proportional advantages one update only without a KL term and at the
+    estimators' default hyper-parameters (the check uses those), in the sweep's settings and in a ``--vary``
+    variant ("FIELD=VALUE[,FIELD=VALUE]") that changes them."""
+    train = config.get("train") or {}
+    beta = re.search(r"(?:^|,)beta=([^,]+)", variant)
+    try:
+        kl = float(beta.group(1)) if beta else float(train.get("beta") or 0.0)
+    except ValueError:
+        return False
+    return not kl > 0 and not train.get("advantage_kwargs") and "advantage_kwargs=" not in variant
+
+
+def _lr(group: pd.DataFrame) -> float:
+    """The arm's lr when all its runs share one, else NaN."""
+    lrs = group["lr"].dropna().unique() if "lr" in group.columns else []
+    return float(lrs[0]) if len(lrs) == 1 else math.nan
+
+
+def _oriented(a: str, b: str, primary: tuple[str, str] | None) -> tuple[str, str, str]:
+    """(name_a, name_b, role) with the primary pair in its declared order."""
+    if primary is not None and {a, b} == set(primary):
+        return primary[0], primary[1], "primary"
+    return a, b, "secondary"
+
+
+def _pair_row(arms: dict[str, pd.DataFrame], a: str, b: str, role: str, key: dict[str, Any],
+              checkable: bool) -> dict[str, Any]:
+    """The row of one pair before any test: its arms' sizes, means and lrs, and its role ("same_update" when
+    the two are one update under Adam, else the role given)."""
+    finals = {name: arms[name]["final_accuracy"].to_numpy(float) for name in (a, b)}
+    row = {**key, "name_a": a, "name_b": b, "role": role, "n_a": finals[a].size, "n_b": finals[b].size,
+           "mean_a": float(finals[a].mean()), "mean_b": float(finals[b].mean()),
+           "mean_difference": float(finals[a].mean() - finals[b].mean()),
+           "lr_a": _lr(arms[a]), "lr_b": _lr(arms[b]), "tested": False, "ratio": math.nan, "repeats": ""}
+    ratio = same_update_ratio(a, b, int(key["group_size"])) if checkable else None
+    return {**row, "role": "same_update", "ratio": ratio} if ratio is not None else row
+
+
+def _representatives(names: list[str], rows: list[dict[str, Any]], primary: tuple[str, str] | None) -> dict[str, str]:
+    """Each estimator's stand-in among those that are the same update as it at the same lr: the primary pair's
+    member if one is among them, else the first in display order."""
+    stand_in = {name: name for name in names}
+    for row in rows:
+        if row["role"] == "same_update" and not lr_phrase(row):
+            kept, merged = sorted((stand_in[row["name_a"]], stand_in[row["name_b"]]), key=names.index)
+            stand_in = {name: kept if rep == merged else rep for name, rep in stand_in.items()}
+    for name in primary or ():
+        if name in stand_in:
+            old = stand_in[name]
+            stand_in = {other: name if rep == old else rep for other, rep in stand_in.items()}
+    return stand_in
+
+
+def _with_repeats(rows: list[dict[str, Any]], stand_in: dict[str, str]) -> list[dict[str, Any]]:
+    """Pairs that involve an estimator standing in for another are repeats of the stand-ins' pair: not tested."""
+    out = []
+    for row in rows:
+        a, b = stand_in[row["name_a"]], stand_in[row["name_b"]]
+        if row["role"] != "same_update" and (a, b) != (row["name_a"], row["name_b"]):
+            row = {**row, "role": "repeat", "repeats": f"{a} vs {b}"}
+        out.append(row)
+    return out
+
+
+def _tested(row: dict[str, Any], arms: dict[str, pd.DataFrame]) -> dict[str, Any]:
+    """A primary or secondary row with ``stats.compare_pair``'s fields when both arms have >= 2 runs."""
+    if row["role"] not in ("primary", "secondary") or min(row["n_a"], row["n_b"]) < 2:
+        return row
+    a, b = (arms[name]["final_accuracy"].to_numpy(float) for name in (row["name_a"], row["name_b"]))
+    return {**row, **stats.compare_pair(a, b, n_resamples=N_RESAMPLES, random_state=0), "tested": True}
+
+
+def _families(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The primary row tested alone (Holm over one test = the raw p), the secondary ones Holm-adjusted among
+    themselves; untested rows unchanged. Primary first, then secondary, then the rest."""
+    primary = stats.holm_family([r for r in rows if r["tested"] and r["role"] == "primary"])
+    secondary = stats.holm_family([r for r in rows if r["tested"] and r["role"] == "secondary"])
+    return primary + secondary + [r for r in rows if not r["tested"]]
+
+
+def _too_few(arms: dict[str, pd.DataFrame], label: str) -> list[str]:
+    skipped = [f"{name} (n = {len(group)})" for name, group in arms.items() if len(group) < 2]
+    return [f"{label}: no test for {', '.join(skipped)}: a test needs at least 2 seeds."] if skipped else []
+
+
+def comparisons(runs: pd.DataFrame, config: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The pairs of every (variant, group size) -> (rows, notes).
+
+    runs: ``tables.run_table``. Each row: variant, group_size, name_a, name_b, role ("primary", "secondary",
+    "same_update", or "repeat" with ``repeats`` naming the pair it repeats), tested, n_a, n_b, mean_a, mean_b,
+    mean_difference, lr_a, lr_b (NaN unless one lr per arm), ratio (the same-update ratio, else NaN) and, when
+    tested, ``stats.compare_pair``'s fields with ``*_p_holm`` adjusted within the row's family (for the
+    primary pair: its raw p).
+    """
+    config = config or {}
+    primary = primary_pair(config, display_order(runs["estimator"]))
+    rows, notes = [], []
+    for (variant, size), group in runs.groupby(["variant", "group_size"]):
+        arms = {name: group[group["estimator"] == name] for name in display_order(group["estimator"])}
+        key = {"variant": variant, "group_size": int(size)}
+        checkable = _equivalence_checkable(config, variant)
+        found = [_pair_row(arms, *_oriented(a, b, primary), key, checkable) for a, b in itertools.combinations(arms, 2)]
+        found = [_tested(row, arms) for row in _with_repeats(found, _representatives(list(arms), found, primary))]
+        notes += _too_few(arms, arm_label(variant, int(size)))
+        if not any(r["tested"] for r in found):
+            notes.append(f"{arm_label(variant, int(size))}: no pair of estimators with >= 2 seeds each, so no "
+                         "p-values are claimed.")
+        rows += _families(found)
+    return rows, notes
+
+
+def _min_permutation_p(n_a: int, n_b: int) -> float:
+    """Smallest p the exact two-sided permutation test can give (2 / C(N, n_a) for equal sizes)."""
+    splits = math.comb(n_a + n_b, n_a)
+    return (2 if n_a == n_b else 1) / splits if splits <= N_RESAMPLES else 0.0
+
+
+def permutation_floor_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One note per seed count (n_a, n_b) whose exact permutation test cannot reach p < ALPHA."""
+    notes = []
+    for n_a, n_b in sorted({(r["n_a"], r["n_b"]) for r in rows if r["tested"]}):
+        floor = _min_permutation_p(n_a, n_b)
+        if floor > ALPHA:
+            notes.append(
+                f"With n = {n_a} vs {n_b} seeds the exact permutation test cannot go below p = {floor:.2g}: "
+                f"its p-values cannot confirm any difference; run more seeds for that."
+            )
+    return notes
+
+
+def points(value: float) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:+.1f} points"
+
+
+def p_phrase(row: dict[str, Any]) -> str:
+    """'Welch p = 0.03, tested alone' (primary) or 'Holm-adjusted Welch p = 0.2' (secondary)."""
+    if row["role"] == "primary":
+        return f"Welch p = {row['welch_p']:.2g}, tested alone"
+    return f"Holm-adjusted Welch p = {row['welch_p_holm']:.2g}"
+
+
+def lr_phrase(row: dict[str, Any]) -> str:
+    """'; sign at 0.001 against grpo at 0.0003' when the two arms ran at different lrs, else ''."""
+    lr_a, lr_b = row.get("lr_a", math.nan), row.get("lr_b", math.nan)
+    if not (np.isfinite(lr_a) and np.isfinite(lr_b)) or math.isclose(lr_a, lr_b, rel_tol=1e-9):
+        return ""
+    return f"; {row['name_a']} at {lr_a:g} against {row['name_b']} at {lr_b:g}"
+
+
+def same_update_phrase(row: dict[str, Any]) -> str:
+    """Why a pair is not tested: the same update under Adam (and, at different lrs, that only the lr differs)."""
+    text = (f"{row['name_a']} and {row['name_b']} are the same update under Adam at G = {row['group_size']} "
+            f"(advantages {row['ratio']:.3g} times each other on every reward pattern; equal up to Adam's epsilon "
+            f"and gradient clipping), so they are not tested against each other")
+    if lr_phrase(row):
+        text += f"; they ran at different lrs ({lr_phrase(row)[2:]}), so any difference between them is the lr's"
+    return text
+
+
+def repeat_phrase(row: dict[str, Any]) -> str:
+    return (f"not tested: it repeats {row['repeats']} (each stand-in is the same update under Adam as the "
+            "estimator it stands for, at the same lr)")
+
+
+def reading(row: dict[str, Any]) -> str:
+    """One honest line per pair, e.g. "G = 4: sign > dr_grpo by 21.0 points, 95% CI [...] (Welch p = 0.004,
+    tested alone, n = 5 vs 5)"."""
+    label = arm_label(row["variant"], row["group_size"])
+    if row["role"] == "same_update":
+        return f"{label}: {same_update_phrase(row)}."
+    if row["role"] == "repeat":
+        return f"{label}: {row['name_a']} vs {row['name_b']}: {repeat_phrase(row)}."
+    a, b, diff = row["name_a"], row["name_b"], row["mean_difference"]
+    counts = f"n = {row['n_a']} vs {row['n_b']}"
+    if not row["tested"]:
+        return f"{label}: {a} vs {b}: {points(diff)}, not tested ({counts})."
+    interval = f"95% CI [{points(row['difference_low'])}, {points(row['difference_high'])}]"
+    tag = " (primary)" if row["role"] == "primary" else ""
+    if row["welch_p_holm"] < ALPHA:
+        high, low = (a, b) if diff > 0 else (b, a)
+        ends = (row["difference_low"], row["difference_high"]) if diff > 0 else \
+            (-row["difference_high"], -row["difference_low"])  # the interval of high - low
+        interval = f"95% CI [{points(ends[0])}, {points(ends[1])}]"
+        text = f"{high} > {low} by {100 * abs(diff):.1f} points, {interval} ({p_phrase(row)}, {counts}{lr_phrase(row)})"
+    else:
+        text = (f"{a} vs {b}: no significant difference ({points(diff)}, {interval}, {p_phrase(row)}, "
+                f"{counts}{lr_phrase(row)})")
+    return f"{label}{tag}: {text}."

@@ -1,0 +1,71 @@
+"""The loss options of ``TrainConfig`` (docs/losses.md): defaults that keep the clipped token-level loss, one-line
+refusals of bad values and meaningless combinations, and ``grpolab train --help`` naming each option's paper."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from grpolab.commands import train
+from grpolab.config import TrainConfig
+from grpolab.errors import UserError
+
+
+def test_defaults_are_todays_loss() -> None:
+    config = TrainConfig()
+    assert (config.importance_sampling_level, config.policy_loss) == ("token", "clip")
+    assert config.dual_clip_c is None and config.sampler_is_cap is None and config.overlong_buffer is None
+    assert config.mask_truncated_completions is False
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"importance_sampling_level": "seq"}, "importance_sampling_level must be token or sequence, got 'seq'"),
+        ({"policy_loss": "ppo"}, "policy_loss must be clip or cispo, got 'ppo'"),
+        ({"dual_clip_c": 1.0}, "dual_clip_c must be > 1"),
+        ({"dual_clip_c": 3.0, "policy_loss": "cispo"}, "drop --dual-clip-c or use --policy-loss clip"),
+        ({"policy_loss": "cispo", "cispo_ratio_max": 0.9}, "need cispo_ratio_min < 1 < cispo_ratio_max"),
+        ({"policy_loss": "cispo", "cispo_ratio_min": 1.2}, "need cispo_ratio_min < 1 < cispo_ratio_max"),
+        ({"cispo_ratio_min": -0.5}, "cispo_ratio_min must be >= 0"),
+        ({"sampler_is_cap": 0.0}, "sampler_is_cap must be > 0"),
+        ({"overlong_buffer": 0, "advantage": "grpo"}, "overlong_buffer must be >= 1"),
+        ({"overlong_penalty": -1.0}, "overlong_penalty must be >= 0"),
+        ({"overlong_buffer": 4}, "advantage 'sign' is defined only for binary rewards; pick an estimator such as"),
+        ({"overlong_buffer": 4, "advantage": "passk"}, "advantage 'passk' is defined only for binary rewards"),
+        ({"overlong_buffer": 4, "advantage": "grpo", "reward_granularity": "token"},
+         "use it with reward_granularity outcome"),
+    ],
+)
+def test_bad_loss_options_are_refused_in_one_line(changes: dict, message: str) -> None:
+    with pytest.raises(UserError) as error:
+        TrainConfig(**changes)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_accepted_combinations() -> None:
+    TrainConfig(importance_sampling_level="sequence", policy_loss="cispo", cispo_ratio_min=0.5)
+    TrainConfig(dual_clip_c=3.0, mask_truncated_completions=True, sampler_is_cap=2.0)
+    TrainConfig(overlong_buffer=4, overlong_penalty=0.5, advantage="batch_std")
+
+
+PAPERS = {
+    "importance_sampling_level": "2507.18071",  # GSPO
+    "policy_loss": "2506.13585",  # CISPO (MiniMax-M1)
+    "cispo_ratio_max": "2506.13585",
+    "dual_clip_c": "1912.09729",  # Ye et al. 2020
+    "mask_truncated_completions": "2503.14476",  # DAPO
+    "overlong_buffer": "2503.14476",
+    "overlong_penalty": "2503.14476",
+    "sampler_is_cap": "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training",  # TIS, a blog post
+}
+
+
+@pytest.mark.parametrize(("name", "paper"), PAPERS.items())
+def test_train_help_names_each_options_paper(name: str, paper: str) -> None:
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    action = next(a for a in parser._actions if a.dest == name)
+    assert paper in " ".join(action.help.split())
+    assert paper in " ".join(parser.format_help().split())

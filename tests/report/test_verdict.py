@@ -1,0 +1,113 @@
+"""The verdict (grpolab.report.verdict): the primary comparison first, same-update pairs named, different lrs,
+diverged runs and variants said in words, and old results tables without those columns still read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scipy import stats as scipy_stats
+
+from grpolab.errors import UserError
+from grpolab.report import write_report
+from grpolab.report.tables import summary_table
+from grpolab.report.verdict import verdict_section
+from report_sweeps import FINALS, shifted, synthetic_sweep, with_diverged, with_lrs, with_variants
+
+
+def _bullets(results, config, **kwargs) -> list[str]:
+    return verdict_section(results, None, config, **kwargs).bullets
+
+
+def test_the_primary_comparison_comes_first_tested_alone() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo", "rloo"), seeds=3, sizes=(2, 4))
+    bullets = _bullets(results, config)
+    p = scipy_stats.ttest_ind(FINALS[("sign", 2)], FINALS[("dr_grpo", 2)], equal_var=False).pvalue
+    assert bullets[0].startswith("Primary comparison (sign vs dr_grpo, declared before the runs), G = 2: "
+                                 "sign - dr_grpo = +44.0 points, 95% CI [")
+    assert f"(Welch p = {p:.2g}, tested alone, n = 3 vs 3): sign is significantly better; P(sign > dr_grpo) = 1.00 [" \
+        in bullets[0]
+    assert "interquartile means 74.0% vs 30.0%" in bullets[0]  # 3 runs: floor(3 / 4) = 0 cut, the plain means
+    assert bullets[1].startswith("Primary comparison (sign vs dr_grpo, declared before the runs), G = 4: ")
+    verdict = "\n".join(bullets)
+    assert "G = 2: dr_grpo and grpo are the same update under Adam at G = 2" in verdict
+    assert "G = 4: dr_grpo and rloo are the same update under Adam at G = 4" in verdict
+    assert "dr_grpo and grpo are the same update under Adam at G = 4" not in verdict
+
+
+def test_a_declared_primary_pair_and_one_that_is_the_same_update() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=3, sizes=(2, 4))
+    declared = {**config, "compare": {"primary": "grpo,sign"}}
+    assert _bullets(results, declared)[0].startswith(
+        "Primary comparison (grpo vs sign, declared before the runs), G = 2: grpo - sign = -42.0 points")  # 0.32 - 0.74
+    same = _bullets(results, {**config, "compare": {"primary": "grpo,dr_grpo"}})
+    assert same[0].startswith("Primary comparison (grpo vs dr_grpo, declared before the runs), G = 2: not tested: "
+                              "grpo and dr_grpo are the same update under Adam at G = 2")
+    assert same[1].startswith("Primary comparison (grpo vs dr_grpo, declared before the runs), G = 4: grpo - dr_grpo")
+    missing = _bullets(results, {**config, "compare": {"primary": "sign,rloo"}})
+    assert missing[0].endswith("G = 2: not testable: rloo has no finished run here.")
+
+
+def test_arms_at_different_lrs_are_said_to_be() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
+    bullets = _bullets(with_lrs(results, {"sign": 1e-3, "dr_grpo": 3e-4}), config)
+    assert bullets[0].endswith("; sign at 0.001 against dr_grpo at 0.0003.")
+    same_lr = _bullets(with_lrs(results, {"sign": 1e-3, "dr_grpo": 1e-3}), config)
+    assert "against" not in same_lr[0]
+
+
+@pytest.mark.parametrize("drop_end", [True, False])
+def test_diverged_runs_are_left_out_and_said(drop_end: bool) -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(4,))
+    results = with_diverged(results, {("sign", 4, 1): 12, ("sign", 4, 2): 15}, drop_end=drop_end)
+    bullets = _bullets(results, config)
+    assert bullets[0].endswith("G = 4: not testable: a test needs at least 2 finished runs per arm (n = 1 vs 3).")
+    assert ("sign G = 4: 2 of 3 runs diverged (at step 12, 15); they are left out of every mean and test, which "
+            "describe only the 1 run(s) that did not diverge") in "\n".join(bullets)
+    row = summary_table(results).set_index("estimator").loc["sign"]
+    assert row["n_seeds"] == 1 and row["n_diverged"] == 2 and row["final_accuracy"] == pytest.approx(0.76)
+
+
+def test_a_report_with_diverged_runs_and_one_where_every_run_diverged(tmp_path: Path) -> None:
+    results, metrics, config = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
+    diverged = with_diverged(results, {("sign", 2, 0): 7})
+    _, md_path = write_report(tmp_path / "some", diverged, metrics, config)
+    markdown = md_path.read_text()
+    assert "| Estimator | G | Seeds | Diverged (left out) |" in markdown
+    assert "| sign | 2 | 1 | 1 | 25.0% | 74.0% | n/a (n = 1) |" in markdown  # seed 1 only
+    assert "sign G = 2: 1 of 2 runs diverged (at step 7)" in markdown
+    everything = {(e, 2, s): 3 for e in ("sign", "dr_grpo") for s in range(2)}
+    with pytest.raises(UserError, match="every run diverged"):
+        write_report(tmp_path / "all", with_diverged(results, everything), metrics, config)
+
+
+def test_variants_group_the_verdict_and_the_report(tmp_path: Path) -> None:
+    results, metrics, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
+    varied = with_variants({"max_grad_norm=1": results, "max_grad_norm=0": shifted(results, "dr_grpo", 0.40)})
+    bullets = _bullets(varied, config)
+    assert bullets[0].startswith("Primary comparison (sign vs dr_grpo, declared before the runs), G = 2 "
+                                 "(max_grad_norm=0): sign - dr_grpo = +4.0 points")
+    assert bullets[1].startswith("Primary comparison (sign vs dr_grpo, declared before the runs), G = 2 "
+                                 "(max_grad_norm=1): sign - dr_grpo = +44.0 points")
+    metrics = with_variants({"max_grad_norm=1": metrics, "max_grad_norm=0": metrics})
+    _, md_path = write_report(tmp_path, varied, metrics, config)
+    markdown = md_path.read_text()
+    assert "| max_grad_norm=0 | dr_grpo | 2 | 3 | 65.0% | 70.0% |" in markdown  # every evaluation + 0.40
+    assert "| max_grad_norm=1 | 2 | sign vs dr_grpo | primary (alone) |" in markdown
+
+
+def test_a_same_update_pair_at_different_lrs_differs_by_its_lr_alone() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=2, sizes=(2,))
+    bullets = _bullets(with_lrs(results, {"sign": 1e-3, "dr_grpo": 1e-3, "grpo": 3e-4}), config)
+    assert ("G = 2: dr_grpo and grpo are the same update under Adam at G = 2 (advantages 0.707 times each other on "
+            "every reward pattern; equal up to Adam's epsilon and gradient clipping), so they are not tested against "
+            "each other; they ran at different lrs (dr_grpo at 0.001 against grpo at 0.0003), so any difference "
+            "between them is the lr's.") in bullets
+
+
+def test_repeats_of_the_primary_pair_are_named_not_tested() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo", "rloo"), seeds=3, sizes=(2,))
+    verdict = "\n".join(_bullets(results, config))
+    assert ("G = 2: sign vs grpo and sign vs rloo repeat sign vs dr_grpo, so not tested: the estimator that stands "
+            "in is the same update under Adam, at the same lr.") in verdict
+    assert "secondary: sign against" not in verdict  # nothing left to test at G = 2 besides the primary pair
