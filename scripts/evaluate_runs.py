@@ -31,6 +31,7 @@ import yaml
 
 from grpolab import stats
 from grpolab.advantages import display_order
+from grpolab.io import inside
 
 
 def _arguments() -> argparse.Namespace:
@@ -148,7 +149,8 @@ def main() -> None:
             _evaluate(start_model, results / "start.json", args)
         for run in runs.itertuples():
             if not (results / f"{run.run_id}.json").is_file():
-                _evaluate(str(args.out / "runs" / run.run_id), results / f"{run.run_id}.json", args)
+                run_dir = inside(args.out / "runs", str(run.run_id), what="run_id of results.parquet")
+                _evaluate(str(run_dir), results / f"{run.run_id}.json", args)
     ks = _ks(args.samples)
     rows = _rows(runs, results, start_model, ks)
     print(_table(rows, ks))

@@ -5,6 +5,9 @@ A hub id that is not cached fails at once when the hub is offline or out of reac
 Only safetensors weights are ever loaded (``use_safetensors=True``): a checkpoint that ships only
 pickle files (``pytorch_model.bin``) is refused, since unpickling runs arbitrary code. The GGUF preset
 is read by ``gguf`` through transformers, which parses the file and does not unpickle anything.
+
+A grpolab run directory's ``final/`` is checked as it loads: damaged files and NaN or infinite weights (a run
+that diverged before grpolab detected divergence) are refused with one line naming the directory.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
 from grpolab.errors import UserError
 from grpolab.hub import hub_cached, hub_unavailable
 
-__all__ = ["EMBEDDED", "EMBEDDED_ARITH", "SMOLLM2", "Policy", "embedded_model_dir", "load_policy", "resolve_model_dir"]
+__all__ = ["EMBEDDED", "EMBEDDED_ARITH", "SMOLLM2", "Policy", "check_finite_weights", "embedded_model_dir",
+           "load_policy", "resolve_model_dir"]
 
 transformers_logging.disable_progress_bar()  # grpolab shows its own progress; no per-file bars
 
@@ -143,21 +148,53 @@ def load_policy(name: str) -> Policy:
     """Load model and tokenizer for ``name`` (see the module docstring for what names mean)."""
     path, extra = resolve_model_dir(name)
     if path.is_dir() and (path / "config.yaml").is_file() and not (path / "config.json").is_file():
-        weights, base = _run_directory_model(path)
-        if base is not None:
-            return _load_lora_run(weights, base, name)
-        path = weights
+        return _checked_run_model(path, name)
     if path.is_dir():
         if "gguf_file" not in extra and not any(path.glob("*.safetensors")):
             raise UserError(
                 f"{path} has no .safetensors weights; grpolab loads only safetensors (no pickle). "
                 "Convert the checkpoint with save_pretrained(..., safe_serialization=True)"
             )
-        model, tokenizer = _load_from_pretrained(path, extra)
+        try:
+            model, tokenizer = _load_from_pretrained(path, extra)
+        except (OSError, ValueError, RuntimeError, SafetensorError) as error:  # damaged files (a cut-short file)
+            problem = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+            raise UserError(f"the model in {path} cannot be loaded ({problem}); check its files") from None
         return Policy(model, tokenizer, name, name)
     if Path(name).exists() or name.startswith((".", "/")):
         raise UserError(f"model path {name} is not a directory; pass a Hugging Face model directory")
     return _load_hub(name)
+
+
+def _checked_run_model(run_dir: Path, name: str) -> Policy:
+    """The final model of a grpolab run directory; ``UserError`` when its files are damaged or its weights
+    are not finite."""
+    weights, base = _run_directory_model(run_dir)
+    try:
+        policy = _load_lora_run(weights, base, name) if base is not None else _load_local(weights, name)
+    except UserError:
+        raise
+    except Exception as error:  # a truncated safetensors file, a garbled config.json, ...
+        problem = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+        raise UserError(f"the final model in {weights} is damaged ({problem}); resume the run "
+                        f"(grpolab train --out {run_dir} --resume) to write it again from its last checkpoint, "
+                        "after moving final/ aside") from None
+    check_finite_weights(policy.model, f"the final model in {weights}",
+                         fix="the run diverged; retrain it with a lower --lr")
+    return policy
+
+
+def check_finite_weights(model: torch.nn.Module, what: str, *, fix: str = "load another model") -> None:
+    """``UserError`` naming ``what`` when any weight of ``model`` is NaN or infinite."""
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        raise UserError(f"{what} has NaN or infinite weights; {fix}")
+
+
+def _load_local(path: Path, name: str) -> Policy:
+    if not any(path.glob("*.safetensors")):
+        raise UserError(f"{path} has no .safetensors weights; grpolab loads only safetensors (no pickle)")
+    model, tokenizer = _load_from_pretrained(path, {})
+    return Policy(model, tokenizer, name, name)
 
 
 def _load_hub(name: str) -> Policy:

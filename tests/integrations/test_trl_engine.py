@@ -119,7 +119,7 @@ def test_a_non_finite_loss_stops_the_run_without_saving(tmp_path: Path) -> None:
     control = TrainerControl(should_save=True)
     recorder.on_log(None, SimpleNamespace(global_step=3), control, logs={"loss": float("nan"), "grad_norm": 1.0})
     log.close()
-    assert recorder.diverged == (3, "loss is nan")
+    assert recorder.diverged == (3, "the loss is nan")
     assert control.should_training_stop and not control.should_save
     assert read_metrics(tmp_path / "metrics.jsonl") == []
 

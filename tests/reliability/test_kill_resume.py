@@ -163,7 +163,7 @@ def _assert_same_run(straight: Path, resumed: Path, context: str) -> None:
         assert set(table.column("step").to_pylist()) == {int(name[5:11])} and table.num_rows == 16
     phases = [row["phase"] for row in runlog.read_metrics(resumed / "eval.jsonl")]
     assert phases == ["start", "end"], f"{context}: eval.jsonl phases {phases}"
-    assert json.loads((resumed / "summary.json").read_text())["status"] == "complete"
+    assert json.loads((resumed / "summary.json").read_text())["status"] == "finished"
     _finite_loss(resumed)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from grpolab.io import atomic_write_text
 from grpolab.render import Section, render_html
 
 __all__ = ["TITLE", "html_sections", "render_terminal", "sample_steps", "write_html"]
@@ -197,5 +198,5 @@ def _frame(rows: list[tuple[str, str]], *columns: str) -> pd.DataFrame:
 def write_html(result: dict[str, Any], path: Path) -> Path:
     """Write a self-contained HTML report (tables + embedded PNG figures) to ``path``."""
     path = Path(path)
-    path.write_text(render_html(html_sections(result), TITLE), encoding="utf-8")
+    atomic_write_text(path, render_html(html_sections(result), TITLE))
     return path

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     import contextlib
 
     from grpolab.gradients.geometry import analyze_gradients
-    from grpolab.models import load_policy
+    from grpolab.models import check_finite_weights, load_policy
     from grpolab.train.step import step_advantages
 
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=GRADIENTS_TRAIN_DEFAULTS)  # validated
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     policy = load_policy(config.model)
+    check_finite_weights(policy.model, f"the model {config.model}")  # its gradient spectrum has no meaning
     model = _model_for(config, policy)
     batch = _sample_batch(config, policy, model)
     advantages = step_advantages(batch, config)

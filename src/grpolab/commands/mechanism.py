@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed of the fixed completions (default 0)")
     parser.add_argument("--no-end-samples", action="store_true",
                         help="skip sampling each run's final model (its answer-format rates are then not measured)")
+    parser.add_argument("--trust-run-code", action="store_true",
+                        help="import the task or verifier that the runs' config.yaml names by dotted path "
+                             "(pkg.module:function); only for run directories you trust")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--prompts and --samples must be >= 1, got {args.prompts} and {args.samples}")
     compare_dir = Path(args.compare_dir)
     options = Options(prompts=args.prompts, samples=args.samples, seed=args.seed,
-                      end_samples=not args.no_end_samples)
-    total = len(runs_to_analyse(compare_dir)) + 1  # fails before any model loads, on a wrong directory
+                      end_samples=not args.no_end_samples, trust_run_code=args.trust_run_code)
+    # fails before any model loads, on a wrong directory or untrusted code
+    total = len(runs_to_analyse(compare_dir, trust_run_code=args.trust_run_code)) + 1
     with progress_bar(True) as bar:
         task_id = bar.add_task("mechanism", total=total, info="start policy") if bar else None
 

@@ -18,6 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its newest checkpoint, with its saved settings "
                              "(config.yaml); flags may repeat them, and --steps may change")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run already in --out (its logs, checkpoints and final model); files "
+                             "grpolab did not write are kept")
+    parser.add_argument("--trust-run-code", action="store_true",
+                        help="on --resume, import the task or verifier that the run's config.yaml names by dotted "
+                             "path (pkg.module:function); only for run directories you trust")
     add_config_arguments(parser)
 
 
@@ -25,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     out = Path(args.out or f"runs/{config.task}-{config.advantage}-G{config.group_size}-seed{config.seed}")
     if args.resume:
-        config = resume_config(out, explicit_values(args, TrainConfig, _file_values(args))) or config
+        explicit = explicit_values(args, TrainConfig, _file_values(args))
+        config = resume_config(out, explicit, trust_run_code=args.trust_run_code) or config
     with progress_bar(config.progress) as bar:
         task_id = bar.add_task("train", total=config.steps, info="") if bar else None
 
@@ -36,20 +43,21 @@ def run(args: argparse.Namespace) -> int:
                 bar.update(task_id, completed=step, info=info)
 
         if config.engine == "grpolab":
-            result = _run_grpolab(config, out, args.resume, on_step, bar, task_id)
+            result = _run_grpolab(config, out, args, on_step, bar, task_id)
         else:  # another engine: the same run through grpolab.train.train (under accelerate: every process)
             from grpolab.train.trainer import train
 
-            result = train(config, out, resume=args.resume, on_step=on_step)
+            result = train(config, out, resume=args.resume, on_step=on_step, overwrite=args.overwrite)
     _print_summary(result)
     return 0
 
 
-def _run_grpolab(config: TrainConfig, out: Path, resume: bool, on_step: Any, bar: Any, task_id: Any) -> Any:
+def _run_grpolab(config: TrainConfig, out: Path, args: argparse.Namespace, on_step: Any, bar: Any,
+                 task_id: Any) -> Any:
     """grpolab's own engine, exactly as before: its trainer, the bar at the resumed step, what changed."""
     from grpolab.train.trainer import Trainer
 
-    trainer = Trainer(config, out, resume=resume, on_step=on_step)
+    trainer = Trainer(config, out, resume=args.resume, on_step=on_step, overwrite=args.overwrite)
     if bar is not None:
         bar.update(task_id, completed=trainer.start_step)
     if trainer.resumed_changes:

@@ -2,6 +2,13 @@
 
 YAML is read as TOML reads numbers (``1e-5`` is a float, where YAML 1.1 reads a string), and saved so that
 it reads back unchanged. Every value is type-checked against the field it sets (``checks.check_types``).
+YAML aliases (``*name``) are refused: a few lines of nested aliases expand to gigabytes.
+
+A run's saved copy (``save_config``) is written atomically (``grpolab.io``) between a first line
+``# grpolab settings, schema 1`` and a last line ``# end of grpolab settings: N settings``. ``read_saved_settings``
+tells an old file (settings added since it was written take their defaults) from a damaged one (empty, first
+line without last line, fewer settings than the last line counts): a damaged file is refused, never filled in
+with defaults.
 """
 
 from __future__ import annotations
@@ -18,12 +25,25 @@ import yaml
 from grpolab.config.checks import check_types
 from grpolab.config.schema import TrainConfig
 from grpolab.errors import UserError
+from grpolab.io import atomic_write_text
 
-__all__ = ["build_config", "load_config_file", "save_config", "split_file_values", "yaml_text"]
+__all__ = ["SAVED_FOOTER", "SAVED_HEADER", "build_config", "load_config_file", "read_saved_settings", "save_config",
+           "split_file_values", "yaml_text"]
+
+SAVED_HEADER = "# grpolab settings, schema 1"
+SAVED_FOOTER = "# end of grpolab settings"
 
 
 class _Loader(yaml.SafeLoader):
-    """Safe YAML that reads numbers as TOML does: ``1e-5`` is a float (YAML 1.1 reads it as a string)."""
+    """Safe YAML that reads numbers as TOML does: ``1e-5`` is a float (YAML 1.1 reads it as a string), and
+    refuses aliases (a billion-laughs file of nested aliases would expand to gigabytes)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed in a config file; "
+                                              "write the value out", mark)
+        return super().compose_node(parent, index)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -96,5 +116,31 @@ def split_file_values(values: dict[str, Any], *classes: type) -> list[dict[str, 
 
 
 def save_config(config: Any, path: str | Path) -> None:
-    """Write the resolved config as YAML (the run's saved copy)."""
-    Path(path).write_text(yaml_text(config.to_dict()))
+    """Write the resolved config as YAML (the run's saved copy), atomically, between ``SAVED_HEADER`` and
+    ``SAVED_FOOTER``."""
+    values = config.to_dict()
+    atomic_write_text(path, f"{SAVED_HEADER}\n{yaml_text(values)}{SAVED_FOOTER}: {len(values)} settings\n")
+
+
+def read_saved_settings(path: str | Path) -> dict[str, Any]:
+    """The values of a saved copy written by ``save_config``; ``UserError`` saying how the file is damaged
+    (empty, cut short, a setting missing). A file without ``SAVED_HEADER`` predates it: its values are
+    returned as they are, and settings added since take their defaults."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path} cannot be read ({error})") from None
+    if not text.strip():
+        raise UserError(f"{path} is empty (its write was cut short, e.g. by a full disk)")
+    values = load_config_file(path)
+    lines = text.rstrip("\n").splitlines()
+    if lines[0].strip() != SAVED_HEADER:
+        return values
+    footer = re.fullmatch(re.escape(SAVED_FOOTER) + r": (\d+) settings", lines[-1].strip())
+    if footer is None:
+        raise UserError(f"{path} is cut short (its last line {SAVED_FOOTER!r} is missing)")
+    if len(values) != int(footer.group(1)):
+        raise UserError(f"{path} is damaged: it holds {len(values)} of the {footer.group(1)} settings it was "
+                        "written with")
+    return values

@@ -38,12 +38,14 @@ class Options:
         samples: completions per prompt, drawn from the start policy.
         seed: the sampling seed (the same for the start and for every run's end samples).
         end_samples: also sample from every run's final model, for the end answer-format rates.
+        trust_run_code: import a task or verifier that the runs' saved config.yaml names by dotted path.
     """
 
     prompts: int = 64
     samples: int = 4
     seed: int = 0
     end_samples: bool = True
+    trust_run_code: bool = False
 
 
 def measure_runs(out: Path, options: Options,
@@ -52,7 +54,7 @@ def measure_runs(out: Path, options: Options,
     ``COLUMNS``, facts about the fixed completions: model, temperature, correct and wrong counts);
     ``on_progress(label)`` is called after the start policy and after each run."""
     on_progress = on_progress or (lambda label: None)
-    runs = runs_to_analyse(out)
+    runs = runs_to_analyse(out, trust_run_code=options.trust_run_code)
     config = runs[0].config.replace(eval_split="test")
     task = load_task_for(config)
     verifier_name = config.verifier or task.verifier
@@ -88,9 +90,9 @@ def measure_runs(out: Path, options: Options,
     return pd.DataFrame(rows, columns=COLUMNS), facts
 
 
-def runs_to_analyse(out: Path) -> list[ReportedRun]:
+def runs_to_analyse(out: Path, *, trust_run_code: bool = False) -> list[ReportedRun]:
     """The reported runs of ``out``; ``UserError`` naming the fix when any has no final model."""
-    runs = reported_runs(out)
+    runs = reported_runs(out, trust_run_code=trust_run_code)
     missing = [run.run_id for run in runs if not (run.run_dir / "final").is_dir()]
     if missing:
         raise UserError(f"{len(missing)} reported run(s) have no final model (final/), e.g. {missing[0]}; "

@@ -18,6 +18,7 @@ from matplotlib.ticker import MaxNLocator
 from rich.table import Table
 
 from grpolab import advantages
+from grpolab.io import atomic_write_bytes, atomic_write_text
 from grpolab.mechanism.summary import passk_reading
 from grpolab.render import Section, render_markdown
 
@@ -222,9 +223,9 @@ def write_outputs(out: Path, per_run: pd.DataFrame, summary: pd.DataFrame, setti
     """Write mechanism.csv, mechanism_runs.csv, mechanism.md and mechanism.png into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "mechanism.csv", out / "mechanism_runs.csv", out / "mechanism.md", out / "mechanism.png"]
-    summary.to_csv(paths[0], index=False)
-    per_run.to_csv(paths[1], index=False)
+    atomic_write_text(paths[0], summary.to_csv(index=False))
+    atomic_write_text(paths[1], per_run.to_csv(index=False))
     figure = figure_png(summary)
-    paths[2].write_text(markdown(summary, settings, figure))
-    paths[3].write_bytes(figure)
+    atomic_write_text(paths[2], markdown(summary, settings, figure))
+    atomic_write_bytes(paths[3], figure)
     return paths

@@ -14,8 +14,9 @@ import pandas as pd
 
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
+from grpolab.io import inside
 from grpolab.train.runlog import read_metrics
-from grpolab.train.settings import load_saved_config
+from grpolab.train.settings import load_saved_config, refuse_run_code
 
 __all__ = ["ReportedRun", "evaluation_rows", "reported_runs"]
 
@@ -36,9 +37,10 @@ class ReportedRun:
     config: TrainConfig
 
 
-def reported_runs(out: Path) -> list[ReportedRun]:
+def reported_runs(out: Path, *, trust_run_code: bool = False) -> list[ReportedRun]:
     """The runs listed in ``out/results.parquet``, each with its saved config; ``UserError`` naming the fix
-    when ``out`` is no compare output or a listed run directory is missing."""
+    when ``out`` is no compare output, a listed run directory is missing or lies outside ``out/runs``, or a
+    saved config names code to import that is not trusted (``refuse_run_code``)."""
     out = Path(out)
     if not out.is_dir():
         raise UserError(f"{out} is not a directory; pass the --out directory of a grpolab compare run")
@@ -49,11 +51,12 @@ def reported_runs(out: Path) -> list[ReportedRun]:
     table = pd.read_parquet(table_path, columns=["run_id", "estimator", "group_size", "seed", "lr"])
     runs = []
     for row in table.drop_duplicates("run_id").itertuples():
-        run_dir = out / "runs" / row.run_id
+        run_dir = inside(out / "runs", str(row.run_id), what=f"run_id of {table_path}")
         config = load_saved_config(run_dir)
         if config is None:
             raise UserError(f"run {row.run_id} is listed in results.parquet but {run_dir} holds no config.yaml; "
                             f"resume the sweep with grpolab compare --out {out}")
+        refuse_run_code(config, run_dir / "config.yaml", given={}, trust=trust_run_code)
         runs.append(ReportedRun(row.run_id, row.estimator, int(row.group_size), int(row.seed), float(row.lr),
                                 run_dir, config))
     if not runs:

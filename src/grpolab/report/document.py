@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from grpolab.errors import UserError
+from grpolab.io import atomic_write_bytes, atomic_write_text
 from grpolab.render import Section, render_html, render_markdown
 from grpolab.report.clipping import clipping_section
 from grpolab.report.data_section import data_sections
@@ -105,8 +106,8 @@ def write_report(
     figure_dir.mkdir(parents=True, exist_ok=True)
     for section in sections:
         for stem, _, png in section.figures:
-            (figure_dir / f"{stem}.png").write_bytes(png)
+            atomic_write_bytes(figure_dir / f"{stem}.png", png)
     html_path, md_path = out_dir / "report.html", out_dir / "report.md"
-    html_path.write_text(render_html(sections, title), encoding="utf-8")
-    md_path.write_text(render_markdown(sections, title), encoding="utf-8")
+    atomic_write_text(html_path, render_html(sections, title))
+    atomic_write_text(md_path, render_markdown(sections, title))
     return html_path, md_path

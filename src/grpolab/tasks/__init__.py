@@ -23,7 +23,8 @@ from typing import Any
 from grpolab.errors import UserError
 from grpolab.tasks.base import Problem, Task, TrainStream, with_validation
 
-__all__ = ["Problem", "Task", "TrainStream", "available", "get_task", "register_task", "with_validation"]
+__all__ = ["Problem", "Task", "TrainStream", "available", "get_task", "is_import_path", "register_task",
+           "with_validation"]
 
 TaskBuilder = Callable[..., Task]
 
@@ -58,6 +59,11 @@ def register_task(name: str) -> Callable[[TaskBuilder], TaskBuilder]:
 def available() -> list[str]:
     """Names of the built-in and the registered tasks."""
     return sorted({*_BUILDERS, *_REGISTERED})
+
+
+def is_import_path(name: str) -> bool:
+    """Whether ``get_task(name)`` would import code (``pkg.module:builder``, not a registered name)."""
+    return name not in _REGISTERED and name not in _BUILDERS and ":" in name
 
 
 def _builder(name: str) -> TaskBuilder:

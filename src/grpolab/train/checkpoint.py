@@ -4,7 +4,10 @@ Layout: ``RUN/checkpoints/step-000010/`` with ``weights.safetensors`` (trainable
 ``optimizer.safetensors`` (AdamW moments, flattened by parameter name), ``state.json`` (step, scheduler,
 anything JSON-safe) and ``checksums.json`` (SHA-256 of each file). A checkpoint is written into a
 temporary directory and renamed into place, so a kill at any moment leaves either the complete
-checkpoint or none; ``load_latest`` verifies the checksums and skips a damaged checkpoint.
+checkpoint or none, and a write that fails (a full disk) removes its temporary directory and stops the run
+with one line; ``load_latest`` verifies the checksums and skips a damaged checkpoint with a warning naming it.
+``state.json`` also holds the settings the run was trained under (``"settings"``), so that a run's
+``config.yaml`` can be checked against them, or restored from them (``checkpoint_settings``).
 
 No pickle is written or read: tensors go through safetensors, everything else through JSON. There is
 no RNG state to save, because the trainer derives every step's randomness from (seed, step).
@@ -17,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-__all__ = ["Checkpoint", "load_latest", "save_checkpoint"]
+from grpolab.io import fsync_dir, is_write_error, write_error
+
+__all__ = ["Checkpoint", "checkpoint_settings", "load_latest", "save_checkpoint"]
 
 _FILES = ("weights.safetensors", "optimizer.safetensors", "state.json")
 
@@ -46,14 +52,6 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> tuple[dict[str, torch.Tensor], dict]:
@@ -90,11 +88,28 @@ def save_checkpoint(
     run_dir: Path, step: int, weights: dict[str, torch.Tensor], optimizer: dict[str, torch.Tensor],
     state: dict[str, Any], *, keep: int = 2,
 ) -> Path:
-    """Write checkpoint ``step`` atomically and keep only the ``keep`` newest ones."""
+    """Write checkpoint ``step`` atomically and keep only the ``keep`` newest ones; a failed write (disk full)
+    leaves no temporary directory and raises a one-line ``UserError``."""
     root = run_dir / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
-    staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    staging: Path | None = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+        _write_checkpoint(staging, final, step, weights, optimizer, state)
+    except Exception as error:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if not is_write_error(error):
+            raise
+        raise write_error(final, error, fix="free disk space, then rerun with --resume (it continues from the "
+                                            "last complete checkpoint)") from None
+    _prune(root, keep)
+    return final
+
+
+def _write_checkpoint(staging: Path, final: Path, step: int, weights: dict[str, torch.Tensor],
+                      optimizer: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
     save_file({k: v.detach().contiguous() for k, v in weights.items()}, str(staging / "weights.safetensors"))
     save_file(optimizer, str(staging / "optimizer.safetensors"))
     (staging / "state.json").write_text(json.dumps({**state, "step": step}))
@@ -106,9 +121,7 @@ def save_checkpoint(
     if final.exists():
         shutil.rmtree(final)
     os.replace(staging, final)
-    _fsync_dir(root)
-    _prune(root, keep)
-    return final
+    fsync_dir(final.parent)
 
 
 def _prune(root: Path, keep: int) -> None:
@@ -132,6 +145,8 @@ def load_latest(run_dir: Path) -> Checkpoint | None:
     root = run_dir / "checkpoints"
     for path in sorted(root.glob("step-*"), reverse=True) if root.is_dir() else []:
         if not _verify(path):
+            warnings.warn(f"checkpoint {path} is damaged (its checksums do not match); skipping it", UserWarning,
+                          stacklevel=2)
             continue
         state = json.loads((path / "state.json").read_text())
         return Checkpoint(
@@ -141,4 +156,14 @@ def load_latest(run_dir: Path) -> Checkpoint | None:
             state=state,
             path=path,
         )
+    return None
+
+
+def checkpoint_settings(run_dir: Path) -> tuple[Path, dict[str, Any] | None] | None:
+    """(path, settings) of the newest checkpoint whose checksums verify; settings is None for a checkpoint
+    written before checkpoints recorded them. None when the run has no checkpoint."""
+    root = run_dir / "checkpoints"
+    for path in sorted(root.glob("step-*"), reverse=True) if root.is_dir() else []:
+        if _verify(path):
+            return path, json.loads((path / "state.json").read_text()).get("settings")
     return None

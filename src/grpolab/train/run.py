@@ -11,6 +11,8 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,7 @@ from grpolab.config import TrainConfig
 from grpolab.config.fields import names_in_scope
 from grpolab.errors import UserError
 from grpolab.evaluation import evaluate
+from grpolab.io import atomic_write_text, fsync_dir, is_write_error, write_error
 from grpolab.models import Policy
 from grpolab.tasks import Task, get_task, with_validation
 from grpolab.train.runlog import read_metrics, rewrite_jsonl
@@ -92,7 +95,7 @@ def _data_options(config: TrainConfig) -> dict[str, Any]:
 
 def write_task_summary(task: Task, run_dir: Path) -> None:
     """Write ``task.json``: the task's name, verifier, split sizes and data facts (``Task.summary``)."""
-    (run_dir / "task.json").write_text(json.dumps(task.summary(), indent=1, default=str))
+    atomic_write_text(run_dir / "task.json", json.dumps(task.summary(), indent=1, default=str))
 
 
 def _limited(task: Task, limit: int | None) -> Task:
@@ -172,22 +175,42 @@ def append_evaluation(run_dir: Path, row: dict[str, Any]) -> None:
 
 
 def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
+    """Write ``final/`` whole or not at all: into ``.final.tmp-*``, renamed into place; a failed write (disk
+    full) removes the temporary directory and raises a one-line ``UserError``."""
     final = run_dir / "final"
-    final.mkdir(exist_ok=True)
-    policy.model.save_pretrained(str(final), safe_serialization=True)
-    policy.tokenizer.save_pretrained(str(final))
-    if lora:
-        (final / "base_model.txt").write_text(policy.source + "\n")
+    staging: Path | None = None
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".final.tmp-", dir=run_dir))
+        policy.model.save_pretrained(str(staging), safe_serialization=True)
+        policy.tokenizer.save_pretrained(str(staging))
+        if lora:
+            (staging / "base_model.txt").write_text(policy.source + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+        fsync_dir(run_dir)
+    except Exception as error:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if not is_write_error(error):
+            raise
+        raise write_error(final, error, fix="free disk space, then rerun with --resume (it writes final/ again "
+                                            "from the last checkpoint)") from None
 
 
 def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict[str, Any]) -> RunResult:
-    """Save the final model (``policy.model``, LoRA-wrapped or not) and write ``summary.json``, whose presence
-    marks the run complete; returns the run's result."""
+    """Save the final model (``policy.model``, LoRA-wrapped or not) and write ``summary.json`` (``"status":
+    "finished"``), whose presence marks the run complete; returns the run's result. ``metrics`` is empty when
+    a resume had no step left to train: the last logged step's metrics are kept instead."""
     _save_final_model(run_dir, policy, config.lora)
     evaluations = read_metrics(run_dir / "eval.jsonl")
-    summary = {"status": "complete", "steps": config.steps, "final_metrics": metrics,
+    metrics = metrics or _last_logged_metrics(run_dir / "metrics.jsonl")
+    summary = {"status": "finished", "steps": config.steps, "final_metrics": metrics,
                "evaluations": [{k: v for k, v in e.items() if k != "successes"} for e in evaluations]}
-    staging = run_dir / "summary.json.tmp"
-    staging.write_text(json.dumps(summary, indent=1))
-    os.replace(staging, run_dir / "summary.json")
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
     return RunResult(run_dir, config.steps, metrics, evaluations)
+
+
+def _last_logged_metrics(path: Path) -> dict[str, Any]:
+    rows = read_metrics(path)
+    return {k: v for k, v in rows[-1].items() if k != "step"} if rows else {}

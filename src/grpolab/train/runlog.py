@@ -1,7 +1,8 @@
 """Logs a run writes as it goes: ``metrics.jsonl`` (one JSON object per step, flushed and fsynced) and
 ``rollouts/step-NNNNNN.parquet`` (every completion of a step, written to a temporary file and renamed,
 so only complete Parquet files ever exist). On resume from step s, entries of steps >= s are dropped (the
-file is rewritten atomically) so that the logs have each step exactly once.
+file is rewritten atomically) so that the logs have each step exactly once. A log damaged anywhere but its
+last line is refused with one line naming the file and line.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from grpolab.errors import UserError
 
 __all__ = ["MetricsLog", "RolloutLog", "read_metrics", "rewrite_jsonl"]
 
@@ -75,8 +78,6 @@ def _tensorboard(directory: Path) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as error:
-        from grpolab.errors import UserError
-
         raise UserError(f"--tensorboard needs the tensorboard package: pip install tensorboard ({error})") from None
     return SummaryWriter(str(directory))
 
@@ -92,16 +93,34 @@ def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """All complete JSON lines of a metrics file (a torn last line from a kill is skipped)."""
-    rows = []
+    """All complete JSON lines of a metrics file (a torn last line from a kill is skipped); ``UserError``
+    naming the file and line when any other line is not a JSON object with a ``step``."""
     if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+        return []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{path} cannot be read ({error}); {_DAMAGED_FIX}") from None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        row = _row(line)
+        if row is None and number == len(lines):  # torn by a kill mid-write
             continue
+        if row is None:
+            raise UserError(f"{path} is damaged at line {number} (not a JSON object with a step); {_DAMAGED_FIX}")
+        rows.append(row)
     return rows
+
+
+_DAMAGED_FIX = "move it aside and resume the run (grpolab train --resume) to log again from its last checkpoint"
+
+
+def _row(line: str) -> dict[str, Any] | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
 
 
 class RolloutLog:
@@ -110,9 +129,9 @@ class RolloutLog:
     def __init__(self, directory: Path, *, resume_from_step: int | None = None):
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        for path in directory.glob("*.parquet*"):
+        for path in directory.glob("step-*.parquet*"):  # only the files a run writes
             step = _step_of(path)
-            if resume_from_step is None or step is None or step >= resume_from_step:
+            if step is not None and (resume_from_step is None or step >= resume_from_step):
                 path.unlink()
 
     def write(self, step: int, rows: dict[str, list[Any]]) -> Path:

@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import time
 from pathlib import Path
 from typing import Any
 
 from grpolab.config import CompareConfig, TrainConfig, build_config, load_config_file, yaml_text
 from grpolab.config.fields import resume_may_change, runtime_only, sweep_owned
+from grpolab.config.files import read_saved_settings
 from grpolab.errors import UserError
 
 __all__ = [
@@ -30,9 +32,11 @@ __all__ = [
     "SWEEP_OWNED",
     "check_resume",
     "check_sweep_settings",
+    "checked_resume_settings",
     "explicit_values",
     "load_saved_config",
     "record_resume",
+    "refuse_run_code",
     "refuse_sweep_owned",
     "resume_config",
     "same_run_settings",
@@ -71,23 +75,117 @@ def _describe(changes: list[Change]) -> str:
 
 
 def load_saved_config(run_dir: Path) -> TrainConfig | None:
-    """The ``config.yaml`` a run directory holds, or None when it has none."""
+    """The ``config.yaml`` a run directory holds, or None when it has none; ``UserError`` when it is damaged
+    (empty, cut short, settings missing), naming the way to restore it."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         return None
     try:
-        return build_config(load_config_file(path))
+        values = read_saved_settings(path)
+    except UserError as error:
+        raise UserError(f"{error}; {restore_hint(Path(run_dir))}") from None
+    try:
+        return build_config(values)
     except UserError as error:
         raise UserError(f"{path} cannot be read as this grpolab's settings ({error}); "
                         "resume it with the grpolab version that made it, or choose a new --out") from None
 
 
-def resume_config(run_dir: Path, explicit: dict[str, Any]) -> TrainConfig | None:
+def restore_hint(run_dir: Path) -> str:
+    """How to restore a run's missing or damaged ``config.yaml``: from its newest checkpoint's settings."""
+    from grpolab.train.checkpoint import checkpoint_settings
+
+    found = checkpoint_settings(run_dir)
+    aside = f"move {run_dir / 'config.yaml'} aside and "
+    if found is None:
+        return f"{aside}start the run again with its settings, or choose a new --out"
+    path, settings = found
+    if settings is None:
+        return f"{aside}rerun --resume with every setting of the run given again, or choose a new --out"
+    return f"{aside}rerun --resume with the settings of {path.name}: {restore_flags(settings)}"
+
+
+def restore_flags(settings: dict[str, Any]) -> str:
+    """The ``grpolab train`` flags that give ``settings`` (those that differ from the defaults)."""
+    defaults = TrainConfig().to_dict()
+    flags = []
+    for name, value in settings.items():
+        if name in RUNTIME_ONLY or defaults.get(name) == value:
+            continue
+        flag = name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(f"--{flag}" if value else f"--no-{flag}")
+            continue
+        shown = (json.dumps(value) if isinstance(value, dict) else
+                 ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value))
+        flags.append(f"--{flag} {shlex.quote(shown)}")
+    return " ".join(flags) or "(all defaults)"
+
+
+def checked_resume_settings(run_dir: Path, config: TrainConfig) -> TrainConfig | None:
+    """The settings ``run_dir`` was trained under, checked against its newest checkpoint's: ``config.yaml``,
+    or, when it is missing, the checkpoint's own (``config`` must then give them again). None for a run with
+    neither (nothing to resume). Refuses a resume whose ``config`` differs from them beyond what may change."""
+    from grpolab.train.checkpoint import checkpoint_settings
+
+    saved = load_saved_config(run_dir)
+    found = checkpoint_settings(run_dir)
+    if found is not None and found[1] is not None:
+        trained = build_config(found[1])
+        if saved is None:
+            _check_against_checkpoint(run_dir, found[0], trained, config, missing=True)
+            return trained
+        _check_against_checkpoint(run_dir, found[0], trained, saved, missing=False)
+    elif saved is None and found is not None:
+        raise UserError(f"{run_dir} has checkpoints but no config.yaml, and {found[0].name} predates recorded "
+                        "settings, so what it was trained under is unknown; choose a new --out")
+    if saved is not None:
+        check_resume(run_dir, saved, config)
+    return saved
+
+
+def _check_against_checkpoint(run_dir: Path, checkpoint: Path, trained: TrainConfig, config: TrainConfig, *,
+                              missing: bool) -> None:
+    names = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in RESUME_MAY_CHANGE]
+    refused = _changes(trained.to_dict(), config.to_dict(), names)
+    if not refused:
+        return
+    where = ("has no config.yaml and this command gives other settings than" if missing else
+             "holds a config.yaml that differs from")
+    raise UserError(f"{run_dir} {where} its checkpoint {checkpoint.name}, trained with {_describe(refused)}; "
+                    f"rerun --resume with the settings of {checkpoint.name}: {restore_flags(trained.to_dict())}")
+
+
+def refuse_run_code(config: TrainConfig, source: Path, *, given: dict[str, Any], trust: bool) -> None:
+    """Refuse the settings read from ``source`` (a run's config.yaml) when they name a task or verifier to import
+    by dotted path that the user neither gave again (``given``: the explicit settings) nor trusts (``trust``):
+    a run directory is data, and importing it must not run its code."""
+    if trust:
+        return
+    from grpolab import verifiers
+    from grpolab.tasks import is_import_path
+
+    given_options = given.get("task_options") or {}
+    code = [("task", config.task, given.get("task"), is_import_path),
+            ("verifier", config.verifier, given.get("verifier"), verifiers.is_import_path),
+            ("task_options.verifier", config.task_options.get("verifier"), given_options.get("verifier"),
+             verifiers.is_import_path)]
+    for name, value, again, imports in code:
+        if isinstance(value, str) and imports(value) and again != value:
+            flag = "--task-options" if "." in name else f"--{name}"
+            raise UserError(f"{source} names the {name} {value!r}, code that grpolab would import and run; give "
+                            f"{flag} {value} again if you trust it, or pass --trust-run-code")
+
+
+def resume_config(run_dir: Path, explicit: dict[str, Any], *, trust_run_code: bool = False) -> TrainConfig | None:
     """The config of ``grpolab train --resume``: the saved one, with only the settings that may change
-    taken from ``explicit``; None when ``run_dir`` holds no saved config (nothing to resume: a fresh run)."""
+    taken from ``explicit``; None when ``run_dir`` holds no saved config (nothing to resume: a fresh run).
+    A task or verifier the saved config imports by dotted path must be given again or trusted
+    (``refuse_run_code``)."""
     saved = load_saved_config(run_dir)
     if saved is None:
         return None
+    refuse_run_code(saved, Path(run_dir) / "config.yaml", given=explicit, trust=trust_run_code)
     wanted = build_config({**saved.to_dict(), **explicit})
     refused = [c for c in _changes(saved.to_dict(), wanted.to_dict(), sorted(explicit))
                if c[0] not in RESUME_MAY_CHANGE]

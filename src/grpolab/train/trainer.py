@@ -38,11 +38,14 @@ from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.engine.collect import ScoredBatch, collect_batch
 from grpolab.errors import UserError
 from grpolab.gradients.geometry import gradient_metrics_for_step
+from grpolab.io import is_write_error, write_error
 from grpolab.models import Policy, load_policy
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
+from grpolab.train.divergence import divergence_reason, record_divergence
 from grpolab.train.lock import DirectoryLock
+from grpolab.train.ownership import check_fresh_run_dir
 from grpolab.train.run import (
     RunResult,
     append_evaluation,
@@ -54,7 +57,7 @@ from grpolab.train.run import (
     write_task_summary,
 )
 from grpolab.train.runlog import MetricsLog, RolloutLog
-from grpolab.train.settings import check_resume, load_saved_config, record_resume
+from grpolab.train.settings import checked_resume_settings, record_resume
 from grpolab.train.step import StepBatch, build_optimizer, completion_view, step_advantages, update_policy
 from grpolab.verifiers.process import get_process_verifier
 
@@ -69,18 +72,23 @@ def _step_seed(seed: int, step: int, round_: int = 0) -> int:
 
 class Trainer:
     """One training run in ``run_dir`` (created; resumed from its newest checkpoint if ``resume``, under the
-    run's saved settings). The run directory's lock is held from construction to the end of ``run``."""
+    run's saved settings, checked against its newest checkpoint's). The run directory's lock is held from
+    construction to the end of ``run``. A fresh run refuses a directory holding another run, its logs or files
+    grpolab did not write unless ``overwrite`` (``grpolab.train.ownership``); a step whose loss, gradient or
+    parameters are not finite ends the run (``grpolab.train.divergence``)."""
 
     def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
                  on_step: StepCallback | None = None, policy: Policy | None = None, task: Task | None = None,
-                 start_eval_cache: Path | None = None):
+                 start_eval_cache: Path | None = None, overwrite: bool = False):
         self.config = config
         self.run_dir = Path(run_dir)
         self.on_step = on_step
         self.start_eval_cache = start_eval_cache  # shared start evaluations (a sweep's runs at one seed)
-        _prepare_run_dir(self.run_dir, resume)
+        _prepare_run_dir(self.run_dir)
         self.lock = DirectoryLock(self.run_dir, "grpolab train").acquire()  # released when run() ends
         try:
+            if not resume or _nothing_to_resume(self.run_dir):  # under the lock: --overwrite deletes no live files
+                check_fresh_run_dir(self.run_dir, overwrite=overwrite, config=config)
             self._set_up(resume, policy, task)
         except BaseException:
             self.lock.release()
@@ -88,9 +96,8 @@ class Trainer:
 
     def _set_up(self, resume: bool, policy: Policy | None, task: Task | None) -> None:
         config = self.config
-        saved = load_saved_config(self.run_dir) if resume else None
-        if saved is not None:  # before anything loads: the run directory's settings are the truth
-            check_resume(self.run_dir, saved, config)
+        # before anything loads: the run directory's settings (config.yaml, checked against the checkpoint's)
+        saved = checked_resume_settings(self.run_dir, config) if resume else None
         if config.threads:
             torch.set_num_threads(config.threads)
         _check_estimator(config)
@@ -145,7 +152,7 @@ class Trainer:
         names = {id(p): n for n, p in self.params.items()}
         tensors, extras = optimizer_tensors(self.optimizer, names)
         state = {"optimizer": extras, "completions_generated": self.completions_generated,
-                 "success_window": self.success_window.state()}
+                 "success_window": self.success_window.state(), "settings": self.config.to_dict()}
         save_checkpoint(self.run_dir, step, dict(self.params), tensors, state, keep=self.config.keep_checkpoints)
 
     # ------------------------------------------------------------------ one step
@@ -253,6 +260,11 @@ class Trainer:
         run directory's lock."""
         try:
             return self._run()
+        except Exception as error:  # a full disk while logging: one line, naming the file
+            if not is_write_error(error):
+                raise
+            raise write_error(getattr(error, "filename", None) or self.run_dir, error,
+                              fix="free disk space, then rerun with --resume") from None
         finally:
             self.lock.release()
 
@@ -264,6 +276,7 @@ class Trainer:
         for step in range(self.start_step + 1, config.steps + 1):
             metrics = self.step(step)
             self.metrics_log.write(step, metrics)
+            self._stop_if_diverged(step, metrics)
             if config.eval_every and step % config.eval_every == 0 and step < config.steps:
                 self._evaluate(step, "step")
             if step == config.steps:
@@ -274,6 +287,13 @@ class Trainer:
                 self.on_step(step, metrics)
         self.metrics_log.close()
         return finish_run(self.run_dir, self._current_policy(), config, metrics)
+
+    def _stop_if_diverged(self, step: int, metrics: dict[str, Any]) -> None:
+        reason = divergence_reason(metrics, self.params.values())
+        if reason is not None:
+            self.metrics_log.close()
+            raise record_divergence(self.run_dir, step, reason, lr=self.config.lr, steps=self.config.steps,
+                                    metrics=metrics)
 
     def _current_policy(self) -> Policy:
         """The policy being trained: the (LoRA-wrapped) model with the loaded policy's tokenizer."""
@@ -289,7 +309,7 @@ class Trainer:
         return row
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool) -> None:
+def _prepare_run_dir(run_dir: Path) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".write-test-{os.getpid()}"  # per process: two starting writers must not collide
@@ -299,8 +319,11 @@ def _prepare_run_dir(run_dir: Path, resume: bool) -> None:
         raise UserError(
             f"cannot write to output directory {run_dir} ({error.strerror}); choose a writable --out"
         ) from None
-    if not resume and (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").glob("step-*")):
-        raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or choose a new --out")
+
+
+def _nothing_to_resume(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds neither a saved config nor a checkpoint (a resume there is a fresh run)."""
+    return not (run_dir / "config.yaml").exists() and not any((run_dir / "checkpoints").glob("step-*"))
 
 
 def _check_task_fits(config: TrainConfig, task: Task) -> None:
@@ -363,12 +386,16 @@ def _perf_metrics(batch: StepBatch, started: float, rollout_time: float, update_
 
 
 def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
-          on_step: StepCallback | None = None, start_eval_cache: Path | None = None) -> RunResult:
+          on_step: StepCallback | None = None, start_eval_cache: Path | None = None,
+          overwrite: bool = False) -> RunResult:
     """Train one run with the config's engine; the Python API behind ``grpolab train`` and every run of
-    ``grpolab compare``. ``start_eval_cache``: a sweep's shared start evaluations."""
+    ``grpolab compare``. ``start_eval_cache``: a sweep's shared start evaluations; ``overwrite``: replace the
+    run already in ``run_dir``."""
     if config.engine == "trl":
         from grpolab.train.trl_engine.run import run_trl
 
-        return run_trl(config, run_dir, resume=resume, on_step=on_step, start_eval_cache=start_eval_cache)
-    return Trainer(config, run_dir, resume=resume, on_step=on_step, start_eval_cache=start_eval_cache).run()
+        return run_trl(config, run_dir, resume=resume, on_step=on_step, start_eval_cache=start_eval_cache,
+                       overwrite=overwrite)
+    return Trainer(config, run_dir, resume=resume, on_step=on_step, start_eval_cache=start_eval_cache,
+                   overwrite=overwrite).run()
 

@@ -58,6 +58,11 @@ def available() -> list[str]:
     return sorted(_VERIFIERS)
 
 
+def is_import_path(name: str) -> bool:
+    """Whether ``get_verifier(name)`` would import code (a dotted path, not a registered name)."""
+    return name not in _VERIFIERS and ("." in name or ":" in name)
+
+
 def _import_callable(path: str) -> VerifierFn:
     """Import ``pkg.module:function`` or ``pkg.module.function``; ``UserError`` on any failure."""
     module_name, sep, attr = path.partition(":")

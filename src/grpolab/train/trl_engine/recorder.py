@@ -194,8 +194,8 @@ def _number(value: Any) -> bool:
 
 def _non_finite(logs: dict[str, Any]) -> str | None:
     """The reason a step diverged: TRL's loss or gradient norm is not a finite number."""
-    for key in ("loss", "grad_norm"):
+    for key, what in (("loss", "loss"), ("grad_norm", "gradient norm")):
         value = logs.get(key)
         if _number(value) and not math.isfinite(value):
-            return f"{key} is {value}"
+            return f"the {what} is {value}"  # worded as grpolab.train.divergence words it
     return None

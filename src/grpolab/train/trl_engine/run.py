@@ -37,7 +37,9 @@ from grpolab.errors import UserError
 from grpolab.models import Policy, load_policy
 from grpolab.rewards import check_scores, score_batch
 from grpolab.tasks import Problem, Task
+from grpolab.train.divergence import RunDiverged, record_divergence
 from grpolab.train.lock import DirectoryLock
+from grpolab.train.ownership import check_fresh_run_dir
 from grpolab.train.run import (
     RunResult,
     append_evaluation,
@@ -120,7 +122,7 @@ class TRLRun:
     """One TRL-engine run in ``run_dir`` (see the module docstring)."""
 
     def __init__(self, config: TrainConfig, run_dir: Path, *, resume: bool, on_step: StepCallback | None,
-                 start_eval_cache: Path | None) -> None:
+                 start_eval_cache: Path | None, overwrite: bool = False) -> None:
         from accelerate import PartialState
 
         check_supported(config)
@@ -131,9 +133,11 @@ class TRLRun:
         self.main = self.state.is_main_process
         self.lock = DirectoryLock(self.run_dir, "grpolab train --engine trl") if self.main else None
         if self.main:
-            _prepare_run_dir(self.run_dir, resume)
+            _prepare_run_dir(self.run_dir)
             self.lock.acquire()
         try:
+            if self.main and (not resume or latest_checkpoint(self.run_dir) is None):
+                _check_fresh(self.run_dir, config, overwrite=overwrite, resume=resume)
             self._set_up(resume)
         except BaseException:
             self.release()
@@ -263,13 +267,14 @@ class TRLRun:
         return result
 
     def _diverged(self, step: int, reason: str) -> None:
+        """End a diverged run as grpolab's engine does (``grpolab.train.divergence``): ``summary.json`` with
+        status diverged, the last good checkpoint kept, no ``final/``, one line."""
+        error = RunDiverged(f"the run diverged at step {step}: {reason}", step)
         if self.main:
-            summary = {"status": "diverged", "diverged_at_step": step, "reason": reason, "steps": self.config.steps}
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-        kept = latest_checkpoint(self.run_dir)
-        raise UserError(f"the run diverged at step {step} ({reason}); its last good checkpoint "
-                        f"({kept.name if kept else 'none'}) is kept and no final/ was saved: lower --lr and "
-                        "start a new --out")
+            error = record_divergence(self.run_dir, step, reason, lr=self.config.lr, steps=self.config.steps,
+                                      metrics=self.recorder.last_metrics)
+        self.state.wait_for_everyone()
+        raise error
 
 
 def _last_row(run_dir: Path) -> dict[str, Any]:
@@ -277,7 +282,19 @@ def _last_row(run_dir: Path) -> dict[str, Any]:
     return {k: v for k, v in rows[-1].items() if k != "step"} if rows else {}
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool) -> None:
+def _check_fresh(run_dir: Path, config: TrainConfig, *, overwrite: bool, resume: bool) -> None:
+    """A fresh run (or a resume with nothing to resume) refuses what grpolab's engine refuses
+    (``grpolab.train.ownership``), and a TRL run's checkpoints too, unless ``overwrite``."""
+    checkpoints = run_dir / "checkpoints"
+    if not resume and not overwrite and checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*")):
+        raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or choose a new --out "
+                        "(or pass --overwrite to replace it)")
+    if resume and (run_dir / "config.yaml").exists():
+        return  # saved settings and no checkpoint: the run starts again under them (checked in _set_up)
+    check_fresh_run_dir(run_dir, overwrite=overwrite, config=config)
+
+
+def _prepare_run_dir(run_dir: Path) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".write-test-{os.getpid()}"
@@ -286,12 +303,10 @@ def _prepare_run_dir(run_dir: Path, resume: bool) -> None:
     except OSError as error:
         raise UserError(f"cannot write to output directory {run_dir} ({error.strerror}); choose a writable --out") \
             from None
-    checkpoints = run_dir / "checkpoints"
-    if not resume and checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*")):
-        raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or choose a new --out")
 
 
 def run_trl(config: TrainConfig, run_dir: str | Path, *, resume: bool = False, on_step: StepCallback | None = None,
-            start_eval_cache: Path | None = None) -> RunResult:
+            start_eval_cache: Path | None = None, overwrite: bool = False) -> RunResult:
     """Train one run with the TRL engine; what ``grpolab.train.train`` calls for ``engine: trl``."""
-    return TRLRun(config, Path(run_dir), resume=resume, on_step=on_step, start_eval_cache=start_eval_cache).run()
+    return TRLRun(config, Path(run_dir), resume=resume, on_step=on_step, start_eval_cache=start_eval_cache,
+                  overwrite=overwrite).run()

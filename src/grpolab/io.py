@@ -1,0 +1,98 @@
+"""Files written whole or not at all, write errors as one line, and paths that stay inside a folder.
+
+* ``atomic_write_text`` / ``atomic_write_bytes``: the data goes to a temporary file in the target's own
+  directory, is fsynced, renamed over the target and the directory is fsynced; a kill or a full disk
+  at any moment leaves the old file whole (or none), never half a file, and no temporary file behind.
+* ``write_error``: a ``UserError`` naming what could not be written and why (disk full, no permission), for
+  any ``OSError`` or safetensors ``SafetensorError`` (which wraps the disk-full ``OSError`` of its Rust writer).
+* ``inside``: ``folder / relative`` for a relative path read from a results file, refused when it is
+  absolute, climbs out with ``..`` or leads out of ``folder`` through a symlink.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+from grpolab.errors import UserError
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "fsync_dir", "inside", "is_write_error", "write_error"]
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Flush a directory's entries (a rename into it) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically (temp file in the same directory, fsync, rename, fsync dir);
+    ``UserError`` naming ``path`` when it cannot be written."""
+    path = Path(path)
+    staging = None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        staging = Path(name)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staging, path)
+        staging = None
+        fsync_dir(path.parent)
+    except OSError as error:
+        raise write_error(path, error) from None
+    finally:
+        if staging is not None:
+            with contextlib.suppress(OSError):
+                staging.unlink()
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """``atomic_write_bytes`` of ``text`` as UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def is_write_error(error: BaseException) -> bool:
+    """Whether ``error`` is a failed write: an ``OSError`` or a safetensors ``SafetensorError``."""
+    return isinstance(error, OSError) or type(error).__name__ == "SafetensorError"
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, OSError):
+        if error.errno == errno.ENOSPC:
+            return "disk full"
+        return error.strerror or str(error)
+    text = str(error)
+    if "StorageFull" in text or "No space left" in text:
+        return "disk full"
+    return " ".join(text.split())[:200]
+
+
+def write_error(path: str | Path, error: BaseException, *, fix: str = "") -> UserError:
+    """A one-line ``UserError``: ``path`` could not be written, why, and what to do."""
+    reason = _reason(error)
+    advice = fix or ("free disk space and rerun" if reason == "disk full" else "check the folder and rerun")
+    return UserError(f"cannot write {path} ({reason}); {advice}")
+
+
+def inside(folder: str | Path, relative: str, *, what: str = "path") -> Path:
+    """``folder / relative``, refused (``UserError`` naming ``relative``) when it is empty, absolute, holds
+    ``..`` or resolves outside ``folder`` (a symlink)."""
+    folder = Path(folder)
+    text = str(relative)
+    parts = Path(text).parts
+    if not text or Path(text).is_absolute() or ".." in parts or "\\" in text:
+        raise UserError(f"{what} {text!r} does not name a place inside {folder}; the results file was edited "
+                        "or damaged: rerun the command that wrote it")
+    joined = folder / text
+    if not joined.resolve().is_relative_to(folder.resolve()):
+        raise UserError(f"{what} {text!r} leads out of {folder} through a symlink; remove the link or rerun the "
+                        "command that wrote it")
+    return joined

@@ -1,0 +1,89 @@
+"""A diverging run stops: ``grpolab train --lr 10`` ends with one line and exit code 2, keeps its last good
+checkpoint, saves no final/ model and writes summary.json with status "diverged"; a NaN model (from before
+divergence was detected) is refused in one line by the commands that load it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from tests.reliability.conftest import assert_one_line_error, run_cli
+
+from grpolab.train import runlog
+from grpolab.train.divergence import divergence_reason
+
+DIVERGING = ["--lr", "10", "--steps", "8", "--prompts-per-step", "2", "--eval-limit", "4", "--eval-samples", "0",
+             "--no-eval-start", "--checkpoint-every", "1", "--threads", "1", "--no-progress"]
+
+
+def test_train_at_lr_10_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    code, err = run_cli(["train", "--out", str(run), *DIVERGING], capsys)
+    line = assert_one_line_error(code, err, "diverged at step", "lr 10 is likely too high", "a lower --lr")
+    assert not (run / "final").exists()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "diverged"
+    step = summary["diverged_at_step"]
+    assert f"step {step}:" in line and summary["reason"] in line
+    assert 1 <= step < 8
+    assert [row["step"] for row in runlog.read_metrics(run / "metrics.jsonl")] == list(range(1, step + 1))
+    checkpoints = sorted((run / "checkpoints").glob("step-*"))
+    assert checkpoints == [] or int(checkpoints[-1].name.split("-")[1]) == step - 1
+    for checkpoint in checkpoints:
+        assert all(torch.isfinite(t).all() for t in load_file(checkpoint / "weights.safetensors").values())
+
+
+@pytest.mark.parametrize(("metrics", "poison", "words"), [
+    ({"loss/policy": float("nan"), "loss/grad_norm": 1.0}, None, "loss is nan"),
+    ({"loss/policy": 0.1, "loss/grad_norm": float("inf")}, None, "gradient norm is inf"),
+    ({"loss/policy": 0.1, "loss/grad_norm": 1.0}, float("nan"), "parameters"),
+    ({"loss/policy": 0.1, "loss/grad_norm": 1.0}, float("-inf"), "parameters"),
+])
+def test_divergence_reason_names_what_is_not_finite(metrics, poison, words):
+    params = [torch.zeros(3), torch.ones(2, 2)]
+    if poison is not None:
+        params[1][0, 1] = poison
+    assert words in divergence_reason(metrics, params)
+
+
+def test_divergence_reason_is_none_for_a_finite_step():
+    assert divergence_reason({"loss/policy": 0.0, "loss/grad_norm": 0.0}, [torch.full((4,), 1e30)]) is None
+
+
+def _poison_final(run):
+    path = run / "final" / "model.safetensors"
+    tensors = load_file(path)
+    tensors = {name: torch.full_like(t, float("nan")) for name, t in tensors.items()}
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("command", [
+    ["gradients", "--prompts", "2", "--group-size", "2", "--threads", "1"],
+    ["eval", "--eval-limit", "2", "--eval-samples", "0", "--threads", "1"],
+])
+def test_a_nan_model_is_refused_in_one_line(finished_run, capsys, command):
+    _poison_final(finished_run)
+    code, err = run_cli([command[0], "--model", str(finished_run), *command[1:]], capsys)
+    assert_one_line_error(code, err, "NaN or infinite weights", str(finished_run / "final"))
+
+
+def test_gradients_on_a_nan_model_directory_is_one_line(finished_run, capsys):
+    _poison_final(finished_run)
+    code, err = run_cli(["gradients", "--model", str(finished_run / "final"), "--prompts", "2", "--group-size", "2",
+                         "--threads", "1"], capsys)
+    assert_one_line_error(code, err, f"the model {finished_run / 'final'} has NaN or infinite weights")
+
+
+def test_the_real_cli_at_lr_10_prints_one_line_and_exits_non_zero(tmp_path):
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "grpolab.cli", "train", "--out", str(run), *DIVERGING],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "diverged at step" in lines[0], lines
+    assert not (run / "final").exists()

@@ -1,0 +1,70 @@
+"""A fresh ``grpolab train`` never destroys data: a folder holding a finished run (even without its
+checkpoints), an earlier run's logs or files grpolab did not write is refused without --overwrite, and
+--overwrite deletes only the files a run writes."""
+
+from __future__ import annotations
+
+import shutil
+
+from tests.reliability.conftest import RUN_FLAGS, assert_one_line_error, run_cli
+
+from grpolab.train import runlog
+
+
+def _snapshot(folder):
+    """Every file's bytes, but the lock files a refused process leaves (they hold only its pid)."""
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and not p.name.startswith(".grpolab.lock")}
+
+
+def test_train_into_a_finished_run_without_checkpoints_is_refused(finished_run, capsys):
+    shutil.rmtree(finished_run / "checkpoints")
+    before = _snapshot(finished_run)
+    code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS], capsys)
+    assert_one_line_error(code, err, "holds a finished (or diverged) run", "--overwrite", "new --out")
+    assert _snapshot(finished_run) == before
+
+
+def test_train_into_a_folder_of_the_users_files_is_refused(tmp_path, capsys):
+    out = tmp_path / "mine"
+    (out / "rollouts").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text('{"step": 1, "my": "numbers"}\n')
+    (out / "config.yaml").write_text("my: settings\n")
+    (out / "rollouts" / "mine.parquet").write_bytes(b"PAR1")
+    before = _snapshot(out)
+    code, err = run_cli(["train", "--out", str(out), *RUN_FLAGS], capsys)
+    assert_one_line_error(code, err, "files grpolab did not write", "config.yaml", "rollouts/mine.parquet")
+    assert _snapshot(out) == before
+
+
+def test_resume_into_a_folder_with_nothing_to_resume_is_checked_as_a_fresh_run(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "my": "numbers"}\n')
+    code, err = run_cli(["train", "--out", str(out), "--resume", *RUN_FLAGS], capsys)
+    assert_one_line_error(code, err, "holds the logs of an earlier run", "--overwrite")
+    assert (out / "metrics.jsonl").read_text() == '{"step": 1, "my": "numbers"}\n'
+
+
+def test_overwrite_replaces_the_run_and_keeps_the_users_files(finished_run, capsys):
+    (finished_run / "notes.txt").write_text("mine")
+    (finished_run / "rollouts" / "mine.parquet").write_bytes(b"PAR1")
+    flags = [f if f != "3e-4" else "1e-3" for f in RUN_FLAGS]
+    code, err = run_cli(["train", "--out", str(finished_run), *flags], capsys)
+    assert code == 2 and "--overwrite" in err
+    code, err = run_cli(["train", "--out", str(finished_run), *flags, "--overwrite"], capsys)
+    assert code == 0, err
+    assert (finished_run / "notes.txt").read_text() == "mine"
+    assert (finished_run / "rollouts" / "mine.parquet").read_bytes() == b"PAR1"
+    assert [row["loss/lr"] for row in runlog.read_metrics(finished_run / "metrics.jsonl")] == [1e-3, 1e-3]
+
+
+def test_the_same_run_stopped_before_its_first_checkpoint_starts_again(finished_run, capsys):
+    shutil.rmtree(finished_run / "checkpoints")
+    shutil.rmtree(finished_run / "final")
+    (finished_run / "summary.json").unlink()
+    code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS], capsys)
+    assert code == 0, err
+    assert [row["step"] for row in runlog.read_metrics(finished_run / "metrics.jsonl")] == [1, 2]
+    code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS], capsys)
+    assert_one_line_error(code, err, "already holds a run", "--resume")
