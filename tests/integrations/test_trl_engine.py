@@ -72,7 +72,7 @@ def test_the_run_directory_is_a_grpolab_run_directory(trl_run: tuple[Path, Any])
     assert [(e["step"], e["phase"]) for e in evaluations] == [(0, "start"), (2, "end")]
     assert evaluations[1]["completions_generated"] == 8 and set(evaluations[1]["pass_at_k"]) == {"1", "2"}
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "complete" and summary["final_metrics"] == result.final_metrics
+    assert summary["status"] == "finished" and summary["final_metrics"] == result.final_metrics
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
 
 
@@ -152,7 +152,7 @@ def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: 
     assert [e["phase"] for e in read_metrics(out / "eval.jsonl")] == ["end"]
     resumes = read_metrics(out / "resumes.jsonl")
     assert len(resumes) == 1 and resumes[0]["from_step"] >= 2 and resumes[0]["changed"] == {}
-    assert json.loads((out / "summary.json").read_text())["status"] == "complete"
+    assert json.loads((out / "summary.json").read_text())["status"] == "finished"
     finished = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume"], env=_env(), capture_output=True,
                               text=True, timeout=300, check=False)  # a finished run resumed: nothing more to do
     assert finished.returncode == 0, finished.stderr[-3000:]
@@ -218,3 +218,21 @@ def test_the_device_bridge_runs_the_forward_where_the_model_is() -> None:
     policy.model.train()
     evaluate(Policy(DeviceBridge(policy.model), policy.tokenizer, "embedded", "embedded"), task, n=0, limit=2)
     assert policy.model.training  # a model being trained stays in training mode
+
+
+def test_a_diverged_trl_run_keeps_its_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from grpolab.train import train
+    from grpolab.train.divergence import RunDiverged
+    from grpolab.train.trl_engine import recorder
+
+    original = recorder._non_finite
+    monkeypatch.setattr(recorder, "_non_finite",  # step 2's loss comes back non-finite
+                        lambda logs: original({**logs, "loss": float("nan")}) if logs.get("epoch", 0) > 0.6 else None)
+    with pytest.raises(RunDiverged, match=r"^the run diverged at step 2: the loss is nan") as error:
+        train(TrainConfig(**{**TINY, "eval_start": False}), tmp_path / "run")
+    assert error.value.step == 2
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["status"], summary["diverged_at_step"], summary["reason"]) == ("diverged", 2, "the loss is nan")
+    assert not (tmp_path / "run" / "final").exists()
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint-*")] == ["checkpoint-1"]
+    assert [row["step"] for row in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1]
