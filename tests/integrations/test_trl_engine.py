@@ -150,7 +150,7 @@ def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: 
     assert sorted(p.name for p in (out / "rollouts").glob("*.parquet")) == [f"step-{s:06d}.parquet" for s in
                                                                             range(1, 7)]
     assert [e["phase"] for e in read_metrics(out / "eval.jsonl")] == ["end"]
-    resumes = read_metrics(out / "resumes.jsonl")
+    resumes = [json.loads(line) for line in (out / "resumes.jsonl").read_text().splitlines()]
     assert len(resumes) == 1 and resumes[0]["from_step"] >= 2 and resumes[0]["changed"] == {}
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
     finished = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume"], env=_env(), capture_output=True,
