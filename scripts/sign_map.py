@@ -172,8 +172,8 @@ def table(args: argparse.Namespace) -> None:
         raise SystemExit(f"no finished sweep under {args.out}; run: python scripts/sign_map.py run --out {args.out}")
     args.dest.mkdir(parents=True, exist_ok=True)
     data.to_csv(args.dest / "map.csv", index=False)
-    shown = data.assign(**{c: (100 * data[c]).round(1) for c in ("start_p", "end_mean", "gain_vs_dr_grpo",
-                                                                   "gain_ci_half")})
+    shown = data.assign(**{c: (100 * data[c]).round(1) for c in ("start_p", "end_mean", "end_sd",
+                                                                   "gain_vs_dr_grpo", "gain_ci_half")})
     text = _markdown(shown) + "\n\n" + _verdict(data) + "\n"
     (args.dest / "map.md").write_text(text)
     _figure(data, args.dest / "map.png")

@@ -1,14 +1,16 @@
 """The ``grpolab`` command line: one subcommand per job, each in its own module.
 
 Every subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``; this file only
-dispatches and turns a ``UserError`` (bad input) or an ``OSError`` (unwritable path, full disk) into a
-one-line message with exit code 2.
+dispatches and turns a ``UserError`` (bad input), an ``OSError`` (unwritable path, full disk) or running out
+of memory (``MemoryError``, torch's ``OutOfMemoryError``, the CPU allocator's ``RuntimeError``) into a
+one-line message with exit code 2; the out-of-memory line names the command's settings that size its batches.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import signal
 import sys
 import warnings
@@ -25,6 +27,41 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "estimators": ("grpolab.commands.estimators", "list the registered advantage estimators"),
     "mechanism": ("grpolab.commands.mechanism", "explain a comparison: format breakage, per-token shifts, pass@k"),
 }
+
+
+# command -> the settings that size what it holds in memory (named when it runs out)
+MEMORY_SETTINGS: dict[str, str] = {
+    "train": "--group-size, --prompts-per-step, --max-new-tokens, --micro-batch-size or --eval-samples",
+    "compare": "--group-sizes, --prompts-per-step, --max-new-tokens, --micro-batch-size, --eval-samples or --workers",
+    "eval": "--eval-samples, --max-new-tokens or --limit",
+    "gradients": "--group-size, --prompts-per-step, --max-new-tokens or --grad-analysis-sketch-dim",
+}
+_OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is running out of memory: ``MemoryError``, torch's ``OutOfMemoryError``, or a
+    ``RuntimeError`` of an allocator (``DefaultCPUAllocator: can't allocate memory``, ``... out of memory``)."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(error, RuntimeError) and any(text in str(error).lower() for text in _OOM_TEXT)
+
+
+def _out_of_memory_line(command: str, error: BaseException) -> str:
+    found = re.search(r"tried to allocate (\d+) bytes|tried to allocate ([\d.]+ ?[KMGT]i?B)", str(error), re.I)
+    size = ""
+    if found:
+        size = f" allocating {_size(int(found[1]))}" if found[1] else f" allocating {found[2]}"
+    settings = MEMORY_SETTINGS.get(command, "the sizes of its batches")
+    return (f"grpolab {command}: error: ran out of memory{size}; lower {settings} (or free memory), then rerun "
+            "(runs resume from their last checkpoint)")
+
+
+def _size(count: int) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{count} B"
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -74,6 +111,11 @@ def _run(module, args: argparse.Namespace) -> int:
         where = f" ({error.filename})" if error.filename else ""
         print(f"grpolab {args.command}: error: {error.strerror or error}{where}; check that the path is writable "
               "and the disk has space, then rerun (runs resume from their last checkpoint)", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as error:  # torch's OutOfMemoryError is a RuntimeError
+        if not out_of_memory(error):
+            raise
+        print(_out_of_memory_line(args.command, error), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the exit into a traceback

@@ -3,6 +3,11 @@
 pass@k uses the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374) over n samples per prompt
 (``grpolab.diagnostics.pass_at_k_curve``). Unscorable samples count as failures here (evaluation asks
 "was a correct answer produced?"), unlike training, where they are left out of group statistics.
+
+Bounded memory: before sampling, the prompts are checked against the model's context and the sampling of
+``n`` per prompt against the memory available (``grpolab.engine.fit``); each batch is sampled in chunks that
+keep its KV cache under ``engine.memory.SAMPLER_BUDGET_BYTES`` with the same result (``engine.rollout``).
+Prompts cut to fit the context are counted in ``prompts_truncated``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch
 from grpolab import verifiers
 from grpolab.diagnostics import pass_at_k_curve
 from grpolab.engine.collect import collect_batch
+from grpolab.engine.fit import check_evaluation_fits
 from grpolab.models import Policy
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
@@ -26,11 +32,13 @@ __all__ = ["EvalResult", "evaluate"]
 
 @dataclass
 class _Counts:
-    """Per-problem correct counts of one pass over the problems, with its mean length and unscorable share."""
+    """Per-problem correct counts of one pass over the problems, with its mean length, unscorable share and
+    the number of prompts cut to fit the model's context."""
 
     correct: np.ndarray
     mean_length: float
     unscorable: float
+    truncated: int = 0
 
 
 @dataclass
@@ -48,6 +56,8 @@ class EvalResult:
         split: the split evaluated, ``test`` or ``validation``.
         greedy_unscorable: share of greedy completions the verifier could not score (no answer found).
         unscorable: the same share over the ``n`` samples per problem (0 if none were drawn).
+        prompts_truncated: problems whose prompt kept only its last tokens to fit the model's context beside
+            ``max_new_tokens`` (their completions are still scored).
     """
 
     greedy_accuracy: float
@@ -60,6 +70,7 @@ class EvalResult:
     split: str = "test"
     greedy_unscorable: float = 0.0
     unscorable: float = 0.0
+    prompts_truncated: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -74,7 +85,7 @@ def _correct_counts(
     """Per-problem count of correct completions out of ``samples``, the mean completion length and the
     share of completions the verifier could not score."""
     verifier = verifiers.get_verifier(task.verifier)
-    counts, lengths, unscored = [], [], 0
+    counts, lengths, unscored, truncated = [], [], 0, 0
     for start in range(0, len(problems), batch_prompts):
         chunk = problems[start : start + batch_prompts]
         batch = collect_batch(policy.model, policy.tokenizer, chunk, verifier, num_samples=samples,
@@ -85,9 +96,11 @@ def _correct_counts(
         counts.append(correct.sum(axis=1))  # [P]
         lengths.append(batch.rollout.lengths.float().mean().item())
         unscored += int(np.isnan(batch.rewards).sum())
+        truncated += batch.rollout.prompts_truncated
     correct_counts = np.concatenate(counts) if counts else np.zeros(0, dtype=int)
     drawn = len(problems) * samples
-    return _Counts(correct_counts, float(np.mean(lengths) if lengths else 0), unscored / drawn if drawn else 0.0)
+    return _Counts(correct_counts, float(np.mean(lengths) if lengths else 0), unscored / drawn if drawn else 0.0,
+                   truncated)
 
 
 def evaluate(
@@ -100,14 +113,17 @@ def evaluate(
         raise ValueError(f"split must be test or validation, got {split!r}")
     pool = task.test if split == "test" else task.validation
     problems = list(pool[:limit] if limit else pool)
-    budget = max_new_tokens or task.max_new_tokens
+    budget = check_evaluation_fits(policy.model, policy.tokenizer, [p.prompt for p in problems], samples=n,
+                                   max_new_tokens=max_new_tokens or task.max_new_tokens,
+                                   use_chat_template=task.use_chat_template, explicit=max_new_tokens is not None)
     was_training = policy.model.training
     policy.model.eval()
     try:
         greedy = _correct_counts(policy, task, problems, 1, 0.0, budget, None, batch_prompts)
         result = EvalResult(float(greedy.correct.mean()) if len(greedy.correct) else 0.0, n,
                             problem_ids=[p.id for p in problems], families=[p.family for p in problems],
-                            mean_length=greedy.mean_length, split=split, greedy_unscorable=greedy.unscorable)
+                            mean_length=greedy.mean_length, split=split, greedy_unscorable=greedy.unscorable,
+                            prompts_truncated=greedy.truncated)
         if n > 0 and problems:
             generator = torch.Generator().manual_seed(seed)
             sampled = _correct_counts(policy, task, problems, n, temperature, budget, generator, batch_prompts)

@@ -12,6 +12,7 @@ pytest.importorskip("trl")
 
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
+from grpolab.train.runlog import trl_report_to
 from grpolab.train.trl_engine.arguments import (
     GRPOLAB_SIDE,
     MAPPED,
@@ -88,6 +89,7 @@ def _effective_trl(args: Any, peft: Any) -> dict[str, Any]:
         "optimizer_steps_per_rollout": args.gradient_accumulation_steps // args.steps_per_generation,
         "checkpoint_every": args.save_steps // mu if args.save_strategy.value == "steps" else 0,
         "keep_checkpoints": args.save_total_limit if args.save_strategy.value == "steps" else None,
+        "report_to": sorted(args.report_to),
         "lora": peft is not None, "lora_r": getattr(peft, "r", None), "lora_alpha": getattr(peft, "lora_alpha", None),
         "lora_targets": sorted(getattr(peft, "target_modules", None) or []),
     }
@@ -110,6 +112,7 @@ def _effective_grpolab(config: TrainConfig, micro: int) -> dict[str, Any]:
         "optimizer_steps_per_rollout": 1,
         "checkpoint_every": config.checkpoint_every,
         "keep_checkpoints": config.keep_checkpoints if config.checkpoint_every else None,
+        "report_to": sorted(name for name in trl_report_to(config) if name != "none"),
         "lora": config.lora, "lora_r": config.lora_r if config.lora else None,
         "lora_alpha": config.lora_alpha if config.lora else None,
         "lora_targets": sorted(config.lora_targets.split(",")) if config.lora else [],
@@ -130,7 +133,7 @@ CONFIGS = [
                 seed=3, lr=3e-6, lr_schedule="cosine", warmup_steps=2, weight_decay=0.1, adam_betas=(0.9, 0.95),
                 max_grad_norm=0.5, num_iterations=2, epsilon_low=0.1, epsilon_high=0.28, beta=0.04,
                 loss_aggregation="seq_mean_token_mean", temperature=0.7, top_p=0.9, dtype="bfloat16",
-                lora=True, lora_r=64, lora_alpha=128, checkpoint_every=3, keep_checkpoints=1),
+                lora=True, lora_r=64, lora_alpha=128, checkpoint_every=3, keep_checkpoints=1, report_to="tensorboard"),
     TrainConfig(engine="trl", max_new_tokens=8, warmup_steps=5, checkpoint_every=0,
                 loss_aggregation="seq_mean_token_sum_norm", lr_schedule="linear", dual_clip_c=3.0,
                 importance_sampling_level="sequence", mask_truncated_completions=True),

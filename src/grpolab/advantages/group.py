@@ -169,6 +169,8 @@ def batch_std(rewards: torch.Tensor, *, eps: float = 1e-4, std: str = "sample") 
     still gets 0 while one mixed group is not blown up by its own small spread. A batch whose rewards are all
     equal gets 0.
     """
+    if rewards.numel() == 0:  # no group, or groups of none: nothing to scale
+        return rewards.clone()
     _, mean, _ = _group_stats(rewards)
     count, _, squares = _group_stats(rewards.reshape(1, -1))  # the whole batch as one group: [1, 1]
     spread = _std(count, squares, std, "batch_std")  # 0 for fewer than two scorable rewards

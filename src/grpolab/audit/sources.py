@@ -9,7 +9,10 @@ Recognised inputs (first match wins):
 * any directory of, or single, ``.parquet`` / ``.csv`` / ``.jsonl`` / ``.json`` (JSON lines) table.
 
 Tables are read in record batches holding only the needed columns (Parquet ``iter_batches``, pyarrow's
-streaming CSV and JSON readers), so memory stays bounded by the batch size.
+streaming CSV and JSON readers), each bounded by bytes, not only by rows: a Parquet batch holds as many rows as
+fit in ``BATCH_BYTES`` by the row groups' uncompressed sizes (a few kilobytes of zstd can hold gigabytes of
+long prompt ids), a CSV or JSON block is 16 MiB. Prompt ids longer than ``LONG_KEY_BYTES`` are grouped by
+their SHA-1 digest, so the group tables hold 40 bytes per group whatever the ids' length.
 
 Departures from a plain read: TRL rewrites its whole completion buffer at every logging step, so a
 generation batch can appear in several consecutive files; a file identical (prompt + completion
@@ -38,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
@@ -53,6 +57,10 @@ ADVANTAGE_CANDIDATES = ("advantage", "advantages")
 STEP_CANDIDATES = ("step", "global_step", "iteration", "train_step")
 LENGTH_CANDIDATES = ("length", "completion_length", "response_length", "num_tokens")
 TRL_NON_REWARD = {"step", "prompt", "completion", "advantage", "image", "images"}
+BATCH_BYTES = 32 << 20
+"""The most uncompressed bytes of the needed columns one Parquet record batch holds."""
+LONG_KEY_BYTES = 64
+"""Prompt ids longer than this many bytes are grouped by their SHA-1 digest."""
 
 
 @dataclass(frozen=True)
@@ -271,7 +279,9 @@ def _batches_of(
     path: Path, fmt: str, columns: list[str], batch_rows: int, prompt: str
 ) -> Iterator[pa.RecordBatch]:
     if fmt == "parquet":
-        yield from pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns)
+        parquet = pq.ParquetFile(path)
+        rows = min(batch_rows, parquet_rows_within(parquet.metadata, columns, BATCH_BYTES))
+        yield from parquet.iter_batches(batch_size=rows, columns=columns)
     elif fmt == "csv":  # prompt ids as text: type inference on the first block must not flip later
         convert = pacsv.ConvertOptions(include_columns=columns, column_types={prompt: pa.string()})
         read = pacsv.ReadOptions(block_size=1 << 24)
@@ -279,6 +289,19 @@ def _batches_of(
     else:
         for batch in pajson.open_json(path, read_options=pajson.ReadOptions(block_size=1 << 24)):
             yield batch.select(columns)
+
+
+def parquet_rows_within(metadata: pq.FileMetaData, columns: list[str], budget: int) -> int:
+    """How many rows of ``columns`` fit in ``budget`` uncompressed bytes, by the widest row group (at least 1)."""
+    widest = 0.0
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        if not group.num_rows:
+            continue
+        size = sum(group.column(j).total_uncompressed_size for j in range(group.num_columns)
+                   if group.column(j).path_in_schema.split(".")[0] in columns)
+        widest = max(widest, size / group.num_rows)
+    return max(1, int(budget // widest)) if widest else 1 << 20
 
 
 def iter_batches(
@@ -309,11 +332,22 @@ def numeric_values(batch: pa.RecordBatch, name: str, what: str) -> np.ndarray:
     return array.cast(pa.float64()).to_numpy(zero_copy_only=False)
 
 
+def _short_keys(array: pa.Array) -> pa.Array:
+    """String ids, with those longer than ``LONG_KEY_BYTES`` replaced by ``sha1:<hex digest>``."""
+    if len(array) == 0 or (pc.max(pc.binary_length(array)).as_py() or 0) <= LONG_KEY_BYTES:
+        return array
+    return pa.array([value if value is None or len(value.encode()) <= LONG_KEY_BYTES
+                     else "sha1:" + hashlib.sha1(value.encode()).hexdigest() for value in array.to_pylist()],
+                    pa.string())
+
+
 def prompt_keys(array: pa.Array) -> pa.Array:
     """Prompt ids as a groupable array: strings and integers as they are, anything else as JSON text."""
     kind = array.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind):
-        return array
     if pa.types.is_dictionary(kind):
-        return array.cast(kind.value_type)
+        return prompt_keys(array.cast(kind.value_type))
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return _short_keys(array)
+    if pa.types.is_integer(kind):
+        return array
     return pa.array([json.dumps(v, sort_keys=True, default=str) for v in array.to_pylist()], pa.string())

@@ -46,6 +46,7 @@ def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> A
     too under ``--reward-granularity token``)."""
     from grpolab import verifiers
     from grpolab.engine.collect import collect_batch
+    from grpolab.engine.fit import check_evaluation_fits
     from grpolab.train.run import load_task_for
     from grpolab.train.step import StepBatch
     from grpolab.verifiers.process import get_process_verifier
@@ -55,8 +56,12 @@ def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> A
     rng = np.random.default_rng(config.seed)
     problems = [task.train[i] for i in rng.choice(len(task.train), size=min(config.prompts_per_step,
                                                                             len(task.train)), replace=False)]
+    budget = check_evaluation_fits(model, policy.tokenizer, [p.prompt for p in problems], samples=config.group_size,
+                                   max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                                   use_chat_template=task.use_chat_template, explicit=config.max_new_tokens is not None,
+                                   where="batch", lower="--group-size or --max-new-tokens")
     batch = collect_batch(model, policy.tokenizer, problems, verifiers.get_verifier(task.verifier),
-                          num_samples=config.group_size, max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                          num_samples=config.group_size, max_new_tokens=budget,
                           use_chat_template=task.use_chat_template, temperature=config.temperature,
                           generator=torch.Generator().manual_seed(config.seed), dtype=config.sampler_dtype,
                           process_verifier=process)

@@ -16,7 +16,7 @@ from typing import Any
 from grpolab.config.fields import lower_bounds
 from grpolab.errors import UserError
 
-__all__ = ["check_types", "validate"]
+__all__ = ["REPORT_BACKENDS", "check_types", "report_backends", "validate"]
 
 _HINTS = {"eval_limit": "; to evaluate every test prompt, set eval_limit: null in a --config file"}
 
@@ -43,6 +43,7 @@ def validate(config: Any) -> None:
         raise UserError("beta, epsilon_low and epsilon_high must be >= 0")
     _validate_mappings(config)
     _validate_ranges(config)
+    report_backends(config)
     _validate_engine(config)
 
 
@@ -164,3 +165,31 @@ def check_types(values: dict[str, Any], cls: type) -> None:
         if not ok:
             raise UserError(f"setting {name} must be of type {getattr(base, '__name__', base)}, "
                             f"got {value!r} ({type(value).__name__}); fix it in the config file or flag")
+
+
+REPORT_BACKENDS = ("tensorboard", "wandb", "trackio")
+"""The names ``report_to`` accepts besides ``none`` (TRL's names for the same integrations)."""
+
+
+def report_backends(config: Any) -> list[str]:
+    """The metrics backends of a ``TrainConfig``: the names of ``report_to`` (comma-separated; ``none``, the
+    default: no backend), plus ``tensorboard`` when the older ``tensorboard: true`` is set (so saved configs
+    with ``tensorboard: true`` and ``report_to: none`` keep writing TensorBoard files).
+
+    Raises:
+        UserError: an unknown or empty name, or ``none`` listed together with a backend.
+    """
+    if not isinstance(config.report_to, str):
+        raise UserError(f"report_to must be text such as tensorboard,wandb, got {config.report_to!r}")
+    names = [name.strip().lower() for name in config.report_to.split(",")]
+    unknown = [name for name in names if name not in (*REPORT_BACKENDS, "none")]
+    if unknown:
+        raise UserError(f"report_to: unknown backend {unknown[0]!r}; use a comma-separated list of "
+                        f"{', '.join(REPORT_BACKENDS)}, or none")
+    backends = list(dict.fromkeys(name for name in names if name != "none"))
+    if "none" in names and backends:
+        raise UserError(f"report_to {config.report_to!r} says none and also {', '.join(backends)}; "
+                        "drop none, or drop the backends")
+    if config.tensorboard and "tensorboard" not in backends:
+        backends.insert(0, "tensorboard")
+    return backends

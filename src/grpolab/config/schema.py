@@ -156,7 +156,7 @@ class TrainConfig:
     grad_analysis_sketch_dim: int | None = setting(None, scope="training", at_least=1)
     """CountSketch width of the gradient rows of grad/* (None: exact rows while they fit in 1 GiB)."""
     tensorboard: bool = setting(False, scope="training")
-    """Also write metrics to TensorBoard (needs the tensorboard package)."""
+    """Also write metrics to TensorBoard (needs the tensorboard package); the same as tensorboard in report_to."""
     threads: int | None = setting(None, scope="runtime", at_least=1)
     """torch threads (default: torch's choice)."""
     progress: bool = setting(True, scope="runtime")
@@ -198,6 +198,15 @@ class TrainConfig:
     vllm_mode: str = setting("colocate", scope="training")
     """Engine trl with --use-vllm: colocate (vLLM in the training processes) or server (a separate
     `trl vllm-serve` process)."""
+
+    # report_to: where metrics go besides metrics.jsonl. Runtime scope: a backend changes neither what is trained
+    # nor what is found, so it may change on --resume and between invocations of one sweep without making its
+    # finished runs different runs.
+    report_to: str = setting("none", scope="runtime")
+    """Also send metrics to these backends, comma-separated, as TRL's report_to: none, tensorboard
+    (<run>/tensorboard), wandb (<run>/wandb; offline unless WANDB_API_KEY or WANDB_MODE is set; `wandb sync`
+    uploads it), trackio (project grpolab in Trackio's store). Each needs its package (pip install
+    tensorboard / wandb / trackio); --tensorboard adds tensorboard. May change on --resume."""
 
     @property
     def clip_high(self) -> float:

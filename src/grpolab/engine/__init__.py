@@ -8,6 +8,9 @@ completions into log-probabilities.
 * ``fast_decode``: a lean Llama-family decoder (preallocated KV cache, bf16 weight copies);
 * ``lean_forward``: a lean Llama-family training forward with autograd;
 * ``prefix_packing``: the update's forward with each prompt computed once for its whole group.
+* ``memory``: estimates of the memory sampling and the update need, and the memory available;
+* ``fit``: the one-line refusals, before anything is sampled, of settings that do not fit the model's
+  context or the memory available.
 
 Nothing here knows about advantages, losses or runs (``grpolab.train``).
 """

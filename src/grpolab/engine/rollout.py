@@ -15,19 +15,27 @@ or ``"lean"``), for every other model the transformers forward with a ``DynamicC
 (``engine="hf"``). The sampler records the log-probability of each token it drew, so that the trainer
 can measure how far the sampler's distribution is from its own (``rollout/sampler_kl``), as trainers
 that sample with vLLM do.
+
+Bounded memory (``grpolab.engine.memory``). A prompt longer than the model's context leaves beside
+``max_new_tokens`` keeps its last tokens (a warning says so; ``Rollout.prompts_truncated`` counts them), and
+``max_new_tokens`` that leaves no room is refused. A batch whose sampling would need more than
+``memory.SAMPLER_BUDGET_BYTES`` is sampled in chunks of prompts; the uniforms of every row and step are drawn
+from the generator as one unchunked pass would draw them, so the chunks give the same completions. A chunk
+that cannot fit in the memory available is refused in one line before anything is allocated.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from grpolab.engine import fast_decode, lean_forward
+from grpolab.engine import fast_decode, lean_forward, memory
 from grpolab.errors import UserError
 
-__all__ = ["ENGINES", "Rollout", "encode_prompts", "sample", "token_logprobs"]
+__all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "sample", "token_logprobs"]
 
 ENGINES = ("auto", "lean", "hf")
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -47,6 +55,7 @@ class Rollout:
         entropy: [B, T] entropy (nats) of the sampling distribution at each completion token.
         logprobs: [B, T] the sampler's log-probability of each sampled token at the sampling temperature
             (before top-p; 0 after the first EOS and when greedy), or None.
+        prompts_truncated: how many of the P prompts lost their first tokens to fit the model's context.
     """
 
     prompt_ids: torch.Tensor
@@ -57,6 +66,7 @@ class Rollout:
     truncated: torch.Tensor
     entropy: torch.Tensor
     logprobs: torch.Tensor | None = None
+    prompts_truncated: int = 0
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -84,9 +94,10 @@ def encode_prompts(
             tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
             for p in prompts
         ]
-        encoded = tokenizer(texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
+        encoded = tokenizer(texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt",
+                            verbose=False)  # over-long prompts are cut and counted by `sample`
     else:
-        encoded = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt")
+        encoded = tokenizer(prompts, padding=True, padding_side="left", return_tensors="pt", verbose=False)
     return encoded["input_ids"], encoded["attention_mask"]
 
 
@@ -95,11 +106,12 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 def _next_token(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None,
+    uniform: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample (or, with temperature 0, pick greedily) one token per row of logits [B, V]; also the
     entropy [B] of the distribution sampled from (before top-p) and the token's log-probability [B]
-    under it (0 when greedy)."""
+    under it (0 when greedy). ``uniform`` [B, 1]: the draws to use (default: drawn from ``generator``)."""
     if temperature == 0:
         zeros = torch.zeros(logits.shape[0])
         return logits.argmax(dim=-1), zeros, zeros
@@ -111,16 +123,18 @@ def _next_token(
         outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # keep the smallest head with mass >= p
         sorted_probs = sorted_probs.masked_fill(outside, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    token = _inverse_cdf_sample(probs, generator)
+    if uniform is None:
+        uniform = torch.rand((probs.shape[0], 1), generator=generator, dtype=probs.dtype)
+    token = _inverse_cdf_sample(probs, uniform)
     return token, entropy, log_probs.gather(-1, token[:, None]).squeeze(1)
 
 
-def _inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One draw per row of (unnormalised) probs [B, V] by inverse-CDF: one uniform per row and a binary
-    search. Same distribution as ``torch.multinomial``, and ~40x faster for a 49k vocabulary on the CPU."""
+def _inverse_cdf_sample(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """One draw per row of (unnormalised) probs [B, V] by inverse-CDF: one uniform [B, 1] in [0, 1) per row
+    and a binary search. Same distribution as ``torch.multinomial``, and ~40x faster for a 49k vocabulary on
+    the CPU."""
     cdf = probs.cumsum(dim=-1)
-    uniform = torch.rand((probs.shape[0], 1), generator=generator, dtype=cdf.dtype) * cdf[:, -1:]
-    token = torch.searchsorted(cdf, uniform, right=True).squeeze(1)
+    token = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(1)
     return token.clamp(max=probs.shape[-1] - 1)
 
 
@@ -172,6 +186,7 @@ def sample(
     generator: torch.Generator | None = None,
     engine: str = "auto",
     dtype: str = "auto",
+    budget_bytes: int = memory.SAMPLER_BUDGET_BYTES,
 ) -> Rollout:
     """Sample ``num_samples`` completions for each of the P prompts; temperature 0 means greedy. The
     transformers path runs the model in eval mode (and restores its mode); the lean path ignores it.
@@ -183,7 +198,14 @@ def sample(
         engine: "auto" (the lean decoder where it applies, else transformers), "lean" or "hf".
         dtype: weights of the lean decoder: "bfloat16", "float32" or "auto" (``fast_decode.preferred_dtype``:
             bfloat16 from hidden size 512 up). The transformers path runs the model as it is.
+        budget_bytes: the most memory one sampling pass may use; above it, chunks of prompts (same result).
+
+    Raises:
+        UserError: ``max_new_tokens`` leaves no room for a prompt in the model's context, or one chunk's
+            sampling needs more memory than is available.
     """
+    prompt_ids, prompt_mask, truncated = fit_context(model, prompt_ids, prompt_mask, max_new_tokens)
+    chunk = _prompts_per_chunk(model, prompt_ids.shape, num_samples, max_new_tokens, budget_bytes)
     ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
     mask = prompt_mask.repeat_interleave(num_samples, dim=0)
     decoder = _decoder(model, engine, dtype)
@@ -191,26 +213,118 @@ def sample(
     if switch:
         model.eval()
     try:
-        tokens, entropies, logprobs = _decode(decoder, prompt_ids, prompt_mask, num_samples, max_new_tokens,
-                                              (temperature, top_p, generator), (tokenizer.eos_token_id,
-                                                                                tokenizer.pad_token_id))
+        tokens, entropies, logprobs = _decode_in_chunks(
+            decoder, (prompt_ids, prompt_mask), (num_samples, max_new_tokens, chunk),
+            (temperature, top_p, generator), (tokenizer.eos_token_id, tokenizer.pad_token_id))
     finally:
         if switch:
             model.train()
-    return _rollout(tokenizer, ids, mask, tokens, entropies, logprobs)
+    rollout = _rollout(tokenizer, ids, mask, tokens, entropies, logprobs)
+    rollout.prompts_truncated = truncated
+    return rollout
+
+
+def fit_context(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Left-padded prompts [P, Lp] cut to the room the model's context leaves beside ``max_new_tokens``
+    (each keeps its last tokens, with a warning), and how many prompts were cut.
+
+    Raises:
+        UserError: ``max_new_tokens`` alone fills the context.
+    """
+    context = memory.context_length(model)
+    if context is None:
+        return prompt_ids, prompt_mask, 0
+    room = context - max_new_tokens
+    if room < 1:
+        raise UserError(f"max_new_tokens {max_new_tokens} leaves no room for a prompt in the model's context of "
+                        f"{context} tokens; lower --max-new-tokens below {context}")
+    if prompt_ids.shape[1] <= room:
+        return prompt_ids, prompt_mask, 0
+    cut = int(prompt_mask[:, :-room].any(dim=1).sum())
+    if cut:
+        warnings.warn(f"prompts longer than {room} tokens (the model's context of {context} tokens less "
+                      f"max_new_tokens {max_new_tokens}) keep only their last {room} tokens; they are counted in "
+                      "rollout/prompts_truncated and the evaluations' prompts_truncated", RuntimeWarning,
+                      stacklevel=3)
+    return prompt_ids[:, -room:], prompt_mask[:, -room:], cut
+
+
+def _prompts_per_chunk(model: PreTrainedModel, prompt_shape: torch.Size, num_samples: int, max_new_tokens: int,
+                       budget_bytes: int) -> int:
+    """How many prompts one sampling pass takes under ``budget_bytes`` (at least one, if it fits in memory)."""
+    prompts, width = prompt_shape
+    shape = memory.model_shape(model)
+    one = memory.sampling_bytes(shape, 1, num_samples, width, max_new_tokens)
+    chunk = max(1, min(prompts, budget_bytes // max(one, 1)))
+    need = memory.sampling_bytes(shape, chunk, num_samples, width, max_new_tokens)
+    memory.refuse_unless_fits(need, f"sampling {chunk} prompt(s) x {num_samples} completion(s) of up to {width} "
+                                    f"prompt + {max_new_tokens} new tokens",
+                              "the completions per prompt (--group-size, --eval-samples) or --max-new-tokens")
+    return chunk
+
+
+def _decode_in_chunks(decoder: _HFDecoder | fast_decode.LeanLlama, prompts: tuple[torch.Tensor, torch.Tensor],
+                      sizes: tuple[int, int, int], sampling: tuple, special: tuple[int, int]) -> tuple[list, ...]:
+    """``_decode`` over chunks of ``sizes[2]`` prompts, merged as one pass (see the module docstring)."""
+    prompt_ids, prompt_mask = prompts
+    num_samples, max_new_tokens, chunk = sizes
+    if chunk >= prompt_ids.shape[0]:
+        return _decode(decoder, prompt_ids, prompt_mask, num_samples, max_new_tokens, sampling, special)
+    temperature, _, generator = sampling
+    draws = _Draws(generator, prompt_ids.shape[0] * num_samples, max_new_tokens) if temperature != 0 else None
+    parts = []
+    for start in range(0, prompt_ids.shape[0], chunk):
+        rows = slice(start * num_samples, (start + chunk) * num_samples)
+        parts.append(_decode(decoder, prompt_ids[start : start + chunk], prompt_mask[start : start + chunk],
+                             num_samples, max_new_tokens, sampling, special,
+                             None if draws is None else draws.uniforms[:, rows]))
+    steps = max(len(part[0]) for part in parts)
+    if draws is not None:
+        draws.consume(steps)
+    return _merge(parts, steps, special[1])
+
+
+class _Draws:
+    """The uniforms [T, B, 1] one unchunked pass would draw from ``generator`` (one [B, 1] per step), drawn
+    ahead; ``consume(steps)`` leaves the generator where that pass would have left it."""
+
+    def __init__(self, generator: torch.Generator | None, rows: int, steps: int):
+        self.generator = generator if generator is not None else torch.default_generator
+        self.state = self.generator.get_state()
+        self.uniforms = torch.rand((steps, rows, 1), generator=self.generator)
+
+    def consume(self, steps: int) -> None:
+        self.generator.set_state(self.state)
+        torch.rand((steps, self.uniforms.shape[1], 1), generator=self.generator)
+
+
+def _merge(parts: list[tuple[list, ...]], steps: int, pad_id: int) -> tuple[list, ...]:
+    """Per-step lists of the chunks' rows joined; a chunk that finished early gets pad tokens and zeros."""
+    merged: tuple[list, list, list] = ([], [], [])
+    for index, fill in enumerate((pad_id, 0.0, 0.0)):  # tokens, entropies, log-probs
+        for step in range(steps):
+            rows = [part[index][step] if step < len(part[index]) else torch.full_like(part[index][0], fill)
+                    for part in parts]
+            merged[index].append(torch.cat(rows))
+    return merged
 
 
 def _decode(decoder: _HFDecoder | fast_decode.LeanLlama, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-            num_samples: int, max_new_tokens: int, sampling: tuple, special: tuple[int, int]) -> tuple[list, ...]:
-    """The sampling loop: per-step token [B], entropy [B] and log-prob [B] lists (see ``sample``)."""
+            num_samples: int, max_new_tokens: int, sampling: tuple, special: tuple[int, int],
+            uniforms: torch.Tensor | None = None) -> tuple[list, ...]:
+    """The sampling loop: per-step token [B], entropy [B] and log-prob [B] lists (see ``sample``);
+    ``uniforms`` [T, B, 1]: the draws to sample with (default: drawn from the generator step by step)."""
     eos_id, pad_id = special
+    temperature, top_p, generator = sampling
     logits = decoder.prefill(prompt_ids, prompt_mask, max_new_tokens, copies=num_samples)
     finished = torch.zeros(logits.shape[0], dtype=torch.bool)
     tokens: list[torch.Tensor] = []
     entropies: list[torch.Tensor] = []
     logprobs: list[torch.Tensor] = []
-    for _ in range(max_new_tokens):
-        token, entropy, logprob = _next_token(logits, *sampling)
+    for step in range(max_new_tokens):
+        uniform = None if uniforms is None else uniforms[step]
+        token, entropy, logprob = _next_token(logits, temperature, top_p, generator, uniform)
         token = torch.where(finished, torch.full_like(token, pad_id), token)
         tokens.append(token)
         entropies.append(entropy)

@@ -67,16 +67,22 @@ def local_splits(path: str | Path, fields: Sequence[str]) -> dict[str, list[Row]
     return {"all": read_jsonl(root, fields)}
 
 
+def require_hub_dataset(hub_id: str, local_alternative: str) -> None:
+    """Raise a ``UserError`` at once (not after the hub's retries) when the ``datasets`` hub data set ``hub_id``
+    is not in the local cache and the hub is offline (``HF_HUB_OFFLINE``) or out of reach; the message ends
+    with ``local_alternative``, what to pass instead."""
+    offline = hub_unavailable()
+    if offline and not hub_cached(hub_id, "dataset"):
+        raise UserError(f"data set {hub_id!r} is not in the local cache and the hub cannot be used ({offline}); "
+                        f"{local_alternative}")
+
+
 def hub_split(hub_id: str, config: str | None, split: str, fields: Sequence[str]) -> list[Row]:
     """Rows of ``split`` of the ``datasets`` hub data set ``hub_id`` (downloads on first use; fails at once
     when it is not cached and the hub is offline or out of reach)."""
     import datasets
 
-    offline = hub_unavailable()
-    if offline and not hub_cached(hub_id, "dataset"):
-        raise UserError(f"data set {hub_id!r} is not in the local cache and the hub cannot be used ({offline}); "
-                        "pass a local jsonl path (a file, or a folder with train.jsonl / test.jsonl)")
-
+    require_hub_dataset(hub_id, "pass a local jsonl path (a file, or a folder with train.jsonl / test.jsonl)")
     try:
         data = datasets.load_dataset(hub_id, config, split=split)
     except Exception as exc:  # datasets raises many types (network, missing config, ...)

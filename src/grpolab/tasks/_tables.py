@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.tasks._loading import Row, read_jsonl
+from grpolab.tasks._loading import Row, read_jsonl, require_hub_dataset
 
 __all__ = ["SUFFIXES", "Table", "read_table", "split_name"]
 
@@ -151,6 +151,7 @@ def _read_folder(folder: Path) -> dict[str, list[Row]]:
 def _read_hub(hub_id: str, hub_config: str | None) -> dict[str, list[Row]]:
     import datasets
 
+    require_hub_dataset(hub_id, "pass a local .jsonl, .csv or .parquet file, or a folder of train/test files")
     try:
         data = datasets.load_dataset(hub_id, hub_config)
     except Exception as error:  # datasets raises many types (network, missing config, bad id, ...)

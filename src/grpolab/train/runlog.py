@@ -3,22 +3,32 @@
 so only complete Parquet files ever exist). On resume from step s, entries of steps >= s are dropped (the
 file is rewritten atomically) so that the logs have each step exactly once. A log damaged anywhere but its
 last line is refused with one line naming the file and line.
+
+Metrics also go to the backends of ``report_to`` (TRL's convention, ``report_backends``): TensorBoard event
+files under ``<run>/tensorboard``, a W&B run under ``<run>/wandb`` (offline, so with no account or network,
+unless ``WANDB_API_KEY`` or ``WANDB_MODE`` says otherwise; ``wandb sync`` uploads it later), a Trackio
+project ``grpolab`` in Trackio's own store (``TRACKIO_DIR``). A backend whose package is missing is
+refused before the run starts, in one line naming the ``pip install``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from grpolab.config.checks import REPORT_BACKENDS, report_backends
 from grpolab.errors import UserError
 
-__all__ = ["MetricsLog", "RolloutLog", "read_metrics", "rewrite_jsonl"]
+__all__ = ["MetricsLog", "RolloutLog", "open_backends", "read_metrics", "report_backends", "rewrite_jsonl",
+           "trl_report_to"]
 
 ROLLOUT_SCHEMA = pa.schema(
     [
@@ -41,16 +51,18 @@ def _json_safe(value: Any) -> Any:
 
 
 class MetricsLog:
-    """Appends one JSON line per step to ``path``; optionally mirrors scalars to TensorBoard."""
+    """Appends one JSON line per step to ``path``; optionally mirrors scalars to the ``backends`` (writers
+    from ``open_backends``), and with ``tensorboard_dir`` (the older form) to TensorBoard."""
 
-    def __init__(self, path: Path, *, resume_from_step: int | None = None, tensorboard_dir: Path | None = None):
+    def __init__(self, path: Path, *, resume_from_step: int | None = None, tensorboard_dir: Path | None = None,
+                 backends: Sequence[Any] = ()):
         self.path = path
         if resume_from_step is not None and path.exists():
             rewrite_jsonl(path, [row for row in read_metrics(path) if row.get("step", -1) < resume_from_step])
         elif resume_from_step is None and path.exists():
             path.unlink()
         self._handle = path.open("a")
-        self._writer = _tensorboard(tensorboard_dir) if tensorboard_dir else None
+        self._writers = [*backends, *([_TensorBoard(tensorboard_dir)] if tensorboard_dir else [])]
 
     def write(self, step: int, metrics: dict[str, Any], *, sync: bool = True) -> None:
         """Append the row of ``step``, flushed; fsynced too unless ``sync`` is False (then ``sync()`` later)."""
@@ -59,10 +71,10 @@ class MetricsLog:
         self._handle.flush()
         if sync:
             os.fsync(self._handle.fileno())
-        if self._writer is not None:
-            for key, value in metrics.items():
-                if isinstance(value, int | float):
-                    self._writer.add_scalar(key, value, step)
+        scalars = {key: value for key, value in metrics.items()
+                   if isinstance(value, int | float) and not isinstance(value, bool)}
+        for writer in self._writers:
+            writer.log(step, scalars)
 
     def sync(self) -> None:
         """Make every row written so far durable (fsync)."""
@@ -70,16 +82,102 @@ class MetricsLog:
 
     def close(self) -> None:
         self._handle.close()
-        if self._writer is not None:
-            self._writer.close()
+        for writer in self._writers:
+            writer.close()
 
 
-def _tensorboard(directory: Path) -> Any:
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError as error:
-        raise UserError(f"--tensorboard needs the tensorboard package: pip install tensorboard ({error})") from None
-    return SummaryWriter(str(directory))
+# ---------------------------------------------------------------------------- report_to backends
+
+_PACKAGES = {name: name for name in REPORT_BACKENDS}  # backend -> the package to pip install
+
+
+def trl_report_to(config: Any) -> list[str]:
+    """``report_to`` for TRL's ``GRPOConfig``: the backends of ``report_backends``, or ``["none"]``."""
+    return report_backends(config) or ["none"]
+
+
+def open_backends(config: Any, run_dir: Path, *, resume: bool) -> list[Any]:
+    """A writer per backend of ``config`` (``report_backends``), each writing under ``run_dir``; a missing
+    package is a ``UserError`` naming its ``pip install``, raised before any writer opens."""
+    names = report_backends(config)
+    for name in names:
+        _require(name)
+    makers = {"tensorboard": lambda: _TensorBoard(run_dir / "tensorboard"),
+              "wandb": lambda: _WandB(run_dir, config.to_dict(), resume=resume),
+              "trackio": lambda: _Trackio(run_dir, config.to_dict(), resume=resume)}
+    return [makers[name]() for name in names]
+
+
+def _require(name: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(_PACKAGES[name]) is None:
+        raise UserError(f"report_to {name} needs the {_PACKAGES[name]} package: pip install {_PACKAGES[name]} "
+                        f"(or drop {name} from --report-to)")
+
+
+def _run_id(run_dir: Path) -> str:
+    """A stable id for the run directory, so that a resumed run continues the same W&B / Trackio run."""
+    return "grpolab-" + hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:12]
+
+
+class _TensorBoard:
+    """Scalars as TensorBoard event files in ``directory``."""
+
+    def __init__(self, directory: Path):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as error:
+            raise UserError("report_to tensorboard (--tensorboard) needs the tensorboard package: "
+                            f"pip install tensorboard ({error})") from None
+        self._writer = SummaryWriter(str(directory))
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        for key, value in scalars.items():
+            self._writer.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def wandb_mode() -> str:
+    """``WANDB_MODE`` when set; else online with ``WANDB_API_KEY`` and offline without (no account, no network)."""
+    return os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+
+
+class _WandB:
+    """A W&B run with its files under ``<run>/wandb`` (offline unless ``wandb_mode`` says online)."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], *, resume: bool):
+        import wandb
+
+        self._run = wandb.init(dir=str(run_dir), project=os.environ.get("WANDB_PROJECT", "grpolab"),
+                               name=run_dir.name, id=_run_id(run_dir), config=config, mode=wandb_mode(),
+                               resume="allow")
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        self._run.log(scalars, step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class _Trackio:
+    """A Trackio run named after the run directory, in project ``TRACKIO_PROJECT`` or grpolab, kept in
+    Trackio's own store (``TRACKIO_DIR``, read once per process, so runs of one sweep worker share it)."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], *, resume: bool):
+        import trackio
+
+        self._trackio = trackio
+        trackio.init(project=os.environ.get("TRACKIO_PROJECT", "grpolab"), name=run_dir.name, config=config,
+                     resume="allow")
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        self._trackio.log(scalars, step=step)
+
+    def close(self) -> None:
+        self._trackio.finish()
 
 
 def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -36,6 +36,7 @@ from grpolab import verifiers
 from grpolab.config import TrainConfig, save_config
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.engine.collect import ScoredBatch, collect_batch
+from grpolab.engine.fit import check_training_fits
 from grpolab.errors import UserError
 from grpolab.gradients.geometry import gradient_metrics_for_step
 from grpolab.io import is_write_error, write_error
@@ -56,7 +57,7 @@ from grpolab.train.run import (
     wrap_lora,
     write_task_summary,
 )
-from grpolab.train.runlog import MetricsLog, RolloutLog
+from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends
 from grpolab.train.settings import checked_resume_settings, record_resume
 from grpolab.train.step import StepBatch, build_optimizer, completion_view, step_advantages, update_policy
 from grpolab.verifiers.process import get_process_verifier
@@ -110,6 +111,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.policy = policy or load_policy(config.model)
         self.model = wrap_lora(self.policy.model, config) if config.lora else self.policy.model
+        self.max_new_tokens = check_training_fits(self.model, self.policy.tokenizer, self.task, config,
+                                                  self.max_new_tokens)
         self.reference = _reference_model(self.model, config)
         self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self.optimizer = build_optimizer(self.params, config)
@@ -123,7 +126,7 @@ class Trainer:
         write_task_summary(self.task, self.run_dir)
         resume_from = self.start_step + 1 if resume else None
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from,
-                                      tensorboard_dir=self.run_dir / "tensorboard" if config.tensorboard else None)
+                                      backends=open_backends(config, self.run_dir, resume=resume))
         self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
         # with no checkpoint the start evaluation is redone, so its row must go too
         prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None,
@@ -184,7 +187,8 @@ class Trainer:
         scored = self._sample_round(step, 0)
         scores = scored.scores
         extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable,
-                                   "rollout/verifier_timeouts": scores.timeouts}
+                                   "rollout/verifier_timeouts": scores.timeouts,
+                                   "rollout/prompts_truncated": scored.rollout.prompts_truncated}
         batch, seen = StepBatch.from_scored(scored), scored.rewards
         if self.config.dynamic_sampling:
             batch, seen, rounds = self._dynamic_fill(step, batch)

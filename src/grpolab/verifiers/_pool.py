@@ -5,6 +5,8 @@ wait for each other; a server is a plain ``subprocess.Popen`` (allowed inside da
 workers, unlike ``multiprocessing.Process``) in its own session, so Ctrl-C in a terminal does not reach it.
 The pool is a per-process cache, like a connection pool: a forked child forgets its parent's servers and
 starts its own, and servers exit when their stdin closes (at interpreter exit or when the parent dies).
+Stopping a server (or killing one that overran) also kills every process left in its session: the
+checker child and whatever a user verifier started, so no verifier's process outlives its server.
 
 Cost: starting a server (a Python interpreter importing sympy and math-verify) takes about a second, once
 per process and thread-concurrency level; call :func:`warm_up` to pay it ahead of time. That start-up is
@@ -17,6 +19,7 @@ import atexit
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -92,14 +95,61 @@ class _Server:
         return None if line is None else json.loads(line)
 
     def close(self) -> None:
-        """Stop the server (closing stdin lets it exit; kill it if it does not)."""
+        """Stop the server (closing stdin lets it exit; kill it if it does not), then what is left of its session."""
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
             self.proc.wait(timeout=1.0)
         except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the server and every process of its session (its checker and what a verifier started)."""
+        _kill_session(self.proc.pid)
+        if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait()
+        self.proc.wait()
+
+    def exit_description(self) -> str | None:
+        """How the server ended (``killed by SIGKILL``, ``exit code 1``), or None while it runs."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        return f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _session_members(session: int) -> list[int]:
+    """The processes of ``session`` (Linux: read from /proc; elsewhere only its leader's process group)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()  # state ppid pgrp session ...
+        except OSError:  # the process exited meanwhile
+            continue
+        if len(fields) > 3 and int(fields[3]) == session:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _kill_session(session: int) -> None:
+    """SIGKILL every process of ``session`` (a server's, started with ``start_new_session``) and its group."""
+    for pid in _session_members(session):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    try:
+        os.killpg(session, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 _lock = threading.Lock()
@@ -124,13 +174,16 @@ def check(gold: str, pred: str, limit: float, target: str | None = None) -> dict
     ``target(pred, gold)``) in a warm server, within ``limit + GRACE_S`` s.
 
     Returns the server's reply ``{"score", "timed_out", "reason"}`` (user verifiers: plus ``error``); a
-    server that overran is killed and the reply is a timed-out 0.0.
+    server that overran is killed and the reply is a timed-out 0.0; a verifier process that died is
+    ``{"score": None, "reason": "crashed", "error": "killed by SIGSEGV"}`` (or the exit code).
     """
     server = _acquire(target)
     reply = server.ask(gold, pred, limit)
     if reply is None:
-        server.proc.kill()
-        server.proc.wait()
+        ended = server.exit_description()
+        server.kill()
+        if ended is not None:
+            return {"score": None, "timed_out": False, "reason": "crashed", "error": f"{ended} (verifier server)"}
         return {"score": 0.0, "timed_out": True, "reason": "server_timeout"}
     _release(server)
     return reply

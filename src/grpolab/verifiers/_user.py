@@ -4,7 +4,8 @@ A user verifier runs in a warm worker process (the math verifier's ``_pool`` / `
 imported it once and forks a child for the calls. Each call gets ``_pool.DEFAULT_TIME_LIMIT_S``
 (1 s; the answer comes within about 1.4 s). A call that overruns has its child killed and replaced and
 raises ``VerifierTimeout`` here; a call that raises or returns something that is not a number raises
-``VerifierError``. ``rewards.score_batch`` scores either completion None (unscorable, so advantage 0) and
+``VerifierError``; a call whose process died (a segfault, ``os._exit``) raises ``VerifierCrash`` naming
+the signal or exit code. ``rewards.score_batch`` scores either completion None (unscorable, so advantage 0) and
 counts it in ``rollout/verifier_timeouts`` or ``rollout/verifier_errors`` (the first time-out with a
 ``RuntimeWarning``); the run goes on unless the verifier fails on most of a step's completions
 (``rewards.check_scores``).
@@ -20,7 +21,7 @@ from collections.abc import Callable
 
 from grpolab.verifiers import _pool
 
-__all__ = ["TimeLimitedVerifier", "VerifierError", "VerifierTimeout"]
+__all__ = ["TimeLimitedVerifier", "VerifierCrash", "VerifierError", "VerifierTimeout"]
 
 
 class VerifierError(RuntimeError):
@@ -29,6 +30,10 @@ class VerifierError(RuntimeError):
 
 class VerifierTimeout(VerifierError):
     """A user verifier did not return within its time limit (the message names the verifier and the limit)."""
+
+
+class VerifierCrash(VerifierError):
+    """The process running a user verifier died during a call (the message names the signal or exit code)."""
 
 
 class TimeLimitedVerifier:
@@ -45,6 +50,8 @@ class TimeLimitedVerifier:
         reply = _pool.check(reference, completion, self.limit_s, target=self.path)
         if reply.get("timed_out"):
             raise VerifierTimeout(f"verifier {self.path!r} did not return within {self.limit_s:g} s")
+        if reply.get("reason") == "crashed":
+            raise VerifierCrash(f"verifier {self.path!r} crashed ({reply['error']})")
         if "error" in reply:
             raise VerifierError(reply["error"])
         return reply["score"]

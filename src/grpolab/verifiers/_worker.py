@@ -15,6 +15,11 @@ and exits when its stdin closes.
 under the same hard time limit: the child calls ``function(pred, gold)`` (completion, reference) and
 replies with its value as a float (NaN and inf included) or null, or ``{"error": "Type: message"}`` when
 the call raised or returned something that is not a number.
+
+A child that dies during a call (a segfault, ``os._exit``, a kill) is reported at once, not as a
+time-out: the reply is ``{"score": null, "reason": "crashed", "error": "killed by SIGSEGV"}`` (or
+``"exit code 3"``) and a fresh child is forked. Each child leads its own process group, and stopping or
+replacing it kills the whole group, so processes a verifier starts do not outlive it.
 """
 
 from __future__ import annotations
@@ -96,8 +101,19 @@ def _child_loop(sock: socket.socket) -> None:
     os._exit(0)
 
 
+def exit_description(status: int) -> str:
+    """How a process ended, from its ``waitpid`` status: ``killed by SIGSEGV`` or ``exit code 3``."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(number).name}"
+        except ValueError:
+            return f"killed by signal {number}"
+    return f"exit code {os.WEXITSTATUS(status)}" if os.WIFEXITED(status) else f"wait status {status}"
+
+
 class _Child:
-    """A forked checker process and the socket to it."""
+    """A forked checker process (the leader of its own process group) and the socket to it."""
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
@@ -105,15 +121,24 @@ class _Child:
         if pid == 0:  # pragma: no cover - runs in the child
             ours.close()
             try:
+                os.setpgid(0, 0)
                 _child_loop(theirs)
             finally:
                 os._exit(1)
         theirs.close()
-        self.pid, self.sock, self.buffer = pid, ours, b""
+        try:
+            os.setpgid(pid, pid)  # also here, so the group exists before any request is sent
+        except OSError:  # the child did it first (or has already exited)
+            pass
+        self.pid, self.sock, self.buffer, self.status = pid, ours, b"", None
 
     def ask(self, line: bytes, limit: float) -> bytes | None:
-        """Send one request line; the reply line, or None if none came within ``limit`` seconds."""
-        self.sock.sendall(line)
+        """Send one request line; the reply line, a crash reply if the child died, or None if no reply came
+        within ``limit`` seconds."""
+        try:
+            self.sock.sendall(line)
+        except OSError:
+            return self._crash_reply()
         deadline = time.monotonic() + limit
         while b"\n" not in self.buffer:
             remaining = deadline - time.monotonic()
@@ -121,18 +146,43 @@ class _Child:
                 return None
             chunk = self.sock.recv(1 << 16)
             if not chunk:
-                return None
+                return self._crash_reply()
             self.buffer += chunk
         reply, _, self.buffer = self.buffer.partition(b"\n")
         return reply + b"\n"
 
+    @property
+    def dead(self) -> bool:
+        return self.status is not None
+
+    def _crash_reply(self) -> bytes:
+        """The reply for a child that closed its socket mid-call: it died; say how."""
+        self.status = self._reap(deadline=time.monotonic() + 1.0)
+        reply = {"score": None, "timed_out": False, "reason": "crashed", "error": exit_description(self.status)}
+        return json.dumps(reply).encode() + b"\n"
+
+    def _reap(self, deadline: float) -> int:
+        """The child's wait status, killing its group if it has not exited by ``deadline``."""
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return status
+            time.sleep(0.005)
+        self._kill_group()
+        return os.waitpid(self.pid, 0)[1]
+
+    def _kill_group(self) -> None:
+        for kill, target in ((os.killpg, self.pid), (os.kill, self.pid)):
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+
     def kill(self) -> None:
-        """SIGKILL the child and reap it."""
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(self.pid, 0)
+        """SIGKILL the child and every process in its group (what the verifier started), and reap it."""
+        self._kill_group()
+        if self.status is None:
+            self.status = os.waitpid(self.pid, 0)[1]
         self.sock.close()
 
 
@@ -145,7 +195,7 @@ def _serve(child: _Child, out: Any) -> _Child:
             out.flush()
         except BrokenPipeError:  # the parent is gone
             break
-        if reply is None:  # replace the overrunning child after answering, so the caller is not kept
+        if reply is None or child.dead:  # replace an overrunning or dead child after answering
             child.kill()
             child = _Child()
     return child
@@ -172,7 +222,7 @@ def main() -> None:
         child.kill()
         os._exit(0)
     _serve(child, out).kill()
-    os._exit(0)  # skip flushing a stdout nobody reads  # skip flushing a stdout nobody reads
+    os._exit(0)  # skip flushing a stdout nobody reads
 
 
 if __name__ == "__main__":

@@ -175,8 +175,8 @@ class TRLRun:
         save_config(config, self.run_dir / "config.yaml")
         write_task_summary(self.task, self.run_dir)
         resume_from = self.start_step + 1 if resume else None
-        self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from,
-                                      tensorboard_dir=self.run_dir / "tensorboard" if config.tensorboard else None)
+        # the backends of report_to are TRL's (grpo_arguments); metrics.jsonl is grpolab's
+        self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from)
         self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
         prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None,
                          extended="steps" in changes)

@@ -1,0 +1,182 @@
+"""How much memory sampling and the update need, how much this process may still use, and the one-line
+refusal when a setting cannot fit.
+
+The estimates count the tensors that grow with the settings, not the model's weights or Python's overhead:
+
+* the KV cache: layers x 2 (keys, values) x heads_kv x head_dim x dtype bytes x rows x length (the lean
+  sampler keeps it in float32 whatever the weights; ``fast_decode``);
+* the prefill's attention: prompts x heads x Lp x Lp float32 scores (three live copies: bias, scores, softmax);
+* the sampler's logits: rows x vocab float32 (four live copies: logits, log-probs, probs, their CDF);
+* the update's logits: micro-batch x (T + 1) x vocab float32 (two live copies: logits, log-softmax).
+
+They leave out the weights, the optimizer state and the activations of the backward pass, so they are a
+lower bound of the peak: a setting they refuse cannot fit, while one they pass may still run out (the
+command line then names the settings to lower). They exist to refuse a setting that needs 100 GB on a
+machine with 24, in one line before anything is allocated, not to pack memory tight. What "available" means:
+the least of the physical memory not in use (``psutil``'s ``available`` when installed, else ``MemAvailable``
+of /proc/meminfo, else ``os.sysconf``'s free pages), the room left under the cgroup's limit (containers), and
+the room left under the address-space limit (``ulimit -v``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpolab.errors import UserError
+
+__all__ = ["SAMPLER_BUDGET_BYTES", "ModelShape", "available_bytes", "context_length", "format_bytes",
+           "kv_cache_bytes", "model_shape", "refuse_unless_fits", "sampling_bytes", "update_bytes"]
+
+SAMPLER_BUDGET_BYTES = 1 << 30
+"""The most memory one sampling pass may use (``sampling_bytes``); a batch that needs more is sampled in
+chunks of prompts, with the same result (``rollout.sample``)."""
+
+_FLOAT = 4
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a causal LM that the estimates need (read from its config)."""
+
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    vocab: int
+    context: int | None
+
+
+def _config(model: Any) -> Any:
+    get_base = getattr(model, "get_base_model", None)  # under a peft wrapper
+    base = get_base() if callable(get_base) else model
+    return getattr(base, "config", None)
+
+
+def context_length(model: Any) -> int | None:
+    """The most tokens (prompt and completion) the model's positions were trained for, or None if unknown."""
+    config = _config(model)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def model_shape(model: Any) -> ModelShape:
+    """The ``ModelShape`` of a transformers causal LM (bare or under peft)."""
+    config = _config(model)
+    text = getattr(config, "text_config", None) or config
+    hidden = int(getattr(text, "hidden_size", 0) or getattr(text, "n_embd", 0) or 0)
+    heads = int(getattr(text, "num_attention_heads", 0) or getattr(text, "n_head", 0) or 1)
+    kv_heads = int(getattr(text, "num_key_value_heads", 0) or heads)
+    head_dim = int(getattr(text, "head_dim", 0) or hidden // heads)
+    layers = int(getattr(text, "num_hidden_layers", 0) or getattr(text, "n_layer", 0) or 0)
+    return ModelShape(layers, heads, kv_heads, head_dim, hidden, int(getattr(text, "vocab_size", 0) or 0),
+                      context_length(model))
+
+
+def kv_cache_bytes(shape: ModelShape, rows: int, length: int, dtype_bytes: int = _FLOAT) -> int:
+    """Bytes of a KV cache of ``rows`` sequences of ``length`` tokens."""
+    return shape.layers * 2 * shape.kv_heads * shape.head_dim * dtype_bytes * rows * length
+
+
+def sampling_bytes(shape: ModelShape, prompts: int, samples: int, prompt_tokens: int, new_tokens: int) -> int:
+    """Bytes one sampling pass of ``prompts`` x ``samples`` rows of ``prompt_tokens`` + ``new_tokens`` needs:
+    the rows' KV cache, the prompts' own cache and prefill attention, the logits and the sampled outputs."""
+    rows = prompts * samples
+    cache = kv_cache_bytes(shape, rows, prompt_tokens + new_tokens) + kv_cache_bytes(shape, prompts, prompt_tokens)
+    prefill = 3 * prompts * shape.heads * prompt_tokens**2 * _FLOAT
+    logits = 4 * rows * shape.vocab * _FLOAT
+    outputs = rows * new_tokens * (8 + _FLOAT + _FLOAT)  # token ids, entropies, log-probs
+    return cache + prefill + logits + outputs
+
+
+def update_bytes(shape: ModelShape, micro_batch: int, new_tokens: int) -> int:
+    """Bytes one micro-batch of the update needs at least: its completion logits and their log-softmax."""
+    return 2 * micro_batch * (new_tokens + 1) * shape.vocab * _FLOAT
+
+
+def format_bytes(count: float) -> str:
+    """``1.5 GiB``, ``320 MiB``, ``12 KiB``."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{int(count)} B"
+
+
+def _physical_available() -> int | None:
+    with contextlib.suppress(ImportError):
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        line = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemAvailable"))
+        return int(line.split()[1]) * 1024
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
+def _read_number(path: Path) -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        text = path.read_text().strip()
+        return None if text == "max" else int(text)
+    return None
+
+
+def _cgroup_room() -> int | None:
+    """Bytes left under this process's cgroup memory limit (v2, else v1), or None without a limit."""
+    with contextlib.suppress(OSError, IndexError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            hierarchy, controllers, path = line.split(":", 2)
+            if hierarchy == "0":  # cgroup v2
+                folder = Path("/sys/fs/cgroup") / path.lstrip("/")
+                limit, used = _read_number(folder / "memory.max"), _read_number(folder / "memory.current")
+            elif "memory" in controllers.split(","):
+                folder = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+                limit = _read_number(folder / "memory.limit_in_bytes")
+                used = _read_number(folder / "memory.usage_in_bytes")
+            else:
+                continue
+            if limit is not None and used is not None and limit < 1 << 60:
+                return max(limit - used, 0)
+    return None
+
+
+def _address_space_room() -> int | None:
+    """Bytes left under ``RLIMIT_AS`` (``ulimit -v``), or None without a limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmSize"))
+        return max(soft - int(line.split()[1]) * 1024, 0)
+    return soft
+
+
+def available_bytes() -> int | None:
+    """Bytes this process may still allocate: the least of the physical memory available, the room under the
+    cgroup limit and the room under ``ulimit -v``; None when none of them can be read."""
+    rooms = [room for room in (_physical_available(), _cgroup_room(), _address_space_room()) if room is not None]
+    return min(rooms) if rooms else None
+
+
+def refuse_unless_fits(need: int, what: str, lower: str, available: int | None = None) -> None:
+    """Raise a one-line ``UserError`` when ``need`` bytes exceed the memory available.
+
+    Args:
+        need: the estimate, in bytes.
+        what: what needs it, e.g. ``sampling 16 prompts x 100000 completions of up to 80 tokens``.
+        lower: the settings that would make it smaller, e.g. ``--group-size or --max-new-tokens``.
+        available: the bytes available (default: ``available_bytes()``).
+    """
+    available = available_bytes() if available is None else available
+    if available is not None and need > available:
+        raise UserError(f"{what} needs about {format_bytes(need)} of memory, but only {format_bytes(available)} "
+                        f"is available; lower {lower}")

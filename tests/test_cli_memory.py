@@ -1,0 +1,60 @@
+"""Running out of memory at the command line: one line naming the command's settings to lower, exit code 2,
+no traceback; other errors are left alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from grpolab import cli
+from grpolab.commands import estimators
+
+ALLOCATOR = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+             "allocate 1574834406 bytes. Error code 12 (Cannot allocate memory)")
+
+
+@pytest.mark.parametrize(("error", "size"), [
+    (RuntimeError(ALLOCATOR), " allocating 1.47 GiB"),
+    (MemoryError(), ""),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB"), " allocating 20.00 MiB"),
+])
+def test_out_of_memory_is_one_line_naming_the_settings(error: BaseException, size: str,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    def run(args):
+        raise error
+
+    monkeypatch.setattr(estimators, "run", run)
+    monkeypatch.setitem(cli.MEMORY_SETTINGS, "estimators", "--group-size or --max-new-tokens")
+    assert cli.main(["estimators"]) == 2
+    assert capsys.readouterr().err == (f"grpolab estimators: error: ran out of memory{size}; lower --group-size or "
+                                       "--max-new-tokens (or free memory), then rerun (runs resume from their last "
+                                       "checkpoint)\n")
+
+
+def test_other_runtime_errors_still_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(args):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(estimators, "run", run)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        cli.main(["estimators"])
+
+
+def test_a_real_allocation_beyond_the_address_space_limit(tmp_path) -> None:
+    code = """
+import resource, sys, torch
+from grpolab import cli
+from grpolab.commands import estimators
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.RLIM_INFINITY))
+estimators.run = lambda args: torch.ones(8 << 30, dtype=torch.uint8)
+sys.exit(cli.main(["estimators"]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("grpolab estimators: error: ran out of memory allocating 8 GiB; lower the sizes "
+                                  "of its batches"), done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
