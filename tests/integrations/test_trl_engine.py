@@ -124,21 +124,27 @@ def test_a_non_finite_loss_stops_the_run_without_saving(tmp_path: Path) -> None:
     assert read_metrics(tmp_path / "metrics.jsonl") == []
 
 
-def _wait_for(path: Path, process: subprocess.Popen, timeout: float = 240) -> None:
+def _wait_for_checkpoint(checkpoints: Path, least: int, process: subprocess.Popen, timeout: float = 240) -> None:
+    """Wait until a complete TRL checkpoint of at least ``least`` steps exists (older ones are rotated away)."""
     deadline = time.monotonic() + timeout
-    while not path.is_file():
+
+    def done() -> bool:
+        states = checkpoints.glob("checkpoint-*/trainer_state.json")
+        return any(int(p.parent.name.split("-")[1]) >= least for p in states)
+
+    while not done():
         assert process.poll() is None, process.stderr.read() if process.stderr else "the run ended early"
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.2)
+        assert time.monotonic() < deadline, f"no checkpoint of {least} steps appeared in {checkpoints}"
+        time.sleep(0.05)
 
 
 def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    command = [str(GRPOLAB), "train", "--out", str(out), "--steps", "6", "--checkpoint-every", "1",
+    command = [str(GRPOLAB), "train", "--out", str(out), "--steps", "10", "--checkpoint-every", "1",
                "--keep-checkpoints", "1", "--seed", "3", "--no-eval-start", *FLAGS]
     process = subprocess.Popen(command, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(out / "checkpoints" / "checkpoint-2" / "trainer_state.json", process)
+        _wait_for_checkpoint(out / "checkpoints", 2, process)
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
@@ -146,9 +152,9 @@ def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: 
     resumed = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume"], env=_env(), capture_output=True,
                              text=True, timeout=300, check=False)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert [row["step"] for row in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    assert [row["step"] for row in read_metrics(out / "metrics.jsonl")] == list(range(1, 11))
     assert sorted(p.name for p in (out / "rollouts").glob("*.parquet")) == [f"step-{s:06d}.parquet" for s in
-                                                                            range(1, 7)]
+                                                                            range(1, 11)]
     assert [e["phase"] for e in read_metrics(out / "eval.jsonl")] == ["end"]
     resumes = [json.loads(line) for line in (out / "resumes.jsonl").read_text().splitlines()]
     assert len(resumes) == 1 and resumes[0]["from_step"] >= 2 and resumes[0]["changed"] == {}
@@ -157,7 +163,7 @@ def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: 
                               text=True, timeout=300, check=False)  # a finished run resumed: nothing more to do
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert [e["phase"] for e in read_metrics(out / "eval.jsonl")] == ["end"]
-    assert [row["step"] for row in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    assert [row["step"] for row in read_metrics(out / "metrics.jsonl")] == list(range(1, 11))
     again = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume", "--lr", "0.5"], env=_env(),
                            capture_output=True, text=True, timeout=120, check=False)
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "lr" in again.stderr

@@ -6,6 +6,7 @@ the schedule and betas, engine trl) is the file's own, so a change that breaks t
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -27,7 +28,11 @@ def _tiny_model(out: Path) -> Path:
     spec = importlib.util.spec_from_file_location("grpolab_trl_example", REPO / "examples" / "trl" / "train_grpo.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)  # type: ignore[union-attr]
-    return example.build_tiny_model(out)
+    model = example.build_tiny_model(out)
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = 1024  # GSM8K's prompts run to ~500 characters (one token each here)
+    (model / "config.json").write_text(json.dumps(config))
+    return model
 
 
 def test_the_recipe_states_the_paper_settings() -> None:
