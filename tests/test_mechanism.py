@@ -13,6 +13,7 @@ import torch
 
 from grpolab import render, verifiers
 from grpolab.mechanism import content_mask, is_content_text, passk_reading, shifts, summarise
+from grpolab.mechanism.render import TITLE as render_title
 from grpolab.mechanism.render import markdown
 from grpolab.models import load_policy
 from grpolab.tasks import get_task
@@ -116,7 +117,8 @@ def test_markdown_comes_from_the_shared_renderer(monkeypatch: pytest.MonkeyPatch
     settings = {"out": "cmp", "prompts": 2, "samples": 4, "model": "m", "seed": 0, "temperature": 1.0,
                 "correct": 3, "wrong": 5}
     text = markdown(_one_run_summary("odd|name"), settings, b"")
-    assert text.startswith("# Mechanism: format breakage, per-token shifts, pass@k\n\nCompare output: `cmp`.")
+    assert text.startswith(f"# {render_title}\n\nCompare output: `cmp`.")
+    assert render_title == "Mechanism: format breakage, per-token shifts, pass@k, the update's geometry"
     assert "| odd\\|name | 4 | sampled_no_number | 10.0% | 30.0% | +20.0 [+20.0, +20.0] | 1 |" in text
     assert text.count("| odd\\|name | 4 |") == 1 + 9 + 2 and "\n- odd|name G=4: capacity gain" in text
     assert "](mechanism.png)" in text

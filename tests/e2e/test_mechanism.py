@@ -43,7 +43,8 @@ def test_writes_its_files_and_keeps_the_final_checkpoint(compared: Path) -> None
     for name in ("mechanism.csv", "mechanism_runs.csv", "mechanism.md", "mechanism.png"):
         assert (compared / name).stat().st_size > 0, name
     text = (compared / "mechanism.md").read_text()
-    for heading in ("## 1. Format breakage", "## 2. Per-token change", "## 3. pass@k before and after"):
+    for heading in ("## 1. Format breakage", "## 2. Per-token change", "## 3. pass@k before and after",
+                    "## 4. The update's geometry"):
         assert heading in text
     for run in ("sign-G2-seed0", "dr_grpo-G2-seed0"):  # step 3 is no multiple of 2: saved as the last step
         assert (compared / "runs" / run / "checkpoints" / "step-000003").is_dir()

@@ -1,8 +1,10 @@
 """``grpolab mechanism OUT``: explain a comparison's result from its runs: format breakage, per-token
-log-prob changes on format vs content tokens (correct vs wrong completions), and pass@k before/after.
+log-prob changes on format vs content tokens (correct vs wrong completions), pass@k before/after, and the
+update's geometry (successive and cross-seed update cosines, update norms, Adam's m/sqrt(v) against its
+noise floor) from the runs' checkpoints.
 
 Reads the reported runs of a ``grpolab compare`` output (``OUT/results.parquet``, ``OUT/runs/*``: each
-run's ``eval.jsonl`` and final model) and writes mechanism.csv, mechanism_runs.csv, mechanism.md and
+run's ``eval.jsonl``, final model and checkpoints) and writes mechanism.csv, mechanism_runs.csv, mechanism.md and
 mechanism.png into ``--out`` (default: OUT). See ``grpolab.mechanism`` for what is measured.
 """
 
@@ -24,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed of the fixed completions (default 0)")
     parser.add_argument("--no-end-samples", action="store_true",
                         help="skip sampling each run's final model (its answer-format rates are then not measured)")
+    parser.add_argument("--parts", default="format,tokens,passk,updates",
+                        help="comma-separated parts to measure, of format, tokens, passk, updates (default: all); "
+                             "format and tokens load and sample every run's model, passk and updates read files")
     parser.add_argument("--trust-run-code", action="store_true",
                         help="import the task or verifier that the runs' config.yaml names by dotted path "
                              "(pkg.module:function); only for run directories you trust")
@@ -31,18 +36,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from grpolab.mechanism import Options, measure_runs, passk_reading, summarise
-    from grpolab.mechanism.analysis import runs_to_analyse
-    from grpolab.mechanism.render import terminal_table, write_outputs
+    from grpolab.mechanism.analysis import parse_parts, runs_to_analyse
+    from grpolab.mechanism.render import terminal_table, update_lines, write_outputs
 
     if args.prompts < 1 or args.samples < 1:
         raise UserError(f"--prompts and --samples must be >= 1, got {args.prompts} and {args.samples}")
     compare_dir = Path(args.compare_dir)
     options = Options(prompts=args.prompts, samples=args.samples, seed=args.seed,
-                      end_samples=not args.no_end_samples, trust_run_code=args.trust_run_code)
+                      end_samples=not args.no_end_samples, parts=parse_parts(args.parts),
+                      trust_run_code=args.trust_run_code)
     # fails before any model loads, on a wrong directory or untrusted code
-    total = len(runs_to_analyse(compare_dir, trust_run_code=args.trust_run_code)) + 1
+    runs = runs_to_analyse(compare_dir, need_final=options.sampled, trust_run_code=args.trust_run_code)
+    total = (len(runs) + 1 if options.sampled else 0) + ("updates" in options.parts)
     with progress_bar(True) as bar:
-        task_id = bar.add_task("mechanism", total=total, info="start policy") if bar else None
+        task_id = bar.add_task("mechanism", total=total, info="measuring") if bar else None
 
         def on_progress(label: str) -> None:
             if bar is not None:
@@ -52,9 +59,16 @@ def run(args: argparse.Namespace) -> int:
     summary = summarise(per_run)
     out = Path(args.out) if args.out else compare_dir
     paths = write_outputs(out, per_run, summary, {**facts, "out": str(compare_dir)})
-    console.print(terminal_table(summary))
-    for estimator, size in summary[["estimator", "group_size"]].drop_duplicates().itertuples(index=False):
-        console.print(f"{estimator} G={size}: {passk_reading(summary, estimator, int(size))}")
-    console.print(f"fixed completions: {facts['correct']} correct, {facts['wrong']} wrong, from {facts['model']}")
+    if "tokens" in options.parts or "passk" in options.parts:
+        console.print(terminal_table(summary))
+    if "passk" in options.parts:
+        for estimator, size in summary[["estimator", "group_size"]].drop_duplicates().itertuples(index=False):
+            console.print(f"{estimator} G={size}: {passk_reading(summary, estimator, int(size))}")
+    if options.sampled:
+        console.print(f"fixed completions: {facts['correct']} correct, {facts['wrong']} wrong, "
+                      f"from {facts['model']}")
+    for line in [*update_lines(summary), *facts["update_notes"]]:
+        console.print(line)
     console.print("written: " + ", ".join(str(p) for p in paths))
     return 0
+

@@ -1,5 +1,5 @@
-"""Why an estimator helped or hurt: format breakage, per-token probability shifts and pass@k, read from the
-runs of one ``grpolab compare`` output (``grpolab mechanism OUT``).
+"""Why an estimator helped or hurt: format breakage, per-token probability shifts, pass@k and the update's
+geometry, read from the runs of one ``grpolab compare`` output (``grpolab mechanism OUT``).
 
 Paper 1 (arXiv 2605.07689, eq. 8) shows that in an all-wrong group the sign advantage A = 2r - 1 gives every
 completion A = -1, so its expected update is full-strength descent on the failure probability q^G ("pass@G
@@ -22,6 +22,10 @@ package measures the pieces of that story for each estimator of a comparison:
    wrong completions, averaged over seeds with a 95% bootstrap CI (``grpolab.stats``).
 3. **pass@k before and after** (``eval.jsonl``): pass@1 up with pass@k_max flat or down reads as search
    compression (the paper's own reading of sign's gain), pass@k_max up as capacity gain.
+4. **The update's geometry** (``updates``, from the runs' checkpoints): is an estimator slow or stuck? The
+   variance view (``grpolab.diagnostics.variance``) says sign's update has the same expected direction as
+   dr_grpo's but a lower signal-to-noise ratio; measured here are the cosine between successive updates and
+   between seeds' total updates, the update norms, and Adam's ‖m̂‖/‖√v̂‖ against its value for pure noise.
 
 Departures and choices: log-probabilities are taken at the runs' sampling temperature (the policy the
 trainer optimises); the shifts are measured on start-policy samples only (what the policy did at the start,

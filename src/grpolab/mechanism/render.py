@@ -1,6 +1,7 @@
 """Outputs of ``grpolab mechanism``: mechanism.csv (the tidy summary), mechanism_runs.csv (per run),
-mechanism.md (three tables, as ``Section``s rendered by ``grpolab.render``, the renderer of the compare
-report), mechanism.png (three panels) and the terminal table."""
+mechanism.md (one section per measured part, as ``Section``s rendered by ``grpolab.render``, the renderer of
+the compare report), mechanism.png (three panels; written when the token shifts were measured) and the
+terminal table."""
 
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ from grpolab.io import atomic_write_bytes, atomic_write_text
 from grpolab.mechanism.summary import passk_reading
 from grpolab.render import Section, render_markdown
 
-__all__ = ["TITLE", "figure_png", "markdown", "sections", "terminal_table", "write_outputs"]
+__all__ = ["TITLE", "figure_png", "markdown", "sections", "terminal_table", "update_lines", "write_outputs"]
 
-TITLE = "Mechanism: format breakage, per-token shifts, pass@k"
+TITLE = "Mechanism: format breakage, per-token shifts, pass@k, the update's geometry"
 FIGURE_CAPTION = "Per-token change, pass@k before and after, answer format: start and end"
 
 _OUTCOME_ORDER = {"wrong": 0, "correct": 1, "all": 2}
@@ -103,8 +104,19 @@ def _token_table(summary: pd.DataFrame) -> pd.DataFrame:
                                "Δ log p [95% CI]", "Δ p [95% CI]", "Runs"])
 
 
-def sections(summary: pd.DataFrame, figure: bytes) -> list[Section]:
-    """mechanism.md's sections: the format, token and pass@k tables; ``figure``: mechanism.png's bytes."""
+def sections(summary: pd.DataFrame, figure: bytes | None, notes: list[str] | None = None) -> list[Section]:
+    """mechanism.md's sections, one per part measured in ``summary``: the format, token, pass@k and update
+    tables; ``figure``: mechanism.png's bytes (None: no figure); ``notes``: what the updates part could not
+    measure."""
+    parts = set(summary["part"])
+    chosen = [section for part, section in zip(("format", "tokens", "passk"), _sample_sections(summary, figure),
+                                               strict=True) if part in parts]
+    if "updates" in parts:
+        chosen.append(_updates_section(summary, notes or []))
+    return chosen
+
+
+def _sample_sections(summary: pd.DataFrame, figure: bytes | None) -> list[Section]:
     format_section = Section("1. Format breakage", [
         "`eval_unscorable`: share of sampled eval completions the verifier could not score (eval.jsonl; "
         "'not recorded' when eval.jsonl lacks it). `sampled_*`: the fixed prompts sampled again from each run's "
@@ -120,11 +132,69 @@ def sections(summary: pd.DataFrame, figure: bytes) -> list[Section]:
         "capacity gain = pass@k_max up.",
     ], tables=[("", _phase_table(summary, "passk"))],
         bullets=[f"{e} G={g}: {passk_reading(summary, e, g)}" for e, g in _pairs(summary)],
-        figures=[("mechanism", FIGURE_CAPTION, figure)])
+        figures=[("mechanism", FIGURE_CAPTION, figure)] if figure is not None else [])
     return [format_section, token_section, passk_section]
 
 
+_UPDATE_COLUMNS = [("successive_cosine", "Successive-update cosine"),
+                   ("successive_noise_cosine", "Its value for pure noise"), ("cross_seed_cosine", "Cross-seed cosine"),
+                   ("update_norm", "‖W_end − W_start‖"), ("step_update_norm", "Mean ‖ΔW_k‖"),
+                   ("adam_rms_ratio", "Adam ‖m̂‖/‖√v̂‖"), ("adam_noise_floor", "Noise floor"),
+                   ("adam_over_floor", "Over floor")]
+
+
+def _updates_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Each update measure's mean [95% CI] over seeds, one row per (estimator, G)."""
+    rows = summary[summary["part"] == "updates"]
+    cells = []
+    for estimator, size in _pairs(rows):
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size) & (rows["phase"] == "")]
+        by_measure = {r["measure"]: r for _, r in mine.iterrows()}
+        values = [_update_cell(by_measure.get(measure)) for measure, _ in _UPDATE_COLUMNS]
+        cells.append([estimator, size, *values, int(mine["n_runs"].max())])
+    return _text_frame(cells, ["Estimator", "G", *(title for _, title in _UPDATE_COLUMNS), "Runs"])
+
+
+def _update_cell(row: pd.Series | None) -> str:
+    if row is None or row["n_runs"] == 0 or np.isnan(row["mean"]):
+        return "not measured"
+    if row["n_runs"] == 1:
+        return f"{row['mean']:.3f}"
+    return f"{row['mean']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+
+
+def _adam_by_checkpoint(summary: pd.DataFrame) -> list[str]:
+    """One line per (estimator, G): Adam's ratio over its noise floor at each kept checkpoint (seed means)."""
+    rows = summary[(summary["part"] == "updates") & (summary["phase"].str.startswith("step "))
+                   & (summary["n_runs"] > 0)]
+    lines = []
+    for estimator, size in _pairs(rows):
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size)]
+        mine = mine.assign(step=mine["phase"].str.removeprefix("step ").astype(int)).sort_values("step")
+        cells = ", ".join(f"step {r.step}: {r.mean:.3f}" for r in mine.itertuples())
+        lines.append(f"{estimator} G={size}, Adam over its noise floor by checkpoint: {cells}")
+    return lines
+
+
+def _updates_section(summary: pd.DataFrame, notes: list[str]) -> Section:
+    return Section("4. The update's geometry (from the runs' checkpoints)", [
+        "ΔW_k = W at one kept checkpoint minus W at the one before (the first from the start weights); the "
+        "successive-update cosine is their mean consecutive cosine, beside its value when every gradient is "
+        "zero-mean i.i.d. noise: not 0, since AdamW's momentum carries noise from one interval into the next; "
+        "only a cosine above it shows a consistent drift. The cross-seed cosine is the mean cosine between "
+        "different seeds' total updates "
+        "W_end − W_start (near 0: noise; similar for all seeds: a shared direction). W is the trainable weights "
+        "of a full fine-tune, or (lora_alpha/r)·BA under LoRA. Adam ‖m̂‖/‖√v̂‖ is read from the last "
+        "checkpoint's bias-corrected moments; its noise floor is its value for zero-mean i.i.d. gradients, "
+        "sqrt((1−β1)(1+β1^t)/((1+β1)(1−β1^t))); over floor near 1 means Adam's steps are mostly noise. "
+        "Means over seeds [95% bootstrap CI].",
+    ], tables=[("", _updates_table(summary))], bullets=[*_adam_by_checkpoint(summary), *notes])
+
+
 def _intro(settings: dict) -> str:
+    if not settings.get("prompts"):
+        return (f"Compare output: `{settings['out']}`; start policy `{settings['model']}`. No completions were "
+                "sampled (parts: " + ", ".join(settings.get("parts", [])) + ").")
     return (
         f"Compare output: `{settings['out']}`. Fixed completions: {settings['prompts']} test prompts x "
         f"{settings['samples']} samples from the start policy `{settings['model']}` (seed {settings['seed']}, "
@@ -134,10 +204,11 @@ def _intro(settings: dict) -> str:
     )
 
 
-def markdown(summary: pd.DataFrame, settings: dict, figure: bytes) -> str:
-    """mechanism.md: how the completions were drawn, then the format, token and pass@k tables, and the link
-    to mechanism.png (written next to it)."""
-    return render_markdown(sections(summary, figure), TITLE, figure_dir="", intro=[_intro(settings)])
+def markdown(summary: pd.DataFrame, settings: dict, figure: bytes | None) -> str:
+    """mechanism.md: how the completions were drawn, then the tables of the measured parts, and the link to
+    mechanism.png (written next to it; None: no figure)."""
+    return render_markdown(sections(summary, figure, settings.get("update_notes")), TITLE, figure_dir="",
+                           intro=[_intro(settings)])
 
 
 def figure_png(summary: pd.DataFrame) -> bytes:
@@ -200,6 +271,20 @@ def _format_bars(ax, summary: pd.DataFrame, pairs: list[tuple[str, int]]) -> Non
     ax.legend(fontsize=8)
 
 
+def update_lines(summary: pd.DataFrame) -> list[str]:
+    """One terminal line per (estimator, G) with the update measures' means over seeds."""
+    rows = summary[summary["part"] == "updates"]
+    lines = []
+    for estimator, size in _pairs(rows):
+        mine = rows[(rows["estimator"] == estimator) & (rows["group_size"] == size) & (rows["phase"] == "")]
+        mean = {r["measure"]: r["mean"] for _, r in mine.iterrows()}
+        lines.append(f"{estimator} G={size} updates: successive cosine {mean['successive_cosine']:.3f} (pure noise "
+                     f"{mean['successive_noise_cosine']:.3f}), cross-seed cosine {mean['cross_seed_cosine']:.3f}, "
+                     f"‖W_end − W_start‖ {mean['update_norm']:.3g}, Adam over its noise floor "
+                     f"{mean['adam_over_floor']:.3f}")
+    return lines
+
+
 def terminal_table(summary: pd.DataFrame) -> Table:
     """The rich table: Δ log p on wrong/correct x format/content, pass@1 and pass@k_max change (the reading
     of the pass@k change is ``passk_reading``, printed below it)."""
@@ -220,12 +305,15 @@ def terminal_table(summary: pd.DataFrame) -> Table:
 
 
 def write_outputs(out: Path, per_run: pd.DataFrame, summary: pd.DataFrame, settings: dict) -> list[Path]:
-    """Write mechanism.csv, mechanism_runs.csv, mechanism.md and mechanism.png into ``out``."""
+    """Write mechanism.csv, mechanism_runs.csv, mechanism.md and (when the token shifts were measured)
+    mechanism.png into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "mechanism.csv", out / "mechanism_runs.csv", out / "mechanism.md", out / "mechanism.png"]
+    paths = [out / "mechanism.csv", out / "mechanism_runs.csv", out / "mechanism.md"]
     atomic_write_text(paths[0], summary.to_csv(index=False))
     atomic_write_text(paths[1], per_run.to_csv(index=False))
-    figure = figure_png(summary)
+    figure = figure_png(summary) if (summary["part"] == "tokens").any() else None
     atomic_write_text(paths[2], markdown(summary, settings, figure))
-    atomic_write_bytes(paths[3], figure)
+    if figure is not None:
+        paths.append(out / "mechanism.png")
+        atomic_write_bytes(paths[3], figure)
     return paths

@@ -20,6 +20,8 @@ from grpolab.train.settings import load_saved_config, refuse_run_code
 
 __all__ = ["ReportedRun", "evaluation_rows", "reported_runs"]
 
+_COLUMNS = ("run_id", "estimator", "group_size", "seed", "lr")
+
 # settings every reported run must share, so that one start policy and one task stand for all of them
 _SHARED = ("model", "task", "task_options", "data", "verifier", "temperature", "max_new_tokens", "lora")
 
@@ -48,7 +50,11 @@ def reported_runs(out: Path, *, trust_run_code: bool = False) -> list[ReportedRu
     if not table_path.is_file():
         raise UserError(f"{out} holds no results.parquet, so it is no finished grpolab compare output; "
                         f"run (or resume) grpolab compare --out {out} first")
-    table = pd.read_parquet(table_path, columns=["run_id", "estimator", "group_size", "seed", "lr"])
+    table = pd.read_parquet(table_path)
+    missing = [name for name in _COLUMNS if name not in table.columns]
+    if missing:
+        raise UserError(f"{table_path} lists no run (it has no {', '.join(missing)} column); resume the sweep "
+                        f"with grpolab compare --out {out}")
     runs = []
     for row in table.drop_duplicates("run_id").itertuples():
         run_dir = inside(out / "runs", str(row.run_id), what=f"run_id of {table_path}")
