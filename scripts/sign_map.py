@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from grpolab.diagnostics.variance import snr_ratio_sign_vs_centred
+from grpolab.advantages import display_colors
+from grpolab.diagnostics.variance import FIXED_BASELINES, snr_ratio_fixed_vs_centred
 
 LEVELS = {
     "star-len6": {"markers": "*", "lengths": [6, 6]},
@@ -105,8 +106,17 @@ def _cell_rows(runs: pd.DataFrame, level: str, clip: str) -> list[dict]:
                      "end_sd": float(arm["end_pass_at_1"].std(ddof=1)), "n": len(arm), "lr": lr,
                      "lr_interior": bool(tried) and tried[0] < lr < tried[-1],
                      "gain_vs_dr_grpo": gain, "gain_ci_half": half, "gain_p": p_value,
-                     "predicted_snr_ratio": snr_ratio_sign_vs_centred(min(max(start_p, 0.0), 1.0), int(size))})
+                     "predicted_snr_ratio": _predicted(estimator, start_p, int(size))})
     return rows
+
+
+def _predicted(estimator: str, start_p: float, size: int) -> float:
+    """The variance view's SNR^2 ratio over dr_grpo (1 for dr_grpo itself, NaN for an estimator it does not cover)."""
+    if estimator == REFERENCE:
+        return 1.0
+    if estimator not in FIXED_BASELINES:
+        return float("nan")
+    return float(snr_ratio_fixed_vs_centred(min(max(start_p, 0.0), 1.0), size, FIXED_BASELINES[estimator]))
 
 
 def _map_table(args: argparse.Namespace) -> pd.DataFrame:
@@ -121,12 +131,16 @@ def _map_table(args: argparse.Namespace) -> pd.DataFrame:
 
 
 def _verdict(table: pd.DataFrame) -> str:
-    sign = table[table["estimator"] == "sign"]
-    significant = sign[sign["gain_p"] < 0.05]
-    agree = int(((significant["gain_vs_dr_grpo"] > 0) == (significant["predicted_snr_ratio"] > 1)).sum())
-    return (f"sign differs significantly from dr_grpo (Welch p < 0.05, unadjusted) in {len(significant)} of "
-            f"{len(sign)} cells; in {agree} of those {len(significant)} the direction matches the side of 1 on "
-            "which the predicted SNR ratio falls.")
+    lines = []
+    for estimator in (name for name in FIXED_BASELINES if name in set(table["estimator"])):
+        arm = table[table["estimator"] == estimator]
+        significant = arm[arm["gain_p"] < 0.05]
+        agree = int(((significant["gain_vs_dr_grpo"] > 0) == (significant["predicted_snr_ratio"] > 1)).sum())
+        wins, losses = int((significant["gain_vs_dr_grpo"] > 0).sum()), int((significant["gain_vs_dr_grpo"] < 0).sum())
+        lines.append(f"- {estimator}: significantly different from dr_grpo (Welch p < 0.05, unadjusted) in "
+                     f"{len(significant)} of {len(arm)} cells ({wins} better, {losses} worse); in {agree} of those "
+                     f"{len(significant)} the direction is the side of 1 that the predicted SNR ratio falls on.")
+    return "\n".join(lines)
 
 
 def _figure(table: pd.DataFrame, path: Path) -> None:
@@ -137,7 +151,8 @@ def _figure(table: pd.DataFrame, path: Path) -> None:
 
     clips, sizes = sorted(table["clipping"].unique()), sorted(table["group_size"].unique())
     figure, axes = plt.subplots(len(clips), len(sizes), figsize=(5 * len(sizes), 3.6 * len(clips)), squeeze=False)
-    grid_p = np.linspace(0.0, 1.0, 101)
+    grid_p = np.linspace(0.01, 0.99, 99)
+    colors = display_colors(sorted(table["estimator"].unique()))
     for row, clip in enumerate(clips):
         for col, size in enumerate(sizes):
             ax = axes[row][col]
@@ -145,14 +160,16 @@ def _figure(table: pd.DataFrame, path: Path) -> None:
             for estimator, arm in cell[cell["estimator"] != REFERENCE].groupby("estimator"):
                 arm = arm.sort_values("start_p")
                 ax.errorbar(arm["start_p"], 100 * arm["gain_vs_dr_grpo"], yerr=100 * arm["gain_ci_half"],
-                            marker="o", capsize=3, label=estimator)
+                            marker="o", capsize=3, label=estimator, color=colors[estimator])
             ax.axhline(0, color="grey", lw=0.8)
             ax.set(title=f"G = {size}, {clip}", xlabel="start pass@1 (p)", ylabel="gain over dr_grpo (points)")
             twin = ax.twinx()
-            twin.plot(grid_p, snr_ratio_sign_vs_centred(grid_p, int(size)), "k--", lw=1,
-                      label="predicted SNR² ratio, sign / dr_grpo")
+            for estimator in (name for name in FIXED_BASELINES if name in colors):
+                twin.plot(grid_p, snr_ratio_fixed_vs_centred(grid_p, int(size), FIXED_BASELINES[estimator]), "--",
+                          color=colors[estimator], lw=1, label=f"predicted SNR² ratio, {estimator}")
             twin.axhline(1, color="k", lw=0.5, ls=":")
-            twin.set_ylabel("4p(1-p)/(1-1/G)")
+            twin.set_ylabel("predicted SNR² ratio over dr_grpo")
+            twin.set_ylim(0, 3)
             if row == 0 and col == 0:
                 ax.legend(loc="lower left", fontsize=8)
                 twin.legend(loc="upper right", fontsize=8)

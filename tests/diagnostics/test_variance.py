@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grpolab.diagnostics.variance import sign_helps_interval, snr_ratio_sign_vs_centred
+from grpolab.diagnostics.variance import (
+    FIXED_BASELINES,
+    sign_helps_interval,
+    snr_ratio_fixed_vs_centred,
+    snr_ratio_sign_vs_centred,
+)
 
 
 def test_hand_values():
@@ -32,13 +37,21 @@ def test_bad_input_is_refused():
         snr_ratio_sign_vs_centred(1.5, 4)
 
 
+def test_fixed_baselines_reduce_to_the_closed_forms():
+    p = np.linspace(0.05, 0.95, 19)
+    for g in (2, 4, 8):
+        assert np.allclose(snr_ratio_fixed_vs_centred(p, g, FIXED_BASELINES["sign"]), snr_ratio_sign_vs_centred(p, g))
+        assert np.allclose(snr_ratio_fixed_vs_centred(p, g, 0.0), (1 - p) / (1 - 1 / g))
+        assert np.allclose(snr_ratio_fixed_vs_centred(p, g, 1.0), p / (1 - 1 / g))
+
+
 def _simulated_snr2(p: float, group_size: int, estimator: str, rng: np.random.Generator) -> float:
     """SNR^2 (|mean|^2 / total variance) of one completion's gradient term A_i s_i, with scores s = z + m(r):
     z ~ N(0, I_d) unrelated to the reward and m(1) = (1 - p) v, m(0) = -p v (so E[s] = 0, E[r s] = p (1 - p) v)."""
     draws, dim = 400_000, 50
     rewards = (rng.random((draws, group_size)) < p).astype(float)
-    if estimator == "sign":
-        weights = 2 * rewards[:, 0] - 1
+    if estimator in FIXED_BASELINES:
+        weights = rewards[:, 0] - FIXED_BASELINES[estimator]
     else:
         weights = rewards[:, 0] - rewards.mean(axis=1)
     signal = np.zeros(dim)
@@ -49,8 +62,10 @@ def _simulated_snr2(p: float, group_size: int, estimator: str, rng: np.random.Ge
     return float(mean @ mean / terms.var(axis=0).sum())
 
 
-@pytest.mark.parametrize(("p", "group_size"), [(0.5, 2), (0.2, 4), (0.7, 4)])
-def test_simulation_agrees_with_the_formula(p, group_size):
+@pytest.mark.parametrize(("estimator", "p", "group_size"),
+                         [("sign", 0.5, 2), ("sign", 0.2, 4), ("sign", 0.7, 4), ("reinforce", 0.2, 4), ("nsr", 0.7, 2)])
+def test_simulation_agrees_with_the_formula(estimator, p, group_size):
     rng = np.random.default_rng(0)
-    ratio = _simulated_snr2(p, group_size, "sign", rng) / _simulated_snr2(p, group_size, "centred", rng)
-    assert ratio == pytest.approx(snr_ratio_sign_vs_centred(p, group_size), rel=0.1)
+    ratio = _simulated_snr2(p, group_size, estimator, rng) / _simulated_snr2(p, group_size, "centred", rng)
+    predicted = snr_ratio_fixed_vs_centred(p, group_size, FIXED_BASELINES[estimator])
+    assert ratio == pytest.approx(predicted, rel=0.1)

@@ -23,6 +23,8 @@ REDUCED = ["--seeds", "1", "--selection-seeds", "1", "--steps", "1", "--prompts-
 @pytest.mark.parametrize("config", sorted(EXPERIMENTS.glob("*/compare.yaml")), ids=lambda p: p.parent.name)
 def test_compare_config_runs_reduced(config: Path, tmp_path: Path) -> None:
     settings = load_config_file(config)
+    if settings.get("use_vllm"):
+        pytest.skip("needs CUDA, vLLM and its model; tests/integrations/test_trl_paper1.py runs it reduced")
     estimators = settings["estimators"].split(",")
     lrs = settings["lrs"].split(",")[1:2]  # one lr of the grid: the selection itself is tested on `embedded`
     task_options = {**settings.get("task_options", {}), "max_new_tokens": 8}

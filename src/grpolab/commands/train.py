@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig, load_config_file
@@ -27,8 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grpolab.train.trainer import Trainer
-
     config = config_from_args(args)
     out = Path(args.out or f"runs/{config.task}-{config.advantage}-G{config.group_size}-seed{config.seed}")
     if args.resume:
@@ -43,15 +42,28 @@ def run(args: argparse.Namespace) -> int:
                         f"{metrics.get('starvation/degenerate', 0):.2f}  {metrics['perf/step_time']:.2f}s/step")
                 bar.update(task_id, completed=step, info=info)
 
-        trainer = Trainer(config, out, resume=args.resume, on_step=on_step, overwrite=args.overwrite)
-        if bar is not None:
-            bar.update(task_id, completed=trainer.start_step)
-        if trainer.resumed_changes:
-            console.print(f"resuming at step {trainer.start_step}; changed since the last start: "
-                          + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in trainer.resumed_changes.items()))
-        result = trainer.run()
+        if config.engine == "grpolab":
+            result = _run_grpolab(config, out, args, on_step, bar, task_id)
+        else:  # another engine: the same run through grpolab.train.train (under accelerate: every process)
+            from grpolab.train.trainer import train
+
+            result = train(config, out, resume=args.resume, on_step=on_step, overwrite=args.overwrite)
     _print_summary(result)
     return 0
+
+
+def _run_grpolab(config: TrainConfig, out: Path, args: argparse.Namespace, on_step: Any, bar: Any,
+                 task_id: Any) -> Any:
+    """grpolab's own engine, exactly as before: its trainer, the bar at the resumed step, what changed."""
+    from grpolab.train.trainer import Trainer
+
+    trainer = Trainer(config, out, resume=args.resume, on_step=on_step, overwrite=args.overwrite)
+    if bar is not None:
+        bar.update(task_id, completed=trainer.start_step)
+    if trainer.resumed_changes:
+        console.print(f"resuming at step {trainer.start_step}; changed since the last start: "
+                      + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in trainer.resumed_changes.items()))
+    return trainer.run()
 
 
 def _file_values(args: argparse.Namespace) -> dict:

@@ -44,6 +44,18 @@ def validate(config: Any) -> None:
     _validate_mappings(config)
     _validate_ranges(config)
     report_backends(config)
+    _validate_engine(config)
+
+
+def _validate_engine(config: Any) -> None:
+    """The training engine and its vLLM settings (what TRL refuses is checked when a TRL run starts)."""
+    if config.engine not in ("grpolab", "trl"):
+        raise UserError(f"engine must be grpolab or trl, got {config.engine!r}")
+    if config.vllm_mode not in ("colocate", "server"):
+        raise UserError(f"vllm_mode must be colocate or server, got {config.vllm_mode!r}")
+    if config.use_vllm and config.engine != "trl":
+        raise UserError("use_vllm is not supported by engine grpolab (it samples with its own decoder); "
+                        "add --engine trl or drop --use-vllm")
 
 
 # setting -> an example of its value, for the error message

@@ -186,6 +186,18 @@ class TrainConfig:
     sampler_is_cap: float | None = setting(None, scope="training")
     """Truncated importance sampling: weight each token's loss by min(pi_trainer / pi_sampler, cap), cap > 0
     (None = off; Yao et al. 2025, Your Efficient RL Framework Secretly Brings You Off-Policy RL Training, TIS)."""
+    # Training engine. Scope "training": the start evaluation is grpolab's own in both engines (the same
+    # evaluate() on the same starting policy), so runs that differ only in the engine share it; everything
+    # after step 0 (sampling, loss, optimiser) is the engine's.
+    engine: str = setting("grpolab", scope="training")
+    """Training engine: grpolab (its own CPU trainer) or trl (TRL's GRPOTrainer generates, computes the loss and
+    steps the optimiser, on any device accelerate gives it; grpolab keeps the task, verifier, estimator,
+    evaluation and logs). Settings TRL cannot honour are refused (docs/integrations.md)."""
+    use_vllm: bool = setting(False, scope="training")
+    """Engine trl: generate the training completions with vLLM (needs CUDA and the vllm package)."""
+    vllm_mode: str = setting("colocate", scope="training")
+    """Engine trl with --use-vllm: colocate (vLLM in the training processes) or server (a separate
+    `trl vllm-serve` process)."""
 
     # report_to: where metrics go besides metrics.jsonl. Runtime scope: a backend changes neither what is trained
     # nor what is found, so it may change on --resume and between invocations of one sweep without making its

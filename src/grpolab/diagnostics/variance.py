@@ -15,7 +15,13 @@ and p (1 - p) (1 - 1/G) E|s|^2 for the group-centred advantage. The ratio of squ
 
     SNR^2_sign / SNR^2_centred = 4 p (1 - p) / (1 - 1/G),
 
-which exceeds 1 only at middling success: p in (0.146, 0.854) at G = 2 and (0.25, 0.75) at G = 4; above G = 4
+The same argument for any fixed baseline b (A = r - b: ``reinforce`` is b = 0, ``nsr`` b = 1, ``sign`` twice
+b = 1/2) gives a per-completion variance of (p (1 - b)^2 + (1 - p) b^2) E|s|^2 and the ratio
+
+    SNR^2_fixed(b) / SNR^2_centred = p (1 - p) / ((1 - 1/G) (p (1 - b)^2 + (1 - p) b^2)),
+
+that is (1 - p) / (1 - 1/G) for reinforce and p / (1 - 1/G) for nsr. For sign it
+exceeds 1 only at middling success: p in (0.146, 0.854) at G = 2 and (0.25, 0.75) at G = 4; above G = 4
 the window narrows to nothing as G grows. Under Adam, whose step size does not follow the gradient's scale, the
 SNR is what sets progress, so the view predicts sign helps at middling p and hurts at low p.
 
@@ -30,7 +36,10 @@ import math
 
 import numpy as np
 
-__all__ = ["sign_helps_interval", "snr_ratio_sign_vs_centred"]
+__all__ = ["FIXED_BASELINES", "sign_helps_interval", "snr_ratio_fixed_vs_centred", "snr_ratio_sign_vs_centred"]
+
+# The registry's fixed-reference estimators as A = scale * (r - b): their baseline b (the scale drops out of an SNR).
+FIXED_BASELINES = {"sign": 0.5, "reinforce": 0.0, "nsr": 1.0}
 
 
 def snr_ratio_sign_vs_centred(p: float | np.ndarray, group_size: int) -> float | np.ndarray:
@@ -42,6 +51,20 @@ def snr_ratio_sign_vs_centred(p: float | np.ndarray, group_size: int) -> float |
     if np.any((p < 0) | (p > 1)):
         raise ValueError("p must lie in [0, 1]")
     ratio = 4.0 * p * (1.0 - p) / (1.0 - 1.0 / group_size)
+    return float(ratio) if ratio.ndim == 0 else ratio
+
+
+def snr_ratio_fixed_vs_centred(p: float | np.ndarray, group_size: int, baseline: float) -> float | np.ndarray:
+    """Predicted SNR^2 of a fixed-baseline advantage ``r - b`` over a group-centred one at success probability
+    ``p`` and group size ``G >= 2``: ``p (1 - p) / ((1 - 1/G) (p (1 - b)^2 + (1 - p) b^2))`` (0 where p is 0 or 1)."""
+    if group_size < 2:
+        raise ValueError(f"group-centred advantages need G >= 2, got {group_size}")
+    p = np.asarray(p, dtype=float)
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError("p must lie in [0, 1]")
+    spread = p * (1.0 - baseline) ** 2 + (1.0 - p) * baseline**2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(spread > 0, p * (1.0 - p) / ((1.0 - 1.0 / group_size) * spread), 0.0)
     return float(ratio) if ratio.ndim == 0 else ratio
 
 

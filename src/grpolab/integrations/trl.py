@@ -9,7 +9,9 @@ advantage hook (its maintainers point to overriding ``_generate_and_score_comple
 wraps that method and ``_calculate_rewards``; it never copies TRL's advantage code.
 
 Metrics go through TRL's own logger (``self._metrics[mode]``): ``grpolab.diagnostics.starvation_metrics``
-of the generation batch, the same ``starvation/*`` keys as grpolab's trainer. pbar of ``d_iid`` comes from
+of the generation batch (with the completion lengths gathered from every process), the same ``starvation/*``
+keys as grpolab's trainer; ``last_groups`` keeps the newest batch's grouped rewards, advantages and lengths.
+pbar of ``d_iid`` comes from
 a window of the most recent generation batches holding at least 64 groups (one per mode), so it does not
 depend on how many prompts a batch holds.
 The ``advantage`` column of TRL's completion logs (``log_completions=True``) holds grpolab's advantages.
@@ -27,6 +29,7 @@ Departures from TRL (and from the papers):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,7 +44,7 @@ except ImportError as _error:  # pragma: no cover - depends on the optional extr
         "grpolab.integrations.trl needs TRL, which is an optional extra: pip install 'grpolab[trl]'"
     ) from _error
 
-__all__ = ["STARVATION_METRICS", "GRPOTrainer", "resolve_advantage"]
+__all__ = ["STARVATION_METRICS", "GRPOTrainer", "GroupedBatch", "resolve_advantage"]
 
 AdvantageFn = Callable[..., torch.Tensor]
 STARVATION_METRICS = diagnostics.STARVATION_KEYS
@@ -73,6 +76,17 @@ def group_rewards(
     return rewards.view(-1, num_generations)  # [P, G]
 
 
+@dataclass
+class GroupedBatch:
+    """The newest generation batch of every process, grouped: rewards, advantages and completion lengths
+    [P, G] and its ``starvation/*`` metrics (``GRPOTrainer.last_groups``)."""
+
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+    lengths: torch.Tensor
+    starvation: dict[str, float]
+
+
 class GRPOTrainer(_TRLGRPOTrainer):
     """``trl.GRPOTrainer`` whose advantages come from a grpolab estimator.
 
@@ -93,6 +107,7 @@ class GRPOTrainer(_TRLGRPOTrainer):
         self.advantage_name, self.advantage_fn = resolve_advantage(advantage)
         self.advantage_kwargs = dict(advantage_kwargs or {})
         self._gathered_rewards: torch.Tensor | None = None
+        self.last_groups: GroupedBatch | None = None  # the newest generation batch, grouped
         self._success_windows = {"train": diagnostics.SuccessWindow(), "eval": diagnostics.SuccessWindow()}
         super().__init__(*args, **kwargs)
         if self.multi_objective_aggregation != "sum_then_normalize":
@@ -121,10 +136,13 @@ class GRPOTrainer(_TRLGRPOTrainer):
         start = self.accelerator.process_index * len(local)  # TRL's process_slice
         output["advantages"] = all_advantages[start : start + len(local)].to(local.device, local.dtype)
         self._replace_logged_advantages(all_advantages)
+        lengths = self.accelerator.gather(output["completion_mask"].sum(dim=1)).view_as(rewards)  # [P, G] tokens
         window = self._success_windows[mode]
         window.add(diagnostics.success_rates(rewards))
-        for name, value in diagnostics.starvation_metrics(rewards, advantages, window=window).items():
+        starvation = diagnostics.starvation_metrics(rewards, advantages, lengths=lengths, window=window)
+        for name, value in starvation.items():
             self._metrics[mode][name].append(value)
+        self.last_groups = GroupedBatch(rewards, advantages, lengths, starvation)
         return output
 
     def _replace_logged_advantages(self, all_advantages: torch.Tensor) -> None:

@@ -98,7 +98,8 @@ class RunSpec:
 
     @property
     def started(self) -> bool:
-        return any((self.run_dir / "checkpoints").glob("step-*")) if (self.run_dir / "checkpoints").is_dir() else False
+        checkpoints = self.run_dir / "checkpoints"  # step-*: grpolab's engine; checkpoint-*: the TRL engine's
+        return checkpoints.is_dir() and (any(checkpoints.glob("step-*")) or any(checkpoints.glob("checkpoint-*")))
 
 
 def parse_estimator(spec: str) -> tuple[str, bool]:

@@ -29,7 +29,7 @@ def run_one(spec: RunSpec, post: EventFn | None = None) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(spec.config.threads or 1)
-    from grpolab.train.trainer import Trainer
+    from grpolab.train.trainer import train
 
     def on_step(step: int, metrics: dict[str, Any]) -> None:
         if post is not None:
@@ -38,9 +38,8 @@ def run_one(spec: RunSpec, post: EventFn | None = None) -> dict[str, Any]:
 
     started = time.perf_counter()
     try:
-        trainer = Trainer(spec.config, spec.run_dir, resume=spec.started, on_step=on_step,
-                          start_eval_cache=spec.run_dir.parent.parent / "start-evals")
-        trainer.run()
+        train(spec.config, spec.run_dir, resume=spec.started, on_step=on_step,
+              start_eval_cache=spec.run_dir.parent.parent / "start-evals")  # the config's engine
     except Exception as error:  # one failed run must not end the sweep; it is reported at the end
         return {"run_id": spec.run_id, "ok": False, "error": f"{type(error).__name__}: {error}"}
     return {"run_id": spec.run_id, "ok": True, "seconds": time.perf_counter() - started}

@@ -64,15 +64,21 @@ class MetricsLog:
         self._handle = path.open("a")
         self._writers = [*backends, *([_TensorBoard(tensorboard_dir)] if tensorboard_dir else [])]
 
-    def write(self, step: int, metrics: dict[str, Any]) -> None:
+    def write(self, step: int, metrics: dict[str, Any], *, sync: bool = True) -> None:
+        """Append the row of ``step``, flushed; fsynced too unless ``sync`` is False (then ``sync()`` later)."""
         row = {"step": step, **{k: _json_safe(v) for k, v in metrics.items()}}
         self._handle.write(json.dumps(row) + "\n")
         self._handle.flush()
-        os.fsync(self._handle.fileno())
+        if sync:
+            os.fsync(self._handle.fileno())
         scalars = {key: value for key, value in metrics.items()
                    if isinstance(value, int | float) and not isinstance(value, bool)}
         for writer in self._writers:
             writer.log(step, scalars)
+
+    def sync(self) -> None:
+        """Make every row written so far durable (fsync)."""
+        os.fsync(self._handle.fileno())
 
     def close(self) -> None:
         self._handle.close()

@@ -390,7 +390,16 @@ def _perf_metrics(batch: StepBatch, started: float, rollout_time: float, update_
 
 
 def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
-          on_step: StepCallback | None = None) -> RunResult:
-    """Train one run; the Python API behind ``grpolab train``."""
-    return Trainer(config, run_dir, resume=resume, on_step=on_step).run()
+          on_step: StepCallback | None = None, start_eval_cache: Path | None = None,
+          overwrite: bool = False) -> RunResult:
+    """Train one run with the config's engine; the Python API behind ``grpolab train`` and every run of
+    ``grpolab compare``. ``start_eval_cache``: a sweep's shared start evaluations; ``overwrite``: replace the
+    run already in ``run_dir``."""
+    if config.engine == "trl":
+        from grpolab.train.trl_engine.run import run_trl
+
+        return run_trl(config, run_dir, resume=resume, on_step=on_step, start_eval_cache=start_eval_cache,
+                       overwrite=overwrite)
+    return Trainer(config, run_dir, resume=resume, on_step=on_step, start_eval_cache=start_eval_cache,
+                   overwrite=overwrite).run()
 

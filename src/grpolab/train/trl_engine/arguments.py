@@ -1,0 +1,246 @@
+"""Every ``TrainConfig`` setting, mapped onto TRL 1.16's ``GRPOConfig`` (and peft's ``LoraConfig``), kept on
+grpolab's side, or refused: the table of the TRL engine.
+
+Each field of ``TrainConfig`` sits in exactly one of three tables (``tests/integrations/test_trl_arguments.py``
+enumerates the fields, so a new one cannot slip through):
+
+* ``MAPPED``: setting -> the ``GRPOConfig`` names it sets; ``grpo_arguments`` does the conversion.
+* ``GRPOLAB_SIDE``: settings grpolab itself honours around TRL (the task, the verifier as TRL's reward
+  function, the estimator, the evaluation, the logs, the process).
+* ``REFUSED``: settings TRL cannot honour; a value other than the default is refused in one line naming the
+  setting and the engine. A field in none of the tables (one added later) is refused the same way.
+
+The conversions that are not one-to-one (P prompts, G completions, B = P * G, n processes, mu = num_iterations):
+
+* ``generation_batch_size`` = B completions, ``num_generations`` = G; each process trains B / n of them in
+  micro-batches of ``per_device_train_batch_size`` (the largest divisor of B / n that is at most
+  ``micro_batch_size``), and ``gradient_accumulation_steps`` = ``steps_per_generation`` = the number of those
+  micro-batches, so one optimiser step consumes one rollout batch. TRL counts optimiser steps: a grpolab step
+  is mu of them (``max_steps`` = steps * mu, ``save_steps`` = checkpoint_every * mu, ``warmup_steps`` = W * mu).
+* ``lr_schedule`` constant with warm-up is ``constant_with_warmup``. TRL's warm-up gives the first step lr 0
+  (grpolab: lr / W), and with mu > 1 the lr changes within a rollout batch (grpolab: per rollout batch).
+* ``loss_aggregation``: token_mean -> ``dapo`` (tokens of the whole accumulated batch), seq_mean_token_mean ->
+  ``grpo``, seq_mean_token_sum_norm -> ``dr_grpo`` (the constant is ``max_completion_length``);
+  seq_mean_token_sum has no TRL loss and is refused.
+* ``beta``: grpolab's KL term is k3 without an importance weight, so ``use_bias_correction_kl`` is False.
+* ``policy_loss`` cispo is ``loss_type="cispo"`` with ``epsilon_high`` = ``cispo_ratio_max`` (TRL's CISPO has no
+  lower bound and aggregates over tokens); ``dual_clip_c`` is TRL's two-sided clip ``delta``, the same loss
+  when it is at least 1 + epsilon_high; ``sampler_is_cap`` is TRL's vLLM correction ``token_truncate`` with
+  that cap (TRL's own default correction is switched off without it); overlong shaping is refused.
+* ``dtype``: ``bf16`` (TRL's default True is overridden), and ``adam_betas`` set both of TRL's betas.
+* ``report_to`` (and ``tensorboard``) are TRL's ``report_to``: the backends get TRL's logged names (the
+  ``starvation/*`` metrics among them); ``metrics.jsonl`` holds grpolab's names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from grpolab.config import TrainConfig
+from grpolab.errors import UserError
+
+__all__ = ["GRPOLAB_SIDE", "MAPPED", "REFUSED", "batch_layout", "check_supported", "grpo_arguments", "lora_config"]
+
+MAPPED: dict[str, tuple[str, ...]] = {
+    "group_size": ("num_generations",),
+    "prompts_per_step": ("steps_per_generation", "gradient_accumulation_steps"),
+    "micro_batch_size": ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation"),
+    "steps": ("max_steps",),
+    "seed": ("seed", "data_seed"),
+    "lr": ("learning_rate",),
+    "lr_schedule": ("lr_scheduler_type",),
+    "warmup_steps": ("warmup_steps",),
+    "weight_decay": ("weight_decay",),
+    "adam_betas": ("adam_beta1", "adam_beta2"),
+    "max_grad_norm": ("max_grad_norm",),
+    "num_iterations": ("num_iterations", "max_steps"),
+    "epsilon_low": ("epsilon",),
+    "epsilon_high": ("epsilon_high",),
+    "beta": ("beta", "use_bias_correction_kl"),
+    "loss_aggregation": ("loss_type",),
+    "temperature": ("temperature",),
+    "top_p": ("top_p",),
+    "max_new_tokens": ("max_completion_length",),
+    "dtype": ("bf16", "fp16"),
+    "lora": ("peft_config",),
+    "lora_r": ("peft_config.r",),
+    "lora_alpha": ("peft_config.lora_alpha",),
+    "lora_targets": ("peft_config.target_modules",),
+    "checkpoint_every": ("save_strategy", "save_steps"),
+    "keep_checkpoints": ("save_total_limit",),
+    "use_vllm": ("use_vllm",),
+    "vllm_mode": ("vllm_mode",),
+    "importance_sampling_level": ("importance_sampling_level",),
+    "policy_loss": ("loss_type",),
+    "cispo_ratio_max": ("epsilon_high",),
+    "cispo_ratio_min": (),  # TRL's CISPO has no lower bound: only None is accepted (check_supported)
+    "dual_clip_c": ("delta",),
+    "mask_truncated_completions": ("mask_truncated_completions",),
+    "sampler_is_cap": ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                       "vllm_importance_sampling_clip_max"),
+    "report_to": ("report_to",),
+    "tensorboard": ("report_to",),
+}
+
+GRPOLAB_SIDE: dict[str, str] = {
+    "model": "loaded by grpolab (load_policy) and handed to TRL as a model and tokenizer",
+    "task": "the training prompts become TRL's dataset",
+    "data": "read by the task", "prompt_column": "read by the task", "reference_column": "read by the task",
+    "task_limit": "read by the task", "task_options": "read by the task",
+    "verifier": "TRL's reward function scores with it",
+    "advantage": "grpolab's estimator replaces TRL's advantages",
+    "advantage_kwargs": "the estimator's hyper-parameters",
+    "eval_every": "grpolab's own evaluation", "eval_samples": "grpolab's own evaluation",
+    "eval_limit": "grpolab's own evaluation", "eval_start": "grpolab's own evaluation",
+    "eval_split": "grpolab's own evaluation",
+    "threads": "torch threads of the process", "progress": "grpolab's progress bar",
+    "engine": "chooses this engine",
+}
+
+REFUSED: dict[str, str] = {
+    "reward_granularity": "TRL trains on one advantage per completion",
+    "dynamic_sampling": "TRL has no dynamic sampling (it would resample inside its generation step)",
+    "dynamic_max_rounds": "it only applies to dynamic sampling",
+    "sampler_dtype": "TRL samples with the model as loaded (or with vLLM)",
+    "grad_analysis_every": "the gradient geometry needs grpolab's own update",
+    "grad_analysis_params": "the gradient geometry needs grpolab's own update",
+    "grad_analysis_sketch_dim": "the gradient geometry needs grpolab's own update",
+    "overlong_buffer": "TRL has no overlong reward shaping",
+    "overlong_penalty": "TRL has no overlong reward shaping",
+}
+
+_LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
+_DEFAULTS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _default(name: str) -> Any:
+    f = _DEFAULTS[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_supported(config: TrainConfig) -> None:
+    """Refuse, in one line naming the setting and the engine, a setting TRL cannot honour."""
+    for name in (f.name for f in dataclasses.fields(config)):
+        value = getattr(config, name)
+        if name in MAPPED or name in GRPOLAB_SIDE or value == _default(name):
+            continue
+        why = REFUSED.get(name, "the TRL engine has no mapping for it yet")
+        raise UserError(f"{name} {value!r} is not supported by engine trl ({why}); drop {_flag(name)} "
+                        "or use --engine grpolab")
+    if config.loss_aggregation not in _LOSS_TYPES:
+        raise UserError(f"loss_aggregation {config.loss_aggregation!r} is not supported by engine trl (TRL has no "
+                        f"such loss); use one of {', '.join(_LOSS_TYPES)} or --engine grpolab")
+    _check_loss_options(config)
+
+
+def _check_loss_options(config: TrainConfig) -> None:
+    """The loss options TRL can express only in part."""
+    refusals = [
+        (config.policy_loss == "cispo" and config.loss_aggregation != "token_mean", "policy_loss cispo",
+         "TRL's CISPO aggregates over tokens only; add --loss-aggregation token_mean"),
+        (config.policy_loss == "cispo" and config.cispo_ratio_min is not None, "cispo_ratio_min",
+         "TRL's CISPO has no lower bound on the IS weight; drop --cispo-ratio-min"),
+        (config.dual_clip_c is not None and config.dual_clip_c < 1 + config.clip_high, "dual_clip_c",
+         "TRL's two-sided clip (delta) equals the dual clip only from 1 + epsilon_high up; raise it"),
+        (config.sampler_is_cap is not None and not config.use_vllm, "sampler_is_cap",
+         "without vLLM TRL samples with the trained model itself, so there is no sampler mismatch to correct; "
+         "add --use-vllm or drop it"),
+    ]
+    for refused, setting, why in refusals:
+        if refused:
+            raise UserError(f"{setting} is not supported by engine trl as set: {why} (or use --engine grpolab)")
+
+
+def _loss(config: TrainConfig) -> dict[str, Any]:
+    """``loss_type`` and the ratio bounds: the clipped surrogate (aggregation as set) or CISPO."""
+    if config.policy_loss == "cispo":
+        return {"loss_type": "cispo", "epsilon": config.epsilon_low, "epsilon_high": config.cispo_ratio_max}
+    return {"loss_type": _LOSS_TYPES[config.loss_aggregation], "epsilon": config.epsilon_low,
+            "epsilon_high": config.clip_high, "delta": config.dual_clip_c}
+
+
+def _sampler_correction(config: TrainConfig) -> dict[str, Any]:
+    """grpolab's truncated importance sampling (per token, capped) as TRL's vLLM correction; off without it."""
+    if config.sampler_is_cap is None:
+        return {"vllm_importance_sampling_correction": False}
+    return {"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "token_truncate",
+            "vllm_importance_sampling_clip_max": config.sampler_is_cap}
+
+
+def batch_layout(config: TrainConfig, num_processes: int) -> tuple[int, int]:
+    """(per_device_train_batch_size, gradient_accumulation_steps): one rollout batch of B = P * G completions
+    split over ``num_processes`` and trained in micro-batches of at most ``micro_batch_size``."""
+    total = config.completions_per_step
+    if total % num_processes:
+        raise UserError(f"prompts_per_step x group_size = {total} completions do not split over {num_processes} "
+                        "processes under engine trl; make it a multiple of the process count")
+    local = total // num_processes
+    per_device = max(d for d in range(1, min(config.micro_batch_size, local) + 1) if local % d == 0)
+    return per_device, local // per_device
+
+
+def _schedule(config: TrainConfig) -> str:
+    if config.lr_schedule == "constant":
+        return "constant_with_warmup" if config.warmup_steps else "constant"
+    return config.lr_schedule
+
+
+def _checkpoints(config: TrainConfig) -> dict[str, Any]:
+    """TRL saves every ``checkpoint_every`` grpolab steps (the last step's save is the engine's callback)."""
+    if not config.checkpoint_every:
+        return {"save_strategy": "no"}
+    return {"save_strategy": "steps", "save_steps": config.checkpoint_every * config.num_iterations,
+            "save_total_limit": config.keep_checkpoints}
+
+
+def grpo_arguments(config: TrainConfig, *, output_dir: str, num_processes: int, max_new_tokens: int) -> dict[str, Any]:
+    """The ``GRPOConfig`` keyword arguments of ``config`` (checked with ``check_supported`` first); TRL's logs go
+    to the backends of ``report_to`` (``trl_report_to``; TensorBoard files under ``output_dir/runs/`` unless
+    ``TENSORBOARD_LOGGING_DIR`` says otherwise, as transformers 5 does it)."""
+    from grpolab.train.runlog import trl_report_to
+
+    check_supported(config)
+    per_device, accumulation = batch_layout(config, num_processes)
+    mu = config.num_iterations
+    return {
+        "output_dir": output_dir, "max_steps": config.steps * mu, "num_generations": config.group_size,
+        "per_device_train_batch_size": per_device, "gradient_accumulation_steps": accumulation,
+        "steps_per_generation": accumulation, "num_iterations": mu,
+        "learning_rate": config.lr, "lr_scheduler_type": _schedule(config), "warmup_steps": config.warmup_steps * mu,
+        "weight_decay": config.weight_decay, "adam_beta1": config.adam_betas[0], "adam_beta2": config.adam_betas[1],
+        "optim": "adamw_torch", "max_grad_norm": config.max_grad_norm,
+        **_loss(config), "beta": config.beta, "use_bias_correction_kl": False,
+        "importance_sampling_level": config.importance_sampling_level,
+        "mask_truncated_completions": config.mask_truncated_completions, **_sampler_correction(config),
+        "temperature": config.temperature, "top_p": config.top_p, "top_k": 0,
+        "max_completion_length": max_new_tokens, "bf16": config.dtype == "bfloat16", "fp16": False,
+        "seed": config.seed, "data_seed": config.seed, "use_vllm": config.use_vllm, "vllm_mode": config.vllm_mode,
+        **_checkpoints(config),
+        "scale_rewards": "none",  # not read: grpolab's estimator makes the advantages
+        "gradient_checkpointing": False, "logging_steps": 1, "logging_strategy": "steps", "eval_strategy": "no",
+        "report_to": trl_report_to(config), "disable_tqdm": True, "log_completions": False, "save_only_model": False,
+        "remove_unused_columns": False, "dataloader_pin_memory": False,
+        "shuffle_dataset": False,  # the dataset holds every step's prompts in step order (trl_engine.run)
+    }
+
+
+def lora_config(config: TrainConfig, model: Any) -> Any:
+    """peft's ``LoraConfig`` of ``config`` on the target modules present in ``model``, or None without LoRA
+    (the same adapters as grpolab's ``wrap_lora``: no dropout)."""
+    if not config.lora:
+        return None
+    from peft import LoraConfig
+
+    wanted = [name.strip() for name in config.lora_targets.split(",") if name.strip()]
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [name for name in wanted if name in present]
+    if not targets:
+        raise UserError(f"none of the LoRA target modules {wanted} exist in this model; pass --lora-targets with "
+                        f"names from: {', '.join(sorted(n for n in present if n)[:20])}")
+    return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, target_modules=targets, lora_dropout=0.0,
+                      task_type="CAUSAL_LM")

@@ -1,0 +1,201 @@
+"""What a TRL-engine run records, as a grpolab run does: each step's row of ``metrics.jsonl`` (grpolab's keys,
+TRL's own beside them under ``trl/``), its rollouts (``rollouts/step-NNNNNN.parquet``, the schema of
+``grpolab.train.runlog``), evaluations during the run, the save at the last step, and divergence.
+
+``RecordingGRPOTrainer`` is grpolab's TRL subclass (``grpolab.integrations.trl.GRPOTrainer``) that also
+gathers, on every process, what the logs need of each generation batch (prompt ids, completion texts, lengths,
+truncation) and times the generation; ``RunRecorder`` is a ``TrainerCallback`` that writes the logs on the main
+process only. Every process runs the same collectives, in the same order.
+
+Departures from grpolab's engine: a row of ``metrics.jsonl`` is flushed at once (a killed process loses
+nothing) and fsynced with each checkpoint, not at every step (an fsync per step cost 4-5% of a CPU step here);
+each step's rollout table is written on a writer thread (waited for at each checkpoint and at the end);
+``loss/total`` is TRL's loss (policy term plus beta * KL); ``rollout/entropy``
+is TRL's mean entropy of the trained tokens; ``perf/update_time`` is the step time less the generation time.
+With num_iterations mu > 1 a grpolab step is mu optimiser steps; its row has the last one's loss figures.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from grpolab.integrations.trl import GRPOTrainer
+from grpolab.train.runlog import MetricsLog, RolloutLog
+
+__all__ = ["RecordingGRPOTrainer", "RolloutRecord", "RunRecorder"]
+
+# TRL's logged name -> grpolab's metric name
+_TRL_NAMES = {"loss": "loss/total", "kl": "loss/kl", "clip_ratio/region_mean": "loss/clip_fraction",
+              "clip_ratio/low_mean": "loss/clip_fraction_low", "clip_ratio/high_mean": "loss/clip_fraction_high",
+              "cispo_clip_ratio": "loss/clip_fraction_high", "grad_norm": "loss/grad_norm", "learning_rate": "loss/lr",
+              "entropy": "rollout/entropy"}
+
+
+@dataclass
+class RolloutRecord:
+    """Every process's completions of one generation batch, problem-major (B = P * G rows)."""
+
+    prompt_ids: list[str]
+    texts: list[str]
+    truncated: list[bool]
+    seconds: float
+
+
+class RecordingGRPOTrainer(GRPOTrainer):
+    """grpolab's TRL subclass that keeps the newest generation batch's ``RolloutRecord`` (``last_record``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.last_record: RolloutRecord | None = None
+        super().__init__(*args, **kwargs)
+
+    def _generate_and_score_completions(self, inputs):  # type: ignore[override]
+        from accelerate.utils import gather_object
+
+        started = time.perf_counter()
+        output = super()._generate_and_score_completions(inputs)
+        completion_ids = output["completion_ids"]
+        eos = torch.tensor(self.eos_token_ids, device=completion_ids.device)
+        truncated = ~torch.isin(completion_ids, eos).any(dim=1)  # [B_local]: no end-of-sequence token
+        all_truncated = self.accelerator.gather(truncated.to(torch.int32))  # [B]
+        prompt_ids = gather_object([str(row["prompt_id"]) for row in inputs])
+        completions = list(self._logs["completion"])[-len(prompt_ids):]  # TRL gathered them just now
+        texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
+        self.last_record = RolloutRecord(prompt_ids, texts, [bool(t) for t in all_truncated.tolist()],
+                                         time.perf_counter() - started)
+        return output
+
+
+def rollout_metrics(rewards: np.ndarray, lengths: np.ndarray, truncated: list[bool], step: int) -> dict[str, float]:
+    """grpolab's ``rollout/*`` figures of one batch: rewards and lengths [P, G] (NaN reward: unscorable)."""
+    scored = rewards[~np.isnan(rewards)]
+    return {
+        "rollout/reward_mean": float(scored.mean()) if scored.size else 0.0,
+        "rollout/accuracy": float((scored >= 0.5).mean()) if scored.size else 0.0,
+        "rollout/completion_length": float(lengths.mean()) if lengths.size else 0.0,
+        "rollout/truncated": float(np.mean(truncated)) if truncated else 0.0,
+        "rollout/groups": float(rewards.shape[0]),
+        "rollout/completions_generated": float(step * rewards.size),  # no dynamic sampling: B per step
+        "rollout/unscorable": float(np.isnan(rewards).sum()),
+    }
+
+
+class RunRecorder(TrainerCallback):
+    """Writes a TRL-engine run's logs as the run goes (main process only) and stops a diverged run.
+
+    Args:
+        trainer: the ``RecordingGRPOTrainer`` (set after it is built).
+        iterations: mu, optimiser steps per grpolab step.
+        steps: the grpolab steps of the run.
+        metrics_log, rollout_log: the run's logs (None on the other processes).
+        evaluate: ``fn(step)`` evaluating at a step (``eval_every``; called on every process).
+        eval_every: grpolab steps between evaluations during the run (0: none).
+        on_step: grpolab's ``fn(step, metrics)`` (the progress bar and a sweep's messages).
+    """
+
+    def __init__(self, *, iterations: int, steps: int, metrics_log: MetricsLog | None,
+                 rollout_log: RolloutLog | None, evaluate: Callable[[int], None], eval_every: int,
+                 on_step: Callable[[int, dict[str, Any]], None] | None) -> None:
+        self.trainer: RecordingGRPOTrainer | None = None
+        self.iterations, self.steps = iterations, steps
+        self.metrics_log, self.rollout_log = metrics_log, rollout_log
+        self.evaluate, self.eval_every, self.on_step = evaluate, eval_every, on_step
+        self.written = 0
+        self.last_metrics: dict[str, Any] = {}
+        self.diverged: tuple[int, str] | None = None
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpolab-rollouts")
+        self._pending: Future | None = None
+        self._step_started = time.perf_counter()
+
+    def grpolab_step(self, global_step: int) -> int | None:
+        """The grpolab step that optimiser step ``global_step`` completes, or None mid-step."""
+        return global_step // self.iterations if global_step % self.iterations == 0 else None
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step % self.iterations == 0:
+            self._step_started = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        step = self.grpolab_step(state.global_step)
+        if step == self.steps and args.save_strategy != "no":
+            control.should_save = True  # the last step is always saved, so a run can be extended
+        return control
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.drain()  # a checkpoint's steps are in rollouts/ and durable in metrics.jsonl too
+
+    def drain(self) -> None:
+        """Wait for the rollout tables being written and fsync ``metrics.jsonl``."""
+        if self._pending is not None:
+            self._pending.result()  # re-raises a failed write
+            self._pending = None
+        if self.metrics_log is not None:
+            self.metrics_log.sync()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        step = self.grpolab_step(state.global_step)
+        logs = logs or {}
+        if step is None or step <= self.written or "loss" not in logs:
+            return control
+        self.written = step
+        problem = _non_finite(logs)
+        if problem is not None:
+            self.diverged = (step, problem)
+            control.should_training_stop, control.should_save = True, False
+            return control
+        if self.metrics_log is not None:
+            self.last_metrics = self._row(step, logs)
+            self.metrics_log.write(step, self.last_metrics, sync=False)  # flushed; fsynced with each checkpoint
+            self._write_rollouts(step)
+            if self.on_step is not None:
+                self.on_step(step, self.last_metrics)
+        if self.eval_every and step % self.eval_every == 0 and step < self.steps:
+            self.evaluate(step)
+        return control
+
+    def _row(self, step: int, logs: dict[str, Any]) -> dict[str, Any]:
+        groups, record = self.trainer.last_groups, self.trainer.last_record
+        rewards, lengths = groups.rewards.double().cpu().numpy(), groups.lengths.cpu().numpy()
+        step_time = time.perf_counter() - self._step_started
+        row: dict[str, Any] = {**rollout_metrics(rewards, lengths, record.truncated, step), **groups.starvation}
+        row.update({ours: float(logs[theirs]) for theirs, ours in _TRL_NAMES.items() if _number(logs.get(theirs))})
+        row.update({"perf/step_time": step_time, "perf/rollout_time": record.seconds,
+                    "perf/update_time": max(step_time - record.seconds, 0.0)})
+        row.update({f"trl/{k}": float(v) for k, v in logs.items() if _number(v) and not k.startswith("starvation/")})
+        return row
+
+    def _write_rollouts(self, step: int) -> None:
+        """Write the step's rollout table on the writer thread (one at a time, in step order), so that the
+        Parquet encoding overlaps the next step; ``drain`` waits for it."""
+        groups, record = self.trainer.last_groups, self.trainer.last_record
+        g = groups.rewards.shape[1]
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._writer.submit(self.rollout_log.write, step, {
+            "step": [step] * len(record.texts), "prompt_id": record.prompt_ids,
+            "sample": [i % g for i in range(len(record.texts))], "completion": record.texts,
+            "reward": groups.rewards.reshape(-1).float().cpu().tolist(),
+            "advantage": groups.advantages.reshape(-1).float().cpu().tolist(),
+            "length": groups.lengths.reshape(-1).int().cpu().tolist(), "truncated": record.truncated,
+        })
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _non_finite(logs: dict[str, Any]) -> str | None:
+    """The reason a step diverged: TRL's loss or gradient norm is not a finite number."""
+    for key, what in (("loss", "loss"), ("grad_norm", "gradient norm")):
+        value = logs.get(key)
+        if _number(value) and not math.isfinite(value):
+            return f"the {what} is {value}"  # worded as grpolab.train.divergence words it
+    return None

@@ -1,0 +1,244 @@
+"""``engine: trl`` end to end on the CPU: the run directory a grpolab run writes, read by audit and the model
+loader; the prompts grpolab's engine would draw; a diverged step; kill -9 and --resume; two processes under
+``accelerate launch``; and ``grpolab compare --engine trl`` reduced (2 steps, 1 seed, a tiny evaluation).
+
+Runs are tiny (the embedded model, 2-4 prompts of G = 2, 2-6 steps) so that the whole file stays near a minute
+or two on two shared cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("trl")
+
+from grpolab.config import TrainConfig
+from grpolab.train.runlog import ROLLOUT_SCHEMA, read_metrics
+
+GRPOLAB = Path(sys.executable).with_name("grpolab")
+TINY = dict(engine="trl", steps=2, prompts_per_step=2, group_size=2, eval_limit=4, eval_samples=2, max_new_tokens=12,
+            checkpoint_every=1, progress=False, threads=1, lr=1e-3)
+FLAGS = ["--engine", "trl", "--prompts-per-step", "2", "--group-size", "2", "--eval-limit", "4", "--eval-samples", "2",
+         "--max-new-tokens", "12", "--no-progress", "--threads", "1"]
+
+
+def _env() -> dict[str, str]:
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONPATH": src}
+
+
+@pytest.fixture(scope="module")
+def trl_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    from grpolab.train import train
+
+    run_dir = tmp_path_factory.mktemp("trl") / "run"
+    steps: list[int] = []
+    result = train(TrainConfig(**TINY), run_dir, on_step=lambda step, metrics: steps.append(step))
+    assert steps == [1, 2]
+    return run_dir, result
+
+
+def test_the_run_directory_is_a_grpolab_run_directory(trl_run: tuple[Path, Any]) -> None:
+    run_dir, result = trl_run
+    assert (run_dir / "config.yaml").read_text().count("engine: trl") == 1
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [1, 2]
+    for key in ("rollout/reward_mean", "rollout/completions_generated", "starvation/degenerate", "starvation/d_iid",
+                "loss/total", "loss/grad_norm", "perf/step_time", "perf/rollout_time", "trl/reward"):
+        assert all(key in row for row in rows), key
+    assert [row["rollout/completions_generated"] for row in rows] == [4.0, 8.0]
+    for row in rows:  # each step's rollout table holds every completion of the step, scored as logged
+        table = pq.read_table(run_dir / "rollouts" / f"step-{row['step']:06d}.parquet")
+        assert table.schema.equals(ROLLOUT_SCHEMA)
+        frame = table.to_pandas()
+        assert len(frame) == 4 and frame["sample"].tolist() == [0, 1, 0, 1]
+        assert frame.groupby("prompt_id").size().tolist() == [2, 2]
+        assert frame["reward"].mean() == pytest.approx(row["rollout/reward_mean"])
+        assert frame["reward"].mean() == pytest.approx(row["trl/reward"])  # TRL's own figure agrees
+        assert (frame["length"] > 0).all() and frame["completion"].str.len().sum() > 0
+    evaluations = read_metrics(run_dir / "eval.jsonl")
+    assert [(e["step"], e["phase"]) for e in evaluations] == [(0, "start"), (2, "end")]
+    assert evaluations[1]["completions_generated"] == 8 and set(evaluations[1]["pass_at_k"]) == {"1", "2"}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["final_metrics"] == result.final_metrics
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+
+
+def test_audit_and_the_model_loader_read_it(trl_run: tuple[Path, Any]) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpolab.audit import audit
+    from grpolab.models import load_policy
+
+    run_dir, _ = trl_run
+    report = audit(run_dir)
+    assert report["input"]["kind"] == "grpolab" and report["groups"] == 4 and report["group_size"] == 2
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert report["uniform"] == pytest.approx(sum(r["starvation/uniform"] for r in rows) / 2)
+    policy = load_policy(str(run_dir))
+    AutoModelForCausalLM.from_pretrained(run_dir / "final")  # transformers loads final/ as it is
+    assert AutoTokenizer.from_pretrained(run_dir / "final").vocab_size == policy.tokenizer.vocab_size
+
+
+def test_step_prompts_are_the_ones_grpolab_draws() -> None:
+    from grpolab.train.run import load_task_for
+    from grpolab.train.trainer import Trainer
+    from grpolab.train.trl_engine.run import step_problems
+
+    for task_name in ("reverse", "arith"):
+        config = TrainConfig(task=task_name, prompts_per_step=5, seed=7)
+        task = load_task_for(config)
+        grpolab_side = SimpleNamespace(task=task, config=config)
+        for step in (1, 2, 9):
+            ours = [p.id for p in step_problems(task, config, step)]
+            assert ours == [p.id for p in Trainer._choose_problems(grpolab_side, step, 0)]  # type: ignore[arg-type]
+            assert len(set(ours)) == 5
+
+
+def test_a_non_finite_loss_stops_the_run_without_saving(tmp_path: Path) -> None:
+    from transformers import TrainerControl
+
+    from grpolab.train.runlog import MetricsLog
+    from grpolab.train.trl_engine.recorder import RunRecorder
+
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    recorder = RunRecorder(iterations=1, steps=5, metrics_log=log, rollout_log=None, evaluate=lambda step: None,
+                           eval_every=0, on_step=None)
+    control = TrainerControl(should_save=True)
+    recorder.on_log(None, SimpleNamespace(global_step=3), control, logs={"loss": float("nan"), "grad_norm": 1.0})
+    log.close()
+    assert recorder.diverged == (3, "the loss is nan")
+    assert control.should_training_stop and not control.should_save
+    assert read_metrics(tmp_path / "metrics.jsonl") == []
+
+
+def _wait_for_checkpoint(checkpoints: Path, least: int, process: subprocess.Popen, timeout: float = 240) -> None:
+    """Wait until a complete TRL checkpoint of at least ``least`` steps exists (older ones are rotated away)."""
+    deadline = time.monotonic() + timeout
+
+    def done() -> bool:
+        states = checkpoints.glob("checkpoint-*/trainer_state.json")
+        return any(int(p.parent.name.split("-")[1]) >= least for p in states)
+
+    while not done():
+        assert process.poll() is None, process.stderr.read() if process.stderr else "the run ended early"
+        assert time.monotonic() < deadline, f"no checkpoint of {least} steps appeared in {checkpoints}"
+        time.sleep(0.05)
+
+
+def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    command = [str(GRPOLAB), "train", "--out", str(out), "--steps", "10", "--checkpoint-every", "1",
+               "--keep-checkpoints", "1", "--seed", "3", "--no-eval-start", *FLAGS]
+    process = subprocess.Popen(command, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_checkpoint(out / "checkpoints", 2, process)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert not (out / "summary.json").exists()
+    resumed = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume"], env=_env(), capture_output=True,
+                             text=True, timeout=300, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [row["step"] for row in read_metrics(out / "metrics.jsonl")] == list(range(1, 11))
+    assert sorted(p.name for p in (out / "rollouts").glob("*.parquet")) == [f"step-{s:06d}.parquet" for s in
+                                                                            range(1, 11)]
+    assert [e["phase"] for e in read_metrics(out / "eval.jsonl")] == ["end"]
+    resumes = [json.loads(line) for line in (out / "resumes.jsonl").read_text().splitlines()]
+    assert len(resumes) == 1 and resumes[0]["from_step"] >= 2 and resumes[0]["changed"] == {}
+    assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+    finished = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume"], env=_env(), capture_output=True,
+                              text=True, timeout=300, check=False)  # a finished run resumed: nothing more to do
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert [e["phase"] for e in read_metrics(out / "eval.jsonl")] == ["end"]
+    assert [row["step"] for row in read_metrics(out / "metrics.jsonl")] == list(range(1, 11))
+    again = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume", "--lr", "0.5"], env=_env(),
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "lr" in again.stderr
+
+
+def test_two_processes_write_one_run_directory_with_every_group(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(GRPOLAB), "train",
+               "--out", str(out), "--steps", "2", *FLAGS, "--prompts-per-step", "4"]
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=400, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [1, 2]  # one writer: each step once
+    assert [row["starvation/groups"] for row in rows] == [4.0, 4.0]  # both processes' groups
+    for row in rows:
+        frame = pd.read_parquet(out / "rollouts" / f"step-{row['step']:06d}.parquet")
+        assert len(frame) == 8 and frame.groupby("prompt_id").size().tolist() == [2] * 4
+        assert frame["reward"].mean() == pytest.approx(row["rollout/reward_mean"])
+    assert [e["phase"] for e in read_metrics(out / "eval.jsonl")] == ["start", "end"]
+    assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_compare_with_engine_trl_reduced(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    command = [str(GRPOLAB), "compare", "--engine", "trl", "--estimators", "sign,dr_grpo", "--group-sizes", "2",
+               "--seeds", "1", "--steps", "2", "--prompts-per-step", "2", "--eval-limit", "4", "--eval-samples", "2",
+               "--max-new-tokens", "12", "--workers", "2", "--lr", "1e-3", "--out", str(out)]
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=400, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = pd.read_parquet(out / "results.parquet")
+    assert set(results["estimator"]) == {"sign", "dr_grpo"} and set(results["phase"]) == {"start", "end"}
+    for run in (out / "runs").iterdir():
+        assert "engine: trl" in (run / "config.yaml").read_text()
+        assert any((run / "checkpoints").glob("checkpoint-*"))
+    assert (out / "report.md").is_file()
+
+
+def test_the_device_bridge_runs_the_forward_where_the_model_is() -> None:
+    import torch
+
+    from grpolab.evaluation import evaluate
+    from grpolab.models import Policy, load_policy
+    from grpolab.train.run import load_task_for
+    from grpolab.train.trl_engine.device import DeviceBridge, for_evaluation
+
+    policy = load_policy("embedded")
+    assert for_evaluation(policy.model) is policy.model  # on the CPU: as it is
+    bridge = DeviceBridge(policy.model)
+    ids = torch.tensor([[1, 5, 6, 7]])
+    expected = policy.model(input_ids=ids).logits
+    got = bridge(input_ids=ids).logits
+    assert got.device.type == "cpu" and torch.equal(got, expected)
+    task = load_task_for(TrainConfig())
+    result = evaluate(Policy(bridge, policy.tokenizer, "embedded", "embedded"), task, n=2, limit=4, seed=0)
+    assert 0.0 <= result.greedy_accuracy <= 1.0 and set(result.pass_at_k) == {1, 2}
+    assert bridge.training is policy.model.training is False  # the mode it found, restored
+    policy.model.train()
+    evaluate(Policy(DeviceBridge(policy.model), policy.tokenizer, "embedded", "embedded"), task, n=0, limit=2)
+    assert policy.model.training  # a model being trained stays in training mode
+
+
+def test_a_diverged_trl_run_keeps_its_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from grpolab.train import train
+    from grpolab.train.divergence import RunDiverged
+    from grpolab.train.trl_engine import recorder
+
+    original = recorder._non_finite
+    monkeypatch.setattr(recorder, "_non_finite",  # step 2's loss comes back non-finite
+                        lambda logs: original({**logs, "loss": float("nan")}) if logs.get("epoch", 0) > 0.6 else None)
+    with pytest.raises(RunDiverged, match=r"^the run diverged at step 2: the loss is nan") as error:
+        train(TrainConfig(**{**TINY, "eval_start": False}), tmp_path / "run")
+    assert error.value.step == 2
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["status"], summary["diverged_at_step"], summary["reason"]) == ("diverged", 2, "the loss is nan")
+    assert not (tmp_path / "run" / "final").exists()
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint-*")] == ["checkpoint-1"]
+    assert [row["step"] for row in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1]
