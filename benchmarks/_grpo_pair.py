@@ -172,7 +172,7 @@ class GrpoPair:
         from trl import GRPOTrainer
 
         from grpolab.models import load_policy
-        from grpolab.train.run import load_task_for
+        from grpolab.train.lifecycle import load_task_for
         from grpolab.train.trainer import Trainer
 
         one_thread()

@@ -10,7 +10,7 @@ from grpolab.config import CompareConfig, TrainConfig
 from grpolab.config import fields as config_fields
 from grpolab.errors import UserError
 from grpolab.sweep.settings import SWEEP_OWNED
-from grpolab.train.run import start_evaluation_key
+from grpolab.train.lifecycle import start_evaluation_key
 from grpolab.train.settings import RESUME_MAY_CHANGE, RUNTIME_ONLY
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from grpolab.config import TrainConfig
-from grpolab.train.run import start_evaluation_key
+from grpolab.train.lifecycle import start_evaluation_key
 from grpolab.train.trainer import Trainer
 
 TINY = dict(prompts_per_step=4, group_size=4, steps=1, eval_limit=8, eval_samples=2, checkpoint_every=0,

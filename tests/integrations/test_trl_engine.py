@@ -93,7 +93,7 @@ def test_audit_and_the_model_loader_read_it(trl_run: tuple[Path, Any]) -> None:
 
 
 def test_step_prompts_are_the_ones_grpolab_draws() -> None:
-    from grpolab.train.run import load_task_for
+    from grpolab.train.lifecycle import load_task_for
     from grpolab.train.trainer import Trainer
     from grpolab.train.trl_engine.run import step_problems
 
@@ -207,7 +207,7 @@ def test_the_device_bridge_runs_the_forward_where_the_model_is() -> None:
 
     from grpolab.evaluation import evaluate
     from grpolab.models import Policy, load_policy
-    from grpolab.train.run import load_task_for
+    from grpolab.train.lifecycle import load_task_for
     from grpolab.train.trl_engine.device import DeviceBridge, for_evaluation
 
     policy = load_policy("embedded")

@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 from grpolab.config import TrainConfig
 from grpolab.train import runlog
 from grpolab.train.checkpoint import load_latest, save_checkpoint
-from grpolab.train.run import prepare_eval_log
+from grpolab.train.lifecycle import prepare_eval_log
 from grpolab.train.trainer import Trainer
 
 HERE = Path(__file__).parent

@@ -11,7 +11,7 @@ from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.sweep.plan import Cell, plan_cells, plan_lr_grid, plan_runs
 from grpolab.sweep.variants import NO_VARIANT, parse_vary
-from grpolab.train.run import start_evaluation_key
+from grpolab.train.lifecycle import start_evaluation_key
 from sweep_runs import diverge, finish
 
 BASE = TrainConfig(steps=4, lr=1e-4)

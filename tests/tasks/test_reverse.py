@@ -77,7 +77,7 @@ def test_an_embedded_model_on_the_other_embedded_task_is_warned() -> None:
     import warnings
 
     from grpolab.config import TrainConfig
-    from grpolab.train.run import load_task_for
+    from grpolab.train.lifecycle import load_task_for
 
     with pytest.warns(UserWarning, match="use --model embedded-arith"):
         load_task_for(TrainConfig(task="arith"))

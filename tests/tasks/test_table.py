@@ -17,7 +17,7 @@ from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.tasks import get_task
 from grpolab.tasks.table import TaskDataWarning
-from grpolab.train.run import load_task_for
+from grpolab.train.lifecycle import load_task_for
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> Path:

@@ -10,8 +10,8 @@ import pytest
 
 from grpolab.config import TrainConfig, build_config, load_config_file, save_config
 from grpolab.errors import UserError
+from grpolab.train.lifecycle import load_task_for
 from grpolab.train.lock import DirectoryLock
-from grpolab.train.run import load_task_for
 from grpolab.train.settings import resume_config
 
 

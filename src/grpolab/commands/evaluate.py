@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from grpolab.evaluation import evaluate
     from grpolab.models import load_policy
-    from grpolab.train.run import load_task_for
+    from grpolab.train.lifecycle import load_task_for
 
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=EVAL_TRAIN_DEFAULTS)  # checks the values
     if config.threads:

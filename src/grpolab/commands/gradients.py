@@ -47,7 +47,7 @@ def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> A
     from grpolab import verifiers
     from grpolab.engine.collect import collect_batch
     from grpolab.engine.fit import check_evaluation_fits
-    from grpolab.train.run import load_task_for
+    from grpolab.train.lifecycle import load_task_for
     from grpolab.train.step import StepBatch
     from grpolab.verifiers.process import get_process_verifier
 
@@ -74,7 +74,7 @@ def _model_for(config: TrainConfig, policy: Any) -> torch.nn.Module:
     model = policy.model
     has_lora = any("lora_" in name for name, _ in model.named_parameters())
     if config.lora or (config.grad_analysis_params == "lora" and not has_lora):
-        from grpolab.train.run import wrap_lora
+        from grpolab.train.lifecycle import wrap_lora
 
         model = wrap_lora(model, config if config.lora else TrainConfig(lora=True))
     return model.eval()

@@ -23,7 +23,7 @@ from grpolab.errors import UserError
 from grpolab.mechanism import shifts, updates
 from grpolab.mechanism.runs import ReportedRun, evaluation_rows, reported_runs
 from grpolab.models import load_policy
-from grpolab.train.run import load_task_for
+from grpolab.train.lifecycle import load_task_for
 
 __all__ = ["COLUMNS", "PARTS", "Options", "measure_runs", "parse_parts", "runs_to_analyse"]
 

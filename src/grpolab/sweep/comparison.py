@@ -151,7 +151,7 @@ def _select(base: TrainConfig, sweep: CompareConfig, cells: list[Cell], out: Pat
 
 def _task_summary(base: TrainConfig) -> dict[str, Any]:
     """The task every run trains on, built once here so that bad data fails before any run starts."""
-    from grpolab.train.run import load_task_for
+    from grpolab.train.lifecycle import load_task_for
 
     return load_task_for(base).summary()
 

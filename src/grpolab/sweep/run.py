@@ -6,7 +6,7 @@ A run that has ended (finished, or diverged: the trainer's ``summary.json`` says
 checkpoints is resumed from the newest one; the rest start fresh. One failed run never ends the sweep: its
 outcome (``ok`` False, the error in one line) is reported at the end. The runs at one seed start from the
 same policy (LoRA starts as the identity), so their start evaluation is computed once and shared through
-``OUT/start-evals/`` (keyed on every "start"-scope setting; ``grpolab.train.run.start_evaluation_key``).
+``OUT/start-evals/`` (keyed on every "start"-scope setting; ``grpolab.train.lifecycle.start_evaluation_key``).
 """
 
 from __future__ import annotations

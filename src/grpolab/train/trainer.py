@@ -45,9 +45,7 @@ from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
 from grpolab.train.divergence import divergence_reason, record_divergence
-from grpolab.train.lock import DirectoryLock
-from grpolab.train.ownership import check_fresh_run_dir
-from grpolab.train.run import (
+from grpolab.train.lifecycle import (
     RunResult,
     append_evaluation,
     evaluate_policy,
@@ -57,6 +55,8 @@ from grpolab.train.run import (
     wrap_lora,
     write_task_summary,
 )
+from grpolab.train.lock import DirectoryLock
+from grpolab.train.ownership import check_fresh_run_dir
 from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends
 from grpolab.train.settings import checked_resume_settings, record_resume
 from grpolab.train.step import StepBatch, build_optimizer, completion_view, step_advantages, update_policy

@@ -38,9 +38,7 @@ from grpolab.models import Policy, load_policy
 from grpolab.rewards import check_scores, score_batch
 from grpolab.tasks import Problem, Task
 from grpolab.train.divergence import RunDiverged, record_divergence
-from grpolab.train.lock import DirectoryLock
-from grpolab.train.ownership import check_fresh_run_dir
-from grpolab.train.run import (
+from grpolab.train.lifecycle import (
     RunResult,
     append_evaluation,
     evaluate_policy,
@@ -49,6 +47,8 @@ from grpolab.train.run import (
     prepare_eval_log,
     write_task_summary,
 )
+from grpolab.train.lock import DirectoryLock
+from grpolab.train.ownership import check_fresh_run_dir
 from grpolab.train.runlog import MetricsLog, RolloutLog, read_metrics
 from grpolab.train.settings import check_resume, load_saved_config, record_resume
 from grpolab.train.trl_engine.arguments import check_supported, grpo_arguments, lora_config
