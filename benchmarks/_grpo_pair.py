@@ -128,7 +128,7 @@ def _trl_lora(settings: PairSettings, model: Any) -> Any:
                       target_modules=[t for t in wanted if t in present], task_type="CAUSAL_LM")
 
 
-class _StepClock(TrainerCallback):
+class StepClock(TrainerCallback):
     """A TRL callback recording the wall time of every optimizer step."""
 
     def __init__(self) -> None:
@@ -185,7 +185,7 @@ class GrpoPair:
         self.grpolab = Trainer(config, work_dir / "grpolab", policy=policy, task=task)
         prompts = [[{"role": "user", "content": p.prompt}] if task.use_chat_template else p.prompt for p in task.train]
         dataset = Dataset.from_dict({"prompt": prompts, "reference": [p.reference for p in task.train]})
-        self.clock = _StepClock()
+        self.clock = StepClock()
         self.trl = GRPOTrainer(
             model=trl_model, processing_class=trl_tokenizer, reward_funcs=verifier_reward(settings.verifier),
             args=_trl_config(settings, str(work_dir / "trl")), train_dataset=dataset, callbacks=[self.clock],

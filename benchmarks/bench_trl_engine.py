@@ -22,27 +22,17 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
 from _common import Row, bench_main, median, one_thread, row
+from _grpo_pair import StepClock
 
 GOAL = 1.05
 
 
-class _Clock(TrainerCallback):
+class _Clock(StepClock):
     """Step wall times: from ``on_step_begin`` to the end of the step's logging (``on_log``), or to
     ``on_step_end`` when nothing is logged."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self._started = 0.0
-
-    def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
-        self._started = time.perf_counter()
-
-    def on_step_end(self, *args: Any, **kwargs: Any) -> None:
-        self.times.append(time.perf_counter() - self._started)
 
     def on_log(self, *args: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if logs and "loss" in logs:

@@ -18,9 +18,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from tests.reliability.conftest import assert_one_line_error, run_cli
 
 from grpolab.advantages import available, compute_advantages
-from grpolab.cli import main
 from grpolab.rewards import score_batch
 
 TINY = ["--steps", "2", "--prompts-per-step", "4", "--eval-limit", "4", "--eval-samples", "0", "--no-eval-start",
@@ -69,23 +69,6 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (root / name).write_text(text)
     (root / "binary.yaml").write_bytes(b"\xff\xfe\x00\x80garbage")
     return root
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit_:  # argparse
-        code = exit_.code
-    return code, capsys.readouterr().err
-
-
-def _assert_one_line_error(code: int, err: str, needles: tuple[str, ...]) -> None:
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert "Traceback" not in err
-    assert len(lines) == 1 and lines[0].startswith("grpolab "), lines
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 # argv (with {d} = the fixture directory) -> words the one-line message must contain
@@ -167,8 +150,8 @@ def test_train_bad_input_is_one_line_exit_2(case: str, files: Path, tmp_path: Pa
     extra, needles = TRAIN_ERRORS[case]
     extra = [arg.replace("{d}", str(files)) for arg in extra]
     out = [] if "--out" in extra else ["--out", str(tmp_path / "run")]
-    code, err = _run(["train", *out, *TINY, *extra], capsys)
-    _assert_one_line_error(code, err, needles)
+    code, err = run_cli(["train", *out, *TINY, *extra], capsys)
+    assert_one_line_error(code, err, *needles)
     metrics = tmp_path / "run" / "metrics.jsonl"
     assert not metrics.exists() or metrics.read_text() == "", "a failing run must not log steps"
 
@@ -201,13 +184,13 @@ def test_train_bad_input_is_one_line_exit_2(case: str, files: Path, tmp_path: Pa
 def test_other_commands_bad_input_is_one_line_exit_2(argv: list[str], needles: tuple[str, ...], files: Path,
                                                      tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     argv = [arg.replace("{d}", str(files)).replace("{t}", str(tmp_path)) for arg in argv]
-    code, err = _run(argv, capsys)
-    _assert_one_line_error(code, err, needles)
+    code, err = run_cli(argv, capsys)
+    assert_one_line_error(code, err, *needles)
 
 
 def test_bad_flag_values_are_argparse_errors(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     for argv in (["train", "--advantage-kwargs", "[1]"], ["train", "--steps", "two"], ["train", "--nope"]):
-        code, err = _run([*argv, "--out", str(tmp_path)], capsys)
+        code, err = run_cli([*argv, "--out", str(tmp_path)], capsys)
         assert code == 2 and "Traceback" not in err and "error:" in err.splitlines()[-1], err
 
 
@@ -227,7 +210,7 @@ def test_unscorable_rewards_train_on_with_a_finite_loss(verifier: str, errors: i
                                                         capsys: pytest.CaptureFixture,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(files))
-    code, err = _run(["train", "--out", str(tmp_path / "run"), *TINY, "--advantage", "grpo",
+    code, err = run_cli(["train", "--out", str(tmp_path / "run"), *TINY, "--advantage", "grpo",
                       "--verifier", f"reliability_verifiers:{verifier}"], capsys)
     assert code == 0, err
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -239,7 +222,7 @@ def test_unscorable_rewards_train_on_with_a_finite_loss(verifier: str, errors: i
 
 
 def test_group_size_one_trains_with_a_fixed_reference_estimator(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    code, err = _run(["train", "--out", str(tmp_path / "run"), *TINY, "--group-size", "1"], capsys)
+    code, err = run_cli(["train", "--out", str(tmp_path / "run"), *TINY, "--group-size", "1"], capsys)
     assert code == 0, err
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(np.isfinite(row["loss/policy"]) and row["loss/trained_sequences"] == 4 for row in rows)

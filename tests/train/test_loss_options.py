@@ -14,14 +14,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from tests.train.sampled_batch import MIXED_REWARDS, sampled_arith_batch
 
 from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
-from grpolab.engine.rollout import encode_prompts, sample
 from grpolab.errors import UserError
-from grpolab.models import load_policy
 from grpolab.overlong import overlong_penalty
-from grpolab.tasks import get_task
 from grpolab.train import train
 from grpolab.train.step import StepBatch, _logprobs, loss_mask, step_advantages, update_policy
 
@@ -31,14 +29,7 @@ TRUNCATED_ROWS = [0, 5, 10]
 
 @pytest.fixture(scope="module")
 def setup():
-    torch.set_num_threads(1)
-    policy = load_policy("embedded")
-    problems = get_task("arith").train[:4]
-    ids, mask = encode_prompts(policy.tokenizer, [p.prompt for p in problems], use_chat_template=False)
-    rollout = sample(policy.model.eval(), policy.tokenizer, ids, mask, num_samples=4, max_new_tokens=CAP,
-                     generator=torch.Generator().manual_seed(0))
-    rewards = np.array([[1, 0, 0, 1], [1, 1, 0, 0], [0, 1, 1, 1], [1, 0, 1, 0]], dtype=np.float64)  # [P, G]
-    batch = StepBatch.make(problems, rollout, rewards)
+    policy, batch = sampled_arith_batch(MIXED_REWARDS, max_new_tokens=CAP)
     truncated = torch.zeros(batch.size, dtype=torch.bool)
     truncated[TRUNCATED_ROWS] = True
     return policy, replace(batch, truncated=truncated)

@@ -12,28 +12,18 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
+from tests.train.sampled_batch import MIXED_REWARDS, sampled_arith_batch
 
 from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
-from grpolab.engine.rollout import encode_prompts, sample
-from grpolab.models import load_policy
-from grpolab.tasks import get_task
 from grpolab.train.step import StepBatch, build_optimizer, update_policy
 
 
 @pytest.fixture(scope="module")
 def setup():
-    torch.set_num_threads(1)
-    policy = load_policy("embedded")
-    problems = get_task("arith").train[:4]
-    ids, mask = encode_prompts(policy.tokenizer, [p.prompt for p in problems], use_chat_template=False)
-    rollout = sample(policy.model.eval(), policy.tokenizer, ids, mask, num_samples=4, max_new_tokens=16,
-                     generator=torch.Generator().manual_seed(0))
-    rewards = np.array([[1, 0, 0, 1], [1, 1, 0, 0], [0, 1, 1, 1], [1, 0, 1, 0]], dtype=np.float64)  # [P, G]
-    return policy, StepBatch.make(problems, rollout, rewards)
+    return sampled_arith_batch(MIXED_REWARDS, max_new_tokens=16)
 
 
 def _update(policy, batch: StepBatch, dtype: str) -> dict:
