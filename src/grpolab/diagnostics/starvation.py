@@ -231,6 +231,20 @@ def outcome_shares(n: Any, c: Any) -> dict[str, float]:
             "p_mean": float(np.mean(c[seen] / n[seen])) if seen.any() else 0.0}
 
 
+def _batch_shares(matrix: np.ndarray, advantages: Any,
+                  success_threshold: float) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """What ``degeneracy`` and ``starvation_metrics`` share of one batch, rewards [P, G] and advantages [P, G]
+    (or None) as float arrays: ``outcome_shares`` with ``useful_fraction`` and ``scorable_fraction``, and the
+    counts n, c [P] (``group_counts``)."""
+    P, G = matrix.shape
+    if P == 0 or G == 0:
+        raise UserError(f"degeneracy needs a non-empty [P, G] reward matrix, got shape {matrix.shape}")
+    n, c = group_counts(matrix, success_threshold=success_threshold)
+    shares = {**outcome_shares(n, c), "useful_fraction": _useful_fraction(matrix, advantages),
+              "scorable_fraction": float(np.mean(~np.isnan(matrix)))}
+    return shares, n, c
+
+
 def degeneracy(rewards: Any, *, advantages: Any = None, success_threshold: float = 0.5) -> dict[str, float]:
     """Starvation summary of one batch of rewards [P, G] (see the module docstring for every choice).
 
@@ -238,11 +252,8 @@ def degeneracy(rewards: Any, *, advantages: Any = None, success_threshold: float
     d_iid, jensen_gap, expected_degeneracy, plugin_degeneracy, useful_fraction, scorable_fraction.
     """
     matrix = as_float_matrix(rewards, "rewards")  # [P, G]
-    P, G = matrix.shape
-    if P == 0 or G == 0:
-        raise UserError(f"degeneracy needs a non-empty [P, G] reward matrix, got shape {matrix.shape}")
-    n, c = group_counts(matrix, success_threshold=success_threshold)
-    shares = outcome_shares(n, c)
+    shares, n, c = _batch_shares(matrix, advantages, success_threshold)
+    G = matrix.shape[1]
     degenerate, p_mean = shares["uniform"], shares["p_mean"]
     rates = c[n > 0] / n[n > 0]
     d_iid = iid_degeneracy(p_mean, G)
@@ -257,8 +268,8 @@ def degeneracy(rewards: Any, *, advantages: Any = None, success_threshold: float
             expected_degeneracy_from_counts(c[full], n[full], G) if full.any() else float("nan")
         ),
         "plugin_degeneracy": expected_degeneracy(rates, G) if rates.size else float("nan"),
-        "useful_fraction": _useful_fraction(matrix, advantages),
-        "scorable_fraction": float(np.mean(~np.isnan(matrix))),
+        "useful_fraction": shares["useful_fraction"],
+        "scorable_fraction": shares["scorable_fraction"],
     }
 
 
@@ -298,25 +309,27 @@ def starvation_metrics(
     must already hold this batch (``window.add(success_rates(rewards))``; None: this batch alone);
     ``jensen_gap = uniform - d_iid``. Keys: ``STARVATION_KEYS``, plus ``useful_token_fraction``.
     """
-    stats = degeneracy(rewards, advantages=advantages, success_threshold=success_threshold)
-    group_size = as_float_matrix(rewards, "rewards").shape[1]
+    rewards = as_float_matrix(rewards, "rewards")  # [P, G], converted once for every figure below
+    advantages = None if advantages is None else as_float_matrix(advantages, "advantages")  # [P, G]
+    stats, _, _ = _batch_shares(rewards, advantages, success_threshold)  # not degeneracy's unbiased estimates
+    group_size = rewards.shape[1]
     use_window = window is not None and window.groups > 0
     p_window = window.p_mean if use_window else stats["p_mean"]  # type: ignore[union-attr]
     d_iid = iid_degeneracy(p_window, group_size)
     values = {
         **{key: stats[key] for key in ("groups", "all_correct", "all_wrong", "unscorable_groups", "p_mean")},
-        "uniform": stats["degenerate"],
+        "uniform": stats["uniform"],
         "degenerate": float(degenerate_groups(rewards, advantages).mean()),
         "window_groups": float(window.groups if use_window else stats["groups"]),  # type: ignore[union-attr]
         "d_iid": d_iid,
-        "jensen_gap": stats["degenerate"] - d_iid,
+        "jensen_gap": stats["uniform"] - d_iid,
         "useful_fraction": stats["useful_fraction"],
         "scorable_fraction": stats["scorable_fraction"],
     }
     metrics = {f"starvation/{key}": float(values[key]) for key in STARVATION_KEYS}
     if advantages is not None and lengths is not None:
         tokens = np.asarray(lengths, dtype=np.float64)  # [P, G]
-        useful = np.abs(as_float_matrix(advantages, "advantages")) > 0
+        useful = np.abs(advantages) > 0
         if tokens.sum() > 0:
             metrics["starvation/useful_token_fraction"] = float(tokens[useful].sum() / tokens.sum())
     return metrics

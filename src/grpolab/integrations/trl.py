@@ -137,9 +137,10 @@ class GRPOTrainer(_TRLGRPOTrainer):
         output["advantages"] = all_advantages[start : start + len(local)].to(local.device, local.dtype)
         self._replace_logged_advantages(all_advantages)
         lengths = self.accelerator.gather(output["completion_mask"].sum(dim=1)).view_as(rewards)  # [P, G] tokens
+        scored = rewards.detach().cpu().double().numpy()  # [P, G], converted once for both diagnostics
         window = self._success_windows[mode]
-        window.add(diagnostics.success_rates(rewards))
-        starvation = diagnostics.starvation_metrics(rewards, advantages, lengths=lengths, window=window)
+        window.add(diagnostics.success_rates(scored))
+        starvation = diagnostics.starvation_metrics(scored, advantages, lengths=lengths, window=window)
         for name, value in starvation.items():
             self._metrics[mode][name].append(value)
         self.last_groups = GroupedBatch(rewards, advantages, lengths, starvation)
