@@ -11,8 +11,8 @@ experiments/smollm2/compare.yaml, checkpoints every 5 steps for ``grpolab mechan
 * ``baselines``: reinforce (baseline 0) and nsr;
 * ``fixed-baseline``: fixed_baseline at b = 0.1;
 
-then copies the three sign runs without the mask to ``sign60/`` and resumes each with ``--steps 60`` (a constant
-lr, so steps 1-30 are those runs' own; the step-30 evaluation stays as a step evaluation).
+then copies the three sign runs without the mask to ``sign60/`` and resumes them side by side with ``--steps 60``
+(a constant lr, so steps 1-30 are those runs' own; the step-30 evaluation stays as a step evaluation).
 
 ``table`` writes one row per arm: the start and end held-out pass@1 and pass@2 (2 samples per prompt at the
 training temperature, 200 test prompts) and greedy accuracy, mean with a Student-t 95% interval over seeds;
@@ -63,13 +63,22 @@ def run(args: argparse.Namespace) -> None:
         command = [*_grpolab(), "compare", *flags, "--out", str(args.out / name), *args.extra.split()]
         print("$", " ".join(command[2:]), flush=True)
         subprocess.run(command, check=True)
-    for seed_dir in sorted((args.out / "truncation" / "runs").glob(f"sign-*-{NO_MASK}")):
-        long_dir = args.out / "sign60" / seed_dir.name
+    extend_sign(args.out)
+
+
+def extend_sign(out: Path) -> None:
+    """Copy the sign runs without the mask to ``sign60/`` and resume them, side by side, to 60 steps."""
+    jobs = []
+    for seed_dir in sorted((out / "truncation" / "runs").glob(f"sign-*-{NO_MASK}")):
+        long_dir = out / "sign60" / seed_dir.name
         if not long_dir.exists():
             shutil.copytree(seed_dir, long_dir)
-        command = [*_grpolab(), "train", "--out", str(long_dir), "--resume", "--steps", str(LONG_STEPS)]
+        command = [*_grpolab(), "train", "--out", str(long_dir), "--resume", "--steps", str(LONG_STEPS),
+                   "--threads", "1"]
         print("$", " ".join(command[2:]), flush=True)
-        subprocess.run(command, check=True)
+        jobs.append(subprocess.Popen(command))
+    if any(job.wait() != 0 for job in jobs):
+        raise SystemExit("a 60-step sign run failed; rerun the same command to resume it")
 
 
 # ------------------------------------------------------------------------------------------------ the table
