@@ -100,7 +100,8 @@ def test_summary_of_an_unrecorded_measure_is_nan_with_no_runs() -> None:
 
 
 def _one_run_summary(estimator: str) -> pd.DataFrame:
-    """One run of every part: a format measure, token shifts per (outcome, class), pass@1 and pass@2."""
+    """Two seeds with the same values (a zero-width t interval) of every part: a format measure, token shifts
+    per (outcome, class), pass@1 and pass@2."""
     rows = [{"part": "format", "measure": "sampled_no_number", "phase": phase, "value": value}
             for phase, value in (("start", 0.1), ("end", 0.3), ("change", 0.2))]
     rows += [{"part": "passk", "measure": f"pass@{k}", "phase": phase, "k": k, "value": value}
@@ -109,7 +110,8 @@ def _one_run_summary(estimator: str) -> pd.DataFrame:
               "value": -0.01, "tokens": 10}
              for measure in ("dlogp", "dprob") for token_class in ("format", "content", "all")
              for outcome in ("correct", "wrong", "all")]
-    frame = pd.DataFrame(rows).assign(estimator=estimator, group_size=4, seed=0)
+    frame = pd.DataFrame(rows).assign(estimator=estimator, group_size=4)
+    frame = pd.concat([frame.assign(seed=0), frame.assign(seed=1)], ignore_index=True)
     return summarise(frame.fillna({"token_class": "", "outcome": "", "phase": ""}))
 
 
@@ -119,7 +121,7 @@ def test_markdown_comes_from_the_shared_renderer(monkeypatch: pytest.MonkeyPatch
     text = markdown(_one_run_summary("odd|name"), settings, b"")
     assert text.startswith(f"# {render_title}\n\nCompare output: `cmp`.")
     assert render_title == "Mechanism: format breakage, per-token shifts, pass@k, the update's geometry"
-    assert "| odd\\|name | 4 | sampled_no_number | 10.0% | 30.0% | +20.0 [+20.0, +20.0] | 1 |" in text
+    assert "| odd\\|name | 4 | sampled_no_number | 10.0% | 30.0% | +20.0 [+20.0, +20.0] | 2 |" in text
     assert text.count("| odd\\|name | 4 |") == 1 + 9 + 2 and "\n- odd|name G=4: capacity gain" in text
     assert "](mechanism.png)" in text
     monkeypatch.setattr(render, "_md_table", lambda caption, frame: f"TABLE rows={len(frame)}")
@@ -141,3 +143,14 @@ def test_start_logprobs_match_what_the_sampler_recorded() -> None:
     assert torch.allclose(logprobs[mask], batch.rollout.logprobs.double()[mask], atol=1e-4)
     again = shifts.completion_logprobs(policy.model, batch, temperature=1.0, rows=4)
     assert torch.equal(logprobs, again)
+
+
+def test_summary_intervals_are_student_t_and_one_run_gives_none() -> None:
+    rows = [{"part": "passk", "measure": "pass@1", "phase": "change", "k": 1, "value": value, "seed": seed}
+            for seed, value in enumerate((0.1, 0.2, 0.6))]
+    frame = pd.DataFrame(rows).assign(estimator="sign", group_size=4, token_class="", outcome="", tokens=0)
+    row = summarise(frame).iloc[0]
+    half = 4.302653 * np.std([0.1, 0.2, 0.6], ddof=1) / np.sqrt(3)  # t_{2, 0.975}
+    assert row["mean"] == pytest.approx(0.3) and row["ci_high"] - row["mean"] == pytest.approx(half, rel=1e-5)
+    one = summarise(frame.iloc[:1]).iloc[0]
+    assert one["mean"] == pytest.approx(0.1) and np.isnan(one["ci_low"]) and np.isnan(one["ci_high"])

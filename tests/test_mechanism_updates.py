@@ -201,3 +201,43 @@ def test_a_results_table_without_runs_fails_in_one_line(tmp_path: Path) -> None:
 def test_a_start_model_without_the_checkpoints_tensors_fails_in_one_line(full_runs: list[ReportedRun]) -> None:
     with pytest.raises(UserError, match="holds w, which the start model"):
         update_rows(full_runs, start={"other": torch.zeros(2)})
+
+
+def _varied_comparison(out: Path) -> None:
+    """A compare output with two variants of one estimator: seeds 0 and 1 of each, with saved configs."""
+    from grpolab.config.files import save_config
+
+    rows = []
+    for variant, mask in (("mask_truncated_completions=false", False), ("mask_truncated_completions=true", True)):
+        for seed in (0, 1):
+            run_id = f"sign-G2-seed{seed}-{variant}"
+            (out / "runs" / run_id).mkdir(parents=True)
+            save_config(TrainConfig(seed=seed, mask_truncated_completions=mask), out / "runs" / run_id / "config.yaml")
+            rows.append({"run_id": run_id, "variant": variant, "estimator": "sign", "group_size": 2, "seed": seed,
+                         "lr": 1e-3})
+    pd.DataFrame(rows).to_parquet(out / "results.parquet")
+
+
+def test_variants_are_never_pooled(tmp_path: Path) -> None:
+    _varied_comparison(tmp_path)
+    with pytest.raises(UserError, match=r"compares 2 variants .* --variant 'mask_truncated_completions=false'"):
+        reported_runs(tmp_path)
+    chosen = reported_runs(tmp_path, variant="mask_truncated_completions=true")
+    assert [run.seed for run in chosen] == [0, 1]
+    assert all(run.config.mask_truncated_completions for run in chosen)
+    with pytest.raises(UserError, match="has no variant 'mask=1'; its variants are"):
+        reported_runs(tmp_path, variant="mask=1")
+
+
+def test_the_cli_writes_one_variants_analysis_to_its_own_folder(tmp_path: Path, capsys) -> None:
+    from grpolab.cli import main
+
+    _varied_comparison(tmp_path)
+    assert main(["mechanism", str(tmp_path), "--parts", "updates"]) == 2
+    assert "--variant" in capsys.readouterr().err
+    assert main(["mechanism", str(tmp_path), "--parts", "updates", "--variant",
+                 "mask_truncated_completions=true"]) == 0
+    written = pd.read_csv(tmp_path / "mechanism" / "mask_truncated_completions=true" / "mechanism_runs.csv")
+    assert set(written["run_id"]) == {"sign-G2-seed0-mask_truncated_completions=true",
+                                      "sign-G2-seed1-mask_truncated_completions=true"}
+    assert not (tmp_path / "mechanism.csv").exists()

@@ -1,4 +1,5 @@
-"""Progress display for long work (rich): runs or steps done, elapsed time and time left."""
+"""Progress display for long work (rich): runs or steps done, elapsed time and time left, on stderr; and the
+console for a command's results (tables, scores), on stdout so that they can be piped or redirected."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-__all__ = ["console", "progress_bar"]
+__all__ = ["console", "progress_bar", "results_console"]
 
 console = Console(stderr=True)
+results_console = Console()
 
 
 @contextlib.contextmanager

@@ -42,3 +42,11 @@ def test_the_docs_page_holds_the_registrys_table(capsys) -> None:
     assert all(f"| `{name}` |" in table for name in advantages.available())
     page = (Path(__file__).resolve().parents[2] / "docs" / "estimators.md").read_text(encoding="utf-8")
     assert table in page, "docs/estimators.md is stale: paste the output of `grpolab estimators --markdown`"
+
+
+def test_the_table_goes_to_stdout(capsys) -> None:
+    from grpolab.cli import main
+
+    assert main(["estimators"]) == 0
+    captured = capsys.readouterr()
+    assert "dr_grpo" in captured.out and "dr_grpo" not in captured.err

@@ -12,7 +12,6 @@ pytest.importorskip("trl")
 
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
-from grpolab.train.runlog import trl_report_to
 from grpolab.train.trl_engine.arguments import (
     GRPOLAB_SIDE,
     MAPPED,
@@ -112,7 +111,7 @@ def _effective_grpolab(config: TrainConfig, micro: int) -> dict[str, Any]:
         "optimizer_steps_per_rollout": 1,
         "checkpoint_every": config.checkpoint_every,
         "keep_checkpoints": config.keep_checkpoints if config.checkpoint_every else None,
-        "report_to": sorted(name for name in trl_report_to(config) if name != "none"),
+        "report_to": [],  # TRL reports nowhere: grpolab's MetricsLog sends the rows to report_to's backends
         "lora": config.lora, "lora_r": config.lora_r if config.lora else None,
         "lora_alpha": config.lora_alpha if config.lora else None,
         "lora_targets": sorted(config.lora_targets.split(",")) if config.lora else [],

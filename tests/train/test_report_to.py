@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from grpolab.cli import main
-from grpolab.config import TrainConfig
+from grpolab.config import TrainConfig, save_config
 from grpolab.errors import UserError
+from grpolab.train.ownership import check_fresh_run_dir
 from grpolab.train.runlog import report_backends, trl_report_to, wandb_mode
 
 TINY = ["--steps", "2", "--prompts-per-step", "2", "--group-size", "2", "--eval-limit", "2", "--eval-samples", "0",
@@ -87,11 +88,15 @@ def _train(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
 @pytest.mark.parametrize(("flags", "package"), [
     (["--report-to", "tensorboard"], "tensorboard"), (["--tensorboard"], "tensorboard"),
     (["--report-to", "wandb"], "wandb"), (["--report-to", "trackio"], "trackio"),
+    (["--engine", "trl", "--report-to", "wandb"], "wandb"),  # the TRL engine opens grpolab's backends too
 ])
 def test_a_backend_without_its_package_is_one_line_before_the_run(flags: list[str], package: str, tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture) -> None:
-    if importlib.util.find_spec(package) is not None:
-        pytest.skip(f"{package} is installed; the test of its files runs instead")
+                                                                   capsys: pytest.CaptureFixture,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    if "trl" in flags:
+        pytest.importorskip("trl")
+    monkeypatch.setitem(sys.modules, package, None)  # as if not installed: find_spec None, import fails
+    assert importlib.util.find_spec(package) is None
     code, err = _train(["--out", str(tmp_path / "run"), *flags], capsys)
     assert code == 2
     lines = err.strip().splitlines()
@@ -99,11 +104,22 @@ def test_a_backend_without_its_package_is_one_line_before_the_run(flags: list[st
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard is not installed")
-def test_tensorboard_writes_event_files(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    code, err = _train(["--out", str(tmp_path / "run"), "--report-to", "tensorboard"], capsys)
-    assert code == 0, err
-    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+# The real packages' files, for both engines: test_report_to_backends.py
+
+
+def test_a_run_directory_holding_wandb_files_is_still_grpolab_s(tmp_path: Path) -> None:
+    """``<run>/wandb`` is written by report_to: a restart of the same run is not refused over it, and
+    ``--overwrite`` removes it with the rest of the run's files."""
+    run = tmp_path / "run"
+    (run / "wandb" / "offline-run-1-grpolab-x").mkdir(parents=True)
+    config = _config(report_to="wandb")
+    save_config(config, run / "config.yaml")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    check_fresh_run_dir(run, overwrite=False, config=config)  # this very run, restarting
+    with pytest.raises(UserError, match="holds the logs of an earlier run"):
+        check_fresh_run_dir(run, overwrite=False, config=_config(report_to="wandb", seed=1))
+    check_fresh_run_dir(run, overwrite=True, config=_config(report_to="wandb", seed=1))
+    assert not (run / "wandb").exists() and not (run / "metrics.jsonl").exists()
 
 
 def test_wandb_runs_offline_under_the_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture,

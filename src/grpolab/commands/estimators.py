@@ -9,7 +9,7 @@ import argparse
 from rich.table import Table
 
 from grpolab import advantages
-from grpolab.progress import console
+from grpolab.progress import results_console as console
 
 COLUMNS = ("name", "needs G >= 2", "binary only", "zero-sum (starves)", "granularity", "arXiv", "year", "paper")
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig
-from grpolab.progress import console
+from grpolab.progress import results_console as console
 
 # The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
 EVAL_FIELDS = ("model", "task", "data", "prompt_column", "reference_column", "task_options", "verifier", "seed",

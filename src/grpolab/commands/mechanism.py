@@ -5,12 +5,14 @@ noise floor) from the runs' checkpoints.
 
 Reads the reported runs of a ``grpolab compare`` output (``OUT/results.parquet``, ``OUT/runs/*``: each
 run's ``eval.jsonl``, final model and checkpoints) and writes mechanism.csv, mechanism_runs.csv, mechanism.md and
-mechanism.png into ``--out`` (default: OUT). See ``grpolab.mechanism`` for what is measured.
+mechanism.png into ``--out`` (default: OUT, or OUT/mechanism/VARIANT with ``--variant``). A comparison with
+``--vary`` axes is analysed one variant at a time. See ``grpolab.mechanism`` for what is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from grpolab.errors import UserError
@@ -29,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parts", default="format,tokens,passk,updates",
                         help="comma-separated parts to measure, of format, tokens, passk, updates (default: all); "
                              "format and tokens load and sample every run's model, passk and updates read files")
+    parser.add_argument("--variant", help="of a comparison run with --vary, the variant to analyse, as its "
+                                          "results list it (e.g. mask_truncated_completions=true)")
     parser.add_argument("--trust-run-code", action="store_true",
                         help="import the task or verifier that the runs' config.yaml names by dotted path "
                              "(pkg.module:function); only for run directories you trust")
@@ -44,9 +48,10 @@ def run(args: argparse.Namespace) -> int:
     compare_dir = Path(args.compare_dir)
     options = Options(prompts=args.prompts, samples=args.samples, seed=args.seed,
                       end_samples=not args.no_end_samples, parts=parse_parts(args.parts),
-                      trust_run_code=args.trust_run_code)
-    # fails before any model loads, on a wrong directory or untrusted code
-    runs = runs_to_analyse(compare_dir, need_final=options.sampled, trust_run_code=args.trust_run_code)
+                      trust_run_code=args.trust_run_code, variant=args.variant)
+    # fails before any model loads, on a wrong directory, a missing variant or untrusted code
+    runs = runs_to_analyse(compare_dir, need_final=options.sampled, trust_run_code=args.trust_run_code,
+                           variant=args.variant)
     total = (len(runs) + 1 if options.sampled else 0) + ("updates" in options.parts)
     with progress_bar(True) as bar:
         task_id = bar.add_task("mechanism", total=total, info="measuring") if bar else None
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
         per_run, facts = measure_runs(compare_dir, options, on_progress)
     summary = summarise(per_run)
-    out = Path(args.out) if args.out else compare_dir
+    out = Path(args.out) if args.out else _default_out(compare_dir, args.variant)
     paths = write_outputs(out, per_run, summary, {**facts, "out": str(compare_dir)})
     if "tokens" in options.parts or "passk" in options.parts:
         console.print(terminal_table(summary))
@@ -71,4 +76,11 @@ def run(args: argparse.Namespace) -> int:
         console.print(line)
     console.print("written: " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def _default_out(compare_dir: Path, variant: str | None) -> Path:
+    """OUT, or OUT/mechanism/VARIANT (with characters a folder name cannot hold replaced) for one variant."""
+    if not variant:
+        return compare_dir
+    return compare_dir / "mechanism" / re.sub(r"[^A-Za-z0-9_.,=+-]", "_", variant)
 

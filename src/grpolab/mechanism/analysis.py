@@ -47,6 +47,7 @@ class Options:
         end_samples: also sample from every run's final model, for the end answer-format rates.
         parts: the parts to measure (``PARTS``).
         trust_run_code: import a task or verifier that the runs' saved config.yaml names by dotted path.
+        variant: the variant to analyse, of a comparison with ``--vary`` axes (None: it has one).
     """
 
     prompts: int = 64
@@ -55,6 +56,7 @@ class Options:
     end_samples: bool = True
     parts: tuple[str, ...] = PARTS
     trust_run_code: bool = False
+    variant: str | None = None
 
     @property
     def sampled(self) -> bool:
@@ -69,7 +71,8 @@ def measure_runs(out: Path, options: Options,
     sampled, and ``update_notes``, what the ``updates`` part could not measure); ``on_progress(label)`` is
     called after the start policy and after each run."""
     on_progress = on_progress or (lambda label: None)
-    runs = runs_to_analyse(out, need_final=options.sampled, trust_run_code=options.trust_run_code)
+    runs = runs_to_analyse(out, need_final=options.sampled, trust_run_code=options.trust_run_code,
+                           variant=options.variant)
     config = runs[0].config
     facts: dict[str, Any] = {"model": config.model, "temperature": config.temperature, "prompts": 0,
                              "samples": options.samples, "seed": options.seed, "correct": 0, "wrong": 0,
@@ -145,10 +148,11 @@ def parse_parts(text: str) -> tuple[str, ...]:
     return tuple(part for part in PARTS if part in chosen)
 
 
-def runs_to_analyse(out: Path, need_final: bool = True, *, trust_run_code: bool = False) -> list[ReportedRun]:
-    """The reported runs of ``out``; ``UserError`` naming the fix when ``need_final`` and any has no final
-    model."""
-    runs = reported_runs(out, trust_run_code=trust_run_code)
+def runs_to_analyse(out: Path, need_final: bool = True, *, trust_run_code: bool = False,
+                    variant: str | None = None) -> list[ReportedRun]:
+    """The reported runs of ``out`` (of ``variant``); ``UserError`` naming the fix when ``need_final`` and any
+    has no final model."""
+    runs = reported_runs(out, trust_run_code=trust_run_code, variant=variant)
     missing = [] if not need_final else [run.run_id for run in runs if not (run.run_dir / "final").is_dir()]
     if missing:
         raise UserError(f"{len(missing)} reported run(s) have no final model (final/), e.g. {missing[0]}; "

@@ -46,6 +46,8 @@ def _ci(row: pd.Series, digits: int = 3, scale: float = 1.0) -> str:
     if row["n_runs"] == 0 or np.isnan(row["mean"]):
         return "not recorded"
     mean, low, high = (row[c] * scale for c in ("mean", "ci_low", "ci_high"))
+    if np.isnan(low):  # one run: no interval
+        return f"{mean:+.{digits}f}"
     return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
 
 
@@ -187,7 +189,7 @@ def _updates_section(summary: pd.DataFrame, notes: list[str]) -> Section:
         "of a full fine-tune, or (lora_alpha/r)·BA under LoRA. Adam ‖m̂‖/‖√v̂‖ is read from the last "
         "checkpoint's bias-corrected moments; its noise floor is its value for zero-mean i.i.d. gradients, "
         "sqrt((1−β1)(1+β1^t)/((1+β1)(1−β1^t))); over floor near 1 means Adam's steps are mostly noise. "
-        "Means over seeds [95% bootstrap CI].",
+        "Means over seeds [95% Student-t CI].",
     ], tables=[("", _updates_table(summary))], bullets=[*_adam_by_checkpoint(summary), *notes])
 
 
@@ -200,7 +202,7 @@ def _intro(settings: dict) -> str:
         f"{settings['samples']} samples from the start policy `{settings['model']}` (seed {settings['seed']}, "
         f"temperature {settings['temperature']}): {settings['correct']} correct, {settings['wrong']} wrong. "
         "Every run's final model scores the same completions. Means over runs (seeds) with 95% "
-        "percentile-bootstrap CIs; one run gives a zero-width interval."
+        "Student-t CIs; one run gives no interval."
     )
 
 

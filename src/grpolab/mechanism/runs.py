@@ -2,6 +2,7 @@
 
 The reported runs are the ones listed in ``OUT/results.parquet``: with an lr grid, the fresh seeds at each
 estimator's selected lr (``OUT/runs/...``); the selection runs (``OUT/selection/...``) are never read here.
+A comparison with ``--vary`` axes is read one variant at a time: runs of two variants are never pooled.
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ class ReportedRun:
     config: TrainConfig
 
 
-def reported_runs(out: Path, *, trust_run_code: bool = False) -> list[ReportedRun]:
-    """The runs listed in ``out/results.parquet``, each with its saved config; ``UserError`` naming the fix
-    when ``out`` is no compare output, a listed run directory is missing or lies outside ``out/runs``, or a
-    saved config names code to import that is not trusted (``refuse_run_code``)."""
+def reported_runs(out: Path, *, trust_run_code: bool = False, variant: str | None = None) -> list[ReportedRun]:
+    """The runs listed in ``out/results.parquet`` (of one ``variant`` when the comparison has several), each
+    with its saved config; ``UserError`` naming the fix when ``out`` is no compare output, the comparison
+    has several variants and ``variant`` names none of them, a listed run directory is missing or lies outside
+    ``out/runs``, or a saved config names code to import that is not trusted (``refuse_run_code``)."""
     out = Path(out)
     if not out.is_dir():
         raise UserError(f"{out} is not a directory; pass the --out directory of a grpolab compare run")
@@ -55,6 +57,7 @@ def reported_runs(out: Path, *, trust_run_code: bool = False) -> list[ReportedRu
     if missing:
         raise UserError(f"{table_path} lists no run (it has no {', '.join(missing)} column); resume the sweep "
                         f"with grpolab compare --out {out}")
+    table = _one_variant(table, variant, out)
     runs = []
     for row in table.drop_duplicates("run_id").itertuples():
         run_dir = inside(out / "runs", str(row.run_id), what=f"run_id of {table_path}")
@@ -69,6 +72,20 @@ def reported_runs(out: Path, *, trust_run_code: bool = False) -> list[ReportedRu
         raise UserError(f"{table_path} lists no run; resume the sweep with grpolab compare --out {out}")
     _check_shared(runs)
     return runs
+
+
+def _one_variant(table: pd.DataFrame, variant: str | None, out: Path) -> pd.DataFrame:
+    """The rows of ``variant``; all rows when the comparison varies nothing and no variant is asked for."""
+    names = sorted(table["variant"].fillna("").astype(str).unique()) if "variant" in table.columns else [""]
+    if variant is None and len(names) == 1:
+        return table
+    listed = ", ".join(repr(name) for name in names)
+    if variant is None:
+        raise UserError(f"{out} compares {len(names)} variants ({listed}); analyse one at a time with "
+                        f"--variant, e.g. grpolab mechanism {out} --variant '{names[0]}'")
+    if variant not in names:
+        raise UserError(f"{out} has no variant {variant!r}; its variants are {listed}")
+    return table[table["variant"].fillna("").astype(str) == variant] if "variant" in table.columns else table
 
 
 def _check_shared(runs: list[ReportedRun]) -> None:

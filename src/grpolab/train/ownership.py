@@ -20,7 +20,7 @@ __all__ = ["check_fresh_run_dir", "remove_run_files"]
 
 _LOGS = ("metrics.jsonl", "eval.jsonl", "resumes.jsonl")
 _RUN_FILES = (*_LOGS, "summary.json", "task.json", "config.yaml")
-_RUN_DIRS = ("checkpoints", "rollouts", "final", "tensorboard")
+_RUN_DIRS = ("checkpoints", "rollouts", "final", "tensorboard", "wandb")  # wandb: report_to's offline W&B runs
 _LOCK_FILES = (".grpolab.lock", ".grpolab.lock.owner")
 
 
@@ -93,7 +93,7 @@ def remove_run_files(run_dir: Path) -> None:
         path = run_dir / name
         if name != "config.yaml" or _written_by_grpolab(path):
             path.unlink(missing_ok=True)
-    for name in ("checkpoints", "final", "tensorboard"):
+    for name in ("checkpoints", "final", "tensorboard", "wandb"):
         shutil.rmtree(run_dir / name, ignore_errors=True)
     rollouts = run_dir / "rollouts"
     for path in rollouts.glob("step-*.parquet*") if rollouts.is_dir() else []:

@@ -92,7 +92,9 @@ _PACKAGES = {name: name for name in REPORT_BACKENDS}  # backend -> the package t
 
 
 def trl_report_to(config: Any) -> list[str]:
-    """``report_to`` for TRL's ``GRPOConfig``: the backends of ``report_backends``, or ``["none"]``."""
+    """``report_to`` for a ``GRPOConfig`` of one's own (``grpolab.integrations.trl``): the backends of
+    ``report_backends``, or ``["none"]``. The TRL engine does not pass it to TRL: its metrics go to grpolab's
+    own backends (``open_backends``), with the same names, steps and files as the grpolab engine."""
     return report_backends(config) or ["none"]
 
 

@@ -28,8 +28,11 @@ The conversions that are not one-to-one (P prompts, G completions, B = P * G, n 
   when it is at least 1 + epsilon_high; ``sampler_is_cap`` is TRL's vLLM correction ``token_truncate`` with
   that cap (TRL's own default correction is switched off without it); overlong shaping is refused.
 * ``dtype``: ``bf16`` (TRL's default True is overridden), and ``adam_betas`` set both of TRL's betas.
-* ``report_to`` (and ``tensorboard``) are TRL's ``report_to``: the backends get TRL's logged names (the
-  ``starvation/*`` metrics among them); ``metrics.jsonl`` holds grpolab's names.
+* ``report_to`` (and ``tensorboard``) stay on grpolab's side: TRL's ``report_to`` is ``none``, and the rows of
+  ``metrics.jsonl`` (grpolab's names, TRL's logs as ``trl/*``) go to grpolab's backends at grpolab's steps, in the
+  same files as the grpolab engine (``<run>/tensorboard``, offline W&B under ``<run>/wandb``). TRL's own
+  callbacks would log at optimiser steps (mu per grpolab step), put TensorBoard under ``checkpoints/runs`` and
+  W&B in the working directory, and fail without a W&B account.
 """
 
 from __future__ import annotations
@@ -79,8 +82,6 @@ MAPPED: dict[str, tuple[str, ...]] = {
     "mask_truncated_completions": ("mask_truncated_completions",),
     "sampler_is_cap": ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
                        "vllm_importance_sampling_clip_max"),
-    "report_to": ("report_to",),
-    "tensorboard": ("report_to",),
 }
 
 GRPOLAB_SIDE: dict[str, str] = {
@@ -96,6 +97,8 @@ GRPOLAB_SIDE: dict[str, str] = {
     "eval_split": "grpolab's own evaluation",
     "threads": "torch threads of the process", "progress": "grpolab's progress bar",
     "engine": "chooses this engine",
+    "report_to": "grpolab's backends get metrics.jsonl's rows (runlog.open_backends); TRL's report_to is none",
+    "tensorboard": "adds tensorboard to report_to",
 }
 
 REFUSED: dict[str, str] = {
@@ -199,11 +202,8 @@ def _checkpoints(config: TrainConfig) -> dict[str, Any]:
 
 
 def grpo_arguments(config: TrainConfig, *, output_dir: str, num_processes: int, max_new_tokens: int) -> dict[str, Any]:
-    """The ``GRPOConfig`` keyword arguments of ``config`` (checked with ``check_supported`` first); TRL's logs go
-    to the backends of ``report_to`` (``trl_report_to``; TensorBoard files under ``output_dir/runs/`` unless
-    ``TENSORBOARD_LOGGING_DIR`` says otherwise, as transformers 5 does it)."""
-    from grpolab.train.runlog import trl_report_to
-
+    """The ``GRPOConfig`` keyword arguments of ``config`` (checked with ``check_supported`` first). TRL reports
+    to no backend: the run's ``MetricsLog`` sends its rows to the backends of ``report_to``."""
     check_supported(config)
     per_device, accumulation = batch_layout(config, num_processes)
     mu = config.num_iterations
@@ -223,7 +223,7 @@ def grpo_arguments(config: TrainConfig, *, output_dir: str, num_processes: int, 
         **_checkpoints(config),
         "scale_rewards": "none",  # not read: grpolab's estimator makes the advantages
         "gradient_checkpointing": False, "logging_steps": 1, "logging_strategy": "steps", "eval_strategy": "no",
-        "report_to": trl_report_to(config), "disable_tqdm": True, "log_completions": False, "save_only_model": False,
+        "report_to": ["none"], "disable_tqdm": True, "log_completions": False, "save_only_model": False,
         "remove_unused_columns": False, "dataloader_pin_memory": False,
         "shuffle_dataset": False,  # the dataset holds every step's prompts in step order (trl_engine.run)
     }

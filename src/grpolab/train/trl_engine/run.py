@@ -49,7 +49,7 @@ from grpolab.train.lifecycle import (
 )
 from grpolab.train.lock import DirectoryLock
 from grpolab.train.ownership import check_fresh_run_dir
-from grpolab.train.runlog import MetricsLog, RolloutLog, read_metrics
+from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends, read_metrics
 from grpolab.train.settings import check_resume, load_saved_config, record_resume
 from grpolab.train.trl_engine.arguments import check_supported, grpo_arguments, lora_config
 from grpolab.train.trl_engine.device import for_evaluation
@@ -175,8 +175,9 @@ class TRLRun:
         save_config(config, self.run_dir / "config.yaml")
         write_task_summary(self.task, self.run_dir)
         resume_from = self.start_step + 1 if resume else None
-        # the backends of report_to are TRL's (grpo_arguments); metrics.jsonl is grpolab's
-        self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from)
+        # report_to's backends get metrics.jsonl's rows, as in the grpolab engine (TRL's report_to is none)
+        self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from,
+                                      backends=open_backends(config, self.run_dir, resume=resume))
         self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
         prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None,
                          extended="steps" in changes)

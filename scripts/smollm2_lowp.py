@@ -1,0 +1,179 @@
+"""The low-p regime on SmolLM2-135M (docs/when-sign-helps.md, docs/losses.md): the baselines beside sign and
+dr_grpo, sign run on to 60 steps, and the truncation ablation.
+
+    python scripts/smollm2_lowp.py run --out runs/smollm2-lowp     # the sweeps (resumable; ~2 h on 2 cores)
+    python scripts/smollm2_lowp.py table --out runs/smollm2-lowp   # experiments/smollm2/lowp.csv and lowp.md
+
+``run`` makes three ``grpolab compare`` sweeps at the validated lr 2e-4 (3 seeds each, the settings of
+experiments/smollm2/compare.yaml, checkpoints every 5 steps for ``grpolab mechanism --parts updates``):
+
+* ``truncation``: sign and dr_grpo with and without ``mask_truncated_completions`` (one ``--vary`` axis);
+* ``baselines``: reinforce (baseline 0) and nsr;
+* ``fixed-baseline``: fixed_baseline at b = 0.1;
+
+then copies the three sign runs without the mask to ``sign60/`` and resumes them side by side with ``--steps 60``
+(a constant lr, so steps 1-30 are those runs' own; the step-30 evaluation stays as a step evaluation).
+
+``table`` writes one row per arm: the start and end held-out pass@1 and pass@2 (2 samples per prompt at the
+training temperature, 200 test prompts) and greedy accuracy, mean with a Student-t 95% interval over seeds;
+the end pass@1 difference from dr_grpo with its Welch 95% interval and p value; and the share of training
+completions cut at the token cap in the first and last 5 steps. sign at 60 steps is read from its evaluations
+at steps 30 and 60.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from grpolab.stats import t_interval, welch_interval, welch_t_test
+
+SWEEPS = {
+    "truncation": ["--config", "experiments/smollm2/truncation.yaml"],
+    "baselines": ["--config", "experiments/smollm2/baselines.yaml"],
+    "fixed-baseline": ["--config", "experiments/smollm2/baselines.yaml", "--estimators", "fixed_baseline",
+                       "--advantage-kwargs", '{"baseline": 0.1}'],
+}
+NO_MASK, MASK = "mask_truncated_completions=false", "mask_truncated_completions=true"
+LONG_STEPS = 60
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=["run", "table"])
+    parser.add_argument("--out", type=Path, default=Path("runs/smollm2-lowp"), help="folder of the sweeps")
+    parser.add_argument("--dest", type=Path, default=Path("experiments/smollm2"), help="where table writes")
+    parser.add_argument("--extra", default="", help="more compare flags, e.g. '--eval-limit 20' (smoke tests)")
+    return parser.parse_args()
+
+
+def _grpolab() -> list[str]:
+    return [sys.executable, "-m", "grpolab"]
+
+
+def run(args: argparse.Namespace) -> None:
+    for name, flags in SWEEPS.items():
+        command = [*_grpolab(), "compare", *flags, "--out", str(args.out / name), *args.extra.split()]
+        print("$", " ".join(command[2:]), flush=True)
+        subprocess.run(command, check=True)
+    extend_sign(args.out)
+
+
+def extend_sign(out: Path) -> None:
+    """Copy the sign runs without the mask to ``sign60/`` and resume them, side by side, to 60 steps."""
+    jobs = []
+    for seed_dir in sorted((out / "truncation" / "runs").glob(f"sign-*-{NO_MASK}")):
+        long_dir = out / "sign60" / seed_dir.name
+        if not long_dir.exists():
+            shutil.copytree(seed_dir, long_dir)
+        command = [*_grpolab(), "train", "--out", str(long_dir), "--resume", "--steps", str(LONG_STEPS),
+                   "--threads", "1"]
+        print("$", " ".join(command[2:]), flush=True)
+        jobs.append(subprocess.Popen(command))
+    if any(job.wait() != 0 for job in jobs):
+        raise SystemExit("a 60-step sign run failed; rerun the same command to resume it")
+
+
+# ------------------------------------------------------------------------------------------------ the table
+
+
+def _evaluations(run_dir: Path) -> dict[int, dict]:
+    """The run's held-out evaluations by step (the start's is step 0)."""
+    rows = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines() if line.strip()]
+    return {int(row["step"]): row for row in rows}
+
+
+def _truncated(run_dir: Path, first: bool, window: int = 5) -> float:
+    """The mean share of training completions cut at the token cap over the first (or last) ``window`` steps."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    chosen = rows[:window] if first else rows[-window:]
+    return float(np.mean([row["rollout/truncated"] for row in chosen]))
+
+
+def _run_row(arm: str, run_dir: Path, step: int) -> dict:
+    evaluations = _evaluations(run_dir)
+    start, end = evaluations[0], evaluations[step]
+    return {"arm": arm, "run": run_dir.name, "step": step,
+            "start_pass_at_1": start["pass_at_k"]["1"], "end_pass_at_1": end["pass_at_k"]["1"],
+            "end_pass_at_2": end["pass_at_k"]["2"], "end_greedy": end["greedy_accuracy"],
+            "truncated_first5": _truncated(run_dir, True), "truncated_last5": _truncated(run_dir, False)}
+
+
+def _arms(out: Path) -> list[tuple[str, Path, int]]:
+    """(arm label, run directory, evaluation step) of every finished run."""
+    found = []
+    for name, pattern, label in (("truncation", f"*-{NO_MASK}", None), ("truncation", f"*-{MASK}", "+mask"),
+                                 ("baselines", "*", None), ("fixed-baseline", "*", "(b=0.1)")):
+        for run_dir in sorted((out / name / "runs").glob(pattern)):
+            if (run_dir / "summary.json").is_file():
+                estimator = run_dir.name.split("-G")[0]
+                found.append((f"{estimator} {label}" if label else estimator, run_dir, 30))
+    for run_dir in sorted((out / "sign60").glob("*")):
+        if (run_dir / "summary.json").is_file():
+            found += [("sign (60-step runs, at step 30)", run_dir, 30), ("sign (60-step runs, at step 60)",
+                                                                         run_dir, LONG_STEPS)]
+    return found
+
+
+def _summary_row(arm: str, runs: pd.DataFrame, reference: np.ndarray) -> dict:
+    end = runs["end_pass_at_1"].to_numpy()
+    mean, low, high = t_interval(end)
+    row = {"arm": arm, "n": len(runs), "start_pass_at_1": runs["start_pass_at_1"].mean(),
+           "end_pass_at_1": mean, "end_ci_low": low, "end_ci_high": high,
+           "end_pass_at_2": runs["end_pass_at_2"].mean(), "end_greedy": runs["end_greedy"].mean(),
+           "truncated_first5": runs["truncated_first5"].mean(), "truncated_last5": runs["truncated_last5"].mean()}
+    if len(reference) >= 2 and len(end) >= 2:
+        difference, d_low, d_high = welch_interval(end, reference)
+        row.update(vs_dr_grpo=difference, vs_low=d_low, vs_high=d_high, vs_p=welch_t_test(end, reference)[2])
+    return row
+
+
+def lowp_table(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per arm, one row per run) of the sweeps under ``out``."""
+    per_run = pd.DataFrame([_run_row(arm, run_dir, step) for arm, run_dir, step in _arms(out)])
+    if per_run.empty:
+        raise SystemExit(f"no finished run under {out}; run: python scripts/smollm2_lowp.py run --out {out}")
+    reference = per_run[per_run["arm"] == "dr_grpo"]["end_pass_at_1"].to_numpy()
+    arms = [_summary_row(arm, runs, reference) for arm, runs in per_run.groupby("arm", sort=False)]
+    return pd.DataFrame(arms), per_run
+
+
+def _percent(value: float) -> str:
+    return "—" if pd.isna(value) else f"{100 * value:.1f}"
+
+
+def _markdown(arms: pd.DataFrame) -> str:
+    lines = ["| arm | seeds | start pass@1 | end pass@1 [95% t CI] | end pass@2 | end greedy | vs dr_grpo "
+             "[Welch 95% CI], p | truncated, first / last 5 steps |", "|---|---|---|---|---|---|---|---|"]
+    for row in arms.to_dict("records"):
+        versus = "—" if pd.isna(row.get("vs_dr_grpo")) or row["arm"] == "dr_grpo" else (
+            f"{100 * row['vs_dr_grpo']:+.1f} [{100 * row['vs_low']:+.1f}, {100 * row['vs_high']:+.1f}], "
+            f"p = {row['vs_p']:.2g}")
+        lines.append(f"| {row['arm']} | {row['n']} | {_percent(row['start_pass_at_1'])} | "
+                     f"{_percent(row['end_pass_at_1'])} [{_percent(row['end_ci_low'])}, "
+                     f"{_percent(row['end_ci_high'])}] | {_percent(row['end_pass_at_2'])} | "
+                     f"{_percent(row['end_greedy'])} | {versus} | {_percent(row['truncated_first5'])} / "
+                     f"{_percent(row['truncated_last5'])} |")
+    return "\n".join(lines)
+
+
+def table(args: argparse.Namespace) -> None:
+    arms, per_run = lowp_table(args.out)
+    args.dest.mkdir(parents=True, exist_ok=True)
+    arms.to_csv(args.dest / "lowp.csv", index=False)
+    per_run.to_csv(args.dest / "lowp_runs.csv", index=False)
+    text = _markdown(arms) + "\n"
+    (args.dest / "lowp.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    arguments = _arguments()
+    run(arguments) if arguments.action == "run" else table(arguments)
