@@ -20,7 +20,7 @@ from rich.table import Table
 
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig
-from grpolab.progress import console
+from grpolab.progress import results_console as console
 
 # The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
 GRADIENTS_FIELDS = ("model", "task", "data", "task_options", "verifier", "advantage", "advantage_kwargs",

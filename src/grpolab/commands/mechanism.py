@@ -16,7 +16,8 @@ import re
 from pathlib import Path
 
 from grpolab.errors import UserError
-from grpolab.progress import console, progress_bar
+from grpolab.progress import progress_bar
+from grpolab.progress import results_console as console
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig, load_config_file
-from grpolab.progress import console, progress_bar
+from grpolab.progress import console, progress_bar, results_console
 from grpolab.train.settings import explicit_values, resume_config
 
 
@@ -77,5 +77,5 @@ def _print_summary(result) -> None:
             e = evaluations[phase]
             passk = e.get("pass_at_k", {})
             top = f", pass@{max(passk, key=int)} {passk[max(passk, key=int)]:.3f}" if passk else ""
-            console.print(f"{phase:>5}: greedy accuracy {e['greedy_accuracy']:.3f}{top}")
-    console.print(f"run directory: {result.run_dir}")
+            results_console.print(f"{phase:>5}: greedy accuracy {e['greedy_accuracy']:.3f}{top}")
+    results_console.print(f"run directory: {result.run_dir}")
