@@ -16,7 +16,8 @@ then copies the three sign runs without the mask to ``sign60/`` and resumes them
 
 ``table`` writes one row per arm: the start and end held-out pass@1 and pass@2 (2 samples per prompt at the
 training temperature, 200 test prompts) and greedy accuracy, mean with a Student-t 95% interval over seeds;
-the end pass@1 difference from dr_grpo with its Welch 95% interval and p value; and the share of training
+the end pass@1 difference from dr_grpo, and for a masked arm from the same estimator without the mask, each
+with its Welch 95% interval and p value; and the share of training
 completions cut at the token cap in the first and last 5 steps. sign at 60 steps is read from its evaluations
 at steps 30 and 60.
 """
@@ -43,6 +44,7 @@ SWEEPS = {
 }
 NO_MASK, MASK = "mask_truncated_completions=false", "mask_truncated_completions=true"
 LONG_STEPS = 60
+ESTIMATOR_ORDER = ["dr_grpo", "sign", "reinforce", "fixed_baseline", "nsr"]
 
 
 def _arguments() -> argparse.Namespace:
@@ -122,17 +124,23 @@ def _arms(out: Path) -> list[tuple[str, Path, int]]:
     return found
 
 
-def _summary_row(arm: str, runs: pd.DataFrame, reference: np.ndarray) -> dict:
+def _versus(prefix: str, end: np.ndarray, reference: np.ndarray) -> dict:
+    """Welch difference of the end pass@1 from ``reference`` (empty with fewer than 2 runs on a side)."""
+    if len(reference) < 2 or len(end) < 2:
+        return {}
+    difference, low, high = welch_interval(end, reference)
+    return {prefix: difference, f"{prefix}_low": low, f"{prefix}_high": high,
+            f"{prefix}_p": welch_t_test(end, reference)[2]}
+
+
+def _summary_row(arm: str, runs: pd.DataFrame, reference: np.ndarray, unmasked: np.ndarray) -> dict:
     end = runs["end_pass_at_1"].to_numpy()
     mean, low, high = t_interval(end)
     row = {"arm": arm, "n": len(runs), "start_pass_at_1": runs["start_pass_at_1"].mean(),
            "end_pass_at_1": mean, "end_ci_low": low, "end_ci_high": high,
            "end_pass_at_2": runs["end_pass_at_2"].mean(), "end_greedy": runs["end_greedy"].mean(),
            "truncated_first5": runs["truncated_first5"].mean(), "truncated_last5": runs["truncated_last5"].mean()}
-    if len(reference) >= 2 and len(end) >= 2:
-        difference, d_low, d_high = welch_interval(end, reference)
-        row.update(vs_dr_grpo=difference, vs_low=d_low, vs_high=d_high, vs_p=welch_t_test(end, reference)[2])
-    return row
+    return {**row, **_versus("vs_dr_grpo", end, reference), **_versus("mask_effect", end, unmasked)}
 
 
 def lowp_table(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -140,9 +148,19 @@ def lowp_table(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     per_run = pd.DataFrame([_run_row(arm, run_dir, step) for arm, run_dir, step in _arms(out)])
     if per_run.empty:
         raise SystemExit(f"no finished run under {out}; run: python scripts/smollm2_lowp.py run --out {out}")
-    reference = per_run[per_run["arm"] == "dr_grpo"]["end_pass_at_1"].to_numpy()
-    arms = [_summary_row(arm, runs, reference) for arm, runs in per_run.groupby("arm", sort=False)]
-    return pd.DataFrame(arms), per_run
+    ends = {arm: runs["end_pass_at_1"].to_numpy() for arm, runs in per_run.groupby("arm", sort=False)}
+    none = np.array([])
+    arms = [_summary_row(arm, runs, ends.get("dr_grpo", none),
+                         ends.get(arm.removesuffix(" +mask"), none) if arm.endswith(" +mask") else none)
+            for arm, runs in per_run.groupby("arm", sort=False)]
+    return pd.DataFrame(sorted(arms, key=lambda row: _arm_order(row["arm"]))), per_run
+
+
+def _arm_order(arm: str) -> tuple[int, int, str]:
+    """The reference first, then the estimators at 30 steps, the masked arms, and sign's longer runs."""
+    estimator = arm.split(" ")[0]
+    group = 2 if "60-step" in arm else 1 if "+mask" in arm else 0
+    return group, ESTIMATOR_ORDER.index(estimator) if estimator in ESTIMATOR_ORDER else 99, arm
 
 
 def _percent(value: float) -> str:
@@ -151,17 +169,23 @@ def _percent(value: float) -> str:
 
 def _markdown(arms: pd.DataFrame) -> str:
     lines = ["| arm | seeds | start pass@1 | end pass@1 [95% t CI] | end pass@2 | end greedy | vs dr_grpo "
-             "[Welch 95% CI], p | truncated, first / last 5 steps |", "|---|---|---|---|---|---|---|---|"]
+             "[Welch 95% CI], p | mask's effect [Welch 95% CI], p | truncated, first / last 5 steps |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in arms.to_dict("records"):
-        versus = "—" if pd.isna(row.get("vs_dr_grpo")) or row["arm"] == "dr_grpo" else (
-            f"{100 * row['vs_dr_grpo']:+.1f} [{100 * row['vs_low']:+.1f}, {100 * row['vs_high']:+.1f}], "
-            f"p = {row['vs_p']:.2g}")
+        versus = "—" if row["arm"] == "dr_grpo" else _difference(row, "vs_dr_grpo")
         lines.append(f"| {row['arm']} | {row['n']} | {_percent(row['start_pass_at_1'])} | "
                      f"{_percent(row['end_pass_at_1'])} [{_percent(row['end_ci_low'])}, "
                      f"{_percent(row['end_ci_high'])}] | {_percent(row['end_pass_at_2'])} | "
-                     f"{_percent(row['end_greedy'])} | {versus} | {_percent(row['truncated_first5'])} / "
-                     f"{_percent(row['truncated_last5'])} |")
+                     f"{_percent(row['end_greedy'])} | {versus} | {_difference(row, 'mask_effect')} | "
+                     f"{_percent(row['truncated_first5'])} / {_percent(row['truncated_last5'])} |")
     return "\n".join(lines)
+
+
+def _difference(row: dict, prefix: str) -> str:
+    if pd.isna(row.get(prefix)):
+        return "—"
+    return (f"{100 * row[prefix]:+.1f} [{100 * row[prefix + '_low']:+.1f}, {100 * row[prefix + '_high']:+.1f}], "
+            f"p = {row[prefix + '_p']:.2g}")
 
 
 def table(args: argparse.Namespace) -> None:

@@ -1,0 +1,74 @@
+"""scripts/smollm2_lowp.py's table on synthetic run folders: which runs form which arm, the evaluation step
+read for each, the Welch difference from dr_grpo and the truncated shares."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("smollm2_lowp", ROOT / "scripts" / "smollm2_lowp.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(folder: Path, ends: dict[int, float], truncated: list[float], finished: bool = True) -> None:
+    folder.mkdir(parents=True)
+    evaluations = [{"step": 0, "phase": "start", "greedy_accuracy": 0.05, "pass_at_k": {"1": 0.05, "2": 0.1}}]
+    evaluations += [{"step": step, "phase": "end", "greedy_accuracy": p, "pass_at_k": {"1": p, "2": min(1, 2 * p)}}
+                    for step, p in ends.items()]
+    (folder / "eval.jsonl").write_text("".join(json.dumps(row) + "\n" for row in evaluations))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": i + 1, "rollout/truncated": t}) + "\n"
+                                                  for i, t in enumerate(truncated)))
+    if finished:
+        (folder / "summary.json").write_text("{}")
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Path:
+    trunc = tmp_path / "truncation" / "runs"
+    shares = [0.5] * 5 + [0.1] * 5
+    for seed, (sign, dr) in enumerate(((0.10, 0.50), (0.14, 0.56), (0.12, 0.47))):
+        _run(trunc / f"sign-G4-seed{seed}-mask_truncated_completions=false", {30: sign}, shares)
+        _run(trunc / f"dr_grpo-G4-seed{seed}-mask_truncated_completions=false", {30: dr}, shares)
+        _run(trunc / f"sign-G4-seed{seed}-mask_truncated_completions=true", {30: sign + 0.1}, shares)
+        _run(tmp_path / "sign60" / f"sign-G4-seed{seed}", {30: sign, 60: sign + 0.2}, shares)
+    _run(tmp_path / "baselines" / "runs" / "nsr-G4-seed0", {30: 0.01}, shares)
+    _run(tmp_path / "baselines" / "runs" / "nsr-G4-seed1", {30: 0.03}, shares)
+    _run(tmp_path / "baselines" / "runs" / "reinforce-G4-seed0", {30: 0.9}, shares, finished=False)
+    _run(tmp_path / "fixed-baseline" / "runs" / "fixed_baseline-G4-seed0", {30: 0.4}, shares)
+    return tmp_path
+
+
+def test_arms_their_steps_and_the_difference_from_dr_grpo(out: Path) -> None:
+    arms, per_run = _script().lowp_table(out)
+    table = arms.set_index("arm")
+    assert list(table.index) == ["dr_grpo", "sign", "fixed_baseline (b=0.1)", "nsr", "sign +mask",
+                                 "sign (60-step runs, at step 30)", "sign (60-step runs, at step 60)"]
+    assert "reinforce" not in set(per_run["arm"])  # an unfinished run is left out
+    sign, dr_grpo = np.array([0.10, 0.14, 0.12]), np.array([0.50, 0.56, 0.47])
+    assert table.loc["sign", "end_pass_at_1"] == pytest.approx(0.12)
+    assert table.loc["sign", "vs_dr_grpo"] == pytest.approx(sign.mean() - dr_grpo.mean())
+    welch = scipy_stats.ttest_ind(sign, dr_grpo, equal_var=False)
+    assert table.loc["sign", "vs_dr_grpo_p"] == pytest.approx(welch.pvalue)
+    assert table.loc["sign (60-step runs, at step 60)", "end_pass_at_1"] == pytest.approx(0.32)
+    assert table.loc["sign (60-step runs, at step 30)", "end_pass_at_1"] == pytest.approx(0.12)
+    assert table.loc["sign +mask", "mask_effect"] == pytest.approx(0.1)
+    assert np.isnan(table.loc["sign", "mask_effect"])
+    assert np.isnan(table.loc["fixed_baseline (b=0.1)", "vs_dr_grpo"])  # one seed: no interval
+    assert table.loc["nsr", "truncated_first5"] == pytest.approx(0.5)
+    assert table.loc["nsr", "truncated_last5"] == pytest.approx(0.1)
+
+
+def test_no_finished_run_says_how_to_make_them(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"smollm2_lowp\.py run --out"):
+        _script().lowp_table(tmp_path)
