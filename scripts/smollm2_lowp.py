@@ -17,9 +17,9 @@ then copies the three sign runs without the mask to ``sign60/`` and resumes them
 ``table`` writes one row per arm: the start and end held-out pass@1 and pass@2 (2 samples per prompt at the
 training temperature, 200 test prompts) and greedy accuracy, mean with a Student-t 95% interval over seeds;
 the end pass@1 difference from dr_grpo, and for a masked arm from the same estimator without the mask, each
-with its Welch 95% interval and p value; and the share of training
-completions cut at the token cap in the first and last 5 steps. sign at 60 steps is read from its evaluations
-at steps 30 and 60.
+with its Welch 95% interval and p value; and the share of training completions cut at the token cap in the
+first 5 steps and the last 5 before the evaluation. sign at 60 steps is read from its evaluations at steps 30
+and 60.
 """
 
 from __future__ import annotations
@@ -92,9 +92,11 @@ def _evaluations(run_dir: Path) -> dict[int, dict]:
     return {int(row["step"]): row for row in rows}
 
 
-def _truncated(run_dir: Path, first: bool, window: int = 5) -> float:
-    """The mean share of training completions cut at the token cap over the first (or last) ``window`` steps."""
+def _truncated(run_dir: Path, first: bool, until: int, window: int = 5) -> float:
+    """The mean share of training completions cut at the token cap over the first ``window`` steps, or over the
+    last ``window`` steps up to step ``until``."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = [row for row in rows if row["step"] <= until]
     chosen = rows[:window] if first else rows[-window:]
     return float(np.mean([row["rollout/truncated"] for row in chosen]))
 
@@ -105,7 +107,7 @@ def _run_row(arm: str, run_dir: Path, step: int) -> dict:
     return {"arm": arm, "run": run_dir.name, "step": step,
             "start_pass_at_1": start["pass_at_k"]["1"], "end_pass_at_1": end["pass_at_k"]["1"],
             "end_pass_at_2": end["pass_at_k"]["2"], "end_greedy": end["greedy_accuracy"],
-            "truncated_first5": _truncated(run_dir, True), "truncated_last5": _truncated(run_dir, False)}
+            "truncated_first5": _truncated(run_dir, True, step), "truncated_last5": _truncated(run_dir, False, step)}
 
 
 def _arms(out: Path) -> list[tuple[str, Path, int]]:

@@ -41,7 +41,8 @@ def out(tmp_path: Path) -> Path:
         _run(trunc / f"sign-G4-seed{seed}-mask_truncated_completions=false", {30: sign}, shares)
         _run(trunc / f"dr_grpo-G4-seed{seed}-mask_truncated_completions=false", {30: dr}, shares)
         _run(trunc / f"sign-G4-seed{seed}-mask_truncated_completions=true", {30: sign + 0.1}, shares)
-        _run(tmp_path / "sign60" / f"sign-G4-seed{seed}", {30: sign, 60: sign + 0.2}, shares)
+        _run(tmp_path / "sign60" / f"sign-G4-seed{seed}", {30: sign, 60: sign + 0.2},
+             [0.5] * 5 + [0.1] * 25 + [0.0] * 30)
     _run(tmp_path / "baselines" / "runs" / "nsr-G4-seed0", {30: 0.01}, shares)
     _run(tmp_path / "baselines" / "runs" / "nsr-G4-seed1", {30: 0.03}, shares)
     _run(tmp_path / "baselines" / "runs" / "reinforce-G4-seed0", {30: 0.9}, shares, finished=False)
@@ -67,6 +68,8 @@ def test_arms_their_steps_and_the_difference_from_dr_grpo(out: Path) -> None:
     assert np.isnan(table.loc["fixed_baseline (b=0.1)", "vs_dr_grpo"])  # one seed: no interval
     assert table.loc["nsr", "truncated_first5"] == pytest.approx(0.5)
     assert table.loc["nsr", "truncated_last5"] == pytest.approx(0.1)
+    assert table.loc["sign (60-step runs, at step 30)", "truncated_last5"] == pytest.approx(0.1)
+    assert table.loc["sign (60-step runs, at step 60)", "truncated_last5"] == pytest.approx(0.0)
 
 
 def test_no_finished_run_says_how_to_make_them(tmp_path: Path) -> None:
