@@ -13,29 +13,37 @@ import pandas as pd
 import pytest
 
 from grpolab.cli import main
-from grpolab.config import load_config_file
+from grpolab.config import TrainConfig, load_config_file
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 REDUCED = ["--seeds", "1", "--selection-seeds", "1", "--steps", "1", "--prompts-per-step", "2",
            "--group-sizes", "2", "--eval-limit", "2", "--eval-samples", "2", "--workers", "2", "--no-report"]
 
 
-@pytest.mark.parametrize("config", sorted(EXPERIMENTS.glob("*/compare.yaml")), ids=lambda p: p.parent.name)
+CONFIGS = sorted(EXPERIMENTS.glob("*/*.yaml"))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_compare_config_runs_reduced(config: Path, tmp_path: Path) -> None:
     settings = load_config_file(config)
     if settings.get("use_vllm"):
         pytest.skip("needs CUDA, vLLM and its model; tests/integrations/test_trl_paper1.py runs it reduced")
+    defaults = TrainConfig()
     estimators = settings["estimators"].split(",")
-    lrs = settings["lrs"].split(",")[1:2]  # one lr of the grid: the selection itself is tested on `embedded`
+    # one lr of the grid (the selection itself is tested on `embedded`), or the config's one lr
+    lrs = settings["lrs"].split(",")[1:2] if "lrs" in settings else []
     task_options = {**settings.get("task_options", {}), "max_new_tokens": 8}
     out = tmp_path / "out"
-    code = main(["compare", "--config", str(config), "--out", str(out), *REDUCED, "--lrs", ",".join(lrs),
+    code = main(["compare", "--config", str(config), "--out", str(out), *REDUCED,
+                 *(["--lrs", ",".join(lrs)] if lrs else []),
                  "--task-options", pd.Series([task_options]).to_json(orient="values")[1:-1]])
     assert code == 0
     results = pd.read_parquet(out / "results.parquet")
+    variants = len(settings["vary"].split("=", 1)[1].split(",")) if settings.get("vary") else 1  # one axis
     assert set(results["estimator"]) == set(estimators)
-    assert set(results["lr"]) == {float(lr) for lr in lrs}
+    assert set(results["lr"]) == ({float(lr) for lr in lrs} if lrs else {float(settings["lr"])})
     assert set(results["phase"]) == {"start", "end"}
-    assert set(results["model"]) == {settings["model"]} and set(results["task"]) == {settings["task"]}
+    assert set(results["model"]) == {settings.get("model", defaults.model)}
+    assert set(results["task"]) == {settings.get("task", defaults.task)}
     runs = pd.read_csv(out / "runs.csv")
-    assert sorted(runs["estimator"]) == sorted(estimators) and runs["end_greedy"].between(0, 1).all()
+    assert sorted(runs["estimator"]) == sorted(estimators * variants) and runs["end_greedy"].between(0, 1).all()
