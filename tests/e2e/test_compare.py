@@ -162,6 +162,10 @@ def test_one_lr_runs_without_selection_and_lr_beside_lrs_is_refused(tmp_path: Pa
     assert code == 0 and not (out / "selection.parquet").exists() and not (out / "selection").exists()
     assert set(pd.read_parquet(out / "results.parquet")["lr"]) == {3e-4}
     assert main(["compare", "--lr", "3e-4", "--lrs", "1e-4,1e-3", "--out", str(tmp_path / "other")]) == 2
+    (tmp_path / "one-lr.yaml").write_text('lrs: ""\nlr: 1.0e-3\n')  # an empty grid is no grid
+    code = main(["compare", "--config", str(tmp_path / "one-lr.yaml"), "--estimators", "sign", "--seeds", "1",
+                 "--group-sizes", "2", "--out", str(tmp_path / "file"), "--no-report", *TINY_FLAGS])
+    assert code == 0 and set(pd.read_parquet(tmp_path / "file" / "results.parquet")["lr"]) == {1e-3}
 
 
 def _cells_of(selection: pd.DataFrame) -> pd.DataFrame:

@@ -65,12 +65,12 @@ def _edge(result: Any, cell: Any) -> str:
 def _one_lr_or_grid(args: argparse.Namespace, sweep: CompareConfig, base: TrainConfig, *, lrs_given: bool,
                     lr_given: bool) -> CompareConfig:
     """An explicit --lr (flag or config file) runs every estimator at that one lr, without selection; an
-    explicit --lrs chooses per estimator; both at once is refused."""
-    lrs_given = lrs_given or args.lrs is not None
+    explicit non-empty --lrs chooses per estimator; both at once is refused. An empty --lrs is no grid."""
+    lrs_given = (lrs_given or args.lrs is not None) and bool(sweep.lr_list)
     lr_given = lr_given or args.lr is not None
     if lr_given and lrs_given:
-        raise UserError("--lr and --lrs both given; --lrs chooses the lr per estimator on validation data, "
-                        "so drop --lr (or give one value to --lrs)")
+        raise UserError("--lr and --lrs both given (as flags or in the config file); --lrs chooses the lr per "
+                        "estimator on validation data, so drop --lr (or give one value to --lrs, or lrs: \"\")")
     return dataclasses.replace(sweep, lrs=f"{base.lr!r}") if lr_given else sweep
 
 
