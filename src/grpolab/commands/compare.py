@@ -70,7 +70,7 @@ def _one_lr_or_grid(args: argparse.Namespace, sweep: CompareConfig, base: TrainC
     lr_given = lr_given or args.lr is not None
     if lr_given and lrs_given:
         raise UserError("--lr and --lrs both given (as flags or in the config file); --lrs chooses the lr per "
-                        "estimator on validation data, so drop --lr (or give one value to --lrs, or lrs: \"\")")
+                        "estimator on validation data, --lr runs all at one lr: drop one (--lrs \"\" is no grid)")
     return dataclasses.replace(sweep, lrs=f"{base.lr!r}") if lr_given else sweep
 
 
