@@ -92,22 +92,22 @@ def _evaluations(run_dir: Path) -> dict[int, dict]:
     return {int(row["step"]): row for row in rows}
 
 
-def _truncated(run_dir: Path, first: bool, until: int, window: int = 5) -> float:
-    """The mean share of training completions cut at the token cap over the first ``window`` steps, or over the
+def _truncated(run_dir: Path, until: int, window: int = 5) -> tuple[float, float]:
+    """The mean share of training completions cut at the token cap over the first ``window`` steps and over the
     last ``window`` steps up to step ``until``."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows = [row for row in rows if row["step"] <= until]
-    chosen = rows[:window] if first else rows[-window:]
-    return float(np.mean([row["rollout/truncated"] for row in chosen]))
+    shares = [row["rollout/truncated"] for row in rows if row["step"] <= until]
+    return float(np.mean(shares[:window])), float(np.mean(shares[-window:]))
 
 
 def _run_row(arm: str, run_dir: Path, step: int) -> dict:
     evaluations = _evaluations(run_dir)
     start, end = evaluations[0], evaluations[step]
+    first, last = _truncated(run_dir, step)
     return {"arm": arm, "run": run_dir.name, "step": step,
             "start_pass_at_1": start["pass_at_k"]["1"], "end_pass_at_1": end["pass_at_k"]["1"],
             "end_pass_at_2": end["pass_at_k"]["2"], "end_greedy": end["greedy_accuracy"],
-            "truncated_first5": _truncated(run_dir, True, step), "truncated_last5": _truncated(run_dir, False, step)}
+            "truncated_first5": first, "truncated_last5": last}
 
 
 def _arms(out: Path) -> list[tuple[str, Path, int]]:

@@ -122,13 +122,18 @@ def test_a_run_directory_holding_wandb_files_is_still_grpolab_s(tmp_path: Path) 
     assert not (run / "wandb").exists() and not (run / "metrics.jsonl").exists()
 
 
+def _fake_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put the stand-in ``wandb`` (FAKE_WANDB) first on the import path."""
+    (tmp_path / "fake" / "wandb").mkdir(parents=True)
+    (tmp_path / "fake" / "wandb" / "__init__.py").write_text(FAKE_WANDB)
+    monkeypatch.syspath_prepend(str(tmp_path / "fake"))
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+
+
 def test_wandb_runs_offline_under_the_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     if importlib.util.find_spec("wandb") is None:  # a stand-in records what grpolab asks of wandb
-        (tmp_path / "fake" / "wandb").mkdir(parents=True)
-        (tmp_path / "fake" / "wandb" / "__init__.py").write_text(FAKE_WANDB)
-        monkeypatch.syspath_prepend(str(tmp_path / "fake"))
-        monkeypatch.delitem(sys.modules, "wandb", raising=False)
+        _fake_wandb(tmp_path, monkeypatch)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -148,10 +153,7 @@ def test_wandb_runs_offline_under_the_run_directory(tmp_path: Path, capsys: pyte
 
 def test_a_resumed_run_may_add_a_backend(tmp_path: Path, capsys: pytest.CaptureFixture,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "fake" / "wandb").mkdir(parents=True)
-    (tmp_path / "fake" / "wandb" / "__init__.py").write_text(FAKE_WANDB)
-    monkeypatch.syspath_prepend(str(tmp_path / "fake"))
-    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    _fake_wandb(tmp_path, monkeypatch)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     run = tmp_path / "run"

@@ -76,7 +76,8 @@ def reported_runs(out: Path, *, trust_run_code: bool = False, variant: str | Non
 
 def _one_variant(table: pd.DataFrame, variant: str | None, out: Path) -> pd.DataFrame:
     """The rows of ``variant``; all rows when the comparison varies nothing and no variant is asked for."""
-    names = sorted(table["variant"].fillna("").astype(str).unique()) if "variant" in table.columns else [""]
+    column = table["variant"].fillna("").astype(str) if "variant" in table.columns else pd.Series("", table.index)
+    names = sorted(column.unique())
     if variant is None and len(names) == 1:
         return table
     listed = ", ".join(repr(name) for name in names)
@@ -85,7 +86,7 @@ def _one_variant(table: pd.DataFrame, variant: str | None, out: Path) -> pd.Data
                         f"--variant, e.g. grpolab mechanism {out} --variant '{names[0]}'")
     if variant not in names:
         raise UserError(f"{out} has no variant {variant!r}; its variants are {listed}")
-    return table[table["variant"].fillna("").astype(str) == variant] if "variant" in table.columns else table
+    return table[column == variant]
 
 
 def _check_shared(runs: list[ReportedRun]) -> None:
