@@ -14,6 +14,7 @@ import typing
 from typing import Any
 
 from grpolab.config.fields import lower_bounds
+from grpolab.devices import check_name as check_device_name
 from grpolab.errors import UserError
 
 __all__ = ["REPORT_BACKENDS", "check_types", "report_backends", "validate"]
@@ -35,6 +36,7 @@ def validate(config: Any) -> None:
         raise UserError(f"eval_split must be test or validation, got {config.eval_split!r}")
     if config.dtype not in ("float32", "bfloat16"):
         raise UserError(f"dtype must be float32 or bfloat16, got {config.dtype!r}")
+    check_device_name(config.device)
     if config.sampler_dtype not in ("auto", "float32", "bfloat16"):
         raise UserError(f"sampler_dtype must be auto, float32 or bfloat16, got {config.sampler_dtype!r}")
     if not 0 < config.top_p <= 1 or config.temperature <= 0:

@@ -159,6 +159,11 @@ class TrainConfig:
     """Also write metrics to TensorBoard (needs the tensorboard package); the same as tensorboard in report_to."""
     threads: int | None = setting(None, scope="runtime", at_least=1)
     """torch threads (default: torch's choice)."""
+    device: str = setting("auto", scope="runtime")
+    """Where the run computes: auto (the first CUDA GPU torch sees, else the CPU), cpu, cuda or cuda:N. The model,
+    the sampler and its cache, the update and the optimiser state live there, and so do the evaluations. A
+    checkpoint resumes on any device. Engine trl: auto or cuda put TRL on its accelerate device, cpu keeps it on
+    the CPU."""
     progress: bool = setting(True, scope="runtime")
     """Show a progress bar."""
     # Loss options (docs/losses.md): every default keeps the clipped token-level loss above.
@@ -190,7 +195,7 @@ class TrainConfig:
     # evaluate() on the same starting policy), so runs that differ only in the engine share it; everything
     # after step 0 (sampling, loss, optimiser) is the engine's.
     engine: str = setting("grpolab", scope="training")
-    """Training engine: grpolab (its own CPU trainer) or trl (TRL's GRPOTrainer generates, computes the loss and
+    """Training engine: grpolab (its own trainer, on --device) or trl (TRL's GRPOTrainer generates, computes the loss and
     steps the optimiser, on any device accelerate gives it; grpolab keeps the task, verifier, estimator,
     evaluation and logs). Settings TRL cannot honour are refused (docs/integrations.md)."""
     use_vllm: bool = setting(False, scope="training")

@@ -1,0 +1,77 @@
+"""Where a run computes, and the one crossing from that device to the host.
+
+``resolve(name)`` turns the ``device`` setting (``auto``, ``cpu``, ``cuda``, ``cuda:N``) into a ``torch.device``,
+refusing in one line a device this machine does not have. ``auto`` takes the first GPU torch sees, else the CPU.
+
+``to_host(value)`` is the one deliberate place where a tensor that may live on an accelerator becomes host data
+(a CPU tensor, ready for ``numpy()``, ``tolist()`` or ``float()``). Every tensor handed to grpolab by a model, TRL
+or verl goes through it before numpy sees it; ``tests/device_tensors.py`` hands grpolab tensors that refuse the
+conversion otherwise, as CUDA tensors do, so that the CPU test suite catches a missed crossing.
+
+Nothing here departs from the papers: they say nothing of devices.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from grpolab.errors import UserError
+
+__all__ = ["DEVICE_CHOICES", "check_name", "describe", "model_device", "resolve", "to_host"]
+
+DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+_NAME = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def check_name(name: str) -> None:
+    """Refuse a ``device`` setting that is none of ``DEVICE_CHOICES`` (no hardware is looked at)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise UserError(f"device must be {DEVICE_CHOICES}, got {name!r}")
+
+
+def resolve(name: str) -> torch.device:
+    """The ``torch.device`` of a ``device`` setting on this machine.
+
+    Raises:
+        UserError: the name is not one of ``DEVICE_CHOICES``, or it asks for a GPU torch does not see.
+    """
+    check_name(name)
+    if name == "auto":
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(name.split(":")[1]) if ":" in name else 0
+    if count == 0:
+        raise UserError(f"--device {name}: torch sees no CUDA GPU on this machine (torch {torch.__version__}, "
+                        f"CUDA build: {torch.version.cuda or 'no'}); use --device cpu or --device auto")
+    if index >= count:
+        raise UserError(f"--device {name}: torch sees {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}; pick one of "
+                        "them (CUDA_VISIBLE_DEVICES renumbers them from 0)")
+    return torch.device("cuda", index)
+
+
+def describe(device: torch.device) -> str:
+    """``cpu`` or ``cuda:0 (NVIDIA H100 80GB HBM3)``: what a run prints about where it computes."""
+    if device.type != "cuda":
+        return str(device)
+    index = 0 if device.index is None else device.index
+    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s first parameter (the CPU for a model without parameters)."""
+    for param in model.parameters():
+        return param.device
+    return torch.device("cpu")
+
+
+def to_host(value: Any) -> Any:
+    """``value`` on the host: a tensor detached and on the CPU (the same tensor when it is already a plain CPU
+    tensor); anything else unchanged."""
+    if not torch.is_tensor(value):
+        return value
+    return value.detach().cpu()
