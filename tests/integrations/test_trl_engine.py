@@ -202,30 +202,6 @@ def test_compare_with_engine_trl_reduced(tmp_path: Path) -> None:
     assert (out / "report.md").is_file()
 
 
-def test_the_device_bridge_runs_the_forward_where_the_model_is() -> None:
-    import torch
-
-    from grpolab.evaluation import evaluate
-    from grpolab.models import Policy, load_policy
-    from grpolab.train.lifecycle import load_task_for
-    from grpolab.train.trl_engine.device import DeviceBridge, for_evaluation
-
-    policy = load_policy("embedded")
-    assert for_evaluation(policy.model) is policy.model  # on the CPU: as it is
-    bridge = DeviceBridge(policy.model)
-    ids = torch.tensor([[1, 5, 6, 7]])
-    expected = policy.model(input_ids=ids).logits
-    got = bridge(input_ids=ids).logits
-    assert got.device.type == "cpu" and torch.equal(got, expected)
-    task = load_task_for(TrainConfig())
-    result = evaluate(Policy(bridge, policy.tokenizer, "embedded", "embedded"), task, n=2, limit=4, seed=0)
-    assert 0.0 <= result.greedy_accuracy <= 1.0 and set(result.pass_at_k) == {1, 2}
-    assert bridge.training is policy.model.training is False  # the mode it found, restored
-    policy.model.train()
-    evaluate(Policy(DeviceBridge(policy.model), policy.tokenizer, "embedded", "embedded"), task, n=0, limit=2)
-    assert policy.model.training  # a model being trained stays in training mode
-
-
 def test_a_diverged_trl_run_keeps_its_last_good_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from grpolab.train import train
     from grpolab.train.divergence import RunDiverged

@@ -16,7 +16,8 @@ from grpolab.progress import results_console as console
 
 # The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
 EVAL_FIELDS = ("model", "task", "data", "prompt_column", "reference_column", "task_options", "verifier", "seed",
-               "temperature", "max_new_tokens", "eval_samples", "eval_limit", "threads")
+               "temperature", "max_new_tokens", "eval_samples", "eval_limit", "threads",
+               "device")
 # Where `grpolab eval` differs from a training run's evaluations: more samples per prompt for a finer pass@k
 # curve, and every test prompt. Precedence: TrainConfig defaults < these < flags.
 EVAL_TRAIN_DEFAULTS: dict[str, Any] = {"eval_samples": 16, "eval_limit": None}
@@ -30,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from grpolab import devices
     from grpolab.evaluation import evaluate
     from grpolab.models import load_policy
     from grpolab.train.lifecycle import load_task_for
@@ -39,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(config.threads)
+    device = devices.resolve(config.device)  # a GPU that is not there fails before anything loads
     task = load_task_for(config)
     policy = load_policy(config.model)
+    policy.model.to(device)
     result = evaluate(policy, task, n=config.eval_samples, limit=config.eval_limit, seed=config.seed,
                       temperature=config.temperature, max_new_tokens=config.max_new_tokens)
     data = {"model": config.model, "task": config.task, **result.to_dict()}

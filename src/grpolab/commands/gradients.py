@@ -26,7 +26,7 @@ from grpolab.progress import results_console as console
 GRADIENTS_FIELDS = ("model", "task", "data", "task_options", "verifier", "advantage", "advantage_kwargs",
                     "reward_granularity", "group_size", "prompts_per_step", "seed", "temperature", "max_new_tokens",
                     "lora", "lora_r", "lora_alpha", "lora_targets", "dtype", "sampler_dtype", "threads",
-                    "grad_analysis_params", "grad_analysis_sketch_dim")
+                    "grad_analysis_params", "grad_analysis_sketch_dim", "device")
 # Where one analysed batch differs from a training run's: dr_grpo (the zero-sum estimator the rank-2 check is
 # about) and 8 prompts. Precedence: TrainConfig defaults < these < flags.
 GRADIENTS_TRAIN_DEFAULTS: dict[str, Any] = {"advantage": "dr_grpo", "prompts_per_step": 8}
@@ -83,6 +83,7 @@ def _model_for(config: TrainConfig, policy: Any) -> torch.nn.Module:
 def run(args: argparse.Namespace) -> int:
     import contextlib
 
+    from grpolab import devices
     from grpolab.gradients.geometry import analyze_gradients
     from grpolab.models import check_finite_weights, load_policy
     from grpolab.train.step import step_advantages
@@ -90,13 +91,14 @@ def run(args: argparse.Namespace) -> int:
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=GRADIENTS_TRAIN_DEFAULTS)  # validated
     if config.threads:
         torch.set_num_threads(config.threads)
+    device = devices.resolve(config.device)  # a GPU that is not there fails before anything loads
     torch.manual_seed(config.seed)
     policy = load_policy(config.model)
     check_finite_weights(policy.model, f"the model {config.model}")  # its gradient spectrum has no meaning
-    model = _model_for(config, policy)
+    model = _model_for(config, policy).to(device)
     batch = _sample_batch(config, policy, model)
     advantages = step_advantages(batch, config)
-    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if config.dtype == "bfloat16"
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if config.dtype == "bfloat16"
                 else contextlib.nullcontext())
     with autocast:
         metrics = analyze_gradients(model, batch, advantages, params=config.grad_analysis_params,

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from grpolab import devices
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig, load_config_file
 from grpolab.progress import console, progress_bar, results_console
@@ -33,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         explicit = explicit_values(args, TrainConfig, _file_values(args))
         config = resume_config(out, explicit, trust_run_code=args.trust_run_code) or config
+    device = devices.describe(devices.resolve(config.device))  # a GPU that is not there fails here, in one line
     with progress_bar(config.progress) as bar:
-        task_id = bar.add_task("train", total=config.steps, info="") if bar else None
+        task_id = bar.add_task(f"train on {device}", total=config.steps, info="") if bar else None
 
         def on_step(step: int, metrics: dict) -> None:
             if bar is not None:
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             from grpolab.train.trainer import train
 
             result = train(config, out, resume=args.resume, on_step=on_step, overwrite=args.overwrite)
-    _print_summary(result)
+    _print_summary(result, device)
     return 0
 
 
@@ -70,7 +72,7 @@ def _file_values(args: argparse.Namespace) -> dict:
     return load_config_file(args.config) if args.config else {}
 
 
-def _print_summary(result) -> None:
+def _print_summary(result, device: str) -> None:
     evaluations = {e["phase"]: e for e in result.evaluations}
     for phase in ("start", "end"):
         if phase in evaluations:
@@ -78,4 +80,4 @@ def _print_summary(result) -> None:
             passk = e.get("pass_at_k", {})
             top = f", pass@{max(passk, key=int)} {passk[max(passk, key=int)]:.3f}" if passk else ""
             results_console.print(f"{phase:>5}: greedy accuracy {e['greedy_accuracy']:.3f}{top}")
-    results_console.print(f"run directory: {result.run_dir}")
+    results_console.print(f"run directory: {result.run_dir} (trained on {device})")

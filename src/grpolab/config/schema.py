@@ -268,9 +268,12 @@ class CompareConfig:
     primary: str = setting("", scope="sweep", resume=True)
     """The comparison the report puts first: two of --estimators, A,B (default: sign,dr_grpo when both are
     compared, else the first two)."""
-    gpus_per_run: int = setting(0, scope="runtime", at_least=0)
-    """GPUs for each run: the local backend gives every worker its own CUDA_VISIBLE_DEVICES (workers at most
-    GPUs // N), Ray asks num_gpus=N per run; 0 = CPU only."""
+    gpus_per_run: int | None = setting(None, scope="runtime", at_least=0)
+    """GPUs for each run. Unset (auto; null in a config file): one GPU per run where torch sees a GPU, else CPU
+    runs. 0: CPU only, every run's device auto is the CPU. N: N GPUs per run, refused if torch sees fewer. Local
+    backend: each worker gets its own CUDA_VISIBLE_DEVICES ("" for CPU runs), so at most GPUs // N runs at once
+    and no two runs share a GPU; runs with --device cpu get CPU-only workers (refused with N >= 1). Ray: num_gpus
+    per run (auto: 1 where the cluster has GPUs)."""
 
     @property
     def estimator_list(self) -> list[str]:
@@ -330,7 +333,7 @@ class CompareConfig:
         if self.backend not in ("local", "ray"):
             raise UserError(f"backend must be local or ray, got {self.backend!r}")
         for name, least in lower_bounds(self).items():
-            if getattr(self, name) < least:
+            if getattr(self, name) is not None and getattr(self, name) < least:
                 raise UserError(f"{name} must be >= {least:g}, got {getattr(self, name)}")
         self.primary_pair  # noqa: B018 (validates)
 

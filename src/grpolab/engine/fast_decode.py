@@ -28,6 +28,9 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
 * Grouped-query attention groups the queries of a key/value head along the query axis instead of
   repeating the keys and values.
 
+Devices: the copy, the cache and every table live on the device of the model's weights. On a GPU the matrices
+are plain bfloat16 (or float32) tensors run by ``F.linear``; the oneDNN prepacking is the CPU's alone.
+
 Accepted: ``LlamaForCausalLM`` (bare or wrapped by peft with plain LoRA on linear layers), SiLU MLP,
 no biases, static rotary scaling (default, linear, llama3). Anything else returns None from ``build``.
 """
@@ -97,16 +100,17 @@ def _supported(base: nn.Module) -> bool:
             and rope in _ROPE_TYPES and type(base.model.embed_tokens) is nn.Embedding)
 
 
-def _packs_bf16(dtype: torch.dtype) -> bool:
+def _packs_bf16(dtype: torch.dtype, device: torch.device) -> bool:
     mkldnn = torch.ops.mkldnn
-    return (dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+    return (dtype == torch.bfloat16 and device.type == "cpu" and torch.backends.mkldnn.is_available()
             and hasattr(mkldnn, "_reorder_linear_weight") and bool(mkldnn._is_mkldnn_bf16_supported()))
 
 
 def _matrix(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``weight`` [out, in] in ``dtype``, prepacked for oneDNN where ``_packs_bf16``."""
     weight = weight.detach().to(dtype)
-    return torch.ops.mkldnn._reorder_linear_weight(weight, batch_size=32) if _packs_bf16(dtype) else weight
+    return (torch.ops.mkldnn._reorder_linear_weight(weight, batch_size=32) if _packs_bf16(dtype, weight.device)
+            else weight)
 
 
 def _packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -154,8 +158,9 @@ class LeanLlama:
     def __init__(self, base: nn.Module, layers: list[_Layer], lm_head: torch.Tensor, dtype: torch.dtype):
         config = base.config
         self.layers, self.lm_head, self.dtype = layers, lm_head, dtype
-        self._linear = _packed_linear if _packs_bf16(dtype) else F.linear
         self.embed = base.model.embed_tokens.weight.detach()  # [V, D] master weights: a lookup needs no copy
+        self.device = self.embed.device
+        self._linear = _packed_linear if _packs_bf16(dtype, self.device) else F.linear
         self.final_norm = base.model.norm.weight.detach().float()
         self.eps = config.rms_norm_eps
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -166,7 +171,8 @@ class LeanLlama:
         self._length = 0
 
     def _rope_tables(self, positions: int) -> None:
-        angles = torch.arange(positions, dtype=torch.float32)[:, None] * self.inv_freq  # [positions, Dh / 2]
+        angles = (torch.arange(positions, dtype=torch.float32, device=self.device)[:, None]
+                  * self.inv_freq.to(self.device))  # [positions, Dh / 2]
         cos, sin = angles.cos() * self.rope_scale, angles.sin() * self.rope_scale
         self._cos, self._sin = torch.cat([cos, cos], dim=1), torch.cat([-sin, sin], dim=1)  # [positions, Dh]
 
@@ -179,20 +185,21 @@ class LeanLlama:
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [P, Lp]
         self._rope_tables(int(positions.max()) + max_new_tokens + 1)
         shape = (len(self.layers), prompts, self.kv_heads, width, self.head_dim)
-        self._keys, self._values = torch.empty(shape), torch.empty(shape)  # the prompts' cache, float32
-        causal = torch.ones((width, width), dtype=torch.bool).tril()
-        allowed = (causal & mask.bool()[:, None, :]) | torch.eye(width, dtype=torch.bool)  # [P, Lp, Lp]
-        bias = torch.zeros((prompts, 1, width, width)).masked_fill(~allowed[:, None], float("-inf"))
+        on = {"device": self.device}
+        self._keys, self._values = torch.empty(shape, **on), torch.empty(shape, **on)  # the prompts' cache, float32
+        causal = torch.ones((width, width), dtype=torch.bool, **on).tril()
+        allowed = (causal & mask.bool()[:, None, :]) | torch.eye(width, dtype=torch.bool, **on)  # [P, Lp, Lp]
+        bias = torch.zeros((prompts, 1, width, width), **on).masked_fill(~allowed[:, None], float("-inf"))
         group = self.heads // self.kv_heads  # query rows are ordered (group member, position)
         bias = bias.repeat(1, self.kv_heads, group, 1).flatten(0, 1)  # [P Hkv, group Lp, Lp]
         logits = self._forward(ids, positions, 0, bias).repeat_interleave(copies, dim=0)  # [B, V]
         prompt_keys, prompt_values = self._keys, self._values
         shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
-        self._keys, self._values = torch.empty(shape), torch.empty(shape)
+        self._keys, self._values = torch.empty(shape, **on), torch.empty(shape, **on)
         self._keys[..., :width, :] = prompt_keys.repeat_interleave(copies, dim=1)
         self._values[..., :width, :] = prompt_values.repeat_interleave(copies, dim=1)
         valid = torch.cat([mask.bool(), mask.new_ones((prompts, max_new_tokens), dtype=torch.bool)], dim=1)
-        self._key_bias = torch.zeros((prompts, 1, capacity)).masked_fill(
+        self._key_bias = torch.zeros((prompts, 1, capacity), **on).masked_fill(
             ~valid[:, None, :], float("-inf")).repeat_interleave(copies * self.kv_heads, dim=0)  # [B Hkv, 1, L]
         self._next_position = positions[:, -1:].repeat_interleave(copies, dim=0) + 1  # [B, 1]
         self._length = width

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from grpolab.devices import model_device
 from grpolab.engine import memory
 from grpolab.errors import UserError
 
@@ -107,7 +108,7 @@ def check_training_fits(model: Any, tokenizer: Any, task: Any, config: Any, max_
         f"a step of {config.prompts_per_step} prompts x {config.group_size} completions of up to {width} prompt + "
         f"{max_new_tokens} new tokens (sampling {memory.format_bytes(sampling)}, the batch "
         f"{memory.format_bytes(batch)}, the update {memory.format_bytes(update)})",
-        "--group-size, --prompts-per-step, --max-new-tokens or --micro-batch-size")
+        "--group-size, --prompts-per-step, --max-new-tokens or --micro-batch-size", device=model_device(model))
     if config.eval_samples:
         pool = task.test if config.eval_split == "test" else task.validation
         limit = config.eval_limit or len(pool)
@@ -129,5 +130,6 @@ def check_evaluation_fits(model: Any, tokenizer: Any, prompts: Sequence[str], *,
     width = _longest_fitting(model, lengths, max_new_tokens, where)
     need = _sampling_need(memory.model_shape(model), len(prompts), max(samples, 1), width, max_new_tokens)
     memory.refuse_unless_fits(need, f"sampling {max(samples, 1)} completions per prompt of the {where} of up to "
-                                    f"{width} prompt + {max_new_tokens} new tokens", lower)
+                                    f"{width} prompt + {max_new_tokens} new tokens", lower,
+                              device=model_device(model))
     return max_new_tokens

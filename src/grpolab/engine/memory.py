@@ -160,23 +160,32 @@ def _address_space_room() -> int | None:
     return soft
 
 
-def available_bytes() -> int | None:
-    """Bytes this process may still allocate: the least of the physical memory available, the room under the
-    cgroup limit and the room under ``ulimit -v``; None when none of them can be read."""
+def available_bytes(device: Any = None) -> int | None:
+    """Bytes this process may still allocate: on a CUDA ``device``, the GPU's free memory; else the least of the
+    physical memory available, the room under the cgroup limit and the room under ``ulimit -v``; None when none
+    of them can be read."""
+    if device is not None and getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
     rooms = [room for room in (_physical_available(), _cgroup_room(), _address_space_room()) if room is not None]
     return min(rooms) if rooms else None
 
 
-def refuse_unless_fits(need: int, what: str, lower: str, available: int | None = None) -> None:
+def refuse_unless_fits(need: int, what: str, lower: str, available: int | None = None, device: Any = None) -> None:
     """Raise a one-line ``UserError`` when ``need`` bytes exceed the memory available.
 
     Args:
         need: the estimate, in bytes.
         what: what needs it, e.g. ``sampling 16 prompts x 100000 completions of up to 80 tokens``.
         lower: the settings that would make it smaller, e.g. ``--group-size or --max-new-tokens``.
-        available: the bytes available (default: ``available_bytes()``).
+        available: the bytes available (default: ``available_bytes(device)``).
+        device: where it is allocated (default: the host).
     """
-    available = available_bytes() if available is None else available
+    on_gpu = getattr(device, "type", "cpu") == "cuda"
+    if available is None:
+        available = available_bytes(device) if on_gpu else available_bytes()
+    where = f"GPU memory ({device})" if on_gpu else "memory"
     if available is not None and need > available:
-        raise UserError(f"{what} needs about {format_bytes(need)} of memory, but only {format_bytes(available)} "
+        raise UserError(f"{what} needs about {format_bytes(need)} of {where}, but only {format_bytes(available)} "
                         f"is available; lower {lower}")

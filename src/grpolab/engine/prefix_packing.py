@@ -19,6 +19,9 @@ Accepted: models ``lean_forward.supports`` (the Llama family), rows whose prompt
 including the first EOS, as ``rollout`` makes them). ``logprobs`` returns None for anything else, and
 the caller runs the padded forward.
 
+Devices: the packing (index arithmetic on Python lists) is built on the host from host copies of the masks, then
+moved to the model's device in one copy per tensor; the forward and the returned log-probs are on that device.
+
 Shapes: R rows, Lp prompt columns, T completion columns, S packed sequences, N the longest packed
 sequence, M real completion tokens, D hidden size, V vocabulary.
 """
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from grpolab.devices import model_device, to_host
 from grpolab.engine import lean_forward
 
 __all__ = ["logprobs"]
@@ -51,6 +55,10 @@ class _Packing:
     mask: torch.Tensor
     predictors: torch.Tensor
     targets: torch.Tensor
+
+    def to(self, device: torch.device) -> _Packing:
+        return _Packing(*(t.to(device) for t in (self.source, self.positions, self.mask, self.predictors,
+                                                  self.targets)))
 
 
 def _segments(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> list[list[int]]:
@@ -127,9 +135,12 @@ def logprobs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torc
     model or the rows are not accepted (module docstring)."""
     if not lean_forward.supports(model):
         return None
-    packing = _pack(prompt_ids, prompt_mask, completion_mask)
+    packing = _pack(to_host(prompt_ids), to_host(prompt_mask), to_host(completion_mask))
     if packing is None:
         return None
+    device = model_device(model)
+    packing = packing.to(device)
+    prompt_ids, completion_ids = prompt_ids.to(device), completion_ids.to(device)
     rows, width = completion_ids.shape
     ids = torch.cat([prompt_ids, completion_ids], dim=1).reshape(-1)[packing.source]  # [S, N]
     hidden = lean_forward.hidden_states(model, ids, packing.positions, packing.mask)  # [S, N, D]

@@ -16,6 +16,14 @@ or ``"lean"``), for every other model the transformers forward with a ``DynamicC
 can measure how far the sampler's distribution is from its own (``rollout/sampler_kl``), as trainers
 that sample with vLLM do.
 
+Devices. The sampling loop runs where the model is (``devices.model_device``): the prompts go there once, the
+decoder, its KV cache, the token draws, top-p and the EOS tracking stay there, and only the finished token ids,
+entropies and log-probs come back to the host, once per rollout (the ``Rollout`` is always on the host). The
+uniforms are drawn from the CPU ``generator`` as on the CPU and moved once per rollout, so a seed gives the same
+draws on every device. On an accelerator the loop asks whether every row has finished once every
+``_FINISH_CHECK_EVERY`` steps instead of every step (each ask waits for the device); the steps run past the
+last EOS are dropped, so the completions are those of a check at every step.
+
 Bounded memory (``grpolab.engine.memory``). A prompt longer than the model's context leaves beside
 ``max_new_tokens`` keeps its last tokens (a warning says so; ``Rollout.prompts_truncated`` counts them), and
 ``max_new_tokens`` that leaves no room is refused. A batch whose sampling would need more than
@@ -32,6 +40,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from grpolab.devices import model_device, to_host
 from grpolab.engine import fast_decode, lean_forward, memory
 from grpolab.errors import UserError
 
@@ -39,6 +48,8 @@ __all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "sample", "tok
 
 ENGINES = ("auto", "lean", "hf")
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+_FINISH_CHECK_EVERY = 8
+"""Decoding steps between two checks of whether every row has finished, on an accelerator (1 on the CPU)."""
 
 
 @dataclass
@@ -113,7 +124,7 @@ def _next_token(
     entropy [B] of the distribution sampled from (before top-p) and the token's log-probability [B]
     under it (0 when greedy). ``uniform`` [B, 1]: the draws to use (default: drawn from ``generator``)."""
     if temperature == 0:
-        zeros = torch.zeros(logits.shape[0])
+        zeros = logits.new_zeros(logits.shape[0], dtype=torch.float32)
         return logits.argmax(dim=-1), zeros, zeros
     log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
     probs = log_probs.exp()
@@ -125,6 +136,7 @@ def _next_token(
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
     if uniform is None:
         uniform = torch.rand((probs.shape[0], 1), generator=generator, dtype=probs.dtype)
+    uniform = uniform.to(probs.dtype)
     token = _inverse_cdf_sample(probs, uniform)
     return token, entropy, log_probs.gather(-1, token[:, None]).squeeze(1)
 
@@ -204,17 +216,19 @@ def sample(
         UserError: ``max_new_tokens`` leaves no room for a prompt in the model's context, or one chunk's
             sampling needs more memory than is available.
     """
+    prompt_ids, prompt_mask = to_host(prompt_ids), to_host(prompt_mask)
     prompt_ids, prompt_mask, truncated = fit_context(model, prompt_ids, prompt_mask, max_new_tokens)
     chunk = _prompts_per_chunk(model, prompt_ids.shape, num_samples, max_new_tokens, budget_bytes)
     ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
     mask = prompt_mask.repeat_interleave(num_samples, dim=0)
+    device = model_device(model)
     decoder = _decoder(model, engine, dtype)
     switch = isinstance(decoder, _HFDecoder) and model.training  # the lean copy has no dropout to switch off
     if switch:
         model.eval()
     try:
         tokens, entropies, logprobs = _decode_in_chunks(
-            decoder, (prompt_ids, prompt_mask), (num_samples, max_new_tokens, chunk),
+            decoder, (prompt_ids.to(device), prompt_mask.to(device)), (num_samples, max_new_tokens, chunk),
             (temperature, top_p, generator), (tokenizer.eos_token_id, tokenizer.pad_token_id))
     finally:
         if switch:
@@ -260,7 +274,8 @@ def _prompts_per_chunk(model: PreTrainedModel, prompt_shape: torch.Size, num_sam
     need = memory.sampling_bytes(shape, chunk, num_samples, width, max_new_tokens)
     memory.refuse_unless_fits(need, f"sampling {chunk} prompt(s) x {num_samples} completion(s) of up to {width} "
                                     f"prompt + {max_new_tokens} new tokens",
-                              "the completions per prompt (--group-size, --eval-samples) or --max-new-tokens")
+                              "the completions per prompt (--group-size, --eval-samples) or --max-new-tokens",
+                              device=model_device(model))
     return chunk
 
 
@@ -269,10 +284,12 @@ def _decode_in_chunks(decoder: _HFDecoder | fast_decode.LeanLlama, prompts: tupl
     """``_decode`` over chunks of ``sizes[2]`` prompts, merged as one pass (see the module docstring)."""
     prompt_ids, prompt_mask = prompts
     num_samples, max_new_tokens, chunk = sizes
-    if chunk >= prompt_ids.shape[0]:
-        return _decode(decoder, prompt_ids, prompt_mask, num_samples, max_new_tokens, sampling, special)
     temperature, _, generator = sampling
-    draws = _Draws(generator, prompt_ids.shape[0] * num_samples, max_new_tokens) if temperature != 0 else None
+    on_host = prompt_ids.device.type == "cpu"
+    if chunk >= prompt_ids.shape[0] and (on_host or temperature == 0):
+        return _decode(decoder, prompt_ids, prompt_mask, num_samples, max_new_tokens, sampling, special)
+    draws = (_Draws(generator, prompt_ids.shape[0] * num_samples, max_new_tokens, prompt_ids.device)
+             if temperature != 0 else None)
     parts = []
     for start in range(0, prompt_ids.shape[0], chunk):
         rows = slice(start * num_samples, (start + chunk) * num_samples)
@@ -289,10 +306,11 @@ class _Draws:
     """The uniforms [T, B, 1] one unchunked pass would draw from ``generator`` (one [B, 1] per step), drawn
     ahead; ``consume(steps)`` leaves the generator where that pass would have left it."""
 
-    def __init__(self, generator: torch.Generator | None, rows: int, steps: int):
+    def __init__(self, generator: torch.Generator | None, rows: int, steps: int,
+                 device: torch.device | None = None):
         self.generator = generator if generator is not None else torch.default_generator
         self.state = self.generator.get_state()
-        self.uniforms = torch.rand((steps, rows, 1), generator=self.generator)
+        self.uniforms = torch.rand((steps, rows, 1), generator=self.generator).to(device)  # drawn on the host
 
     def consume(self, steps: int) -> None:
         self.generator.set_state(self.state)
@@ -318,7 +336,8 @@ def _decode(decoder: _HFDecoder | fast_decode.LeanLlama, prompt_ids: torch.Tenso
     eos_id, pad_id = special
     temperature, top_p, generator = sampling
     logits = decoder.prefill(prompt_ids, prompt_mask, max_new_tokens, copies=num_samples)
-    finished = torch.zeros(logits.shape[0], dtype=torch.bool)
+    check_every = 1 if logits.device.type == "cpu" else _FINISH_CHECK_EVERY
+    finished = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
     tokens: list[torch.Tensor] = []
     entropies: list[torch.Tensor] = []
     logprobs: list[torch.Tensor] = []
@@ -330,10 +349,22 @@ def _decode(decoder: _HFDecoder | fast_decode.LeanLlama, prompt_ids: torch.Tenso
         entropies.append(entropy)
         logprobs.append(logprob)
         finished |= token == eos_id
-        if bool(finished.all()) or len(tokens) == max_new_tokens:
+        if len(tokens) == max_new_tokens or (len(tokens) % check_every == 0 and bool(finished.all())):
             break  # no forward pass whose logits would go unused
         logits = decoder.step(token)
-    return tokens, entropies, logprobs
+    return _on_host(tokens, entropies, logprobs, eos_id)
+
+
+def _on_host(tokens: list[torch.Tensor], entropies: list[torch.Tensor], logprobs: list[torch.Tensor],
+             eos_id: int) -> tuple[list, list, list]:
+    """The per-step lists on the host, in one copy each, cut after the step where every row had finished (the
+    steps an accelerator ran past it between two checks hold only padding)."""
+    if not tokens or tokens[0].device.type == "cpu":
+        return tokens, entropies, logprobs
+    stacked = [to_host(torch.stack(values)) for values in (tokens, entropies, logprobs)]  # [T, B] each
+    done = (stacked[0] == eos_id).long().cumsum(dim=0).clamp(max=1).all(dim=1)  # [T] all rows past their EOS
+    steps = int(done.long().argmax()) + 1 if bool(done.any()) else len(tokens)
+    return tuple(list(values[:steps].unbind(0)) for values in stacked)
 
 
 def _rollout(tokenizer: PreTrainedTokenizerBase, ids: torch.Tensor, mask: torch.Tensor, tokens: list[torch.Tensor],

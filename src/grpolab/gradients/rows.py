@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import torch
 
+from grpolab.devices import model_device, to_host
 from grpolab.engine.rollout import token_logprobs
 from grpolab.errors import UserError
 from grpolab.process_rewards import is_per_token
@@ -168,7 +169,7 @@ def _row_logprobs(model: torch.nn.Module, batch: CompletionBatch, row: int, temp
     """[L] log pi of each token of completion ``row``, computed on that row alone with its padding removed."""
     prompt = batch.prompt_ids[row][batch.prompt_mask[row].bool()]
     length = int(batch.completion_mask[row].sum())
-    ids = torch.cat([prompt, batch.completion_ids[row, :length]]).unsqueeze(0)
+    ids = torch.cat([prompt, batch.completion_ids[row, :length]]).unsqueeze(0).to(model_device(model))
     logprobs, _ = token_logprobs(model, ids, torch.ones_like(ids), length, temperature=temperature)
     return logprobs.float()[0]
 
@@ -207,14 +208,15 @@ def per_completion_gradients(
     rows = torch.zeros(size, sketch.dim if sketch else dim, dtype=torch.float32)
     weighted = None if token_weights is None else torch.zeros_like(rows)
 
-    def flatten(grads: list[torch.Tensor]) -> torch.Tensor:
+    def flatten(grads: list[torch.Tensor]) -> torch.Tensor:  # on the host, where the rows are kept
+        grads = [to_host(g) for g in grads]
         return sketch.project(grads) if sketch else torch.cat([g.reshape(-1).float() for g in grads])
 
     with _requiring_grad(chosen):
         for row in range(size):
             if int(batch.completion_mask[row].sum()) == 0:
                 continue  # an empty completion has log-prob 0 and gradient 0
-            weights = None if token_weights is None else token_weights[row].float()
+            weights = None if token_weights is None else token_weights[row].float().to(model_device(model))
             grads, weighted_grads = _row_gradients(model, batch, row, tensors, temperature, weights)
             rows[row] = flatten(grads)
             if weighted is not None:
@@ -230,14 +232,15 @@ def summed_policy_gradient(
 
     Returns {name: gradient} with each parameter's shape (2-D weights stay matrices).
     """
-    chosen = select_parameters(model, params)
-    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
-    mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
+    chosen, device = select_parameters(model, params), model_device(model)
+    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1).to(device)
+    mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1).to(device)
+    weights = token_advantages(to_host(advantages), to_host(batch.completion_mask)).to(device)
     with _requiring_grad(chosen):
         logprobs, _ = token_logprobs(model, ids, mask, batch.completion_ids.shape[1], temperature=temperature)
-        objective = (logprobs.float() * token_advantages(advantages, batch.completion_mask)).sum()
+        objective = (logprobs.float() * weights).sum()
         grads = torch.autograd.grad(objective, list(chosen.values()), allow_unused=True)
-    return {name: torch.zeros_like(p) if g is None else g.detach()
+    return {name: to_host(torch.zeros_like(p) if g is None else g)  # on the host, with the per-row gradients
             for (name, p), g in zip(chosen.items(), grads, strict=True)}
 
 

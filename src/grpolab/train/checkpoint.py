@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from grpolab.devices import to_host
 from grpolab.io import fsync_dir, is_write_error, write_error
 
 __all__ = ["Checkpoint", "checkpoint_settings", "load_latest", "save_checkpoint"]
@@ -63,7 +64,7 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[int, str]) -
             for key, value in optimizer.state.get(param, {}).items():
                 name = f"{names[id(param)]}/{key}"
                 if torch.is_tensor(value):
-                    tensors[name] = value.detach().contiguous().clone()
+                    tensors[name] = to_host(value).contiguous().clone()
                 else:
                     scalars[name] = float(value)
     return tensors, {"scalars": scalars, "lrs": [group["lr"] for group in optimizer.param_groups]}
@@ -72,16 +73,25 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[int, str]) -
 def restore_optimizer(
     optimizer: torch.optim.Optimizer, names: dict[int, str], tensors: dict[str, torch.Tensor], extras: dict
 ) -> None:
-    """Inverse of ``optimizer_tensors``."""
+    """Inverse of ``optimizer_tensors``, on the parameters' device whatever device wrote the checkpoint: each moment
+    goes where its parameter is, and ``step`` too when the kernel keeps it there (fused or capturable AdamW), else
+    it stays on the host as torch keeps it."""
     for group, lr in zip(optimizer.param_groups, extras.get("lrs", []), strict=False):
         group["lr"] = lr
     for group in optimizer.param_groups:
+        step_device = None if group.get("fused") or group.get("capturable") else torch.device("cpu")
         for param in group["params"]:
             prefix = f"{names[id(param)]}/"
-            state = {k[len(prefix):]: v.clone() for k, v in tensors.items() if k.startswith(prefix)}
+            state = {k[len(prefix):]: v.to(_state_device(k, param, step_device), copy=True)
+                     for k, v in tensors.items() if k.startswith(prefix)}
             state.update({k[len(prefix):]: v for k, v in extras.get("scalars", {}).items() if k.startswith(prefix)})
             if state:
                 optimizer.state[param] = state
+
+
+def _state_device(key: str, param: torch.Tensor, step_device: torch.device | None) -> torch.device:
+    """Where an optimizer state tensor lives: with its parameter, except a ``step`` counter torch keeps on the host."""
+    return step_device if key.endswith("/step") and step_device is not None else param.device
 
 
 def save_checkpoint(
@@ -110,7 +120,7 @@ def save_checkpoint(
 
 def _write_checkpoint(staging: Path, final: Path, step: int, weights: dict[str, torch.Tensor],
                       optimizer: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
-    save_file({k: v.detach().contiguous() for k, v in weights.items()}, str(staging / "weights.safetensors"))
+    save_file({k: to_host(v).contiguous() for k, v in weights.items()}, str(staging / "weights.safetensors"))
     save_file(optimizer, str(staging / "optimizer.safetensors"))
     (staging / "state.json").write_text(json.dumps({**state, "step": step}))
     checksums = {name: _sha256(staging / name) for name in _FILES}

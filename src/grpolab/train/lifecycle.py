@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpolab import devices
 from grpolab.config import TrainConfig
 from grpolab.config.fields import names_in_scope
 from grpolab.errors import UserError
@@ -205,7 +206,8 @@ def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict
     _save_final_model(run_dir, policy, config.lora)
     evaluations = read_metrics(run_dir / "eval.jsonl")
     metrics = metrics or _last_logged_metrics(run_dir / "metrics.jsonl")
-    summary = {"status": "finished", "steps": config.steps, "final_metrics": metrics,
+    summary = {"status": "finished", "steps": config.steps,
+               "device": devices.describe(devices.model_device(policy.model)), "final_metrics": metrics,
                "evaluations": [{k: v for k, v in e.items() if k != "successes"} for e in evaluations]}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
     return RunResult(run_dir, config.steps, metrics, evaluations)

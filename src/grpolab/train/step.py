@@ -16,6 +16,10 @@ The loss options (docs/losses.md) enter at three places: ``step_advantages`` (DA
 ``grpolab.overlong``), ``loss_mask`` (DAPO's truncation masking) and ``_policy_loss_terms`` (GSPO, CISPO, the
 dual clip and the TIS weights against the sampler's log-probs); ``loss_option_metrics`` logs what they did.
 
+Devices: the ``StepBatch`` stays on the host, where the sampler returns it and the verifiers read it; each
+micro-batch's rows, advantages, masks and frozen log-probs go to the model's device when the update forwards
+them, and only the loss sums come back (``LossTotals``).
+
 ``rollout/sampler_kl`` is the mean per-token KL(sampler || trainer) over the completions the update
 forwards (so it is absent on a step that trains none): the sampler may run other kernels and weights
 in bfloat16 (``fast_decode``), and this says how far its distribution is from the one being trained,
@@ -35,6 +39,7 @@ import torch.nn.functional as F
 
 from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
+from grpolab.devices import model_device
 from grpolab.engine import prefix_packing
 from grpolab.engine.collect import ScoredBatch
 from grpolab.engine.rollout import Rollout, token_logprobs
@@ -231,7 +236,7 @@ def build_optimizer(params: dict[str, torch.nn.Parameter], config: TrainConfig) 
     0.31 ms a step against 0.83 ms for ``foreach`` and 0.94 ms for the per-tensor loop, one thread), or
     ``foreach`` where the fused kernel does not take the parameters."""
     kinds = {(p.device.type, p.dtype) for p in params.values()}
-    fused = all(device == "cpu" and dtype in _FUSED_DTYPES for device, dtype in kinds)
+    fused = all(device in ("cpu", "cuda") and dtype in _FUSED_DTYPES for device, dtype in kinds)
     return torch.optim.AdamW(list(params.values()), lr=config.lr, betas=config.adam_betas,
                              weight_decay=config.weight_decay, **({"fused": True} if fused else {"foreach": True}))
 
@@ -239,9 +244,9 @@ def build_optimizer(params: dict[str, torch.nn.Parameter], config: TrainConfig) 
 _FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
-def _autocast(config: TrainConfig) -> contextlib.AbstractContextManager:
+def _autocast(config: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
     if config.dtype == "bfloat16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -252,7 +257,8 @@ def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config:
     padding in every row and trailing completion columns past every row's end are cut (they change no
     valid position's logits) and the masked tail is returned as 0."""
     prompt_mask, completion_mask = batch.prompt_mask[rows], batch.completion_mask[rows]
-    with _autocast(config):
+    device = model_device(model)
+    with _autocast(config, device):
         packed = prefix_packing.logprobs(model, batch.prompt_ids[rows], prompt_mask, batch.completion_ids[rows],
                                          completion_mask, temperature=config.temperature)
     if packed is not None:
@@ -261,9 +267,9 @@ def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config:
     start = min(int((prompt_mask.sum(dim=0) == 0).cumprod(dim=0).sum()), prompt_mask.shape[1] - 1)
     columns = completion_mask.any(dim=0).nonzero()
     used = int(columns.max()) + 1 if len(columns) else 1
-    ids = torch.cat([batch.prompt_ids[rows, start:], batch.completion_ids[rows, :used]], dim=1)
-    mask = torch.cat([prompt_mask[:, start:], completion_mask[:, :used]], dim=1)
-    with _autocast(config):
+    ids = torch.cat([batch.prompt_ids[rows, start:], batch.completion_ids[rows, :used]], dim=1).to(device)
+    mask = torch.cat([prompt_mask[:, start:], completion_mask[:, :used]], dim=1).to(device)
+    with _autocast(config, device):
         logprobs, _ = token_logprobs(model, ids, mask, used, temperature=config.temperature)
     return F.pad(logprobs.float(), (0, width - used))
 
@@ -410,11 +416,11 @@ def _micro_batches(model: torch.nn.Module, batch: StepBatch, advantages: torch.T
     chunks = [rows[i : i + config.micro_batch_size] for i in range(0, len(rows), config.micro_batch_size)]
     old = _frozen_logprobs(model, batch, chunks, config) if config.num_iterations > 1 else None
     ref = _frozen_logprobs(reference, batch, chunks, config) if reference is not None else None
-    sampler = batch.sampler_logprobs
-    return [MicroBatch(rows=chunk, advantages=flat[chunk], mask=mask[chunk], denominator=denominator,
-                       old_logprobs=None if old is None else old[tuple(chunk)],
+    sampler, device = batch.sampler_logprobs, model_device(model)
+    return [MicroBatch(rows=chunk, advantages=flat[chunk].to(device), mask=mask[chunk].to(device),
+                       denominator=denominator, old_logprobs=None if old is None else old[tuple(chunk)],
                        ref_logprobs=None if ref is None else ref[tuple(chunk)],
-                       sampler_logprobs=None if sampler is None else sampler[chunk])
+                       sampler_logprobs=None if sampler is None else sampler[chunk].to(device))
             for chunk in chunks]
 
 

@@ -14,6 +14,9 @@ Departures from the papers and from TRL, all deliberate:
   keeps the non-degenerate groups until P are kept or the rounds run out; it then trains on fewer
   than P groups rather than padding with degenerate ones. Its true cost is logged as
   ``rollout/completions_generated``.
+* The run computes on its ``device`` setting (``grpolab.devices``): the model, the sampler, the update and the
+  optimiser state live there; the step's batch, the rewards and the logs stay on the host. Checkpoints hold host
+  tensors, so a run resumes on any device (the restored weights and moments go to the run's device).
 * With ``reward_granularity: token`` the advantages are per token [B, T] (``grpolab.process_rewards``:
   DeepSeekMath's process supervision over verifiable per-character rewards); the logs, the rollout table
   and the starvation metrics then use each completion's token-mean advantage.
@@ -32,7 +35,7 @@ import numpy as np
 import torch
 
 from grpolab import advantages as advantage_registry
-from grpolab import verifiers
+from grpolab import devices, verifiers
 from grpolab.config import TrainConfig, save_config
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.engine.collect import ScoredBatch, collect_batch
@@ -109,8 +112,10 @@ class Trainer:
                                  if config.reward_granularity == "token" else None)
         self.max_new_tokens = config.max_new_tokens or self.task.max_new_tokens
         torch.manual_seed(config.seed)
+        self.device = devices.resolve(config.device)
         self.policy = policy or load_policy(config.model)
         self.model = wrap_lora(self.policy.model, config) if config.lora else self.policy.model
+        self.model.to(self.device)
         self.max_new_tokens = check_training_fits(self.model, self.policy.tokenizer, self.task, config,
                                                   self.max_new_tokens)
         self.reference = _reference_model(self.model, config)

@@ -7,6 +7,11 @@ verifier as TRL's reward function, makes the advantages with its estimator, eval
 ``metrics.jsonl``, ``rollouts/``, ``eval.jsonl``, ``summary.json``, ``final/``). Under ``accelerate launch``
 every process trains; only the main one holds the run directory's lock and writes it.
 
+Devices: ``device`` cpu keeps TRL on the CPU (``use_cpu``); auto or cuda give TRL accelerate's device (with one
+process, the GPU ``device`` names; under ``accelerate launch``, each process's own). grpolab's evaluation samples on
+the model's device with grpolab's sampler, and every tensor TRL hands to grpolab crosses to the host in
+``grpolab.devices.to_host``.
+
 Departures from grpolab's engine:
 
 * The prompts of step s are the ones grpolab's engine draws at step s (same seed, same formula), handed to TRL
@@ -31,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from grpolab import verifiers
+from grpolab import devices, verifiers
 from grpolab.config import TrainConfig, save_config
 from grpolab.errors import UserError
 from grpolab.models import Policy, load_policy
@@ -52,7 +57,6 @@ from grpolab.train.ownership import check_fresh_run_dir
 from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends, read_metrics
 from grpolab.train.settings import check_resume, load_saved_config, record_resume
 from grpolab.train.trl_engine.arguments import check_supported, grpo_arguments, lora_config
-from grpolab.train.trl_engine.device import for_evaluation
 
 __all__ = ["latest_checkpoint", "run_trl", "step_problems"]
 
@@ -192,7 +196,10 @@ class TRLRun:
                                    num_processes=self.state.num_processes, max_new_tokens=self.max_new_tokens)
         import torch
 
-        args = GRPOConfig(**arguments, use_cpu=not torch.cuda.is_available())  # else accelerate's device
+        device = devices.resolve(config.device)
+        if device.type == "cuda" and self.state.num_processes == 1:
+            torch.cuda.set_device(device)  # accelerate's device in a single process is the current CUDA device
+        args = GRPOConfig(**arguments, use_cpu=device.type == "cpu")
         chat = bool(self.task.use_chat_template and getattr(self.policy.tokenizer, "chat_template", None))
         self.recorder = RunRecorder(iterations=config.num_iterations, steps=config.steps,
                                     metrics_log=self.metrics_log if self.main else None,
@@ -217,11 +224,11 @@ class TRLRun:
         return Policy(model, self.policy.tokenizer, self.policy.source, self.policy.base)
 
     def _evaluate(self, step: int, phase: str) -> None:
-        """grpolab's evaluation on the main process, on the model's device (``device``); the others wait."""
+        """grpolab's evaluation on the main process, on the model's device (its sampling loop runs there); the
+        others wait."""
         if self.main:
             cache = self.start_eval_cache if phase == "start" else None
             policy = self._current_policy()
-            policy = Policy(for_evaluation(policy.model), policy.tokenizer, policy.source, policy.base)
             result = evaluate_policy(policy, self.task, self.config,
                                      max_new_tokens=self.max_new_tokens, cache_dir=cache)
             completions = step * self.config.completions_per_step
