@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=4,
                         help="completions per prompt drawn from the start policy (default 4)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed of the fixed completions (default 0)")
+    parser.add_argument("--device", default="auto", help="where the models sample and score: auto (the first CUDA "
+                                                         "GPU torch sees, else the CPU), cpu, cuda or cuda:N")
     parser.add_argument("--no-end-samples", action="store_true",
                         help="skip sampling each run's final model (its answer-format rates are then not measured)")
     parser.add_argument("--parts", default="format,tokens,passk,updates",
@@ -40,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from grpolab.devices import resolve as resolve_device
     from grpolab.mechanism import Options, measure_runs, passk_reading, summarise
     from grpolab.mechanism.analysis import parse_parts, runs_to_analyse
     from grpolab.mechanism.render import terminal_table, update_lines, write_outputs
@@ -47,10 +50,11 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts < 1 or args.samples < 1:
         raise UserError(f"--prompts and --samples must be >= 1, got {args.prompts} and {args.samples}")
     compare_dir = Path(args.compare_dir)
-    options = Options(prompts=args.prompts, samples=args.samples, seed=args.seed,
+    options = Options(prompts=args.prompts, samples=args.samples, seed=args.seed, device=args.device,
                       end_samples=not args.no_end_samples, parts=parse_parts(args.parts),
                       trust_run_code=args.trust_run_code, variant=args.variant)
-    # fails before any model loads, on a wrong directory, a missing variant or untrusted code
+    # fails before any model loads, on a wrong device, a wrong directory, a missing variant or untrusted code
+    resolve_device(args.device)
     runs = runs_to_analyse(compare_dir, need_final=options.sampled, trust_run_code=args.trust_run_code,
                            variant=args.variant)
     total = (len(runs) + 1 if options.sampled else 0) + ("updates" in options.parts)

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from grpolab import verifiers
+from grpolab import devices, verifiers
 from grpolab.errors import UserError
 from grpolab.mechanism import shifts, updates
 from grpolab.mechanism.runs import ReportedRun, evaluation_rows, reported_runs
@@ -48,6 +48,7 @@ class Options:
         parts: the parts to measure (``PARTS``).
         trust_run_code: import a task or verifier that the runs' saved config.yaml names by dotted path.
         variant: the variant to analyse, of a comparison with ``--vary`` axes (None: it has one).
+        device: where the models sample and score (``grpolab.devices``: auto, cpu, cuda, cuda:N).
     """
 
     prompts: int = 64
@@ -57,6 +58,7 @@ class Options:
     parts: tuple[str, ...] = PARTS
     trust_run_code: bool = False
     variant: str | None = None
+    device: str = "auto"
 
     @property
     def sampled(self) -> bool:
@@ -105,7 +107,9 @@ def _sampled_rows(runs: list[ReportedRun], options: Options,
     sampling = {"samples": options.samples, "seed": options.seed, "temperature": config.temperature,
                 "max_new_tokens": config.max_new_tokens or task.max_new_tokens,
                 "use_chat_template": task.use_chat_template}
+    device = devices.resolve(options.device)
     start = load_policy(config.model)
+    start.model.to(device)
     batch = shifts.draw(start.model, start.tokenizer, problems, verifier, **sampling)
     fixed = shifts.fix(batch, start.tokenizer,
                        shifts.completion_logprobs(start.model, batch, temperature=config.temperature))
@@ -115,6 +119,7 @@ def _sampled_rows(runs: list[ReportedRun], options: Options,
     rows: list[dict[str, Any]] = []
     for run in runs:
         final = load_policy(str(run.run_dir))
+        final.model.to(device)
         end_logprobs = shifts.completion_logprobs(final.model, batch, temperature=config.temperature)
         end_rates = None
         if options.end_samples:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from grpolab.devices import model_device, to_host
 from grpolab.engine.collect import ScoredBatch, collect_batch
 from grpolab.engine.rollout import token_logprobs
 from grpolab.mechanism.token_classes import CONTENT, FORMAT, content_mask
@@ -66,9 +67,10 @@ def completion_logprobs(model: torch.nn.Module, batch: ScoredBatch, *, temperatu
     chunks = []
     for start in range(0, rollout.input_ids.shape[0], rows):
         part = slice(start, start + rows)
-        logprobs, _ = token_logprobs(model, rollout.input_ids[part], rollout.attention_mask[part], width,
-                                     temperature=temperature)
-        chunks.append(logprobs.double())
+        device = model_device(model)
+        logprobs, _ = token_logprobs(model, rollout.input_ids[part].to(device), rollout.attention_mask[part].to(device),
+                                     width, temperature=temperature)
+        chunks.append(to_host(logprobs).double())
     return torch.cat(chunks) * rollout.completion_mask
 
 
