@@ -115,7 +115,7 @@ class TrainConfig:
     micro_batch_size: int = setting(64, scope="training", at_least=1)
     """Sequences per forward/backward pass during the update (memory bound)."""
     dtype: str = setting("float32", scope="start")
-    """Compute dtype of the update: float32 or bfloat16 (autocast on the CPU)."""
+    """Compute dtype of the update: float32 or bfloat16 (autocast on the run's device)."""
     sampler_dtype: str = setting("auto", scope="start")
     """Weights of the lean Llama sampler: auto (bfloat16 from hidden size 512 up, e.g. SmolLM2; float32 below),
     bfloat16 or float32. Other architectures sample through transformers, as loaded."""
@@ -195,8 +195,8 @@ class TrainConfig:
     # evaluate() on the same starting policy), so runs that differ only in the engine share it; everything
     # after step 0 (sampling, loss, optimiser) is the engine's.
     engine: str = setting("grpolab", scope="training")
-    """Training engine: grpolab (its own trainer, on --device) or trl (TRL's GRPOTrainer generates, computes the loss and
-    steps the optimiser, on any device accelerate gives it; grpolab keeps the task, verifier, estimator,
+    """Training engine: grpolab (its own trainer, on --device) or trl (TRL's GRPOTrainer generates, computes the
+    loss and steps the optimiser, on any device accelerate gives it; grpolab keeps the task, verifier, estimator,
     evaluation and logs). Settings TRL cannot honour are refused (docs/integrations.md)."""
     use_vllm: bool = setting(False, scope="training")
     """Engine trl: generate the training completions with vLLM (needs CUDA and the vllm package)."""
