@@ -19,7 +19,6 @@ ALLOCATOR = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator:
 @pytest.mark.parametrize(("error", "size"), [
     (RuntimeError(ALLOCATOR), " allocating 1.47 GiB"),
     (MemoryError(), ""),
-    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB"), " allocating 20.00 MiB"),
 ])
 def test_out_of_memory_is_one_line_naming_the_settings(error: BaseException, size: str,
                                                        monkeypatch: pytest.MonkeyPatch,
@@ -33,6 +32,20 @@ def test_out_of_memory_is_one_line_naming_the_settings(error: BaseException, siz
     assert capsys.readouterr().err == (f"grpolab estimators: error: ran out of memory{size}; lower --group-size or "
                                        "--max-new-tokens (or free memory), then rerun (runs resume from their last "
                                        "checkpoint)\n")
+
+
+def test_out_of_gpu_memory_is_one_line_that_says_gpu(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    def run(args):  # torch's own text on a full H100
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
+                                     "79.19 GiB of which 3.06 MiB is free.")
+
+    monkeypatch.setattr(estimators, "run", run)
+    monkeypatch.setitem(cli.MEMORY_SETTINGS, "estimators", "--group-size")
+    assert cli.main(["estimators"]) == 2
+    assert capsys.readouterr().err == ("grpolab estimators: error: ran out of GPU memory allocating 20.00 MiB; lower "
+                                       "--group-size (or free the GPU, or give each run its own GPU), then rerun "
+                                       "(runs resume from their last checkpoint)\n")
 
 
 def test_other_runtime_errors_still_raise(monkeypatch: pytest.MonkeyPatch) -> None:

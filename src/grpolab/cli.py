@@ -53,6 +53,9 @@ def _out_of_memory_line(command: str, error: BaseException) -> str:
     if found:
         size = f" allocating {_size(int(found[1]))}" if found[1] else f" allocating {found[2]}"
     settings = MEMORY_SETTINGS.get(command, "the sizes of its batches")
+    if "cuda" in str(error).lower() or "gpu" in str(error).lower():  # torch.cuda.OutOfMemoryError's text
+        return (f"grpolab {command}: error: ran out of GPU memory{size}; lower {settings} (or free the GPU, or give "
+                "each run its own GPU), then rerun (runs resume from their last checkpoint)")
     return (f"grpolab {command}: error: ran out of memory{size}; lower {settings} (or free memory), then rerun "
             "(runs resume from their last checkpoint)")
 
