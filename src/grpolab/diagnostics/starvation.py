@@ -328,7 +328,7 @@ def starvation_metrics(
     }
     metrics = {f"starvation/{key}": float(values[key]) for key in STARVATION_KEYS}
     if advantages is not None and lengths is not None:
-        tokens = np.asarray(lengths, dtype=np.float64)  # [P, G]
+        tokens = as_float_matrix(lengths, "lengths")  # [P, G], a tensor on any device crosses to the host here
         useful = np.abs(advantages) > 0
         if tokens.sum() > 0:
             metrics["starvation/useful_token_fraction"] = float(tokens[useful].sum() / tokens.sum())

@@ -11,6 +11,8 @@ wraps that method and ``_calculate_rewards``; it never copies TRL's advantage co
 Metrics go through TRL's own logger (``self._metrics[mode]``): ``grpolab.diagnostics.starvation_metrics``
 of the generation batch (with the completion lengths gathered from every process), the same ``starvation/*``
 keys as grpolab's trainer; ``last_groups`` keeps the newest batch's grouped rewards, advantages and lengths.
+The advantages handed back to TRL stay on the training device; what is logged or diagnosed crosses to the host
+once, through ``grpolab.devices.to_host``, right after the gather.
 pbar of ``d_iid`` comes from
 a window of the most recent generation batches holding at least 64 groups (one per mode), so it does not
 depend on how many prompts a batch holds.
@@ -36,6 +38,7 @@ import torch
 
 from grpolab import advantages as advantage_registry
 from grpolab import diagnostics
+from grpolab.devices import to_host
 
 try:
     from trl import GRPOTrainer as _TRLGRPOTrainer
@@ -79,7 +82,8 @@ def group_rewards(
 @dataclass
 class GroupedBatch:
     """The newest generation batch of every process, grouped: rewards, advantages and completion lengths
-    [P, G] and its ``starvation/*`` metrics (``GRPOTrainer.last_groups``)."""
+    [P, G], host (CPU) tensors whatever device trained, and its ``starvation/*`` metrics
+    (``GRPOTrainer.last_groups``)."""
 
     rewards: torch.Tensor
     advantages: torch.Tensor
@@ -129,15 +133,18 @@ class GRPOTrainer(_TRLGRPOTrainer):
         rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards = group_rewards(rewards_per_func, self.reward_weights, num_generations)  # [P, G]
+        rewards = group_rewards(rewards_per_func, self.reward_weights, num_generations)  # [P, G], on the device
         advantages = self.advantage_fn(rewards, **self.advantage_kwargs)  # [P, G]
         all_advantages = advantages.reshape(-1).to(rewards_per_func.dtype)  # [N_all]
         local = output["advantages"]
         start = self.accelerator.process_index * len(local)  # TRL's process_slice
         output["advantages"] = all_advantages[start : start + len(local)].to(local.device, local.dtype)
-        self._replace_logged_advantages(all_advantages)
         lengths = self.accelerator.gather(output["completion_mask"].sum(dim=1)).view_as(rewards)  # [P, G] tokens
-        scored = rewards.detach().cpu().double().numpy()  # [P, G], converted once for both diagnostics
+        # the one crossing to the host: everything below is logs and diagnostics, in numpy and Python numbers
+        rewards, advantages, lengths, all_advantages = (to_host(t) for t in (rewards, advantages, lengths,
+                                                                             all_advantages))
+        self._replace_logged_advantages(all_advantages)
+        scored = rewards.double().numpy()  # [P, G], converted once for both diagnostics
         window = self._success_windows[mode]
         window.add(diagnostics.success_rates(scored))
         starvation = diagnostics.starvation_metrics(scored, advantages, lengths=lengths, window=window)
@@ -147,7 +154,8 @@ class GRPOTrainer(_TRLGRPOTrainer):
         return output
 
     def _replace_logged_advantages(self, all_advantages: torch.Tensor) -> None:
-        """Put grpolab's advantages where TRL just logged its own (the last N of the completion log)."""
+        """Put grpolab's advantages [N_all] (on the host) where TRL just logged its own (the last N of the
+        completion log)."""
         logged = self._logs["advantages"]
         count = min(len(all_advantages), len(logged))
         for _ in range(count):

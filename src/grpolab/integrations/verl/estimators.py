@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from grpolab import advantages as advantage_registry
+from grpolab.devices import to_host
 from grpolab.errors import UserError
 from grpolab.integrations.verl import parity as verl_parity
 from grpolab.integrations.verl.parity import group_by_index
@@ -94,18 +95,20 @@ def outcome_advantages(
     in the module docstring; the latter only matters for ``grpo`` under verl conventions.
     """
     _check_conventions(conventions)
-    scores = token_level_rewards.detach().sum(dim=-1).to(torch.float64)  # [B] outcome reward, as verl's grpo
-    mask = response_mask.detach().to("cpu", torch.float64)  # [B, T]
+    # verl's tensors are on the GPU: they cross to the host here, once, and the result goes back to their device
+    scores = to_host(token_level_rewards.detach().sum(dim=-1)).to(torch.float64)  # [B] outcome reward, as verl's grpo
+    mask = to_host(response_mask).to(torch.float64)  # [B, T]
+    index = to_host(index)  # verl's uids are a numpy array; a tensor of ids crosses too
     if index is None:
         if advantage_registry.info(name).needs_group:
             raise UserError(f"grpolab_{name} needs groups: verl passed no `uid` index for the responses")
         index = np.arange(scores.shape[0])
     if conventions == "verl" and name in VERL_COUNTERPARTS:
         advantages = verl_parity.counterpart_advantages(
-            name, scores.cpu(), mask, index, norm_adv_by_std=norm_adv_by_std, **hyperparameters
+            name, scores, mask, index, norm_adv_by_std=norm_adv_by_std, **hyperparameters
         )
     else:
-        advantages = _registry_scores(name, scores.cpu(), index, hyperparameters).unsqueeze(-1) * mask
+        advantages = _registry_scores(name, scores, index, hyperparameters).unsqueeze(-1) * mask
     return advantages.to(token_level_rewards.device, token_level_rewards.dtype)
 
 

@@ -5,7 +5,8 @@ advantages are computed: the outcome reward of each response is the sum of ``tok
 (what verl's estimators use), responses are grouped by ``non_tensor_batch["uid"]``, and the [P, G_max]
 rewards, advantages (each response's value at its first response token) and response lengths go to
 ``grpolab.diagnostics.starvation_metrics``, the one definition that grpolab's trainer and the TRL adapter
-log. The result is ready for ``metrics.update(...)`` in a verl trainer.
+log. The result is ready for ``metrics.update(...)`` in a verl trainer. verl's tensors live on the GPU: each
+crosses to the host through ``grpolab.devices.to_host`` as it is read.
 
 Departures: verl's groups can be ragged, so they are NaN-padded to the largest group (G in ``d_iid`` is
 that size); ``useful_fraction`` and ``scorable_fraction`` are shares of the B responses, not of the
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from grpolab import diagnostics
+from grpolab.devices import to_host
 from grpolab.errors import UserError
 from grpolab.integrations.verl.parity import group_by_index
 
@@ -38,9 +40,9 @@ def _fields(data: Any) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
 
 def _first_token_values(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Per-response advantage [B]: the value at the first response token (0 when there is none)."""
-    mask = response_mask.detach().cpu().bool()  # [B, T]
+    mask = to_host(response_mask).bool()  # [B, T]
     first = mask.int().argmax(dim=1)  # [B]
-    values = advantages.detach().cpu().to(torch.float64)[torch.arange(mask.shape[0]), first]
+    values = to_host(advantages).to(torch.float64)[torch.arange(mask.shape[0]), first]
     return torch.where(mask.any(dim=1), values, torch.zeros_like(values))
 
 
@@ -65,14 +67,14 @@ def starvation_metrics(
     for key, where in (("token_level_rewards", tensors), ("uid", others)):
         if key not in where:
             raise UserError(f"starvation_metrics: the batch has no {key!r}; call it after verl's compute_advantage")
-    scores = tensors["token_level_rewards"].detach().cpu().to(torch.float64).sum(dim=-1)  # [B]
-    rewards, rows, cols = group_by_index(scores, np.asarray(others["uid"]))  # [P, G_max], NaN padded
+    scores = to_host(tensors["token_level_rewards"]).to(torch.float64).sum(dim=-1)  # [B]
+    rewards, rows, cols = group_by_index(scores, np.asarray(to_host(others["uid"])))  # [P, G_max], NaN padded
     advantages = lengths = None
     if "advantages" in tensors and "response_mask" in tensors:
         mask = tensors["response_mask"]
         per_response = _first_token_values(tensors["advantages"], mask)  # [B]
         advantages = _scatter(per_response, rewards.shape, rows, cols, float("nan"))  # [P, G_max]
-        lengths = _scatter(mask.detach().cpu().sum(dim=-1), rewards.shape, rows, cols, 0.0)  # [P, G_max]
+        lengths = _scatter(to_host(mask).sum(dim=-1), rewards.shape, rows, cols, 0.0)  # [P, G_max]
     if window is not None:
         window.add(diagnostics.success_rates(rewards.numpy(), success_threshold=success_threshold))
     metrics = diagnostics.starvation_metrics(

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from grpolab import advantages as advantage_registry
+from grpolab.devices import to_host
 from grpolab.errors import UserError
 
 __all__ = ["VERL_COUNTERPARTS", "VERL_EPSILON", "counterpart_advantages", "group_by_index", "whiten_tokens"]
@@ -46,7 +47,7 @@ def group_by_index(scores: torch.Tensor, index: Any) -> tuple[torch.Tensor, np.n
 
     Returns (rewards [P, G_max] float64, row [B], column [B]): response b sits at rewards[row[b], col[b]].
     """
-    ids = np.asarray(index)
+    ids = np.asarray(to_host(index))
     if ids.shape != (scores.shape[0],):
         raise UserError(f"index must have one group id per response: shape {ids.shape} vs {scores.shape[0]}")
     _, rows = np.unique(ids, return_inverse=True)
@@ -57,7 +58,7 @@ def group_by_index(scores: torch.Tensor, index: Any) -> tuple[torch.Tensor, np.n
     cols = np.empty_like(rows)
     cols[order] = np.arange(len(rows)) - np.repeat(starts, counts)
     rewards = torch.full((len(counts), int(counts.max())), float("nan"), dtype=torch.float64)  # [P, G_max]
-    rewards[torch.from_numpy(rows), torch.from_numpy(cols)] = scores.detach().to("cpu", torch.float64)
+    rewards[torch.from_numpy(rows), torch.from_numpy(cols)] = to_host(scores).to(torch.float64)
     return rewards, rows, cols
 
 

@@ -5,7 +5,9 @@ TRL's own beside them under ``trl/``), its rollouts (``rollouts/step-NNNNNN.parq
 ``RecordingGRPOTrainer`` is grpolab's TRL subclass (``grpolab.integrations.trl.GRPOTrainer``) that also
 gathers, on every process, what the logs need of each generation batch (prompt ids, completion texts, lengths,
 truncation) and times the generation; ``RunRecorder`` is a ``TrainerCallback`` that writes the logs on the main
-process only. Every process runs the same collectives, in the same order.
+process only. Every process runs the same collectives, in the same order. A tensor read for the logs crosses to the
+host through ``grpolab.devices.to_host`` (the trainer's ``last_groups`` are host tensors already; this keeps the
+recorder right whatever it is handed).
 
 Departures from grpolab's engine: a row of ``metrics.jsonl`` is flushed at once (a killed process loses
 nothing) and fsynced with each checkpoint, not at every step (an fsync per step cost 4-5% of a CPU step here);
@@ -28,6 +30,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from grpolab.devices import to_host
 from grpolab.integrations.trl import GRPOTrainer
 from grpolab.train.runlog import MetricsLog, RolloutLog
 
@@ -69,7 +72,7 @@ class RecordingGRPOTrainer(GRPOTrainer):
         prompt_ids = gather_object([str(row["prompt_id"]) for row in inputs])
         completions = list(self._logs["completion"])[-len(prompt_ids):]  # TRL gathered them just now
         texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
-        self.last_record = RolloutRecord(prompt_ids, texts, [bool(t) for t in all_truncated.tolist()],
+        self.last_record = RolloutRecord(prompt_ids, texts, [bool(t) for t in to_host(all_truncated).tolist()],
                                          time.perf_counter() - started)
         return output
 
@@ -163,7 +166,7 @@ class RunRecorder(TrainerCallback):
 
     def _row(self, step: int, logs: dict[str, Any]) -> dict[str, Any]:
         groups, record = self.trainer.last_groups, self.trainer.last_record
-        rewards, lengths = groups.rewards.double().cpu().numpy(), groups.lengths.cpu().numpy()
+        rewards, lengths = to_host(groups.rewards).double().numpy(), to_host(groups.lengths).numpy()
         step_time = time.perf_counter() - self._step_started
         row: dict[str, Any] = {**rollout_metrics(rewards, lengths, record.truncated, step), **groups.starvation}
         row.update({ours: float(logs[theirs]) for theirs, ours in _TRL_NAMES.items() if _number(logs.get(theirs))})
@@ -182,9 +185,9 @@ class RunRecorder(TrainerCallback):
         self._pending = self._writer.submit(self.rollout_log.write, step, {
             "step": [step] * len(record.texts), "prompt_id": record.prompt_ids,
             "sample": [i % g for i in range(len(record.texts))], "completion": record.texts,
-            "reward": groups.rewards.reshape(-1).float().cpu().tolist(),
-            "advantage": groups.advantages.reshape(-1).float().cpu().tolist(),
-            "length": groups.lengths.reshape(-1).int().cpu().tolist(), "truncated": record.truncated,
+            "reward": to_host(groups.rewards).reshape(-1).float().tolist(),
+            "advantage": to_host(groups.advantages).reshape(-1).float().tolist(),
+            "length": to_host(groups.lengths).reshape(-1).int().tolist(), "truncated": record.truncated,
         })
 
 
