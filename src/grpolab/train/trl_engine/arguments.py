@@ -66,6 +66,7 @@ MAPPED: dict[str, tuple[str, ...]] = {
     "top_p": ("top_p",),
     "max_new_tokens": ("max_completion_length",),
     "dtype": ("bf16", "fp16"),
+    "device": ("use_cpu",),  # cpu: use_cpu; auto, cuda, cuda:N: accelerate's device (run.TRLRun._trainer)
     "lora": ("peft_config",),
     "lora_r": ("peft_config.r",),
     "lora_alpha": ("peft_config.lora_alpha",),
