@@ -39,3 +39,15 @@ def visible_devices(seconds: float) -> tuple[int, str | None]:
     """(this process's id, its CUDA_VISIBLE_DEVICES) after ``seconds``: a job for a worker pool's worker."""
     time.sleep(seconds)
     return os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def devices_at_start(seconds: float) -> tuple[int, str | None]:
+    """(this process's id, the CUDA_VISIBLE_DEVICES it was started with, from /proc/self/environ: before its
+    interpreter imported anything) after ``seconds``: a job for a worker pool's worker."""
+    time.sleep(seconds)
+    with open("/proc/self/environ", "rb") as environ:
+        for entry in environ.read().split(b"\0"):
+            name, _, value = entry.partition(b"=")
+            if name == b"CUDA_VISIBLE_DEVICES":
+                return os.getpid(), value.decode()
+    return os.getpid(), None

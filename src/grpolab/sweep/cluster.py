@@ -1,6 +1,8 @@
 """The Ray backend: every run is one Ray task (``num_cpus=1``, ``num_gpus=--gpus-per-run``) on the cluster at
-``RAY_ADDRESS``, or on a local Ray started with ``workers`` CPUs. Ray gives each task its own
-``CUDA_VISIBLE_DEVICES``. A stop signal (Ctrl-C, SIGTERM, SIGHUP) cancels the queued and the running runs."""
+``RAY_ADDRESS``, or on a local Ray started with ``workers`` CPUs. ``--gpus-per-run`` auto is 1 where the cluster
+has GPUs and 0 otherwise, or when every run's device is ``cpu`` (``grpolab.sweep.devices.gpus_each``). Ray gives
+each task its own ``CUDA_VISIBLE_DEVICES`` ("" for ``num_gpus=0``). A stop signal (Ctrl-C, SIGTERM, SIGHUP)
+cancels the queued and the running runs."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grpolab.errors import UserError
+from grpolab.sweep.devices import gpus_each
 from grpolab.sweep.plan import RunSpec
 from grpolab.sweep.signals import StopRequest, stop_signals
 from grpolab.sweep.worker import EventFn, run_one
@@ -16,7 +19,7 @@ from grpolab.sweep.worker import EventFn, run_one
 __all__ = ["run_ray"]
 
 
-def run_ray(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus_per_run: int = 0
+def run_ray(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus_per_run: int | None = None
             ) -> list[dict[str, Any]]:
     """Train ``specs`` as Ray tasks; returns the outcomes of the runs that ended."""
     try:
@@ -26,7 +29,8 @@ def run_ray(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus_p
     if not ray.is_initialized():
         ray.init(num_cpus=workers, include_dashboard=False, ignore_reinit_error=True,
                  address=os.environ.get("RAY_ADDRESS"))
-    remote = ray.remote(num_cpus=1, num_gpus=gpus_per_run)(run_one)
+    gpus = gpus_each(gpus_per_run, int(ray.cluster_resources().get("GPU", 0)), {spec.config.device for spec in specs})
+    remote = ray.remote(num_cpus=1, num_gpus=gpus)(run_one)
     pending = {remote.remote(spec): spec for spec in specs}
     outcomes = []
     with stop_signals(StopRequest()):

@@ -83,14 +83,14 @@ def compare(sweep: CompareConfig, base: TrainConfig, out: str | Path, *, report:
 
 
 def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool, on_event: EventFn) -> CompareResult:
-    if sweep.backend == "local":
-        check_gpus(sweep.gpus_per_run)  # before anything is written
     sweep = adopt_saved_settings(out, sweep)
     sweep = dataclasses.replace(sweep, primary=",".join(sweep.primary_pair))
     variants = parse_vary(sweep.vary)
     cells = plan_cells(sweep.estimator_list, sweep.group_size_list, variants)
     for variant in variants:  # a bad value for this base config fails before anything is written
         base.replace(**variant.changes)
+    if sweep.backend == "local":  # GPUs this machine lacks, or that contradict the runs' devices
+        check_gpus(sweep.gpus_per_run, {base.replace(**variant.changes).device for variant in variants})
     settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base), "task": _task_summary(base)}
     check_sweep_settings(out, settings, sweep_defaults())  # refuses other settings; saves them otherwise
     atomic_write_text(out / "task.json", json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run

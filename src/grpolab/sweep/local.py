@@ -13,13 +13,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue as queues
+import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.sweep.devices import cuda_device_count, device_sets, visible_gpu_ids
+from grpolab.sweep.devices import worker_devices
 from grpolab.sweep.plan import RunSpec
 from grpolab.sweep.signals import StopRequest, blocked_in_children, stop_signals
 from grpolab.sweep.worker import EventFn, init_worker, post_progress
@@ -28,29 +29,59 @@ __all__ = ["run_local", "worker_pool"]
 
 def worker_pool(workers: int, progress: Any, devices: list[str]) -> ProcessPoolExecutor:
     """A pool of ``workers`` spawned processes posting progress to ``progress``; with ``devices`` (one
-    ``CUDA_VISIBLE_DEVICES`` value per worker) each worker takes a set of its own."""
-    context = multiprocessing.get_context("spawn")
-    device_queue = None
-    if devices:
-        device_queue = context.Queue()
-        for value in devices:
-            device_queue.put(value)
+    ``CUDA_VISIBLE_DEVICES`` value per worker, "" for no GPU) each worker starts with a value of its own in its
+    environment, so it holds before the worker imports anything that could initialise CUDA; with [] the
+    workers inherit this process's."""
+    context = _DeviceContext(devices) if devices else multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker,
-                               initargs=(progress, device_queue, os.getpid()))
+                               initargs=(progress, os.getpid()))
 
 
-def _worker_count(workers: int, gpus_per_run: int) -> tuple[int, list[str]]:
-    if gpus_per_run <= 0:
-        return workers, []
-    sets = device_sets(visible_gpu_ids(cuda_device_count()), gpus_per_run, workers)
-    return len(sets), sets
+class _DeviceContext(multiprocessing.context.SpawnContext):
+    """The spawn context, but each process it makes takes the next of ``devices`` as its
+    ``CUDA_VISIBLE_DEVICES``."""
+
+    def __init__(self, devices: Sequence[str]):
+        super().__init__()
+        self._left, self._lock = list(devices), threading.Lock()
+
+    def Process(self, *args: Any, **kwargs: Any) -> _DeviceProcess:  # type: ignore[override]
+        with self._lock:
+            if not self._left:
+                raise RuntimeError("more worker processes made than device sets cut for them")
+            return _DeviceProcess(self._left.pop(0), *args, **kwargs)
 
 
-def run_local(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus_per_run: int = 0
+class _DeviceProcess(multiprocessing.context.SpawnProcess):
+    """A spawned process whose environment holds ``CUDA_VISIBLE_DEVICES`` = ``devices`` from its start: the
+    value is put in this process's environment only while the child is spawned, which copies it."""
+
+    _starting = threading.Lock()
+
+    def __init__(self, devices: str, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.cuda_visible_devices = devices
+
+    def start(self) -> None:
+        with self._starting:
+            previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
+            try:
+                super().start()
+            finally:
+                if previous is None:
+                    del os.environ["CUDA_VISIBLE_DEVICES"]
+                else:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = previous
+
+
+def run_local(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus_per_run: int | None = None
               ) -> list[dict[str, Any]]:
-    """Train ``specs`` on a local process pool of ``workers`` (fewer when GPUs bound them); returns the
-    outcomes of the runs that ended."""
-    workers, devices = _worker_count(workers, gpus_per_run)
+    """Train ``specs`` on a local process pool of ``workers`` (fewer when GPUs bound them), each worker with
+    the GPUs ``grpolab.sweep.devices.worker_devices`` gives it (None: auto); returns the outcomes of the runs
+    that ended."""
+    devices = worker_devices(gpus_per_run, workers, {spec.config.device for spec in specs})
+    workers = len(devices)
     progress = multiprocessing.get_context("spawn").Queue()
     request = StopRequest()
     outcomes: list[dict[str, Any]] = []

@@ -23,9 +23,10 @@ __all__ = ["run_sweep"]
 
 
 def run_sweep(specs: Sequence[RunSpec], *, workers: int | None = None, backend: str = "local",
-              on_event: EventFn | None = None, gpus_per_run: int = 0) -> list[dict[str, Any]]:
+              on_event: EventFn | None = None, gpus_per_run: int | None = None) -> list[dict[str, Any]]:
     """Run every run of ``specs`` that has not ended; returns one outcome per run started (ok, error,
-    seconds). ``on_event`` receives progress messages and {"finished": outcome}."""
+    seconds). ``on_event`` receives progress messages and {"finished": outcome}. ``gpus_per_run``: None (auto),
+    0 (CPU only) or N (``grpolab.sweep.devices``)."""
     todo = [spec for spec in specs if not spec.ended]
     on_event = on_event or (lambda event: None)
     if not todo:

@@ -1,9 +1,12 @@
 """One run of a sweep inside a worker process, and what a local worker sets up before its first run.
 
 ``run_one`` trains (or resumes) one run and never raises: a failed run is an outcome (``ok`` False, the
-error in one line), so that one run cannot end the sweep. A local worker (``init_worker``) takes its own
-``CUDA_VISIBLE_DEVICES`` and a watchdog thread that ends it when the sweep process is gone (killed with
-``kill -9``, say): an orphaned worker would otherwise keep its run's lock and memory.
+error in one line), so that one run cannot end the sweep. A local worker (``init_worker``) starts a
+watchdog thread that ends it when the sweep process is gone (killed with ``kill -9``, say): an orphaned worker
+would otherwise keep its run's lock and memory. Its ``CUDA_VISIBLE_DEVICES`` is not set here but in the
+environment it is started with (``grpolab.sweep.local.worker_pool``), so that it holds before the worker's
+interpreter imports anything: torch reads the variable once, when CUDA is first asked about, and the modules a
+spawned worker imports first (the sweep script's own, re-imported as ``__mp_main__``, too) may ask.
 """
 
 from __future__ import annotations
@@ -50,13 +53,10 @@ def post_progress(spec: RunSpec) -> dict[str, Any]:
     return run_one(spec, _progress_queue.put if _progress_queue is not None else None)
 
 
-def init_worker(progress_queue: Any, devices: Any, parent_pid: int, poll_seconds: float = 1.0) -> None:
-    """Set up a local worker: its progress queue, its GPUs (a ``CUDA_VISIBLE_DEVICES`` value taken from the
-    ``devices`` queue, or None for CPU runs) and the watchdog on ``parent_pid``."""
+def init_worker(progress_queue: Any, parent_pid: int, poll_seconds: float = 1.0) -> None:
+    """Set up a local worker: its progress queue and the watchdog on ``parent_pid``."""
     global _progress_queue
     _progress_queue = progress_queue
-    if devices is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = devices.get(timeout=60)
     watchdog = threading.Thread(target=_exit_when_orphaned, args=(parent_pid, poll_seconds), daemon=True,
                                 name="grpolab-parent-watchdog")
     watchdog.start()
