@@ -122,7 +122,7 @@ def sizes(cpu: bool) -> Sizes:
         resume_steps=30,
         resume=["--group-size", "4", "--prompts-per-step", "16", "--checkpoint-every", "5", "--eval-limit", "50",
                 "--eval-samples", "0"],
-        shape={"steps": 3, "group_size": 8, "prompts_per_step": 16, "max_new_tokens": 128, "eval_limit": 16,
+        shape={"steps": 3, "group_size": 8, "prompts_per_step": 16, "max_new_tokens": 128, "eval_limit": 8,
                "eval_samples": 2, "eval_start": False, "dtype": "bfloat16"},
         sampling={"prompts": 64, "samples": 4, "max_new_tokens": 128},
         timeouts={"train": 90, "compare": 120, "resume": 120, "build": 90, "shape": 150, "sampling": 120,
@@ -178,7 +178,8 @@ class Check:
             step.detail = str(error)
         except Exception as error:  # a bug in a step must not hide the other steps
             step.detail = f"{type(error).__name__}: {error}"
-        step.seconds = time.perf_counter() - started
+        # a step read from a shared child (CPU mode) took the child's time for its spec, not the reading's
+        step.seconds = max(time.perf_counter() - started, step.metrics.get("child_s") or 0.0)
         with self.lock:
             self.steps[name] = step
         print(f"[gpu-check] {name}: {step.status.upper()} in {step.seconds:.1f} s  {step.detail}", flush=True)
@@ -213,6 +214,8 @@ class Check:
                                             *self.device_flags(engine), "--no-progress", "--out", str(run)], "train")
             if code != 0:
                 raise StepFailed(f"exit code {code}: {last_line(log)}")
+            if not self.cpu and "trained on cpu" in log:
+                raise StepFailed("asked for --device cuda, the run says it trained on the CPU")
             start, end = evaluations(run)
             step.metrics.update(run_perf(run, engine))
             step.metrics.update({"engine": engine, "model": "embedded", "start_greedy": start["greedy_accuracy"],
@@ -355,24 +358,36 @@ class Check:
     # ------------------------------------------------------------------ all of it
 
     def run(self, only: set[str]) -> list[Step]:
-        """Every step (or those in ``only``), ``sizes.jobs`` at a time, in the order of the step list."""
+        """Every step (or those in ``only``). On the GPU in three phases: the embedded trainings alone (their step
+        times are reported), then compare and kill/resume side by side (nothing timed), then the models and the
+        measured real-shape runs and sampling one at a time. In CPU mode all at once, ``sizes.jobs`` at a time,
+        the child steps in one process."""
         def wanted(name: str) -> bool:
             return not only or name in only
 
-        need_models = any(wanted(n) for n in (*shape_names(), "sampling"))
-        with ThreadPoolExecutor(max_workers=self.sizes.jobs) as pool:
-            if self.cpu and (need_models or wanted("build-models")):
-                pool.submit(self.run_group, [n for n in child_names() if n == "build-models" or wanted(n)])
-            for engine in ENGINES:
-                for name, job in ((f"train-{engine}", self.train), (f"compare-{engine}", self.compare),
-                                  (f"resume-{engine}", self.resume)):
+        children = [n for n in child_names() if wanted(n)]
+        if children and "build-models" not in children:
+            children.insert(0, "build-models")  # the models the other child steps need
+        by_engine = [(f"{kind}-{engine}", job, engine) for kind, job in (("train", self.train), ("resume", self.resume),
+                                                                            ("compare", self.compare))
+                     for engine in ENGINES]
+        if self.cpu:
+            with ThreadPoolExecutor(max_workers=self.sizes.jobs) as pool:
+                if children:
+                    pool.submit(self.run_group, children)
+                for name, job, engine in by_engine:
                     if wanted(name):
                         pool.submit(job, engine)
-            if not self.cpu and (need_models or wanted("build-models")):
-                built = pool.submit(self.build_models, self.fetch_one)
-                for name in child_names()[1:]:
-                    if wanted(name):
-                        pool.submit(self.dispatch, name, built, self.fetch_one)
+        else:
+            for jobs, kind in ((1, "train"), (4, ("resume", "compare"))):
+                with ThreadPoolExecutor(max_workers=jobs) as pool:
+                    for name, job, engine in by_engine:
+                        if wanted(name) and name.startswith(kind):
+                            pool.submit(job, engine)
+            if children:
+                built = _done(self.build_models(self.fetch_one))
+                for name in children[1:]:
+                    self.dispatch(name, built, self.fetch_one)
         return [self.steps[name] for name in step_names() if name in self.steps]
 
     def fetch_one(self, name: str) -> dict[str, Any]:
@@ -410,7 +425,7 @@ def kind_of(name: str) -> str:
 
 def child_names() -> list[str]:
     """The steps that run in child processes, build-models first."""
-    return ["build-models", *shape_names(), "sampling"]
+    return ["build-models", "sampling", *shape_names()]
 
 
 def _done(value: Any) -> Future:
@@ -576,8 +591,9 @@ def child_main(spec_path: Path) -> None:
         if failed_build:
             result = {"error": "build-models failed: no model"}
         else:
+            started = time.perf_counter()
             try:
-                result = jobs[spec["kind"]](spec)
+                result = {**jobs[spec["kind"]](spec), "child_s": time.perf_counter() - started}
             except Exception as error:  # the next spec still runs
                 traceback.print_exc()
                 result = {"error": f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"}
