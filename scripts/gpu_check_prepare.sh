@@ -21,5 +21,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .gpu/wheels $WHEELS
 "$PY" scripts/gpu_check.py --save-smollm2-tokenizer .gpu/smollm2-tokenizer
 echo "wheels: $(ls .gpu/wheels | wc -l) files"
-du -sh .gpu .gpu/wheels .gpu/smollm2-tokenizer
+du -sh .gpu/wheels .gpu/smollm2-tokenizer; du -sh .gpu
 echo "tracked files of the repository: $(git ls-files -z | xargs -0 du -ch 2>/dev/null | tail -1 | cut -f1)"
