@@ -8,7 +8,8 @@ Steps (each records pass or fail with its time; a failing step never hides the o
 2. ``compare-grpolab``, ``compare-trl``: ``grpolab compare --engine E`` with 2 estimators, 1 group size, 2 seeds
    and an explicit lr (``--lrs ""``): every run finished and ``results.parquet`` holds both estimators' end rows.
 3. ``resume-grpolab``, ``resume-trl``: a run is killed with SIGKILL once a checkpoint exists, then resumed with
-   ``--resume``; its ``summary.json`` must say finished, with every step in ``metrics.jsonl``.
+   ``--resume`` (grpolab's engine with ``--device cpu``: its GPU checkpoint resumes on the CPU); its
+   ``summary.json`` must say finished, with every step in ``metrics.jsonl``.
 4. ``build-models``, then ``shape-<engine>-<model>``: random weights of SmolLM2-135M's and Qwen2.5-0.5B's shapes
    (``SHAPES``) saved as local Hugging Face directories with tokenizers of the real vocabulary sizes, trained a
    few steps with LoRA and bfloat16 through the Python API (``grpolab.train.train``), each in a fresh process
@@ -190,10 +191,8 @@ class Check:
         return str(self.work / "injected-failure-no-such-model") if name in self.inject else model
 
     def device_flags(self, engine: str) -> list[str]:
-        """grpolab's engine gets ``--device cpu`` or ``cuda``; TRL's engine refuses a ``--device`` other than auto
-        (and uses the GPU whenever CUDA is visible; CPU mode hides it)."""
-        if engine == "trl":
-            return []
+        """``--device cuda`` on the GPU, ``--device cpu`` in CPU mode, for both engines (CPU mode also hides any
+        GPU from the children)."""
         return ["--device", "cpu" if self.cpu else "cuda"]
 
     def grpolab(self, name: str, argv: list[str], kind: str) -> tuple[int, str]:
@@ -214,15 +213,17 @@ class Check:
                                             *self.device_flags(engine), "--no-progress", "--out", str(run)], "train")
             if code != 0:
                 raise StepFailed(f"exit code {code}: {last_line(log)}")
-            if not self.cpu and "trained on cpu" in log:
-                raise StepFailed("asked for --device cuda, the run says it trained on the CPU")
+            device = json.loads((run / "summary.json").read_text()).get("device", "")
+            if not self.cpu and not device.startswith("cuda"):
+                raise StepFailed(f"asked for --device cuda, summary.json says it trained on {device!r}")
             start, end = evaluations(run)
             step.metrics.update(run_perf(run, engine))
             step.metrics.update({"engine": engine, "model": "embedded", "start_greedy": start["greedy_accuracy"],
                                  "end_greedy": end["greedy_accuracy"], "start_pass1": pass1(start),
                                  "end_pass1": pass1(end)})
             gain = 100 * (end["greedy_accuracy"] - start["greedy_accuracy"])
-            step.detail = (f"greedy {100 * start['greedy_accuracy']:.1f}% -> {100 * end['greedy_accuracy']:.1f}% "
+            step.detail = (f"on {device}: greedy {100 * start['greedy_accuracy']:.1f}% -> "
+                           f"{100 * end['greedy_accuracy']:.1f}% "
                            f"({gain:+.1f} points), pass@1 {fmt_pct(pass1(start))} -> {fmt_pct(pass1(end))}")
             need = self.sizes.learn_points
             if need is not None and gain < need:
@@ -262,7 +263,9 @@ class Check:
             killed_at = kill_at_first_checkpoint([self.python, "-m", "grpolab", *argv],
                                                  self.work / "logs" / f"{name}-killed.log", run, engine,
                                                  self.timeout("resume"), self.env)
-            code, log = self.grpolab(f"{name}-resumed", [*argv, "--resume"], "resume")
+            # grpolab's engine resumes its GPU checkpoint on the CPU: a checkpoint must resume on another device
+            across = ["--device", "cpu"] if engine == "grpolab" else []
+            code, log = self.grpolab(f"{name}-resumed", [*argv, "--resume", *across], "resume")
             if code != 0:
                 raise StepFailed(f"killed at checkpoint {killed_at}; resume: exit code {code}: {last_line(log)}")
             summary = json.loads((run / "summary.json").read_text())
@@ -288,7 +291,7 @@ class Check:
         engine, model = name.split("-", 2)[1:]
         config = {"engine": engine, "model": self.model_flag(name, str(self.work / "models" / model)),
                   "task": "reverse", "advantage": "sign", "lora": True, "lr": 1e-4, "checkpoint_every": 0,
-                  "progress": False, "device": "auto" if engine == "trl" else ("cpu" if self.cpu else "cuda"),
+                  "progress": False, "device": "cpu" if self.cpu else "cuda",
                   **self.sizes.shape}
         return {"kind": "train", "config": config, "run_dir": str(self.work / name), "cpu": self.cpu}
 
