@@ -8,8 +8,9 @@ Steps (each records pass or fail with its time; a failing step never hides the o
 2. ``compare-grpolab``, ``compare-trl``: ``grpolab compare --engine E`` with 2 estimators, 1 group size, 2 seeds
    and an explicit lr (``--lrs ""``): every run finished and ``results.parquet`` holds both estimators' end rows.
 3. ``resume-grpolab``, ``resume-trl``: a run is killed with SIGKILL once a checkpoint exists, then resumed with
-   ``--resume`` (grpolab's engine with ``--device cpu``: its GPU checkpoint resumes on the CPU); its
-   ``summary.json`` must say finished, with every step in ``metrics.jsonl``.
+   ``--resume`` (grpolab's engine with ``--device cpu``: its GPU checkpoint resumes on the CPU; on the GPU, TRL's
+   run resumes there and a copy of it with ``--device cpu``); its ``summary.json`` must say finished, with every
+   step in ``metrics.jsonl``.
 4. ``build-models``, then ``shape-<engine>-<model>``: random weights of SmolLM2-135M's and Qwen2.5-0.5B's shapes
    (``SHAPES``) saved as local Hugging Face directories with tokenizers of the real vocabulary sizes, trained a
    few steps with LoRA and bfloat16 through the Python API (``grpolab.train.train``), each in a fresh process
@@ -258,24 +259,27 @@ class Check:
             run = self.work / name
             steps = self.sizes.resume_steps
             argv = ["train", "--engine", engine, "--model", self.model_flag(name, "embedded"), "--task", "reverse",
-                    "--steps", str(steps), *self.sizes.resume, *self.device_flags(engine), "--no-progress",
-                    "--out", str(run)]
-            killed_at = kill_at_first_checkpoint([self.python, "-m", "grpolab", *argv],
+                    "--steps", str(steps), *self.sizes.resume, *self.device_flags(engine), "--no-progress"]
+            killed_at = kill_at_first_checkpoint([self.python, "-m", "grpolab", *argv, "--out", str(run)],
                                                  self.work / "logs" / f"{name}-killed.log", run, engine,
                                                  self.timeout("resume"), self.env)
-            # grpolab's engine resumes its GPU checkpoint on the CPU: a checkpoint must resume on another device
+            # a checkpoint must resume on another device: grpolab's engine resumes its GPU checkpoint on the CPU;
+            # TRL's resumes where it ran, and a copy of it on the CPU
             across = ["--device", "cpu"] if engine == "grpolab" else []
-            code, log = self.grpolab(f"{name}-resumed", [*argv, "--resume", *across], "resume")
+            copy = run.with_name(f"{name}-on-cpu") if engine == "trl" else None
+            if copy is not None:
+                shutil.copytree(run, copy)
+            code, log = self.grpolab(f"{name}-resumed", [*argv, "--out", str(run), "--resume", *across], "resume")
             if code != 0:
                 raise StepFailed(f"killed at checkpoint {killed_at}; resume: exit code {code}: {last_line(log)}")
-            summary = json.loads((run / "summary.json").read_text())
-            logged = sorted({row["step"] for row in read_jsonl(run / "metrics.jsonl")})
-            step.detail = (f"killed (SIGKILL) after checkpoint {killed_at}, resumed: status {summary.get('status')}, "
-                           f"{summary.get('steps')} steps, metrics.jsonl steps {logged[0] if logged else '-'}.."
-                           f"{logged[-1] if logged else '-'}")
-            if summary.get("status") != "finished" or summary.get("steps") != steps or logged != list(
-                    range(1, steps + 1)):
-                raise StepFailed(step.detail)
+            step.detail = f"killed (SIGKILL) after checkpoint {killed_at}, resumed: {finished_run(run, steps)}"
+            if copy is not None:
+                code, log = self.grpolab(f"{name}-resumed-on-cpu", [*argv, "--out", str(copy), "--resume",
+                                                                     "--device", "cpu"], "resume")
+                if code != 0:
+                    raise StepFailed(f"{step.detail}; its copy resumed on the CPU: exit code {code}: "
+                                     f"{last_line(log)}")
+                step.detail += f"; a copy resumed on the CPU: {finished_run(copy, steps)}"
 
         return self.record(name, body)
 
@@ -529,6 +533,18 @@ def last_line(text: str) -> str:
 
 
 # ---------------------------------------------------------------------- reading run directories
+
+
+def finished_run(run: Path, steps: int) -> str:
+    """What a resumed run's files say, as a detail; ``StepFailed`` unless it finished with steps 1..``steps`` logged
+    once each."""
+    summary = json.loads((run / "summary.json").read_text())
+    logged = sorted({row["step"] for row in read_jsonl(run / "metrics.jsonl")})
+    detail = (f"status {summary.get('status')}, {summary.get('steps')} steps, metrics.jsonl steps "
+              f"{logged[0] if logged else '-'}..{logged[-1] if logged else '-'}")
+    if summary.get("status") != "finished" or summary.get("steps") != steps or logged != list(range(1, steps + 1)):
+        raise StepFailed(detail)
+    return detail
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
