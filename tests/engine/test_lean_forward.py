@@ -1,20 +1,25 @@
 """The lean training forward (``lean_forward``) against the transformers forward it replaces in
-``rollout.token_logprobs``.
+``rollout.token_logprobs``, and prefix packing (``prefix_packing``, the update's forward) against the padded
+forward.
 
-Tolerances, float32, stated here: logits and token log-probs within 1e-5 of transformers' at every
-position after a row's first real token (measured: bit-identical on all five models below); the
-gradients of a masked log-prob loss within 1e-4 of the largest reference entry of each parameter's
-gradient (measured max 8e-7, from the fused q/k/v and gate/up matmuls and the fused RMS norm).
-
-Prefix packing (``prefix_packing``, the update's forward), float32: log-probs of real completion tokens
-within 1e-5 of the padded transformers forward's, 0 at masked positions, gradients within the same
-relative 1e-4.
+Tolerances, float32, derived from the sums rather than measured on one CPU (``tests.float_bounds``): the two
+forwards sum the same terms in different orders (fused q/k/v and gate/up matmuls, the fused RMS norm, a packed
+layout with other matmul shapes), so logits and log-probs may differ by ``eps * sqrt(n) * m``, ``n`` the terms
+summed along the path to one logit (``_path_terms``: 2,130 for the embedded model, packed) and ``m`` the largest
+reference value compared (k = 1), at every position after a row's first real token; each parameter's gradient
+by ``16 * eps * sqrt(n)`` of its largest reference entry (k = 16: the backward walks the path again, through
+the softmax's and the norms' derivatives; for the embedded model about the 1e-4 this file used to state).
+Measured against these bounds, log-probs and gradients at most 0.05 of theirs, on an AMD EPYC (AVX-512) with
+the default kernels and with ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=default``; the packed embedded
+log-probs once reached 1.14e-5 (0.07 of the bound) on an Intel CPU with AMX. Masked positions of the packed
+forward are exactly 0.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from tests.float_bounds import reordered_sum_gap
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from grpolab.config import TrainConfig
@@ -25,6 +30,25 @@ from grpolab.train.step import StepBatch, _logprobs
 
 VOCAB = 32
 KEEP = 7
+GRADIENT_K = 16  # the backward's gap, in units of the forward's (see the module docstring)
+
+
+def _path_terms(model: torch.nn.Module, positions: int) -> int:
+    """The terms summed along the path to one logit: per layer two RMS norms, the q/k/v projection and the
+    gate/up projection (hidden each), attention over ``positions``, the output and down projections (hidden,
+    intermediate); then the final norm, the head (hidden) and the log-softmax (vocab)."""
+    config = model.config
+    per_layer = 4 * config.hidden_size + positions + config.hidden_size + config.intermediate_size
+    return config.num_hidden_layers * per_layer + 2 * config.hidden_size + config.vocab_size
+
+
+def _forward_gap(model: torch.nn.Module, positions: int, reference: torch.Tensor) -> float:
+    """The largest gap allowed between two float32 forwards' values of which ``reference`` holds one."""
+    return reordered_sum_gap(torch.float32, _path_terms(model, positions), reference.abs().max())
+
+
+def _gradient_gap(model: torch.nn.Module, positions: int, reference: torch.Tensor) -> float:
+    return reordered_sum_gap(torch.float32, _path_terms(model, positions), reference.abs().max(), k=GRADIENT_K)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +118,7 @@ def test_logits_equal_the_transformers_forward(name: str) -> None:
         lean = lean_forward.logits(model, ids, mask, _positions(mask), KEEP)
         reference = _reference(model, ids, mask)
     valid = _valid(mask)
-    assert (lean - reference)[valid].abs().max() < 1e-5
+    assert (lean - reference)[valid].abs().max() <= _forward_gap(model, ids.shape[1], reference[valid])
 
 
 @pytest.mark.parametrize("name", list(_models()))
@@ -115,8 +139,7 @@ def test_gradients_equal_the_transformers_backward(name: str) -> None:
     if name.startswith("lora"):
         assert all("lora_" in n for n in lean)  # the adapters train, the base stays frozen
     for key, expected in reference.items():
-        scale = expected.abs().max().clamp(min=1e-8)
-        assert (lean[key] - expected).abs().max() / scale < 1e-4, key
+        assert (lean[key] - expected).abs().max() <= _gradient_gap(model, ids.shape[1], expected), key
 
 
 def test_token_logprobs_match_the_transformers_forward(embedded) -> None:
@@ -126,7 +149,8 @@ def test_token_logprobs_match_the_transformers_forward(embedded) -> None:
         logprobs, _ = token_logprobs(embedded, ids, mask, t)
         logits = _reference(embedded, ids, mask)[:, :-1]
     expected = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, -t:, None]).squeeze(-1)
-    assert (logprobs - expected)[mask[:, -t:].bool()].abs().max() < 1e-5
+    valid = mask[:, -t:].bool()
+    assert (logprobs - expected)[valid].abs().max() <= _forward_gap(embedded, ids.shape[1], expected[valid])
 
 
 def test_other_architectures_fall_back_to_transformers() -> None:
@@ -155,7 +179,7 @@ def test_update_log_probs_skip_unused_columns_exactly(embedded, monkeypatch) -> 
         full, _ = token_logprobs(embedded, ids[rows], mask[rows], 7)
     valid = mask[rows, completion].bool()
     assert trimmed.shape == full.shape
-    assert (trimmed - full)[valid].abs().max() < 1e-5
+    assert (trimmed - full)[valid].abs().max() <= _forward_gap(embedded, ids.shape[1], full[valid])
     used = int(valid.any(dim=0).nonzero().max()) + 1
     assert used < 7 and (trimmed[:, used:] == 0).all()
 
@@ -198,11 +222,12 @@ def test_packed_logprobs_and_gradients_equal_the_padded_forward(name: str) -> No
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results.append((logprobs.detach(), grads))
     (reference, reference_grads), (packed, packed_grads) = results
-    assert (packed - reference)[valid].abs().max() < 1e-5
+    positions = batch[0].shape[1] + 3 * batch[2].shape[1]  # the longest packed sequence: a prompt, G = 3 rows
+    assert (packed - reference)[valid].abs().max() <= _forward_gap(model, positions, reference[valid])
     assert (packed[~valid] == 0).all()
     assert reference_grads.keys() == packed_grads.keys() and reference_grads
     for key, grad in reference_grads.items():
-        assert (packed_grads[key] - grad).abs().max() <= 1e-4 * grad.abs().max().clamp(min=1e-12), key
+        assert (packed_grads[key] - grad).abs().max() <= _gradient_gap(model, positions, grad), key
 
 
 def test_the_packing_forwards_each_prompt_once_and_no_padding() -> None:
@@ -252,4 +277,6 @@ def test_the_update_packs_with_the_padded_values() -> None:
         update = _logprobs(model, batch, rows, TrainConfig(temperature=0.7))
         reference = _padded(model, prompt_ids[rows], prompt_mask[rows], completion_ids[rows], completion_mask[rows])
     valid = completion_mask[rows].bool()
-    assert (update - reference)[valid].abs().max() < 1e-5 and (update[~valid] == 0).all()
+    positions = prompt_ids.shape[1] + completion_ids.shape[1]
+    assert (update - reference)[valid].abs().max() <= _forward_gap(model, positions, reference[valid])
+    assert (update[~valid] == 0).all()
