@@ -233,22 +233,27 @@ def test_vary_adds_an_axis_with_its_own_runs_and_rows(tmp_path: Path, capsys: py
     assert "primary must name two different estimators" in capsys.readouterr().err
 
 
-def test_a_diverged_selection_run_disqualifies_its_lr_and_is_never_retried(tmp_path: Path,
-                                                                          capsys: pytest.CaptureFixture) -> None:
+def test_a_diverged_selection_run_disqualifies_its_lr_and_is_never_retried(tmp_path: Path) -> None:
+    """The lr 3e-3 run diverges at step 3, forced (``tests/reliability/_diverge.py``, in the spawned workers too):
+    a large lr diverged on one CPU and trained on another."""
     out = tmp_path / "cmp"
-    argv = ["compare", "--estimators", "sign", "--seeds", "1", "--group-sizes", "2", "--workers", "2",
-            "--selection-seeds", "1", "--lrs", "1e-3,10", "--lr-bracket-rounds", "0", "--out", str(out),
-            "--no-report", *TINY_FLAGS, "--steps", "8", "--prompts-per-step", "2"]
-    assert main(argv) == 1  # a run of the sweep diverged: not ok
-    said = capsys.readouterr().err.replace("\n", " ")
-    assert "run sign-G2-lr10-seed1000 failed" in said and "diverged at step" in said, said
-    summary = out / "selection" / "sign-G2-lr10-seed1000" / "summary.json"
+    argv = [sys.executable, str(Path(__file__).parents[1] / "reliability" / "_diverge.py"), "compare",
+            "--estimators", "sign", "--seeds", "1", "--group-sizes", "2", "--workers", "2", "--selection-seeds", "1",
+            "--lrs", "1e-3,3e-3", "--lr-bracket-rounds", "0", "--out", str(out), "--no-report", *TINY_FLAGS,
+            "--steps", "8", "--prompts-per-step", "2"]
+    env = {**os.environ, "GRPOLAB_TEST_DIVERGE_LR": "3e-3", "GRPOLAB_TEST_DIVERGE_STEP": "3"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]  # a run of the sweep diverged: not ok
+    said = done.stderr.replace("\n", " ")
+    assert "run sign-G2-lr0.003-seed1000 failed" in said and "diverged at step 3" in said, said
+    summary = out / "selection" / "sign-G2-lr0.003-seed1000" / "summary.json"
     assert json.loads(summary.read_text())["status"] == "diverged"
     selection = pd.read_parquet(out / "selection.parquet").set_index("lr")
-    assert selection.loc[10.0, "status"] == "diverged" and not selection.loc[10.0, "selected"]
-    assert np.isnan(selection.loc[10.0, "validation_score"])  # never scored as 0%
+    assert selection.loc[3e-3, "status"] == "diverged" and not selection.loc[3e-3, "selected"]
+    assert np.isnan(selection.loc[3e-3, "validation_score"])  # never scored as 0%
     assert selection.loc[1e-3, "selected"] and selection.loc[1e-3, "status"] == "finished"
     assert set(pd.read_parquet(out / "results.parquet")["lr"]) == {1e-3}
     written = summary.stat().st_mtime_ns
-    assert main(argv) == 0  # the re-run trains nothing: a diverged run has ended
-    assert summary.stat().st_mtime_ns == written and "0 run(s) trained" in capsys.readouterr().err
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]  # the re-run trains nothing: a diverged run has ended
+    assert summary.stat().st_mtime_ns == written and "0 run(s) trained" in again.stderr

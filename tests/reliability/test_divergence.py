@@ -1,38 +1,46 @@
-"""A diverging run stops: ``grpolab train --lr 10`` ends with one line and exit code 2, keeps its last good
+"""A diverging run stops: ``grpolab train`` ends with one line and exit code 2, keeps its last good
 checkpoint, saves no final/ model and writes summary.json with status "diverged"; a NaN model (from before
-divergence was detected) is refused in one line by the commands that load it."""
+divergence was detected) is refused in one line by the commands that load it.
+
+The divergence is forced (``_diverge.py``: a NaN weight from the update of step 3), not hoped for from a large
+lr: ``--lr 10`` diverged on one CPU and trained on another.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from tests.reliability._diverge import force_divergence
 from tests.reliability.conftest import assert_one_line_error, run_cli
 
 from grpolab.train import runlog
 from grpolab.train.divergence import divergence_reason
 
-DIVERGING = ["--lr", "10", "--steps", "8", "--prompts-per-step", "2", "--eval-limit", "4", "--eval-samples", "0",
+LR, AT_STEP = 1e-3, 3  # the run diverges at step 3, whatever the CPU
+DIVERGE = {"GRPOLAB_TEST_DIVERGE_LR": str(LR), "GRPOLAB_TEST_DIVERGE_STEP": str(AT_STEP)}
+DIVERGING = ["--lr", str(LR), "--steps", "8", "--prompts-per-step", "2", "--eval-limit", "4", "--eval-samples", "0",
              "--no-eval-start", "--checkpoint-every", "1", "--threads", "1", "--no-progress"]
 
 
-def test_train_at_lr_10_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+def test_a_diverging_train_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch):
+    force_divergence(monkeypatch, LR, AT_STEP)
     run = tmp_path / "run"
     code, err = run_cli(["train", "--out", str(run), *DIVERGING], capsys)
-    line = assert_one_line_error(code, err, "diverged at step", "lr 10 is likely too high", "a lower --lr")
+    line = assert_one_line_error(code, err, "diverged at step 3:", "lr 0.001 is likely too high", "a lower --lr")
     assert not (run / "final").exists()
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "diverged"
-    step = summary["diverged_at_step"]
-    assert f"step {step}:" in line and summary["reason"] in line
-    assert 1 <= step < 8
-    assert [row["step"] for row in runlog.read_metrics(run / "metrics.jsonl")] == list(range(1, step + 1))
+    assert summary["status"] == "diverged" and summary["diverged_at_step"] == AT_STEP
+    assert summary["reason"] == "the parameters became NaN or infinite after the update" and summary["reason"] in line
+    assert [row["step"] for row in runlog.read_metrics(run / "metrics.jsonl")] == [1, 2, 3]
     checkpoints = sorted((run / "checkpoints").glob("step-*"))
-    assert checkpoints == [] or int(checkpoints[-1].name.split("-")[1]) == step - 1
+    assert [c.name for c in checkpoints] == ["step-000001", "step-000002"]  # the diverged step is never saved
     for checkpoint in checkpoints:
         assert all(torch.isfinite(t).all() for t in load_file(checkpoint / "weights.safetensors").values())
 
@@ -78,12 +86,13 @@ def test_gradients_on_a_nan_model_directory_is_one_line(finished_run, capsys):
     assert_one_line_error(code, err, f"the model {finished_run / 'final'} has NaN or infinite weights")
 
 
-def test_the_real_cli_at_lr_10_prints_one_line_and_exits_non_zero(tmp_path):
+def test_the_real_cli_of_a_diverging_run_prints_one_line_and_exits_non_zero(tmp_path):
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "grpolab.cli", "train", "--out", str(run), *DIVERGING],
-                          capture_output=True, text=True, timeout=600, check=False)
+    wrapper = str(Path(__file__).parent / "_diverge.py")
+    done = subprocess.run([sys.executable, wrapper, "train", "--out", str(run), *DIVERGING], capture_output=True,
+                          text=True, timeout=600, check=False, env={**os.environ, **DIVERGE})
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "diverged at step" in lines[0], lines
+    assert len(lines) == 1 and "diverged at step 3:" in lines[0], lines
     assert not (run / "final").exists()
