@@ -154,3 +154,164 @@ def test_auto_dtype_is_bfloat16_only_for_models_large_enough(embedded) -> None:
     assert fast_decode.preferred_dtype(large) == torch.bfloat16
     with pytest.raises(UserError, match="dtype"):
         _run(embedded.model, embedded.tokenizer, engine="auto", dtype="float16")
+
+
+# ------------------------------------------------------------ the static-shape step and its CUDA graph
+
+
+def _modes_sample(model, tokenizer, mode: str, monkeypatch: pytest.MonkeyPatch, **kwargs):
+    monkeypatch.setattr(fast_decode, "step_mode", mode)
+    return _run(model, tokenizer, engine="lean", **kwargs)
+
+
+@pytest.mark.parametrize(("kv_heads", "dtype"), [(2, "float32"), (4, "float32"), (1, "bfloat16")])
+def test_the_static_shape_step_samples_the_tokens_of_the_dynamic_step(embedded, kv_heads: int, dtype: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step a CUDA graph replays, run eagerly on the CPU: over the whole cache, unwritten slots under -inf.
+    Its logits differ from the dynamic step's only in the summation order over the (zero-weighted) extra slots:
+    float32 log-probs within 1e-5, bfloat16 ones within 1e-2 (both measured ~1e-6 / ~1e-3)."""
+    model = _random_llama(len(embedded.tokenizer), kv_heads=kv_heads, tied=True)
+    dynamic = _modes_sample(model, embedded.tokenizer, "dynamic", monkeypatch, dtype=dtype, tokens=16)
+    static = _modes_sample(model, embedded.tokenizer, "static", monkeypatch, dtype=dtype, tokens=16)
+    assert torch.equal(static.completion_ids, dynamic.completion_ids)
+    assert (static.logprobs - dynamic.logprobs).abs().max() < (1e-5 if dtype == "float32" else 1e-2)
+
+
+def test_the_cpu_keeps_the_dynamic_step(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fast_decode, "step_mode", "auto")
+    assert fast_decode.build(embedded.model, torch.float32).mode == "dynamic"
+
+
+class _Stream:
+    """A stand-in for ``torch.cuda.Stream`` on the CPU."""
+
+    def __init__(self, *_: object) -> None:
+        pass
+
+    def wait_stream(self, _: object) -> None:
+        pass
+
+
+def _cpu_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import nullcontext
+
+    monkeypatch.setattr(torch.cuda, "Stream", _Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *_: _Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda *_: nullcontext())
+
+
+def test_a_failed_capture_steps_eagerly_with_one_warning(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Capture raising after the warm-up step: the slot, position and bias are taken back, the rollout goes on
+    eagerly with the same tokens, one warning line, and later rollouts do not try again."""
+    import warnings
+    from contextlib import contextmanager
+
+    model = _random_llama(len(embedded.tokenizer), kv_heads=2, tied=True)
+    dynamic = _modes_sample(model, embedded.tokenizer, "dynamic", monkeypatch)
+    _cpu_streams(monkeypatch)
+    monkeypatch.setattr(fast_decode, "_GRAPH_FAILURE", [])
+
+    @contextmanager
+    def refused(*_: object, **__: object):
+        raise RuntimeError("operation not permitted when stream is capturing\nsecond line")
+        yield
+
+    monkeypatch.setattr(torch.cuda, "graph", refused)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = _modes_sample(model, embedded.tokenizer, "graph", monkeypatch)
+        second = _modes_sample(model, embedded.tokenizer, "graph", monkeypatch)
+    lines = [str(w.message) for w in caught if "CUDA graph" in str(w.message)]
+    assert len(lines) == 1 and "\n" not in lines[0] and "steps eagerly" in lines[0]
+    for got in (first, second):
+        assert torch.equal(got.completion_ids, dynamic.completion_ids)
+        torch.testing.assert_close(got.logprobs, dynamic.logprobs, atol=1e-5, rtol=0)
+
+
+def test_a_captured_step_is_replayed_once_per_token(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in graph with CUDA's semantics (capture runs nothing; a replay reruns the captured step into the same
+    output tensor): the warm-up's slot and position are taken back, each token is copied into the static input, and
+    the logits handed out survive the next replay."""
+    from contextlib import contextmanager
+
+    model = _random_llama(len(embedded.tokenizer), kv_heads=2, tied=True)
+    dynamic = _modes_sample(model, embedded.tokenizer, "dynamic", monkeypatch)
+    _cpu_streams(monkeypatch)
+    monkeypatch.setattr(fast_decode, "_GRAPH_FAILURE", [])
+    replays: list[int] = []
+
+    class Graph:
+        lean: fast_decode.LeanLlama | None = None
+
+        def replay(self) -> None:
+            replays.append(1)
+            self.lean._graph_logits.copy_(self.lean._static_step())
+
+    @contextmanager
+    def capture(graph: Graph, **_: object):
+        lean = graph.lean = _last_built[-1]
+        state = [t.clone() for t in (lean._slot, lean._next_position, lean._key_bias, lean._keys, lean._values)]
+        yield
+        for tensor, value in zip((lean._slot, lean._next_position, lean._key_bias, lean._keys, lean._values), state,
+                                 strict=True):
+            tensor.copy_(value)  # a capture records the kernels without running them
+
+    _last_built: list[fast_decode.LeanLlama] = []
+    build = fast_decode.build
+    monkeypatch.setattr(fast_decode, "build", lambda *a, **k: _last_built.append(build(*a, **k)) or _last_built[-1])
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", capture)
+    graphed = _modes_sample(model, embedded.tokenizer, "graph", monkeypatch)
+    assert torch.equal(graphed.completion_ids, dynamic.completion_ids)
+    torch.testing.assert_close(graphed.logprobs, dynamic.logprobs, atol=1e-5, rtol=0)
+    assert len(replays) == graphed.completion_ids.shape[1] - 1  # one per step after the prefill's token
+
+
+# ------------------------------------------------------------ Qwen2: q/k/v biases in the fused projection
+
+
+def _random_qwen2(vocab: int, **extra):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         tie_word_embeddings=True, pad_token_id=0, **extra)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:  # random biases large enough to matter
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)
+    return model
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_qwen2_takes_the_lean_path_with_the_tokens_of_transformers(embedded, lora: bool) -> None:
+    model = _random_qwen2(len(embedded.tokenizer))
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"]))
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.normal_(0, 0.5)
+    lean = fast_decode.build(model, torch.float32)
+    assert lean is not None and lean.layers[0].qkv_bias is not None
+    _assert_float32_lean_equals_reference(model, embedded.tokenizer)
+
+
+def test_qwen2_with_sliding_window_falls_back_with_one_line(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    from grpolab.engine import rollout
+
+    model = _random_qwen2(len(embedded.tokenizer), use_sliding_window=True, sliding_window=4, max_window_layers=0)
+    assert fast_decode.build(model) is None
+    monkeypatch.setattr(rollout, "_FELL_BACK", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _run(model, embedded.tokenizer, engine="auto", tokens=2)
+        _run(model, embedded.tokenizer, engine="auto", tokens=2)
+    lines = [str(w.message) for w in caught if "lean sampler" in str(w.message)]
+    assert len(lines) == 1 and "Qwen2ForCausalLM" in lines[0] and "transformers" in lines[0]

@@ -1,6 +1,7 @@
-"""A lean decoder for Llama-family models: the forward pass of ``LlamaForCausalLM`` written as a plain
-loop over layers on copies of the weights, with a preallocated KV cache. ``rollout.sample`` uses it
-for every model it accepts and falls back to the transformers forward for the rest.
+"""A lean decoder for Llama-family models: the forward pass of ``LlamaForCausalLM`` (and of
+``Qwen2ForCausalLM``, the same with q/k/v biases) written as a plain loop over layers on copies of the weights,
+with a preallocated KV cache. ``rollout.sample`` uses it for every model it accepts and falls back to the
+transformers forward for the rest, with one warning line per model class.
 
 Shapes: B rows (left-padded), Lp prompt tokens, S tokens in one forward (Lp in the prefill, 1 per
 decode step), L = Lp + T cache slots, D hidden size, H query heads, Hkv key/value heads, Dh head size.
@@ -31,20 +32,49 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
 Devices: the copy, the cache and every table live on the device of the model's weights. On a GPU the matrices
 are plain bfloat16 (or float32) tensors run by ``F.linear``; the oneDNN prepacking is the CPU's alone.
 
-Accepted: ``LlamaForCausalLM`` (bare or wrapped by peft with plain LoRA on linear layers), SiLU MLP,
-no biases, static rotary scaling (default, linear, llama3). Anything else returns None from ``build``.
+How the CUDA path departs from the CPU's (``step_mode``; "auto" picks it by device):
+
+* The CPU steps *dynamically*: each step attends over the written slice ``[..., :start + 1]`` of the cache, so
+  its shapes grow by one slot a step (the fastest on this CPU; a launch costs nothing there).
+* On CUDA the step has *static shapes*: it attends over the whole preallocated cache (zeros at allocation), with
+  the new-token slots under a -inf key bias that each step lifts for its own slot, and it reads its token, its
+  positions and its cache slot from device tensors that it advances in place. The rotary tables cover every
+  position a row can reach, so no step reads a length back to the host. Its logits are the dynamic step's (the
+  extra slots weigh exp(-inf) = 0) up to the kernels' summation order; ``tests/engine/test_fast_decode.py`` runs
+  it eagerly on the CPU and compares tokens and log-probs.
+* That step is captured once per rollout (after one warm-up step on a side stream, whose slot and position are
+  taken back) as a ``torch.cuda.CUDAGraph`` and replayed per token: one launch instead of ~10 per layer. The
+  graph's output buffer is copied out at each step. Where capture fails, the rollout steps eagerly on the static
+  step, with one warning per process, and later rollouts do not try again.
+* Attention over the whole cache reads all L slots every step instead of the written ones: at 128 new tokens
+  after a short prompt, about twice the KV bytes of the dynamic step on average, against a launch-bound step.
+
+Accepted: ``LlamaForCausalLM`` and ``Qwen2ForCausalLM`` (full attention; q/k/v biases added in float32 after the
+fused matmul, the 1 / sqrt(Dh) folded into the query's bias too), bare or wrapped by peft with plain LoRA on
+linear layers, SiLU MLP, no other biases, static rotary scaling (default, linear, llama3). Anything else returns
+None from ``build``. ``lean_forward`` (the update's forward) takes the bias-free Llama family only.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["BF16_MIN_HIDDEN", "LeanLlama", "build", "preferred_dtype"]
+__all__ = ["BF16_MIN_HIDDEN", "FAMILIES", "STEP_MODES", "LeanLlama", "build", "preferred_dtype"]
 
+FAMILIES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+"""The model classes the lean path takes (bare or under peft); every other falls back to transformers."""
+STEP_MODES = ("auto", "dynamic", "static", "graph")
+"""How ``LeanLlama.step`` runs (``step_mode``): "dynamic" attends over the written slice of the cache (the CPU's
+step), "static" runs the static-shape step eagerly, "graph" replays it as a CUDA graph (falling back to "static"
+with one warning where capture fails), "auto" is "graph" on CUDA and "dynamic" elsewhere."""
+step_mode = "auto"
+"""The process-wide ``STEP_MODES`` choice (benchmarks set "dynamic" to time the eager CUDA step)."""
+_GRAPH_FAILURE: list[str] = []  # the first capture failure of this process: later rollouts do not retry
 _ROPE_TYPES = ("default", "linear", "llama3")
 BF16_MIN_HIDDEN = 512
 """Hidden size from which ``preferred_dtype`` picks bfloat16. Measured, one thread: SmolLM2 (576) samples
@@ -59,6 +89,7 @@ class _Layer:
 
     attn_norm: torch.Tensor  # [D]
     qkv: torch.Tensor  # [(H + 2 Hkv) Dh, D]
+    qkv_bias: torch.Tensor | None  # [(H + 2 Hkv) Dh] in float32 (Qwen2), else None
     out: torch.Tensor  # [D, H Dh]
     mlp_norm: torch.Tensor  # [D]
     gate_up: torch.Tensor  # [2 I, D]
@@ -71,13 +102,14 @@ def _base_model(model: nn.Module) -> nn.Module:
     return get_base() if callable(get_base) else model
 
 
-def _effective_weight(module: nn.Module) -> torch.Tensor | None:
+def _effective_weight(module: nn.Module, *, bias: bool = False) -> torch.Tensor | None:
     """The weight a linear layer applies: its own, or a LoRA layer's base weight plus its active,
-    unmerged adapters. None for anything else (biases, LoRA variants such as DoRA, other adapters)."""
+    unmerged adapters. None for anything else (LoRA variants such as DoRA, other adapters, and a bias unless
+    ``bias``: the caller then reads it with ``_bias``)."""
     if type(module) is nn.Linear:
-        return module.weight if module.bias is None else None
+        return module.weight if bias or module.bias is None else None
     base = getattr(module, "base_layer", None)
-    if type(base) is not nn.Linear or base.bias is not None or not hasattr(module, "lora_A"):
+    if type(base) is not nn.Linear or (base.bias is not None and not bias) or not hasattr(module, "lora_A"):
         return None
     weight = base.weight
     if module.disable_adapters or module.merged:
@@ -91,12 +123,30 @@ def _effective_weight(module: nn.Module) -> torch.Tensor | None:
     return weight
 
 
-def _supported(base: nn.Module) -> bool:
+def _bias(module: nn.Module) -> torch.Tensor | None:
+    """The bias of a linear layer (or of a LoRA layer's base layer), or None."""
+    return getattr(getattr(module, "base_layer", module), "bias", None)
+
+
+def _qkv_biased(config: object) -> bool:
+    """Whether the model's q/k/v projections carry biases (Qwen2 always; Llama with ``attention_bias``)."""
+    return config.model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
+
+
+def _supported(base: nn.Module, *, qkv_bias: bool = False) -> bool:
+    """Whether the lean decoder takes ``base``; ``qkv_bias``: Qwen2 too (its q/k/v biases, full attention only).
+    ``lean_forward`` asks without it: the training forward takes the bias-free Llama family only."""
     config = getattr(base, "config", None)
-    if type(base).__name__ != "LlamaForCausalLM" or config is None:
+    name = type(base).__name__
+    if config is None or name not in (FAMILIES if qkv_bias else FAMILIES[:1]):
+        return False
+    if name == "Qwen2ForCausalLM" and (getattr(config, "use_sliding_window", False)
+                                       or any(t != "full_attention" for t in getattr(config, "layer_types", None)
+                                              or ())):
         return False
     rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
-    return (config.hidden_act == "silu" and not config.attention_bias and not config.mlp_bias
+    return (config.hidden_act == "silu" and (qkv_bias or not _qkv_biased(config))
+            and not getattr(config, "mlp_bias", False)
             and rope in _ROPE_TYPES and type(base.model.embed_tokens) is nn.Embedding)
 
 
@@ -117,15 +167,21 @@ def _packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
 
-def _layer_weights(layer: nn.Module, dtype: torch.dtype, query_scale: float) -> _Layer | None:
+def _layer_weights(layer: nn.Module, dtype: torch.dtype, query_scale: float, qkv_bias: bool) -> _Layer | None:
     attn, mlp = layer.self_attn, layer.mlp
     modules = [getattr(attn, n) for n in _PROJECTIONS[:4]] + [getattr(mlp, n) for n in _PROJECTIONS[4:]]
-    weights = [_effective_weight(m) for m in modules]
+    weights = [_effective_weight(m, bias=qkv_bias and i < 3) for i, m in enumerate(modules)]
     if any(w is None for w in weights):
         return None
     q, k, v, o, gate, up, down = weights
     qkv = torch.cat([q * query_scale, k, v])  # the attention's 1 / sqrt(Dh) folded into the queries
-    return _Layer(layer.input_layernorm.weight.detach().float(), _matrix(qkv, dtype),
+    bias = None
+    if qkv_bias:
+        q_b, k_b, v_b = (_bias(m) for m in modules[:3])
+        if q_b is None or k_b is None or v_b is None:
+            return None
+        bias = torch.cat([q_b * query_scale, k_b, v_b]).detach().float()
+    return _Layer(layer.input_layernorm.weight.detach().float(), _matrix(qkv, dtype), bias,
                   _matrix(o, dtype), layer.post_attention_layernorm.weight.detach().float(),
                   _matrix(torch.cat([gate, up]), dtype), _matrix(down, dtype))
 
@@ -140,12 +196,13 @@ def build(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> LeanLlama | 
     """A ``LeanLlama`` on the current weights of ``model`` in ``dtype``, or None if the lean path does not
     accept the model (see the module docstring)."""
     base = _base_model(model)
-    if not _supported(base):
+    if not _supported(base, qkv_bias=True):
         return None
     with torch.no_grad():
         config = base.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        layers = [_layer_weights(layer, dtype, head_dim**-0.5) for layer in base.model.layers]
+        biased = _qkv_biased(config)
+        layers = [_layer_weights(layer, dtype, head_dim**-0.5, biased) for layer in base.model.layers]
         head = _effective_weight(base.lm_head)
         if head is None or any(layer is None for layer in layers):
             return None
@@ -169,6 +226,12 @@ class LeanLlama:
         self.inv_freq = rotary.inv_freq.detach().float()  # [Dh / 2]
         self.rope_scale = float(rotary.attention_scaling)
         self._length = 0
+        mode = step_mode if step_mode != "auto" else ("graph" if self.device.type == "cuda" else "dynamic")
+        if mode not in STEP_MODES:
+            raise ValueError(f"step_mode must be one of {STEP_MODES}, not {mode!r}")
+        self.mode = "static" if mode == "graph" and _GRAPH_FAILURE else mode
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graph_logits: torch.Tensor | None = None
 
     def _rope_tables(self, positions: int) -> None:
         angles = (torch.arange(positions, dtype=torch.float32, device=self.device)[:, None]
@@ -183,9 +246,11 @@ class LeanLlama:
         prompts, width = ids.shape
         rows, capacity = prompts * copies, width + max_new_tokens
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [P, Lp]
-        self._rope_tables(int(positions.max()) + max_new_tokens + 1)
-        shape = (len(self.layers), prompts, self.kv_heads, width, self.head_dim)
         on = {"device": self.device}
+        static = self.mode != "dynamic"
+        # The static step indexes the rotary tables by device positions: they cover every position a row can reach.
+        self._rope_tables(width + max_new_tokens + 1 if static else int(positions.max()) + max_new_tokens + 1)
+        shape = (len(self.layers), prompts, self.kv_heads, width, self.head_dim)
         self._keys, self._values = torch.empty(shape, **on), torch.empty(shape, **on)  # the prompts' cache, float32
         causal = torch.ones((width, width), dtype=torch.bool, **on).tril()
         allowed = (causal & mask.bool()[:, None, :]) | torch.eye(width, dtype=torch.bool, **on)  # [P, Lp, Lp]
@@ -195,47 +260,116 @@ class LeanLlama:
         logits = self._forward(ids, positions, 0, bias).repeat_interleave(copies, dim=0)  # [B, V]
         prompt_keys, prompt_values = self._keys, self._values
         shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
-        self._keys, self._values = torch.empty(shape, **on), torch.empty(shape, **on)
+        # The static step reads every slot (an unwritten one under a -inf bias): zeros, never uninitialised NaNs.
+        self._keys, self._values = (torch.zeros(shape, **on), torch.zeros(shape, **on)) if static else (
+            torch.empty(shape, **on), torch.empty(shape, **on))
         self._keys[..., :width, :] = prompt_keys.repeat_interleave(copies, dim=1)
         self._values[..., :width, :] = prompt_values.repeat_interleave(copies, dim=1)
-        valid = torch.cat([mask.bool(), mask.new_ones((prompts, max_new_tokens), dtype=torch.bool)], dim=1)
+        # Unwritten slots: 0 for the dynamic step (it never reads past the written slice), -inf for the static one
+        # (each step lifts its own slot to 0 before attending).
+        valid = torch.cat([mask.bool(), mask.new_full((prompts, max_new_tokens), not static, dtype=torch.bool)], dim=1)
         self._key_bias = torch.zeros((prompts, 1, capacity), **on).masked_fill(
             ~valid[:, None, :], float("-inf")).repeat_interleave(copies * self.kv_heads, dim=0)  # [B Hkv, 1, L]
         self._next_position = positions[:, -1:].repeat_interleave(copies, dim=0) + 1  # [B, 1]
         self._length = width
+        if static:  # the static step's inputs, read and advanced in place by every step (and by a graph's replay)
+            self._slot = torch.full((1,), width, dtype=torch.long, **on)
+            self._token = torch.zeros(rows, dtype=torch.long, **on)
+            self._graph, self._graph_logits = None, None  # new buffers: a graph of the last rollout is stale
         return logits
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """Append one token per row (token [B]); returns the next logits [B, V] in float32."""
-        start = self._length
+        if self.mode == "dynamic":
+            start = self._length
+            self._length += 1
+            position = self._next_position
+            self._next_position = position + 1
+            return self._forward(token[:, None], position, start, self._key_bias[..., : start + 1])
         self._length += 1
-        position = self._next_position
-        self._next_position = position + 1
-        return self._forward(token[:, None], position, start, self._key_bias[..., : start + 1])
+        self._token.copy_(token)
+        if self.mode == "graph":
+            if self._graph is None:
+                self._capture()
+            if self._graph is not None:
+                self._graph.replay()
+                return self._graph_logits.clone()  # the graph's output buffer is rewritten by the next replay
+        return self._static_step()
+
+    def _static_step(self) -> torch.Tensor:
+        """One decoding step on shapes fixed for the whole rollout: the token ``_token`` [B] at the positions
+        ``_next_position`` [B, 1] into cache slot ``_slot`` [1] (device tensors), attending over every slot of the
+        cache under ``_key_bias``; advances the position and the slot in place. Same logits as the dynamic
+        step (the extra slots weigh exp(-inf) = 0), up to the kernels' summation order."""
+        self._key_bias.index_fill_(-1, self._slot, 0.0)
+        logits = self._forward(self._token[:, None], self._next_position, self._slot, self._key_bias)
+        self._next_position.add_(1)
+        self._slot.add_(1)
+        return logits
+
+    def _capture(self) -> None:
+        """Capture ``_static_step`` as a CUDA graph (after one warm-up step on a side stream, whose slot and
+        position are then taken back, so the first replay redoes it); where capture fails, step eagerly from now
+        on, with one warning per process."""
+        saved = (self._slot.clone(), self._next_position.clone(), self._key_bias.clone())
+        try:
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                self._static_step()
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            self._next_position.sub_(1)
+            self._slot.sub_(1)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._graph_logits = self._static_step()
+            self._graph = graph
+        except Exception as error:  # any capture failure means: step eagerly
+            self._graph, self._graph_logits, self.mode = None, None, "static"
+            for buffer, value in zip((self._slot, self._next_position, self._key_bias), saved, strict=True):
+                buffer.copy_(value)  # as before the warm-up, whatever step of it failed
+            if not _GRAPH_FAILURE:
+                _GRAPH_FAILURE.append(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}")
+                warnings.warn(f"CUDA graph capture of the lean decoder's step failed ({_GRAPH_FAILURE[0]}); "
+                              "it steps eagerly (same tokens, slower)", RuntimeWarning, stacklevel=4)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """transformers' ``x cos + rotate_half(x) sin`` with the sign of rotate_half in the sin table."""
         first, second = x.chunk(2, dim=-1)
         return torch.addcmul(x * cos, torch.cat([second, first], dim=-1), sin)
 
-    def _attention(self, index: int, normed: torch.Tensor, shape: tuple[int, int], start: int,
+    def _attention(self, index: int, normed: torch.Tensor, shape: tuple[int, int], start: int | torch.Tensor,
                    cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """Self-attention of layer ``index`` on normed [B S, D]; writes the cache; returns [B S, H Dh]."""
+        """Self-attention of layer ``index`` on normed [B S, D]; writes the cache at slots ``start`` .. (an int:
+        attends over the written slice; a device tensor [1] with S = 1: over the whole cache); returns
+        [B S, H Dh]."""
         rows, length = shape
-        end, group = start + length, self.heads // self.kv_heads
-        qkv = self._linear(normed, self.layers[index].qkv).float().view(rows, length, -1, self.head_dim)
+        group = self.heads // self.kv_heads
+        layer = self.layers[index]
+        qkv = self._linear(normed, layer.qkv).float()
+        if layer.qkv_bias is not None:
+            qkv = qkv + layer.qkv_bias
+        qkv = qkv.view(rows, length, -1, self.head_dim)
         qk = self._rope(qkv[:, :, : self.heads + self.kv_heads], cos, sin)  # [B, S, H + Hkv, Dh], one rotation
-        self._keys[index, :, :, start:end] = qk[:, :, self.heads :].transpose(1, 2)
-        self._values[index, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads :].transpose(1, 2)
+        keys, values = qk[:, :, self.heads :].transpose(1, 2), qkv[:, :, self.heads + self.kv_heads :].transpose(1, 2)
+        if isinstance(start, torch.Tensor):
+            self._keys[index].index_copy_(2, start, keys)
+            self._values[index].index_copy_(2, start, values)
+            end = self._keys.shape[3]
+        else:
+            end = start + length
+            self._keys[index, :, :, start:end] = keys
+            self._values[index, :, :, start:end] = values
         q = qk[:, :, : self.heads].transpose(1, 2).reshape(rows * self.kv_heads, group * length, self.head_dim)
         keys = self._keys[index, :, :, :end].flatten(0, 1)  # [B Hkv, L, Dh]
         scores = torch.baddbmm(bias, q, keys.transpose(1, 2))  # [B Hkv, group S, L], queries pre-scaled
         attended = torch.bmm(torch.softmax(scores, dim=-1), self._values[index, :, :, :end].flatten(0, 1))
         return attended.view(rows, self.heads, length, self.head_dim).transpose(1, 2).reshape(rows * length, -1)
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int, bias: torch.Tensor) -> torch.Tensor:
-        """ids, positions [B, S] written at cache slots start .. start + S - 1; bias [B Hkv, group S or 1,
-        start + S], added to the attention scores.
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int | torch.Tensor,
+                 bias: torch.Tensor) -> torch.Tensor:
+        """ids, positions [B, S] written at cache slots start .. start + S - 1 (``start`` a device tensor: see
+        ``_attention``); bias [B Hkv, group S or 1, start + S or L], added to the attention scores.
         Every matmul takes a 2-D [B S, in] input (a 3-D one runs slower on this CPU's kernels)."""
         rows, length = ids.shape
         hidden = F.embedding(ids.reshape(-1), self.embed).float()  # [B S, D], the residual stream

@@ -9,12 +9,12 @@ an explicit ``torch.Generator`` so that a step's samples depend only on (seed, s
 Holtzman et al. 2020 (arXiv 1904.09751); temperature divides the logits, and ``token_logprobs`` uses
 the same temperature so that the trained policy is the one that sampled (as TRL does).
 
-Two decoders feed the same sampling loop: for Llama-family models ``fast_decode.LeanLlama`` (weight
-copies in bfloat16 for models large enough to gain from it, a preallocated KV cache; ``engine="auto"``
-or ``"lean"``), for every other model the transformers forward with a ``DynamicCache``
-(``engine="hf"``). The sampler records the log-probability of each token it drew, so that the trainer
-can measure how far the sampler's distribution is from its own (``rollout/sampler_kl``), as trainers
-that sample with vLLM do.
+Two decoders feed the same sampling loop: for Llama and Qwen2 models ``fast_decode.LeanLlama`` (weight
+copies in bfloat16 for models large enough to gain from it, a preallocated KV cache, a CUDA graph per step on a
+GPU; ``engine="auto"`` or ``"lean"``), for every other model the transformers forward with a ``DynamicCache``
+(``engine="hf"``; under "auto" one warning line per model class says so). The sampler records the
+log-probability of each token it drew, so that the trainer can measure how far the sampler's distribution is
+from its own (``rollout/sampler_kl``), as trainers that sample with vLLM do.
 
 Devices. The sampling loop runs where the model is (``devices.model_device``): the prompts go there once, the
 decoder, its KV cache, the token draws, top-p and the EOS tracking stay there, and only the finished token ids,
@@ -42,12 +42,15 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from grpolab.devices import model_device, to_host
 from grpolab.engine import fast_decode, lean_forward, memory
+from grpolab.engine.target_logprobs import entropy as vocab_entropy
+from grpolab.engine.target_logprobs import target_logprobs
 from grpolab.errors import UserError
 
 __all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "sample", "token_logprobs"]
 
 ENGINES = ("auto", "lean", "hf")
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+_FELL_BACK: set[str] = set()  # model classes the lean sampler refused in this process (each said once)
 _FINISH_CHECK_EVERY = 8
 """Decoding steps between two checks of whether every row has finished, on an accelerator (1 on the CPU)."""
 
@@ -178,9 +181,16 @@ def _decoder(model: PreTrainedModel, engine: str, dtype: str) -> _HFDecoder | fa
                         f"got engine={engine!r}, dtype={dtype!r}")
     weights = fast_decode.preferred_dtype(model) if dtype == "auto" else _DTYPES[dtype]
     lean = fast_decode.build(model, weights) if engine != "hf" else None
-    if lean is None and engine == "lean":
-        raise UserError(f"the lean sampler supports LlamaForCausalLM models only, not {type(model).__name__}; "
-                        "use engine='auto' or 'hf'")
+    if lean is None and engine != "hf":
+        families = " and ".join(fast_decode.FAMILIES)
+        name = type(fast_decode._base_model(model)).__name__
+        if engine == "lean":
+            raise UserError(f"the lean sampler takes {families} models only (plain LoRA, full attention), not this "
+                            f"{name}; use engine='auto' or 'hf'")
+        if name not in _FELL_BACK:  # one line per model class and process
+            _FELL_BACK.add(name)
+            warnings.warn(f"the lean sampler takes {families} models only (plain LoRA, full attention); this {name} "
+                          "samples through the transformers forward (slower)", RuntimeWarning, stacklevel=4)
     return lean if lean is not None else _HFDecoder(model)
 
 
@@ -399,9 +409,9 @@ def token_logprobs(
     """Log-probabilities [B, T] of the last T tokens of ``input_ids`` [B, Lp + T] under ``model``.
 
     Only the last T + 1 positions' logits are computed (``logits_to_keep``), so the memory is
-    B x T x V rather than B x (Lp + T) x V. Llama-family models run through ``lean_forward`` (the same
-    logits with less per-call Python), others through their transformers forward. Returns (logprobs,
-    entropy [B, T] or None).
+    B x T x V rather than B x (Lp + T) x V, and no float32 log-softmax of them is kept
+    (``target_logprobs``). Llama-family models run through ``lean_forward`` (the same logits with less
+    per-call Python), others through their transformers forward. Returns (logprobs, entropy [B, T] or None).
     """
     t = num_completion_tokens
     positions = _positions(attention_mask)
@@ -410,12 +420,9 @@ def token_logprobs(
     else:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                        logits_to_keep=t + 1, use_cache=False).logits
-    logits = logits[:, :-1, :].float() / temperature  # [B, T, V], position i predicts token i + 1
-    log_softmax = torch.log_softmax(logits, dim=-1)
-    targets = input_ids[:, -t:].unsqueeze(-1)
-    logprobs = log_softmax.gather(-1, targets).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = -(log_softmax.exp() * log_softmax).sum(dim=-1)
+    logits = logits[:, :-1, :]  # [B, T, V], position i predicts token i + 1
+    rows = logits.shape[0]
+    flat = logits.reshape(rows * t, -1)
+    logprobs = target_logprobs(flat, input_ids[:, -t:].reshape(-1), temperature=temperature).view(rows, t)
+    entropy = vocab_entropy(flat, temperature=temperature).view(rows, t) if with_entropy else None
     return logprobs, entropy
