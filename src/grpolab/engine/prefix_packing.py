@@ -19,6 +19,9 @@ Accepted: models ``lean_forward.supports`` (the Llama family), rows whose prompt
 including the first EOS, as ``rollout`` makes them). ``logprobs`` returns None for anything else, and
 the caller runs the padded forward.
 
+Memory: the head's logits [M, V] are the only full-vocabulary tensor the forward keeps (besides their gradient in
+the backward): ``target_logprobs`` takes the target's log-prob without a float32 log-softmax.
+
 Devices: the packing (index arithmetic on Python lists) is built on the host from host copies of the masks, then
 moved to the model's device in one copy per tensor; the forward and the returned log-probs are on that device.
 
@@ -34,6 +37,7 @@ import torch
 
 from grpolab.devices import model_device, to_host
 from grpolab.engine import lean_forward
+from grpolab.engine.target_logprobs import target_logprobs
 
 __all__ = ["logprobs"]
 
@@ -145,7 +149,6 @@ def logprobs(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torc
     ids = torch.cat([prompt_ids, completion_ids], dim=1).reshape(-1)[packing.source]  # [S, N]
     hidden = lean_forward.hidden_states(model, ids, packing.positions, packing.mask)  # [S, N, D]
     logits = lean_forward.head(model, hidden.reshape(-1, hidden.shape[-1])[packing.predictors])  # [M, V]
-    log_softmax = torch.log_softmax(logits.float() / temperature, dim=-1)
     tokens = completion_ids.reshape(-1)[packing.targets]  # [M]
-    picked = log_softmax.gather(-1, tokens[:, None]).squeeze(1)
-    return log_softmax.new_zeros(rows * width).scatter(0, packing.targets, picked).view(rows, width)
+    picked = target_logprobs(logits, tokens, temperature=temperature)  # no [M, V] float32 log-softmax kept
+    return picked.new_zeros(rows * width).scatter(0, packing.targets, picked).view(rows, width)

@@ -1,0 +1,83 @@
+"""The log-probability of one target token per row of logits, without a full-vocabulary float32 log-softmax.
+
+Shapes: M rows (the completion tokens of a micro-batch), V vocabulary.
+
+``log_softmax(logits / t)[m, target[m]]`` is ``logits[m, target[m]] / t - logsumexp(logits[m] / t)``. The update
+needs only that one entry per row, and its gradient ``(onehot(target) - softmax(logits / t)) * g / t``. Written
+with ``torch.log_softmax(...).gather(...)``, autograd keeps an [M, V] float32 log-softmax for the backward, and the
+float32 cast, the division and the backward's scatter and softmax gradient each make another [M, V] float32
+tensor. ``target_logprobs`` instead:
+
+* forwards in chunks of rows: each chunk's ``logsumexp`` in float32 (one [chunk, V] float32 temporary), the
+  target's logit gathered from the logits in their own dtype;
+* saves only the logits (which the caller's graph made anyway: bfloat16 under autocast) and the [M] logsumexp;
+* backwards in the same chunks, writing the gradient in the logits' dtype straight into one [M, V] tensor: the
+  gradient the plain form hands to the logits, cast to their dtype at the same point.
+
+Peak [M, V] memory of a forward and backward: the logits and their gradient (two [M, V] tensors in the logits'
+dtype) and one float32 chunk, against the logits plus three to four [M, V] float32 tensors. The values are those of
+the plain form up to the float32 summation order of the logsumexp (``tests/engine/test_target_logprobs.py``).
+
+``entropy`` gives the sampling entropy per row in the same chunks, without autograd.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["CHUNK_BYTES", "entropy", "target_logprobs"]
+
+CHUNK_BYTES = 256 * 2**20
+"""The float32 temporary of one chunk of rows: [chunk, V] x 4 bytes at most this (at least one row)."""
+
+
+def _chunks(rows: int, vocab: int, chunk_rows: int | None) -> list[slice]:
+    size = chunk_rows or max(1, CHUNK_BYTES // (4 * max(vocab, 1)))
+    return [slice(start, min(start + size, rows)) for start in range(0, rows, size)]
+
+
+class _TargetLogprobs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                chunk_rows: int | None) -> torch.Tensor:
+        rows, vocab = logits.shape
+        lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        for part in _chunks(rows, vocab, chunk_rows):
+            lse[part] = torch.logsumexp(logits[part].float() / temperature, dim=-1)
+        picked = logits.gather(1, targets[:, None]).squeeze(1).float() / temperature - lse
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
+        return picked
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+        logits, targets, lse = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        rows, vocab = logits.shape
+        out = torch.empty_like(logits)
+        grad = grad.float() / ctx.temperature
+        for part in _chunks(rows, vocab, ctx.chunk_rows):
+            probs = torch.exp(logits[part].float() / ctx.temperature - lse[part, None])  # [chunk, V] softmax
+            chunk = probs.mul_(-grad[part, None])
+            chunk.scatter_add_(1, targets[part, None], grad[part, None])
+            out[part] = chunk
+        return out, None, None, None
+
+
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0,
+                    chunk_rows: int | None = None) -> torch.Tensor:
+    """[M] float32 ``log_softmax(logits / temperature)`` at ``targets`` [M] (long) of logits [M, V], with autograd
+    to the logits (module docstring). ``chunk_rows``: rows per chunk (default: ``CHUNK_BYTES`` of float32)."""
+    return _TargetLogprobs.apply(logits, targets, float(temperature), chunk_rows)
+
+
+@torch.no_grad()
+def entropy(logits: torch.Tensor, *, temperature: float = 1.0, chunk_rows: int | None = None) -> torch.Tensor:
+    """[M] float32 entropy (nats) of ``softmax(logits / temperature)`` per row of logits [M, V], in chunks."""
+    rows, vocab = logits.shape
+    out = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    for part in _chunks(rows, vocab, chunk_rows):
+        log_probs = torch.log_softmax(logits[part].float() / temperature, dim=-1)
+        out[part] = -(log_probs.exp() * log_probs).sum(dim=-1)
+    return out
