@@ -18,7 +18,8 @@ dual clip and the TIS weights against the sampler's log-probs); ``loss_option_me
 
 Devices: the ``StepBatch`` stays on the host, where the sampler returns it and the verifiers read it; each
 micro-batch's rows, advantages, masks and frozen log-probs go to the model's device when the update forwards
-them, and only the loss sums come back (``LossTotals``).
+them, and only the loss sums come back (``LossTotals``), summed on the device and read in one host copy per
+optimizer step.
 
 ``rollout/sampler_kl`` is the mean per-token KL(sampler || trainer) over the completions the update
 forwards (so it is absent on a step that trains none): the sampler may run other kernels and weights
@@ -328,6 +329,19 @@ class LossTotals:
         return LossTotals(**{**sums, "is_weight_max": max(self.is_weight_max, other.is_weight_max)})
 
 
+_TOTALS = tuple(f.name for f in fields(LossTotals))
+
+
+def _device_totals(parts: list[dict[str, torch.Tensor]]) -> LossTotals:
+    """The ``LossTotals`` of micro-batch sums kept as 0-dim device tensors: summed (``is_weight_max``: maximised)
+    on the device, then read back in one host copy for the whole step."""
+    if not parts:
+        return LossTotals()
+    values = {name: torch.stack([part[name].float() for part in parts]) for name in _TOTALS}  # [micro-batches]
+    row = torch.stack([values[name].max() if name == "is_weight_max" else values[name].sum() for name in _TOTALS])
+    return LossTotals(**dict(zip(_TOTALS, row.tolist(), strict=True)))
+
+
 def update_policy(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: StepBatch, advantages: torch.Tensor,
     config: TrainConfig, *, lr: float, max_length: int, reference: torch.nn.Module | None = None,
@@ -345,9 +359,7 @@ def update_policy(
     totals = LossTotals()
     for _ in range(config.num_iterations):
         _zero_grads(params)
-        totals = LossTotals()
-        for micro in micro_batches:
-            totals = totals + _micro_step(model, batch, micro, config)
+        totals = _device_totals([_micro_step(model, batch, micro, config) for micro in micro_batches])
         grad_norm = _clip(params, config.max_grad_norm)
         optimizer.step()
     tokens = float(mask[rows].sum()) if rows else 0.0
@@ -424,21 +436,22 @@ def _micro_batches(model: torch.nn.Module, batch: StepBatch, advantages: torch.T
             for chunk in chunks]
 
 
-def _micro_step(model: torch.nn.Module, batch: StepBatch, micro: MicroBatch, config: TrainConfig) -> LossTotals:
+def _micro_step(model: torch.nn.Module, batch: StepBatch, micro: MicroBatch,
+                config: TrainConfig) -> dict[str, torch.Tensor]:
     """Forward ``micro``'s rows, backpropagate their share of the loss (gradients accumulate) and return
-    their sums."""
+    their sums: ``LossTotals``' fields as 0-dim tensors on the model's device (no host round trip)."""
     logprobs = _logprobs(model, batch, micro.rows, config)
     before = micro.old_logprobs if micro.old_logprobs is not None else logprobs.detach()  # the sampling policy
     is_weights = _is_weights(before, micro, config)
     terms = _policy_loss_terms(logprobs, before, micro, config, is_weights)
     loss = aggregate(terms.loss, micro.mask, config.loss_aggregation, denominator=micro.denominator)
     loss.backward()
-    sampler = 0.0
+    zero = micro.mask.new_zeros(())
+    sampler = zero
     if micro.sampler_logprobs is not None:
-        sampler = float((sampler_kl(micro.sampler_logprobs, before) * micro.mask).sum())
-    return LossTotals(loss=float(loss.detach()), kl=float((terms.kl * micro.mask).sum()),
-                      clipped=float((terms.clipped * micro.mask).sum()), sampler_kl=sampler,
-                      **_option_sums(terms, is_weights, micro.mask))
+        sampler = (sampler_kl(micro.sampler_logprobs, before) * micro.mask).sum()
+    return {"loss": loss.detach(), "kl": (terms.kl * micro.mask).sum(), "clipped": (terms.clipped * micro.mask).sum(),
+            "sampler_kl": sampler, **_option_sums(terms, is_weights, micro.mask, zero)}
 
 
 def _policy_loss_terms(logprobs: torch.Tensor, old_logprobs: torch.Tensor, micro: MicroBatch,
@@ -463,12 +476,15 @@ def _is_weights(before: torch.Tensor, micro: MicroBatch, config: TrainConfig) ->
     return truncated_is_weights(before, micro.sampler_logprobs, config.sampler_is_cap)
 
 
-def _option_sums(terms: PolicyLossTerms, is_weights: torch.Tensor | None, mask: torch.Tensor) -> dict[str, float]:
-    """The masked sums of each bound's clipped indicator and of the TIS weights, and the weights' maximum."""
-    sums = {f"clipped_{bound}": float((getattr(terms, f"clipped_{bound}") * mask).sum())
-            for bound in ("low", "high", "dual")}
-    if is_weights is not None and mask.any():
-        sums.update(is_weight=float((is_weights * mask).sum()), is_weight_max=float(is_weights[mask > 0].max()))
+def _option_sums(terms: PolicyLossTerms, is_weights: torch.Tensor | None, mask: torch.Tensor,
+                 zero: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The masked sums of each bound's clipped indicator and of the TIS weights, and the weights' maximum over the
+    masked tokens (0 without any: the weights are >= 0), as 0-dim device tensors."""
+    sums = {f"clipped_{bound}": (getattr(terms, f"clipped_{bound}") * mask).sum() for bound in ("low", "high", "dual")}
+    sums.update(is_weight=zero, is_weight_max=zero)
+    if is_weights is not None and mask.numel():
+        sums.update(is_weight=(is_weights * mask).sum(),
+                    is_weight_max=torch.where(mask > 0, is_weights.float(), 0.0).max())
     return sums
 
 
