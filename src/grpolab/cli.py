@@ -1,9 +1,10 @@
 """The ``grpolab`` command line: one subcommand per job, each in its own module.
 
 Every subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``; this file only
-dispatches and turns a ``UserError`` (bad input), an ``OSError`` (unwritable path, full disk) or running out
-of memory (``MemoryError``, torch's ``OutOfMemoryError``, the CPU allocator's ``RuntimeError``) into a
-one-line message with exit code 2; the out-of-memory line names the command's settings that size its batches.
+dispatches and turns a usage error (``OneLineParser``), a ``UserError`` (bad input), an ``OSError`` (unwritable
+path, full disk) or running out of memory (``MemoryError``, torch's ``OutOfMemoryError``, the CPU allocator's
+``RuntimeError``) into a one-line message with exit code 2; the out-of-memory line names the command's settings
+that size its batches.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 import signal
 import sys
 import warnings
+from typing import NoReturn
 
 from grpolab.errors import UserError
 
@@ -67,8 +69,17 @@ def _size(count: int) -> str:
     return f"{count} B"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error (a bad flag value, an invalid choice, an unknown flag) in one line like every
+    other error of grpolab: the usage of ``grpolab train``'s ~60 flags would bury the line that names the mistake,
+    and ``--help`` shows it. The subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="grpolab", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module_name, help_text) in COMMANDS.items():

@@ -90,3 +90,33 @@ def test_a_json_flag_that_is_not_an_object_is_a_one_line_usage_error(command, fl
     assert exit_.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"{flag[2:].replace('-', '_')} must be a JSON object such as" in last, last
+
+
+@pytest.mark.parametrize("cls", [TrainConfig, CompareConfig])
+def test_a_field_with_choices_gets_them_as_argparse_choices(cls: type) -> None:
+    from grpolab.config.fields import choices
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, cls)
+    found = choices(cls)
+    by_dest = {action.dest: action for action in parser._actions}
+    assert {name: tuple(by_dest[name].choices) for name in found} == found
+    assert all(action.choices is None for name, action in by_dest.items() if name not in found)
+    help_text = parser.format_help()
+    for allowed in found.values():
+        assert "{" + ",".join(allowed) + "}" in help_text  # --help lists them
+    name, allowed = next(iter(found.items()))
+    args = parser.parse_args([f"--{name.replace('_', '-')}", allowed[-1]])
+    assert getattr(config_from_args(args, cls), name) == allowed[-1]
+
+
+def test_an_invalid_choice_is_one_line_naming_the_flag_and_the_choices(capsys: pytest.CaptureFixture) -> None:
+    from grpolab.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--lr-schedule", "step"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("grpolab train: error: argument --lr-schedule: invalid choice: 'step'")
+    assert "'constant', 'linear', 'cosine'" in err and "see grpolab train --help" in err

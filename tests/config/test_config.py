@@ -29,7 +29,8 @@ def test_derived_sizes_are_properties_of_the_fields() -> None:
         ({"lr": float("inf")}, "lr must be a finite number"),
         ({"top_p": 1.5}, "0 < top_p <= 1"),
         ({"adam_betas": (1.0, 0.99)}, "adam_betas must be two numbers in [0, 1)"),
-        ({"loss_aggregation": "sum"}, "loss_aggregation must be one of token_mean"),
+        ({"loss_aggregation": "sum"}, "loss_aggregation must be token_mean, seq_mean_token_mean, "
+                                      "seq_mean_token_sum_norm or seq_mean_token_sum, got 'sum'"),
         ({"lr_schedule": "step"}, "lr_schedule must be constant, linear or cosine"),
         ({"task_options": {"max_new_tokens": "8"}}, "task_options max_new_tokens must be an integer"),
         ({"task_options": {"use_chat_template": "yes"}}, "use_chat_template must be true or false"),

@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from grpolab.commands import train
-from grpolab.config import TrainConfig
+from grpolab.config import TrainConfig, build_config
 from grpolab.errors import UserError
 
 
@@ -44,10 +44,15 @@ def test_bad_loss_options_are_refused_in_one_line(changes: dict, message: str) -
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
-def test_accepted_combinations() -> None:
-    TrainConfig(importance_sampling_level="sequence", policy_loss="cispo", cispo_ratio_min=0.5)
-    TrainConfig(dual_clip_c=3.0, mask_truncated_completions=True, sampler_is_cap=2.0)
-    TrainConfig(overlong_buffer=4, overlong_penalty=0.5, advantage="batch_std")
+@pytest.mark.parametrize("changes", [
+    {"importance_sampling_level": "sequence", "policy_loss": "cispo", "cispo_ratio_min": 0.5},
+    {"dual_clip_c": 3.0, "mask_truncated_completions": True, "sampler_is_cap": 2.0},
+    {"overlong_buffer": 4, "overlong_penalty": 0.5, "advantage": "batch_std"},
+])
+def test_accepted_combinations_keep_their_values_and_reload_from_the_saved_config(changes: dict) -> None:
+    config = TrainConfig(**changes)
+    assert {name: getattr(config, name) for name in changes} == changes  # accepted as given, nothing reset
+    assert build_config(config.to_dict()) == config  # the saved config.yaml of such a run loads (and resumes)
 
 
 PAPERS = {

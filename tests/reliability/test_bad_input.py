@@ -64,7 +64,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
              "bool-for-int.yaml": "seed: true\n", "list-for-float.yaml": "lr: [1, 2]\n",
              "str-for-dict.yaml": "advantage_kwargs: k=2\n", "list.yaml": "- steps\n- 3\n",
              "seed-not-seeds.yaml": "seed: 3\n", "list-for-options.yaml": "task_options: [1]\n",
-             "int-option-name.yaml": "task_options: {1: 2}\n", "int-kwarg-name.yaml": "advantage_kwargs: {1: 2}\n"}
+             "int-option-name.yaml": "task_options: {1: 2}\n", "int-kwarg-name.yaml": "advantage_kwargs: {1: 2}\n",
+             "step-schedule.yaml": "lr_schedule: step\n"}
     for name, text in texts.items():
         (root / name).write_text(text)
     (root / "binary.yaml").write_bytes(b"\xff\xfe\x00\x80garbage")
@@ -115,7 +116,10 @@ TRAIN_ERRORS = {
     "keep no checkpoint": (["--keep-checkpoints", "0"], ("keep_checkpoints must be >= 1",)),
     "max new tokens negative": (["--max-new-tokens", "-3"], ("max_new_tokens must be >= 1",)),
     "threads negative": (["--threads", "-1"], ("threads must be >= 1",)),
-    "unknown loss aggregation": (["--loss-aggregation", "nope"], ("loss_aggregation must be one of", "token_mean")),
+    "unknown loss aggregation": (["--loss-aggregation", "nope"],
+                                 ("argument --loss-aggregation: invalid choice: 'nope'", "token_mean", "--help")),
+    "config unknown lr schedule": (["--config", "{d}/step-schedule.yaml"],
+                                   ("lr_schedule must be constant, linear or cosine, got 'step'",)),
     "steps negative": (["--steps", "-1"], ("steps must be >= 0",)),
     "group size zero": (["--group-size", "0"], ("group_size must be >= 1",)),
     "G = 1 for a group estimator": (["--group-size", "1", "--advantage", "grpo"], ("G >= 2", "sign")),

@@ -1,7 +1,8 @@
 """The command-line flags of the subcommands, derived from the config dataclasses of ``grpolab.config``.
 
 One flag per field (``group_size`` -> ``--group-size``), its help the docstring under the field, its type
-the field's: ``bool`` -> ``--x / --no-x``, ``dict`` -> a JSON object, ``tuple`` -> comma-separated numbers.
+the field's: ``bool`` -> ``--x / --no-x``, ``dict`` -> a JSON object, ``tuple`` -> comma-separated numbers; a
+field with ``choices`` in its metadata (``grpolab.config.fields``) gets them as argparse ``choices``.
 A command exposes every field (``grpolab train``) or the ones it uses (``only``: ``grpolab eval``,
 ``grpolab gradients``), may give some fields its own defaults, visibly, in a ``*_TRAIN_DEFAULTS`` dict
 (shown in the help), and may keep an older spelling of a flag as an alias (``--n`` for ``--eval-samples``).
@@ -70,8 +71,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfi
         if kind is bool:
             parser.add_argument(*spellings, dest=name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)
-        else:
-            parser.add_argument(*spellings, dest=name, type=_parser_for(kind, name), default=None, help=help_text)
+        else:  # a field with choices lists them in the usage and the help, and argparse refuses any other value
+            parser.add_argument(*spellings, dest=name, type=_parser_for(kind, name), default=None, help=help_text,
+                                choices=fields[name].metadata.get("choices"))
 
 
 def _default_text(f: dataclasses.Field[Any]) -> str:

@@ -1,4 +1,5 @@
-"""Checks of a ``TrainConfig``'s values: ranges, finite numbers, task options, and config-file types.
+"""Checks of a ``TrainConfig``'s values: bounds, choices and patterns read from each field's metadata
+(``check_settings``, also run by ``CompareConfig``), ranges, finite numbers, task options, and config-file types.
 
 Every check raises a ``UserError`` that names the setting, so that a value the engine would clip, ignore or
 crash on is refused before a run starts. The checks read a config by attribute and never import the schema
@@ -13,32 +14,39 @@ import types
 import typing
 from typing import Any
 
-from grpolab.config.fields import lower_bounds
-from grpolab.devices import check_name as check_device_name
+from grpolab.config.fields import choices, lower_bounds, value_checks
 from grpolab.errors import UserError
 
-__all__ = ["REPORT_BACKENDS", "check_types", "report_backends", "validate"]
+__all__ = ["REPORT_BACKENDS", "check_settings", "check_types", "report_backends", "validate"]
 
 _HINTS = {"eval_limit": "; to evaluate every test prompt, set eval_limit: null in a --config file"}
 
 
-def validate(config: Any) -> None:
-    """Raise a ``UserError`` naming the setting when a value is out of range or would crash a run."""
-    for name, least in lower_bounds(config).items():  # from each field's metadata
+def _one_of(names: tuple[str, ...]) -> str:
+    """``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def check_settings(config: Any) -> None:
+    """What each field's metadata says of its values (``grpolab.config.fields``): its lower bound, its choices and
+    its pattern check, for a ``TrainConfig`` or a ``CompareConfig``."""
+    for name, least in lower_bounds(config).items():
         value = getattr(config, name)
         if value is not None and value < least:
-            raise UserError(f"{name} must be >= {least}, got {value}{_HINTS.get(name, '')}")
+            raise UserError(f"{name} must be >= {least:g}, got {value}{_HINTS.get(name, '')}")
+    for name, allowed in choices(config).items():
+        value = getattr(config, name)
+        if value not in allowed:
+            raise UserError(f"{name} must be {_one_of(allowed)}, got {value!r}")
+    for name, check in value_checks(config).items():
+        check(getattr(config, name))
+
+
+def validate(config: Any) -> None:
+    """Raise a ``UserError`` naming the setting when a value is out of range or would crash a run."""
+    check_settings(config)
     if config.lr <= 0:
         raise UserError(f"lr must be > 0, got {config.lr}")
-    if config.lr_schedule not in ("constant", "linear", "cosine"):
-        raise UserError(f"lr_schedule must be constant, linear or cosine, got {config.lr_schedule!r}")
-    if config.eval_split not in ("test", "validation"):
-        raise UserError(f"eval_split must be test or validation, got {config.eval_split!r}")
-    if config.dtype not in ("float32", "bfloat16"):
-        raise UserError(f"dtype must be float32 or bfloat16, got {config.dtype!r}")
-    check_device_name(config.device)
-    if config.sampler_dtype not in ("auto", "float32", "bfloat16"):
-        raise UserError(f"sampler_dtype must be auto, float32 or bfloat16, got {config.sampler_dtype!r}")
     if not 0 < config.top_p <= 1 or config.temperature <= 0:
         raise UserError(f"need 0 < top_p <= 1 and temperature > 0, got {config.top_p}, {config.temperature}")
     if config.beta < 0 or config.epsilon_low < 0 or config.clip_high < 0:
@@ -50,11 +58,7 @@ def validate(config: Any) -> None:
 
 
 def _validate_engine(config: Any) -> None:
-    """The training engine and its vLLM settings (what TRL refuses is checked when a TRL run starts)."""
-    if config.engine not in ("grpolab", "trl"):
-        raise UserError(f"engine must be grpolab or trl, got {config.engine!r}")
-    if config.vllm_mode not in ("colocate", "server"):
-        raise UserError(f"vllm_mode must be colocate or server, got {config.vllm_mode!r}")
+    """vLLM and the engine (what TRL refuses is checked when a TRL run starts)."""
     if config.use_vllm and config.engine != "trl":
         raise UserError("use_vllm is not supported by engine grpolab (it samples with its own decoder); "
                         "add --engine trl or drop --use-vllm")
@@ -92,23 +96,12 @@ def _validate_ranges(config: Any) -> None:
         raise UserError("task_options use_chat_template must be true or false, "
                         f"got {config.task_options['use_chat_template']!r}")
     _validate_granularity(config)
-    from grpolab.losses import AGGREGATION_MODES
-
-    if config.loss_aggregation not in AGGREGATION_MODES:
-        raise UserError(f"loss_aggregation must be one of {', '.join(AGGREGATION_MODES)}, "
-                        f"got {config.loss_aggregation!r}")
     _validate_loss_options(config)
 
 
 def _validate_loss_options(config: Any) -> None:
-    """The loss options of docs/losses.md: known names, bounds, and the combinations that mean nothing."""
-    from grpolab.losses import IMPORTANCE_SAMPLING_LEVELS, POLICY_OBJECTIVES
-
-    if config.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
-        raise UserError("importance_sampling_level must be token or sequence, "
-                        f"got {config.importance_sampling_level!r}")
-    if config.policy_loss not in POLICY_OBJECTIVES:
-        raise UserError(f"policy_loss must be clip or cispo, got {config.policy_loss!r}")
+    """The loss options of docs/losses.md: bounds, and the combinations that mean nothing (their names are the
+    fields' choices)."""
     if config.dual_clip_c is not None and config.dual_clip_c <= 1:
         raise UserError(f"dual_clip_c must be > 1 (Ye et al. use 3), got {config.dual_clip_c}")
     if config.dual_clip_c is not None and config.policy_loss == "cispo":
@@ -140,8 +133,6 @@ def _validate_overlong(config: Any) -> None:
 
 
 def _validate_granularity(config: Any) -> None:
-    if config.reward_granularity not in ("outcome", "token"):
-        raise UserError(f"reward_granularity must be outcome or token, got {config.reward_granularity!r}")
     if config.reward_granularity == "token":
         from grpolab.process_rewards import check_token_estimator
 

@@ -11,30 +11,43 @@ Every field of ``TrainConfig`` and ``CompareConfig`` is declared with ``setting(
 * ``scope="sweep"``: a ``CompareConfig`` setting of what a sweep runs.
 
 and optionally ``resume=True`` (may change on ``--resume``; implied by ``runtime``), ``sweep_owned="--flag"``
-(``grpolab compare`` sets it for each run itself; the text names what to use instead) and ``at_least=N`` (the
-least value it may take; ``None`` stays allowed where the type allows it). The queries below read the metadata;
-``tests/config/test_fields.py`` fails for a field without a classification.
+(``grpolab compare`` sets it for each run itself; the text names what to use instead), ``at_least=N`` (the
+least value it may take; ``None`` stays allowed where the type allows it), ``choices=(...)`` (the only values a
+setting takes; the checks, the flags' argparse ``choices`` and the TRL mapping read them here) and ``check=fn``
+(for values that follow a pattern rather than a list, such as ``device``: ``fn(value)`` raises a ``UserError``).
+The queries below read the metadata; ``tests/config/test_fields.py`` fails for a field without a
+classification, and for a text field with neither choices nor a check that is not on its list of free-text
+settings.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SCOPES", "lower_bounds", "names_in_scope", "resume_may_change", "runtime_only", "setting", "sweep_owned",
-           "unclassified"]
+__all__ = ["SCOPES", "choices", "lower_bounds", "names_in_scope", "open_text", "resume_may_change", "runtime_only",
+           "setting", "sweep_owned", "unclassified", "value_checks"]
 
 SCOPES = ("start", "training", "runtime", "sweep")
 _MISSING: Any = dataclasses.MISSING
 
 
 def setting(default: Any = _MISSING, *, scope: str, default_factory: Any = _MISSING, resume: bool = False,
-            sweep_owned: str | None = None, at_least: float | None = None) -> Any:
+            sweep_owned: str | None = None, at_least: float | None = None, choices: tuple[str, ...] | None = None,
+            check: Callable[[Any], None] | None = None) -> Any:
     """A dataclass field with its classification in ``metadata`` (see the module docstring)."""
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    if choices is not None:
+        if not isinstance(choices, tuple) or not choices or not all(isinstance(c, str) for c in choices):
+            raise ValueError(f"choices must be a non-empty tuple of names, got {choices!r}")
+        if default is not _MISSING and default not in choices:
+            raise ValueError(f"the default {default!r} is not one of the choices {', '.join(choices)}")
     metadata = {"scope": scope, "resume": resume or scope == "runtime", "sweep_owned": sweep_owned,
-                "at_least": at_least}
+                "at_least": at_least, "choices": choices, "check": check}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -72,3 +85,27 @@ def sweep_owned(cls: type) -> dict[str, str]:
 def lower_bounds(config: Any) -> dict[str, float]:
     """Setting -> the least value it may take, for the fields that have one."""
     return {f.name: f.metadata["at_least"] for f in _fields(config) if f.metadata.get("at_least") is not None}
+
+
+def choices(config: Any) -> dict[str, tuple[str, ...]]:
+    """Setting -> the only values it takes, for the fields that have a fixed set."""
+    return {f.name: f.metadata["choices"] for f in _fields(config) if f.metadata.get("choices")}
+
+
+def value_checks(config: Any) -> dict[str, Callable[[Any], None]]:
+    """Setting -> the function that refuses a bad value, for the fields whose values follow a pattern."""
+    return {f.name: f.metadata["check"] for f in _fields(config) if f.metadata.get("check")}
+
+
+def open_text(cls: type) -> list[str]:
+    """The text fields of ``cls`` (``str`` or ``str | None``) with neither ``choices`` nor ``check``: any text
+    is accepted as far as the schema goes (a test keeps this equal to a list of free-text settings)."""
+    hints = typing.get_type_hints(cls)
+
+    def text(kind: Any) -> bool:
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):
+            return str in typing.get_args(kind)
+        return kind is str
+
+    return [f.name for f in _fields(cls) if text(hints[f.name]) and not f.metadata.get("choices")
+            and not f.metadata.get("check")]

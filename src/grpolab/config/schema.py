@@ -2,7 +2,7 @@
 
 ``TrainConfig`` is a frozen dataclass with a docstring under every field (cleanrl's ``Args`` style), each field
 declared with ``setting(...)`` so that its classification (start, training or runtime scope, may change on
-resume, owned by a sweep, lower bound) lives in its metadata (``grpolab.config.fields``);
+resume, owned by a sweep, lower bound, choices) lives in its metadata (``grpolab.config.fields``);
 ``CompareConfig`` holds what only a sweep adds. The command-line flags of ``grpolab train``, ``compare``,
 ``eval`` and ``gradients`` (``--group-size``, ``grpolab.commands.flags``) and the config-file keys
 (``group_size``, YAML or TOML) are derived from these fields, so there is no second schema: a run
@@ -30,8 +30,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from grpolab.config.checks import validate
-from grpolab.config.fields import lower_bounds, setting
+from grpolab.config.checks import check_settings, validate
+from grpolab.config.fields import setting
+from grpolab.devices import check_name as check_device_name
 from grpolab.errors import UserError
 
 __all__ = [
@@ -70,7 +71,7 @@ class TrainConfig:
     """Advantage estimator (see `grpolab estimators`)."""
     advantage_kwargs: dict[str, Any] = setting(default_factory=dict, scope="training")
     """Hyper-parameters of the estimator, e.g. {"k": 2} for passk (flag: JSON)."""
-    reward_granularity: str = setting("outcome", scope="start")
+    reward_granularity: str = setting("outcome", scope="start", choices=("outcome", "token"))
     """What gets a reward: outcome (one per completion; every token shares its completion's advantage) or token
     (per-token process rewards: each answer character is scored by position against the reference, for the
     verifiers exact and gsm8k; a token gets the mean of its characters' scores, and its advantage is
@@ -86,7 +87,7 @@ class TrainConfig:
     """Seed of prompt sampling, generation and initialisation; a run is deterministic for a seed."""
     lr: float = setting(1e-4, scope="training")
     """Peak learning rate of AdamW."""
-    lr_schedule: str = setting("constant", scope="training")
+    lr_schedule: str = setting("constant", scope="training", choices=("constant", "linear", "cosine"))
     """Learning-rate schedule after warm-up: constant, linear or cosine (decay to 0 at the last step)."""
     warmup_steps: int = setting(0, scope="training", at_least=0)
     """Linear learning-rate warm-up steps."""
@@ -104,7 +105,8 @@ class TrainConfig:
     """Upper clip range (DAPO clip-higher); default: epsilon_low."""
     beta: float = setting(0.0, scope="training")
     """Weight of the KL penalty to the frozen initial policy; > 0 loads a reference model."""
-    loss_aggregation: str = setting("token_mean", scope="training")
+    loss_aggregation: str = setting("token_mean", scope="training", choices=(
+        "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum"))
     """Loss aggregation: token_mean, seq_mean_token_mean, seq_mean_token_sum_norm, seq_mean_token_sum."""
     temperature: float = setting(1.0, scope="start")
     """Sampling temperature (the policy's log-probabilities use the same temperature)."""
@@ -114,9 +116,9 @@ class TrainConfig:
     """Completion length cap; default: the task's."""
     micro_batch_size: int = setting(64, scope="training", at_least=1)
     """Sequences per forward/backward pass during the update (memory bound)."""
-    dtype: str = setting("float32", scope="start")
+    dtype: str = setting("float32", scope="start", choices=("float32", "bfloat16"))
     """Compute dtype of the update: float32 or bfloat16 (autocast on the run's device)."""
-    sampler_dtype: str = setting("auto", scope="start")
+    sampler_dtype: str = setting("auto", scope="start", choices=("auto", "float32", "bfloat16"))
     """Weights of the lean Llama sampler: auto (bfloat16 from hidden size 512 up, e.g. SmolLM2; float32 below),
     bfloat16 or float32. Other architectures sample through transformers, as loaded."""
     lora: bool = setting(False, scope="start")
@@ -144,7 +146,7 @@ class TrainConfig:
     """Evaluate on at most this many test prompts (None = all)."""
     eval_start: bool = setting(True, scope="start")
     """Evaluate the starting policy before training."""
-    eval_split: str = setting("test", scope="start")
+    eval_split: str = setting("test", scope="start", choices=("test", "validation"))
     """Split the evaluations use: test, or validation (for hyper-parameter selection; a task without its own
     validation split then gives up a hash-chosen tenth of its train problems for it)."""
     grad_analysis_every: int = setting(0, scope="training", at_least=0)
@@ -159,7 +161,7 @@ class TrainConfig:
     """Also write metrics to TensorBoard (needs the tensorboard package); the same as tensorboard in report_to."""
     threads: int | None = setting(None, scope="runtime", at_least=1)
     """torch threads (default: torch's choice)."""
-    device: str = setting("auto", scope="runtime")
+    device: str = setting("auto", scope="runtime", check=check_device_name)  # auto|cpu|cuda|cuda:N
     """Where the run computes: auto (the first CUDA GPU torch sees, else the CPU), cpu, cuda or cuda:N. The model,
     the sampler and its cache, the update and the optimiser state live there, and so do the evaluations. A
     checkpoint resumes on any device. Engine trl: auto or cuda put TRL on its accelerate device, cpu keeps it on
@@ -167,10 +169,10 @@ class TrainConfig:
     progress: bool = setting(True, scope="runtime")
     """Show a progress bar."""
     # Loss options (docs/losses.md): every default keeps the clipped token-level loss above.
-    importance_sampling_level: str = setting("token", scope="training")
+    importance_sampling_level: str = setting("token", scope="training", choices=("token", "sequence"))
     """Importance ratio: token (PPO/GRPO) or sequence (GSPO: exp of the mean token log-ratio, clipped per
     sequence; Zheng et al. 2025, Group Sequence Policy Optimization, arXiv 2507.18071)."""
-    policy_loss: str = setting("clip", scope="training")
+    policy_loss: str = setting("clip", scope="training", choices=("clip", "cispo"))
     """Policy objective: clip (PPO's clipped surrogate, arXiv 1707.06347) or cispo (clipped IS weight with
     stop-gradient times the log-prob; MiniMax-M1, arXiv 2506.13585; bounds --cispo-ratio-min/max)."""
     cispo_ratio_min: float | None = setting(None, scope="training", at_least=0)
@@ -194,13 +196,13 @@ class TrainConfig:
     # Training engine. Scope "training": the start evaluation is grpolab's own in both engines (the same
     # evaluate() on the same starting policy), so runs that differ only in the engine share it; everything
     # after step 0 (sampling, loss, optimiser) is the engine's.
-    engine: str = setting("grpolab", scope="training")
+    engine: str = setting("grpolab", scope="training", choices=("grpolab", "trl"))
     """Training engine: grpolab (its own trainer, on --device) or trl (TRL's GRPOTrainer generates, computes the
     loss and steps the optimiser, on any device accelerate gives it; grpolab keeps the task, verifier, estimator,
     evaluation and logs). Settings TRL cannot honour are refused (docs/integrations.md)."""
     use_vllm: bool = setting(False, scope="training")
     """Engine trl: generate the training completions with vLLM (needs CUDA and the vllm package)."""
-    vllm_mode: str = setting("colocate", scope="training")
+    vllm_mode: str = setting("colocate", scope="training", choices=("colocate", "server"))
     """Engine trl with --use-vllm: colocate (vLLM in the training processes) or server (a separate
     `trl vllm-serve` process)."""
 
@@ -254,7 +256,7 @@ class CompareConfig:
     """Seeds per (estimator, G, lr) of the lr-selection runs (seeds 1000, 1001, ...; never reported)."""
     workers: int | None = setting(None, scope="runtime")
     """Parallel runs (default: the number of CPU cores)."""
-    backend: str = setting("local", scope="runtime")
+    backend: str = setting("local", scope="runtime", choices=("local", "ray"))
     """local (process pool) or ray (a Ray cluster; RAY_ADDRESS or a local one)."""
 
     # the sweep as a Python API: lr bracketing, variants, the primary comparison, GPUs per run
@@ -330,11 +332,7 @@ class CompareConfig:
         if self.selection_seeds < 1:
             raise UserError(f"selection_seeds must be >= 1, got {self.selection_seeds}")
         self.lr_list  # noqa: B018 (validates)
-        if self.backend not in ("local", "ray"):
-            raise UserError(f"backend must be local or ray, got {self.backend!r}")
-        for name, least in lower_bounds(self).items():
-            if getattr(self, name) is not None and getattr(self, name) < least:
-                raise UserError(f"{name} must be >= {least:g}, got {getattr(self, name)}")
+        check_settings(self)  # backend's choices, the lower bounds
         self.primary_pair  # noqa: B018 (validates)
 
     def to_dict(self) -> dict[str, Any]:
