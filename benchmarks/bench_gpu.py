@@ -1,6 +1,6 @@
 """Sampling on one GPU: grpolab's lean sampler stepping eagerly and through its CUDA graph, against TRL's generation.
 
-    scripts/gpu_check.sh-style, on the GPU machine:  PYTHONPATH=/tmp/site:src python benchmarks/bench_gpu.py
+    on the GPU machine (docs/benchmarks.md):  PYTHONPATH=/tmp/site:src python3 benchmarks/bench_gpu.py
     tiny, on the CPU (tests/test_gpu_bench.py):      python benchmarks/bench_gpu.py --cpu
 
 The model is the GPU check's (``scripts/gpu_check.py``, imported, not copied): random weights of SmolLM2-135M's shape
@@ -184,7 +184,7 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="tiny model and batch on the CPU (the test's mode)")
-    parser.add_argument("--budget-s", type=float, default=55.0,
+    parser.add_argument("--budget-s", type=float, default=40.0,
                         help="skip TRL's P = 64 row when it would end past this many seconds from the start")
     parser.add_argument("--out", type=Path, help="also write the result as JSON here")
     args = parser.parse_args(argv)
