@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 from grpolab.config import TrainConfig, save_config
 from grpolab.sweep.plan import RunSpec
@@ -35,12 +36,6 @@ def diverge(spec: RunSpec, *, at_step: int = 2, split: str = "test") -> None:
     (spec.run_dir / "metrics.jsonl").write_text('{"step": 1, "loss/policy": 0.1}\n')
 
 
-def visible_devices(seconds: float) -> tuple[int, str | None]:
-    """(this process's id, its CUDA_VISIBLE_DEVICES) after ``seconds``: a job for a worker pool's worker."""
-    time.sleep(seconds)
-    return os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES")
-
-
 def devices_at_start(seconds: float) -> tuple[int, str | None]:
     """(this process's id, the CUDA_VISIBLE_DEVICES it was started with, from /proc/self/environ: before its
     interpreter imported anything) after ``seconds``: a job for a worker pool's worker."""
@@ -51,3 +46,17 @@ def devices_at_start(seconds: float) -> tuple[int, str | None]:
             if name == b"CUDA_VISIBLE_DEVICES":
                 return os.getpid(), value.decode()
     return os.getpid(), None
+
+
+def devices_once_all_started(folder: str, workers: int) -> tuple[int, str | None, str | None]:
+    """(this process's id, the CUDA_VISIBLE_DEVICES it was started with (from /proc/self/environ, before its
+    interpreter imported anything), the one in its os.environ now), once ``workers`` processes have entered this
+    job: each worker of a pool takes one such job, so no fixed sleep is needed for every worker to be seen."""
+    pid, at_start = devices_at_start(0.0)
+    Path(folder, str(pid)).touch()
+    deadline = time.monotonic() + 120
+    while len(list(Path(folder).iterdir())) < workers:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {workers} workers started within 120 s")
+        time.sleep(0.02)
+    return pid, at_start, os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -5,6 +5,7 @@ processes that really start with the ``CUDA_VISIBLE_DEVICES`` of their slot in t
 from __future__ import annotations
 
 import multiprocessing
+import os
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,7 +22,7 @@ from grpolab.sweep import devices
 from grpolab.sweep.devices import device_sets, gpus_each, visible_gpu_ids, worker_devices
 from grpolab.sweep.local import run_local, worker_pool
 from grpolab.sweep.plan import RunSpec
-from sweep_runs import devices_at_start, visible_devices
+from sweep_runs import devices_once_all_started
 
 
 def _machine(monkeypatch: pytest.MonkeyPatch, gpus: int, cuda_visible_devices: str | None = None) -> None:
@@ -160,17 +161,21 @@ def test_gpus_per_run_is_auto_unless_set_by_flag_or_config_file(tmp_path: Path) 
         CompareConfig(gpus_per_run=-1)
 
 
-@pytest.mark.parametrize("values", [["0,1", "2,3"], ["", ""]])
-def test_a_worker_process_starts_with_its_own_cuda_visible_devices(values: list[str]) -> None:
+def test_a_worker_process_starts_with_its_own_cuda_visible_devices(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """In the environment the worker was started with, so before its interpreter imported anything (torch reads
-    the variable once, when CUDA is first asked about)."""
+    the variable once, when CUDA is first asked about). One pool of two workers covers both kinds of value: a GPU
+    set, and "" (a CPU run's: set and empty, not inherited or unset), in a parent whose own value differs."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    values = ["0,1", ""]
     progress = multiprocessing.get_context("spawn").Queue()
     pool = worker_pool(2, progress, values)
     try:
-        jobs = [pool.submit(devices_at_start, 1.0) for _ in range(4)] + [pool.submit(visible_devices, 0.0)]
-        started = dict(future.result(timeout=120) for future in jobs[:4])
-        pid, now = jobs[4].result(timeout=120)
+        jobs = [pool.submit(devices_once_all_started, str(tmp_path), 2) for _ in values]
+        seen = [future.result(timeout=180) for future in jobs]
     finally:
         pool.shutdown(wait=True)
-    assert len(started) == 2 and sorted(started.values()) == sorted(values)  # one value per worker, never shared
-    assert now == started[pid]  # and the worker's os.environ says the same
+    assert len({pid for pid, _, _ in seen}) == 2  # one job in each worker
+    assert sorted(at_start for _, at_start, _ in seen) == sorted(values)  # one value per worker, never shared
+    assert all(now == at_start for _, at_start, now in seen)  # and the worker's os.environ says the same
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "7"  # the parent's own value is left as it was
