@@ -120,3 +120,24 @@ def test_an_invalid_choice_is_one_line_naming_the_flag_and_the_choices(capsys: p
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith("grpolab train: error: argument --lr-schedule: invalid choice: 'step'")
     assert "'constant', 'linear', 'cosine'" in err and "see grpolab train --help" in err
+
+
+def test_the_docs_give_flags_with_choices_only_values_of_the_schema() -> None:
+    """A doc that writes ``--lr-schedule X`` (README, docs/) names one of the field's choices, as --help does;
+    docs/reliability.md lists refused values on purpose, and an upper-case word is a placeholder (``--engine E``)."""
+    import re
+    from pathlib import Path
+
+    from grpolab.config.fields import choices
+
+    root = Path(__file__).resolve().parents[2]
+    texts = [root / "README.md", *sorted(p for p in (root / "docs").glob("*.md") if p.name != "reliability.md")]
+    found = {**choices(TrainConfig), **choices(CompareConfig)}
+    wrong = []
+    for path in texts:
+        text = path.read_text(encoding="utf-8")
+        for name, allowed in found.items():
+            for value in re.findall(rf"--{name.replace('_', '-')}[ =]([A-Za-z0-9_:]+)", text):
+                if value not in allowed and not value.isupper():
+                    wrong.append(f"{path.name}: --{name.replace('_', '-')} {value}")
+    assert wrong == []
