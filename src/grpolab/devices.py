@@ -14,11 +14,12 @@ Nothing here departs from the papers: they say nothing of devices.
 from __future__ import annotations
 
 import re
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from grpolab.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["DEVICE_CHOICES", "check_name", "describe", "model_device", "resolve", "to_host"]
 
@@ -38,6 +39,8 @@ def resolve(name: str) -> torch.device:
     Raises:
         UserError: the name is not one of ``DEVICE_CHOICES``, or it asks for a GPU torch does not see.
     """
+    import torch  # here, not at the top: the config's checks import this module, and need no torch
+
     check_name(name)
     if name == "auto":
         return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
@@ -56,6 +59,8 @@ def resolve(name: str) -> torch.device:
 
 def describe(device: torch.device) -> str:
     """``cpu`` or ``cuda:0 (NVIDIA H100 80GB HBM3)``: what a run prints about where it computes."""
+    import torch
+
     if device.type != "cuda":
         return str(device)
     index = 0 if device.index is None else device.index
@@ -64,6 +69,8 @@ def describe(device: torch.device) -> str:
 
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of ``model``'s first parameter (the CPU for a model without parameters)."""
+    import torch
+
     for param in model.parameters():
         return param.device
     return torch.device("cpu")
@@ -72,6 +79,8 @@ def model_device(model: torch.nn.Module) -> torch.device:
 def to_host(value: Any) -> Any:
     """``value`` on the host: a tensor detached and on the CPU (the same tensor when it is already a plain CPU
     tensor); anything else unchanged."""
+    import torch
+
     if not torch.is_tensor(value):
         return value
     return value.detach().cpu()
