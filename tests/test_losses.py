@@ -77,7 +77,9 @@ def test_per_token_advantages_equal_broadcast_per_completion_advantages() -> Non
 @SETTINGS
 @given(
     log_ratio=st.floats(-2.0, 2.0),
-    advantage=st.floats(-3.0, 3.0),
+    # no subnormal advantages: r A and clip(r) A round to the same subnormal (e.g. A = -5e-324), and which of the
+    # two "was clipped" is then not a property of the loss but of the rounding
+    advantage=st.floats(-3.0, 3.0, allow_subnormal=False),
     eps_low=st.floats(0.0, 0.5),
     eps_high=st.floats(0.0, 0.5),
 )

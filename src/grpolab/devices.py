@@ -14,6 +14,7 @@ Nothing here departs from the papers: they say nothing of devices.
 from __future__ import annotations
 
 import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 from grpolab.errors import UserError
@@ -78,9 +79,9 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 def to_host(value: Any) -> Any:
     """``value`` on the host: a tensor detached and on the CPU (the same tensor when it is already a plain CPU
-    tensor); anything else unchanged."""
-    import torch
-
-    if not torch.is_tensor(value):
+    tensor); anything else unchanged. Without torch imported, nothing can be a tensor, and torch is not imported
+    (the audit of a table of numbers runs without it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.is_tensor(value):
         return value
     return value.detach().cpu()
