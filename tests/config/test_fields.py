@@ -159,9 +159,10 @@ def test_each_fields_docstring_names_its_choices(cls):
 
 
 def test_device_values_follow_a_pattern_checked_from_the_metadata():
+    from grpolab.config.checks import check_seed
     from grpolab.devices import check_name
 
-    assert config_fields.value_checks(TrainConfig) == {"device": check_name}
+    assert config_fields.value_checks(TrainConfig) == {"device": check_name, "seed": check_seed}
     for name in ("auto", "cpu", "cuda", "cuda:1"):
         assert TrainConfig(device=name).device == name
     with pytest.raises(UserError, match=r"^device must be auto, cpu, cuda or cuda:N, got 'gpu'$"):

@@ -144,6 +144,9 @@ TRAIN_ERRORS = {
                                      ("max_new_tokens must be an integer",)),
     "task option max_new_tokens text": (["--task-options", '{"max_new_tokens": "8"}'], ("integer >= 1, got '8'",)),
     "task option chat template text": (["--task-options", '{"use_chat_template": "no"}'], ("true or false",)),
+    "seed past 64 bits": (["--seed", str(10**23)], ("seed must be at most 4294967295", str(10**23))),
+    "seed in float notation": (["--seed", "1e23"], ("--seed: invalid int value: '1e23'",)),
+    "seed negative": (["--seed", "-1"], ("seed must be >= 0",)),
 }
 
 
@@ -182,6 +185,11 @@ def test_train_bad_input_is_one_line_exit_2(case: str, files: Path, tmp_path: Pa
         (["eval", "--n", "0", "--limit", "2", "--out", "{d}/a-file/e.json"], ("Not a directory", "a-file")),
         (["eval", "--task", "math500", "--data", "{d}/missing.jsonl"], ("missing.jsonl does not exist",)),
         (["audit", "{t}/nothing-here"], ("nothing-here",)),
+        (["gradients", "--seed", str(10**23)], ("seed must be at most 4294967295",)),
+        (["gradients", "--seed", "-1"], ("seed must be >= 0",)),
+        (["mechanism", "{t}", "--seed", str(10**23)], ("seed must be at most 4294967295",)),
+        (["compare", "--seeds", str(10**20), "--out", "{t}/c"], ("seeds must be at most 1000", "1000 and up")),
+        (["compare", "--selection-seeds", str(10**20), "--out", "{t}/c"], ("selection_seeds must be at most 1000",)),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) and len(value) > 2 else None,
 )
@@ -220,7 +228,7 @@ def test_unscorable_rewards_train_on_with_a_finite_loss(verifier: str, errors: i
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
     for row in rows:
-        assert isinstance(row["loss/policy"], float) and np.isfinite(row["loss/policy"]), row  # NaN is logged null
+        assert isinstance(row["loss/total"], float) and np.isfinite(row["loss/total"]), row  # NaN is logged null
         assert row["rollout/unscorable"] == 16 and row["rollout/verifier_errors"] == errors
         assert row["loss/trained_sequences"] == 0  # every advantage is 0: nothing reaches the loss
 
@@ -229,7 +237,7 @@ def test_group_size_one_trains_with_a_fixed_reference_estimator(tmp_path: Path, 
     code, err = run_cli(["train", "--out", str(tmp_path / "run"), *TINY, "--group-size", "1"], capsys)
     assert code == 0, err
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert all(np.isfinite(row["loss/policy"]) and row["loss/trained_sequences"] == 4 for row in rows)
+    assert all(np.isfinite(row["loss/total"]) and row["loss/trained_sequences"] == 4 for row in rows)
 
 
 # ---------------------------------------------------------------------------- the scoring and advantages APIs

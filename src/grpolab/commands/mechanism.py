@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from grpolab.config.checks import check_seed
     from grpolab.devices import resolve as resolve_device
     from grpolab.mechanism import Options, measure_runs, passk_reading, summarise
     from grpolab.mechanism.analysis import parse_parts, runs_to_analyse
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.prompts < 1 or args.samples < 1:
         raise UserError(f"--prompts and --samples must be >= 1, got {args.prompts} and {args.samples}")
+    if args.seed < 0:
+        raise UserError(f"--seed must be >= 0, got {args.seed}")
+    check_seed(args.seed)
     compare_dir = Path(args.compare_dir)
     options = Options(prompts=args.prompts, samples=args.samples, seed=args.seed, device=args.device,
                       end_samples=not args.no_end_samples, parts=parse_parts(args.parts),

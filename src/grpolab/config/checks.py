@@ -17,7 +17,11 @@ from typing import Any
 from grpolab.config.fields import choices, lower_bounds, value_checks
 from grpolab.errors import UserError
 
-__all__ = ["REPORT_BACKENDS", "check_settings", "check_types", "report_backends", "validate"]
+__all__ = ["MAX_SEED", "REPORT_BACKENDS", "check_seed", "check_settings", "check_types", "report_backends", "validate"]
+
+MAX_SEED = 2**32 - 1
+"""The largest seed: numpy's legacy bound, far inside torch's 64 bits, so that the step seeds derived from it
+(``seed * 1_000_003 + index``) stay in range."""
 
 _HINTS = {"eval_limit": "; to evaluate every test prompt, set eval_limit: null in a --config file"}
 
@@ -40,6 +44,12 @@ def check_settings(config: Any) -> None:
             raise UserError(f"{name} must be {_one_of(allowed)}, got {value!r}")
     for name, check in value_checks(config).items():
         check(getattr(config, name))
+
+
+def check_seed(seed: int) -> None:
+    """A seed is an integer in [0, ``MAX_SEED``]: torch and numpy refuse larger ones with a traceback."""
+    if seed > MAX_SEED:
+        raise UserError(f"seed must be at most {MAX_SEED} (2**32 - 1), got {seed}; pick a smaller seed")
 
 
 def validate(config: Any) -> None:

@@ -30,12 +30,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from grpolab.config.checks import check_settings, validate
+from grpolab.config.checks import check_seed, check_settings, validate
 from grpolab.config.fields import setting
 from grpolab.devices import check_name as check_device_name
 from grpolab.errors import UserError
 
 __all__ = [
+    "MAX_SWEEP_SEEDS",
     "CompareConfig",
     "TrainConfig",
 ]
@@ -83,7 +84,7 @@ class TrainConfig:
     """P: prompts per training step."""
     steps: int = setting(100, scope="training", resume=True, at_least=0)
     """Training steps (one rollout batch each)."""
-    seed: int = setting(0, scope="start", sweep_owned="--seeds")
+    seed: int = setting(0, scope="start", sweep_owned="--seeds", at_least=0, check=check_seed)
     """Seed of prompt sampling, generation and initialisation; a run is deterministic for a seed."""
     lr: float = setting(1e-4, scope="training")
     """Peak learning rate of AdamW."""
@@ -239,6 +240,11 @@ class TrainConfig:
         return data
 
 
+MAX_SWEEP_SEEDS = 1000
+"""The most seeds (and selection seeds) per cell of a sweep: the reported seeds 0..N-1 stay below the
+lr-selection seeds 1000, 1001, ..."""
+
+
 @dataclass(frozen=True)
 class CompareConfig:
     """The sweep of ``grpolab compare``; every run's own settings are a ``TrainConfig``."""
@@ -325,6 +331,11 @@ class CompareConfig:
     def __post_init__(self) -> None:
         if self.seeds < 1:
             raise UserError(f"seeds must be >= 1, got {self.seeds}")
+        if self.seeds > MAX_SWEEP_SEEDS:  # the reported seeds 0..seeds-1 stay below the selection seeds
+            raise UserError(f"seeds must be at most {MAX_SWEEP_SEEDS} (the lr-selection runs use seeds 1000 and up), "
+                            f"got {self.seeds}")
+        if self.selection_seeds > MAX_SWEEP_SEEDS:
+            raise UserError(f"selection_seeds must be at most {MAX_SWEEP_SEEDS}, got {self.selection_seeds}")
         if not self.estimator_list:
             raise UserError("estimators is empty; name at least one, e.g. --estimators sign,dr_grpo")
         if any(g < 1 for g in self.group_size_list):
