@@ -21,7 +21,7 @@ def finish(spec: RunSpec, score: float, *, passk: dict | None = None, split: str
             {"step": spec.config.steps, "phase": "end", "split": split, "greedy_accuracy": score,
              "pass_at_k": passk or {}, "n": len(passk or {})}]
     (spec.run_dir / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (spec.run_dir / "metrics.jsonl").write_text('{"step": 1, "loss/policy": 0.1}\n')
+    (spec.run_dir / "metrics.jsonl").write_text('{"step": 1, "loss/total": 0.1}\n')
 
 
 def diverge(spec: RunSpec, *, at_step: int = 2, split: str = "test") -> None:
@@ -33,7 +33,7 @@ def diverge(spec: RunSpec, *, at_step: int = 2, split: str = "test") -> None:
     (spec.run_dir / "summary.json").write_text(json.dumps(summary))
     start = {"step": 0, "phase": "start", "split": split, "greedy_accuracy": 0.25}
     (spec.run_dir / "eval.jsonl").write_text(json.dumps(start) + "\n")
-    (spec.run_dir / "metrics.jsonl").write_text('{"step": 1, "loss/policy": 0.1}\n')
+    (spec.run_dir / "metrics.jsonl").write_text('{"step": 1, "loss/total": 0.1}\n')
 
 
 def devices_at_start(seconds: float) -> tuple[int, str | None]:

@@ -26,7 +26,7 @@ def test_two_steps_with_per_token_rewards(estimator: str, tmp_path) -> None:
     trainer.run()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
-    assert all(np.isfinite(row["loss/policy"]) and row["loss/trained_sequences"] > 0 for row in rows)
+    assert all(np.isfinite(row["loss/total"]) and row["loss/trained_sequences"] > 0 for row in rows)
     assert any(not torch.equal(before[n], p.detach()) for n, p in trainer.model.named_parameters())
     table = pq.read_table(tmp_path / "run" / "rollouts" / "step-000001.parquet")
     assert table.num_rows == 16 and np.isfinite(table.column("advantage").to_numpy()).all()

@@ -36,7 +36,7 @@ def test_two_steps_per_estimator(estimator: str, tmp_path) -> None:
     result = trainer.run()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
-    assert all(np.isfinite(row["loss/policy"]) for row in rows)
+    assert all(np.isfinite(row["loss/total"]) for row in rows)
     assert {"starvation/degenerate", "starvation/d_iid", "rollout/reward_mean", "perf/step_time"} <= set(rows[0])
     assert [row["starvation/window_groups"] for row in rows] == [4, 8]  # D_iid's pbar pools both steps' groups
     trained = sum(row["loss/trained_sequences"] for row in rows)
@@ -142,7 +142,7 @@ def test_a_verifier_that_raises_is_counted_not_fatal(tmp_path, monkeypatch) -> N
     trainer.run()
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert sum(row["rollout/verifier_errors"] for row in rows) > 0
-    assert all(np.isfinite(row["loss/policy"]) for row in rows)
+    assert all(np.isfinite(row["loss/total"]) for row in rows)
 
 
 @pytest.mark.parametrize(

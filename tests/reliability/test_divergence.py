@@ -46,10 +46,10 @@ def test_a_diverging_train_stops_with_one_line_and_keeps_the_last_good_checkpoin
 
 
 @pytest.mark.parametrize(("metrics", "poison", "words"), [
-    ({"loss/policy": float("nan"), "loss/grad_norm": 1.0}, None, "loss is nan"),
-    ({"loss/policy": 0.1, "loss/grad_norm": float("inf")}, None, "gradient norm is inf"),
-    ({"loss/policy": 0.1, "loss/grad_norm": 1.0}, float("nan"), "parameters"),
-    ({"loss/policy": 0.1, "loss/grad_norm": 1.0}, float("-inf"), "parameters"),
+    ({"loss/total": float("nan"), "loss/grad_norm": 1.0}, None, "loss is nan"),
+    ({"loss/total": 0.1, "loss/grad_norm": float("inf")}, None, "gradient norm is inf"),
+    ({"loss/total": 0.1, "loss/grad_norm": 1.0}, float("nan"), "parameters"),
+    ({"loss/total": 0.1, "loss/grad_norm": 1.0}, float("-inf"), "parameters"),
 ])
 def test_divergence_reason_names_what_is_not_finite(metrics, poison, words):
     params = [torch.zeros(3), torch.ones(2, 2)]
@@ -59,7 +59,7 @@ def test_divergence_reason_names_what_is_not_finite(metrics, poison, words):
 
 
 def test_divergence_reason_is_none_for_a_finite_step():
-    assert divergence_reason({"loss/policy": 0.0, "loss/grad_norm": 0.0}, [torch.full((4,), 1e30)]) is None
+    assert divergence_reason({"loss/total": 0.0, "loss/grad_norm": 0.0}, [torch.full((4,), 1e30)]) is None
 
 
 def _poison_final(run):

@@ -84,7 +84,7 @@ def _assert_no_pickle(run: Path) -> None:
 
 def _finite_loss(run: Path) -> None:
     for row in runlog.read_metrics(run / "metrics.jsonl"):
-        assert isinstance(row["loss/policy"], float), row  # NaN / inf would be logged as null
+        assert isinstance(row["loss/total"], float), row  # NaN / inf would be logged as null
 
 
 SEEDS = [int(os.environ["GRPOLAB_RELIABILITY_SEED"])] if os.environ.get("GRPOLAB_RELIABILITY_SEED") else [0, 1, 7]
@@ -266,7 +266,7 @@ def _die_half_way_through_writes_to(monkeypatch: pytest.MonkeyPatch, name: str) 
 def test_a_kill_while_resume_trims_a_log_keeps_the_old_log(log: str, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / log
-    rows = [{"step": s, "phase": "step", "loss/policy": 0.5} for s in range(6)]
+    rows = [{"step": s, "phase": "step", "loss/total": 0.5} for s in range(6)]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
     def trim() -> None:

@@ -30,7 +30,7 @@ def test_thousand_steps_memory_is_flat(tmp_path) -> None:
     def on_step(step: int, metrics: dict) -> None:
         if step % SAMPLE_EVERY == 0:
             samples[step] = process.memory_info().rss
-        assert math.isfinite(metrics["loss/policy"]), f"step {step}: loss {metrics['loss/policy']}"
+        assert math.isfinite(metrics["loss/total"]), f"step {step}: loss {metrics['loss/total']}"
 
     config = TrainConfig(steps=STEPS, progress=False, threads=int(os.environ.get("SOAK_THREADS", "1")))
     Trainer(config, tmp_path / "run", on_step=on_step).run()

@@ -14,7 +14,7 @@ from grpolab.train.runlog import ROLLOUT_SCHEMA, MetricsLog, RolloutLog, read_me
 def _log_steps(path: Path, steps: range, *, resume_from_step: int | None = None) -> None:
     log = MetricsLog(path, resume_from_step=resume_from_step)
     for step in steps:
-        log.write(step, {"loss/policy": step / 10, "rollout/reward_mean": float("nan") if step == 2 else 0.5})
+        log.write(step, {"loss/total": step / 10, "rollout/reward_mean": float("nan") if step == 2 else 0.5})
     log.close()
 
 
@@ -22,7 +22,7 @@ def test_one_line_per_step_and_non_finite_values_are_null(tmp_path: Path) -> Non
     path = tmp_path / "metrics.jsonl"
     _log_steps(path, range(1, 4))
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3] and rows[2]["loss/policy"] == pytest.approx(0.3)
+    assert [r["step"] for r in rows] == [1, 2, 3] and rows[2]["loss/total"] == pytest.approx(0.3)
     assert rows[1]["rollout/reward_mean"] is None and rows[0]["rollout/reward_mean"] == 0.5
     assert "NaN" not in path.read_text()  # strict JSON
 

@@ -4,8 +4,8 @@ With an on-policy iteration and beta = 0 the logged policy loss does not depend 
 ratio is exactly 1), so the comparison adds a KL term (beta = 0.1) to a reference that differs from the
 policy (its weights perturbed by N(0, 0.02^2) noise): the loss then depends on the forward pass, and
 both runs take their gradient at the same weights. Measured on the embedded model (P = 4, G = 4,
-T <= 16): loss/policy 0.3%, loss/kl 1.4%, loss/grad_norm 4.4% relative apart. Tolerances stated here:
-loss/policy and loss/kl within 3%, loss/grad_norm within 10% relative.
+T <= 16): loss/total 0.3%, loss/kl 1.4%, loss/grad_norm 4.4% relative apart. Tolerances stated here:
+loss/total and loss/kl within 3%, loss/grad_norm within 10% relative.
 """
 
 from __future__ import annotations
@@ -44,6 +44,6 @@ def test_bfloat16_autocast_logs_the_float32_loss_within_tolerance(setup) -> None
     policy, batch = setup
     full, half = _update(policy, batch, "float32"), _update(policy, batch, "bfloat16")
     assert full["loss/kl"] > 0 and full["loss/trained_sequences"] == 16
-    for key, tolerance in (("loss/policy", 0.03), ("loss/kl", 0.03), ("loss/grad_norm", 0.1)):
+    for key, tolerance in (("loss/total", 0.03), ("loss/kl", 0.03), ("loss/grad_norm", 0.1)):
         assert half[key] == pytest.approx(full[key], rel=tolerance), (key, half[key], full[key])
-    assert half["loss/policy"] != full["loss/policy"]  # autocast really ran in bfloat16
+    assert half["loss/total"] != full["loss/total"]  # autocast really ran in bfloat16

@@ -111,7 +111,7 @@ def test_loss_and_gradient_of_each_mode_equal_the_hand_computed_ones(mode: str) 
     grad = -sum(a * wb * (np.array(c) - n / V)
                 for a, wb, c, n in zip(HAND_ADVANTAGES, w, HAND_COUNTS, HAND_LENGTHS, strict=True))
     metrics, grads = _update(Unigram(), _hand_batch(), torch.tensor([HAND_ADVANTAGES]), loss_aggregation=mode)
-    assert metrics["loss/policy"] == pytest.approx(loss, abs=1e-7)
+    assert metrics["loss/total"] == pytest.approx(loss, abs=1e-7)
     np.testing.assert_allclose(grads["theta"].numpy(), grad, atol=1e-7)
     assert metrics["loss/grad_norm"] == pytest.approx(float(np.linalg.norm(grad)), rel=1e-6)
     assert metrics["loss/train_tokens"] == 5 and metrics["loss/trained_sequences"] == 2
@@ -121,7 +121,7 @@ def test_the_token_mean_case_written_out() -> None:
     # -(1/5) * [1 * ([0,0,1,1,0] - 2/5) - 0.5 * ([0,2,0,0,1] - 3/5)] = -(1/5) * [-0.1, -1.1, 0.9, 0.9, -0.6]
     metrics, grads = _update(Unigram(), _hand_batch(), torch.tensor([HAND_ADVANTAGES]))
     np.testing.assert_allclose(grads["theta"].numpy(), [0.02, 0.22, -0.18, -0.18, 0.12], atol=1e-7)
-    assert metrics["loss/policy"] == pytest.approx(-0.1, abs=1e-7)  # -(1 * 2 - 0.5 * 3) / 5
+    assert metrics["loss/total"] == pytest.approx(-0.1, abs=1e-7)  # -(1 * 2 - 0.5 * 3) / 5
 
 
 def test_per_token_advantages_weigh_each_token() -> None:
@@ -132,7 +132,7 @@ def test_per_token_advantages_weigh_each_token() -> None:
                            + 0.5 * (np.eye(V)[1] - 0.2) + 0.0 * (np.eye(V)[4] - 0.2))
     metrics, grads = _update(Unigram(), _hand_batch(), advantages)
     np.testing.assert_allclose(grads["theta"].numpy(), expected, atol=1e-7)
-    assert metrics["loss/policy"] == pytest.approx(-(1.0 + 2.0 - 1.0 + 0.5) / 5, abs=1e-7)
+    assert metrics["loss/total"] == pytest.approx(-(1.0 + 2.0 - 1.0 + 0.5) / 5, abs=1e-7)
 
 
 # ---------------------------------------------------------------------------- against a plain loop
@@ -183,7 +183,7 @@ def test_padded_masked_micro_batched_update_equals_the_plain_loop(mode: str, adv
     loss, expected = _loop_gradient(advantages.reshape(6, -1).squeeze(1), mode)
     metrics, grads = _update(BagOfTokens(), batch, advantages, max_length=MAX_LENGTH, loss_aggregation=mode,
                              micro_batch_size=micro_batch_size)
-    assert metrics["loss/policy"] == pytest.approx(loss, abs=1e-6)
+    assert metrics["loss/total"] == pytest.approx(loss, abs=1e-6)
     for name, grad in expected.items():
         assert grad.abs().max() > 1e-3, name  # the case is not degenerate
         torch.testing.assert_close(grads[name], grad, atol=1e-6, rtol=1e-5)
@@ -197,7 +197,7 @@ def test_one_micro_batch_and_many_give_the_same_gradient(mode: str) -> None:
         model = BagOfTokens()
         split = _update(model, batch, OUTCOME, loss_aggregation=mode, micro_batch_size=size)
         assert len(model.forwarded) == -(-5 // size) and sum(model.forwarded) == 5  # 5 rows carry signal
-        assert split[0]["loss/policy"] == pytest.approx(whole[0]["loss/policy"], abs=1e-6)
+        assert split[0]["loss/total"] == pytest.approx(whole[0]["loss/total"], abs=1e-6)
         for name, grad in whole[1].items():
             torch.testing.assert_close(split[1][name], grad, atol=1e-6, rtol=1e-5)
 

@@ -1,6 +1,6 @@
 """Divergence: a step whose loss, gradient norm or updated parameters are not finite ends the run.
 
-``divergence_reason`` is checked after every update: the step's ``loss/policy`` and ``loss/grad_norm`` (both
+``divergence_reason`` is checked after every update: the step's ``loss/total`` and ``loss/grad_norm`` (both
 already computed by the update) and one float32 sum over the trainable parameters (a NaN or infinite entry
 anywhere makes the sum non-finite), so it costs one pass over the weights and no copy.
 
@@ -39,7 +39,7 @@ def _not_finite(value: Any) -> bool:
 
 def divergence_reason(metrics: dict[str, Any], params: Iterable[torch.Tensor]) -> str | None:
     """Why the step that produced ``metrics`` and left ``params`` diverged, or None when all is finite."""
-    for key, what in (("loss/policy", "loss"), ("loss/grad_norm", "gradient norm")):
+    for key, what in (("loss/total", "loss"), ("loss/grad_norm", "gradient norm")):
         if _not_finite(metrics.get(key)):
             return f"the {what} is {metrics[key]}"
     with torch.no_grad():

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from grpolab.config.checks import REPORT_BACKENDS, report_backends
 from grpolab.errors import UserError
+from grpolab.metric_keys import upgrade_row
 
 __all__ = ["MetricsLog", "RolloutLog", "open_backends", "read_metrics", "report_backends", "rewrite_jsonl",
            "trl_report_to"]
@@ -208,7 +209,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             continue
         if row is None:
             raise UserError(f"{path} is damaged at line {number} (not a JSON object with a step); {_DAMAGED_FIX}")
-        rows.append(row)
+        rows.append(upgrade_row(row))  # keys renamed since the row was written, under today's names
     return rows
 
 

@@ -364,7 +364,7 @@ def update_policy(
         optimizer.step()
     tokens = float(mask[rows].sum()) if rows else 0.0
     metrics = {
-        "loss/policy": totals.loss, "loss/kl": totals.kl / max(tokens, 1.0),
+        "loss/total": totals.loss, "loss/kl": totals.kl / max(tokens, 1.0),
         "loss/clip_fraction": totals.clipped / max(tokens, 1.0), "loss/grad_norm": grad_norm,
         "loss/lr": lr, "loss/trained_sequences": float(len(rows)), "loss/train_tokens": tokens,
     }

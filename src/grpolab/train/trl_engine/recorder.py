@@ -12,8 +12,8 @@ recorder right whatever it is handed).
 Departures from grpolab's engine: a row of ``metrics.jsonl`` is flushed at once (a killed process loses
 nothing) and fsynced with each checkpoint, not at every step (an fsync per step cost 4-5% of a CPU step here);
 each step's rollout table is written on a writer thread (waited for at each checkpoint and at the end);
-``loss/total`` is TRL's loss (policy term plus beta * KL); ``rollout/entropy``
-is TRL's mean entropy of the trained tokens; ``perf/update_time`` is the step time less the generation time.
+``loss/total`` is TRL's loss (policy term plus beta * KL); ``loss/entropy`` is TRL's mean entropy of the trained
+tokens (every key's meaning: ``grpolab.metric_keys``); ``perf/update_time`` is the step time less the generation time.
 With num_iterations mu > 1 a grpolab step is mu optimiser steps; its row has the last one's loss figures.
 """
 
@@ -32,15 +32,12 @@ from transformers import TrainerCallback
 
 from grpolab.devices import to_host
 from grpolab.integrations.trl import GRPOTrainer
+from grpolab.metric_keys import trl_names
 from grpolab.train.runlog import MetricsLog, RolloutLog
 
 __all__ = ["RecordingGRPOTrainer", "RolloutRecord", "RunRecorder"]
 
-# TRL's logged name -> grpolab's metric name
-_TRL_NAMES = {"loss": "loss/total", "kl": "loss/kl", "clip_ratio/region_mean": "loss/clip_fraction",
-              "clip_ratio/low_mean": "loss/clip_fraction_low", "clip_ratio/high_mean": "loss/clip_fraction_high",
-              "cispo_clip_ratio": "loss/clip_fraction_high", "grad_norm": "loss/grad_norm", "learning_rate": "loss/lr",
-              "entropy": "rollout/entropy"}
+_TRL_NAMES = trl_names()  # TRL's logged name -> grpolab's metric name (grpolab.metric_keys)
 
 
 @dataclass

@@ -1,0 +1,230 @@
+"""The one table of the keys a training step writes to ``metrics.jsonl``: each key's meaning, unit and which
+engines write it (and when), with the reason where only one engine does.
+
+Both engines (``grpolab.train.trainer`` and ``grpolab.train.trl_engine``) write rows of these keys;
+``tests/test_metric_keys.py`` runs both for two steps and fails on a key an engine writes that this table does
+not know, or a key the table gives an engine at default settings that it did not write. ``docs/metrics.md`` is
+rendered from this table (``render_markdown``) and a test keeps the two equal. To add a per-step metric, write
+it in the engine(s) and add its row here; nothing else lists it.
+
+Families whose keys are generated (``starvation/*`` from ``diagnostics.STARVATION_KEYS``, ``sampled/*``,
+``grad/*``, ``trl/*``) appear as patterns ending in ``*``.
+
+Renamed keys (``RENAMED``; ``upgrade_row`` maps an old row onto today's names, and ``runlog.read_metrics``
+applies it, so logs written before a rename read as if written today):
+
+* ``loss/policy`` -> ``loss/total``: grpolab's engine logged the minimised loss, policy term plus beta * KL, as
+  ``loss/policy``; the TRL engine logged the same quantity as ``loss/total``.
+* ``rollout/entropy`` of the TRL engine -> ``loss/entropy``: TRL's figure is the entropy of the trained tokens
+  under the policy being updated (from the loss's forward pass); grpolab's ``rollout/entropy`` is the sampling
+  distribution's entropy at rollout time. Only TRL-engine rows (they carry ``trl/entropy``) are upgraded.
+
+This module imports nothing from grpolab, so that any layer (the engines, the run log, the report, the audit)
+may read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+__all__ = ["ALWAYS", "ENGINES", "KEYS", "RENAMED", "MetricKey", "default_keys", "known", "lookup",
+           "render_markdown", "trl_names", "unknown_keys", "upgrade_row"]
+
+ENGINES = ("grpolab", "trl")
+"""The training engines (``TrainConfig.engine``)."""
+
+ALWAYS = ""
+"""The condition of a key written at every step at default settings."""
+
+
+@dataclass(frozen=True)
+class MetricKey:
+    """One row of the table.
+
+    name: the key, or a family's pattern ending in ``*`` (``fnmatch``).
+    unit: what its number counts ("share" is a fraction in [0, 1]; "count", "s", "nats/token", ...).
+    meaning: what the number is, in one sentence.
+    engines: engine -> when it writes the key (``ALWAYS``, or the setting that turns it on). An engine that is
+        absent never writes it.
+    reason: why an engine never writes it; required when one engine is absent.
+    trl: TRL's logged names that the TRL engine records under this key (``trl_names``).
+    """
+
+    name: str
+    unit: str
+    meaning: str
+    engines: Mapping[str, str] = field(default_factory=lambda: dict.fromkeys(ENGINES, ALWAYS))
+    reason: str = ""
+    trl: tuple[str, ...] = ()
+
+    @property
+    def pattern(self) -> bool:
+        return self.name.endswith("*")
+
+    def matches(self, key: str) -> bool:
+        return fnmatchcase(key, self.name) if self.pattern else key == self.name
+
+
+def _own(when: str = ALWAYS) -> dict[str, str]:
+    return {"grpolab": when}
+
+
+def _trl(when: str = ALWAYS) -> dict[str, str]:
+    return {"trl": when}
+
+
+_NO_TRL_SCORES = "TRL's reward functions return a float or None; they report no verifier errors or timeouts"
+_OWN_UPDATE = "grpolab's update computes it; TRL's GRPOTrainer logs no such figure"
+_OWN_OPTION = "a grpolab loss option; the TRL engine refuses or maps the option and TRL logs no such figure"
+
+KEYS: tuple[MetricKey, ...] = (
+    MetricKey("step", "step", "the training step, 1-based (one rollout batch and its update)"),
+    # rollout/*: the sampled batch
+    MetricKey("rollout/reward_mean", "reward", "mean reward of the batch's scorable completions"),
+    MetricKey("rollout/accuracy", "share", "share of the batch's scorable completions with reward >= 0.5"),
+    MetricKey("rollout/completion_length", "tokens", "mean completion length"),
+    MetricKey("rollout/truncated", "share", "share of completions that hit max_new_tokens without ending"),
+    MetricKey("rollout/groups", "count", "prompt groups (P) in the batch trained on"),
+    MetricKey("rollout/completions_generated", "count", "completions sampled so far in the run (cumulative)"),
+    MetricKey("rollout/unscorable", "count", "completions of the step the verifier could not score (reward NaN)"),
+    MetricKey("rollout/entropy", "nats/token", "mean per-token entropy of the sampling distribution over the "
+              "completion tokens, at rollout time", _own(),
+              reason="TRL's generation returns no per-token sampling entropy (its trained tokens' entropy is "
+                     "loss/entropy)"),
+    MetricKey("rollout/verifier_errors", "count", "completions whose verifier raised", _own(), _NO_TRL_SCORES),
+    MetricKey("rollout/verifier_timeouts", "count", "completions whose verifier timed out", _own(), _NO_TRL_SCORES),
+    MetricKey("rollout/prompts_truncated", "count", "prompts cut to fit the context window", _own(),
+              "TRL truncates prompts itself (max_prompt_length) and does not count them"),
+    MetricKey("rollout/sampler_kl", "nats/token", "mean per-token KL(sampler || trainer), k3 estimator, over the "
+              "trained completion tokens", _own("a completion is trained"),
+              "TRL's sampler and trainer are one model in one precision here; TRL logs no such figure"),
+    MetricKey("rollout/dynamic_rounds", "count", "extra sampling rounds of DAPO's dynamic sampling",
+              _own("dynamic_sampling"), "the TRL engine refuses dynamic_sampling"),
+    MetricKey("rollout/overlong_penalty", "reward", "mean overlong penalty of the batch's completions",
+              _own("overlong_buffer"), _OWN_OPTION),
+    # starvation/*: degeneracy of the batch's groups (grpolab.diagnostics.starvation_metrics)
+    MetricKey("starvation/groups", "count", "groups in the batch"),
+    MetricKey("starvation/all_correct", "share", "share of groups whose every completion is correct"),
+    MetricKey("starvation/all_wrong", "share", "share of groups whose every completion is wrong"),
+    MetricKey("starvation/unscorable_groups", "share", "share of groups with no scorable completion"),
+    MetricKey("starvation/uniform", "share", "all_correct + all_wrong + unscorable_groups (D_real)"),
+    MetricKey("starvation/degenerate", "share", "share of groups whose advantages are all zero, as trained"),
+    MetricKey("starvation/p_mean", "share", "mean per-prompt success rate of the batch"),
+    MetricKey("starvation/window_groups", "count", "groups in the success window behind d_iid"),
+    MetricKey("starvation/d_iid", "share", "degeneracy expected from the window's mean success rate, (1-p)^G + p^G"),
+    MetricKey("starvation/jensen_gap", "share", "uniform - d_iid"),
+    MetricKey("starvation/useful_fraction", "share", "share of completions with a non-zero advantage"),
+    MetricKey("starvation/scorable_fraction", "share", "share of completions the verifier scored"),
+    MetricKey("starvation/useful_token_fraction", "share", "share of completion tokens with a non-zero advantage"),
+    MetricKey("sampled/*", "as starvation/*", "starvation/* of every group sampled, before dynamic sampling's "
+              "filter", _own("dynamic_sampling"), "the TRL engine refuses dynamic_sampling"),
+    # loss/*: the update
+    MetricKey("loss/total", "loss", "the minimised loss of the last iteration: policy term plus beta * KL",
+              trl=("loss",)),
+    MetricKey("loss/kl", "nats/token", "mean per-token KL to the reference policy (k3)",
+              {"grpolab": ALWAYS, "trl": "beta > 0"}, trl=("kl",)),
+    MetricKey("loss/entropy", "nats/token", "mean entropy of the trained tokens under the policy being updated "
+              "(the loss's forward pass)", _trl(),
+              "grpolab's update does not compute it; its rollout/entropy is the sampling entropy",
+              trl=("entropy",)),
+    MetricKey("loss/clip_fraction", "share", "share of trained tokens whose ratio was clipped",
+              trl=("clip_ratio/region_mean",)),
+    MetricKey("loss/clip_fraction_low", "share", "share of trained tokens clipped by the lower bound",
+              trl=("clip_ratio/low_mean",)),
+    MetricKey("loss/clip_fraction_high", "share", "share of trained tokens clipped by the upper bound (cispo: "
+              "the weight cap)", trl=("clip_ratio/high_mean", "cispo_clip_ratio")),
+    MetricKey("loss/clip_fraction_dual", "share", "share of tokens whose loss the dual clip capped",
+              _own("dual_clip_c"), _OWN_OPTION),
+    MetricKey("loss/masked_truncated", "share", "share of completion tokens masked because truncated",
+              _own("mask_truncated_completions"), _OWN_OPTION),
+    MetricKey("loss/is_weight_mean", "ratio", "mean truncated importance-sampling weight",
+              _own("sampler_is_cap"), _OWN_OPTION),
+    MetricKey("loss/is_weight_max", "ratio", "largest truncated importance-sampling weight",
+              _own("sampler_is_cap"), _OWN_OPTION),
+    MetricKey("loss/grad_norm", "norm", "global gradient norm before clipping", trl=("grad_norm",)),
+    MetricKey("loss/lr", "lr", "learning rate of the step", trl=("learning_rate",)),
+    MetricKey("loss/clipped", "0/1", "1 when the pre-clip gradient norm exceeded max_grad_norm", _own(),
+              _OWN_UPDATE),
+    MetricKey("loss/trained_sequences", "count", "completions forwarded in the update (zero-advantage rows are "
+              "skipped when beta = 0)", _own(), "TRL forwards every completion"),
+    MetricKey("loss/train_tokens", "tokens", "completion tokens in the loss", _own(), _OWN_UPDATE),
+    # perf/*: wall time
+    MetricKey("perf/step_time", "s", "wall time of the step"),
+    MetricKey("perf/rollout_time", "s", "wall time of sampling and scoring"),
+    MetricKey("perf/update_time", "s", "wall time of the update (TRL engine: step time less rollout time)"),
+    MetricKey("perf/rollout_tokens_per_s", "tokens/s", "completion tokens sampled per second of rollout time",
+              _own(), "TRL's generation time includes its scoring; the TRL engine reports times only"),
+    MetricKey("perf/train_tokens_per_s", "tokens/s", "loss tokens per second of update time", _own(),
+              "TRL's GRPOTrainer does not expose its trained token count per step"),
+    # families written only when enabled
+    MetricKey("grad/*", "various", "gradient geometry of the batch (grpolab.gradients.geometry)",
+              _own("grad_analysis_every"), "needs the per-row gradients of grpolab's update"),
+    MetricKey("trl/*", "as TRL logs", "TRL's own logged figures, under TRL's names", _trl(),
+              "TRL's logs, recorded beside grpolab's keys"),
+)
+"""Every key a step may write, exact keys first within each prefix, then families."""
+
+RENAMED: dict[str, str] = {"loss/policy": "loss/total"}
+"""Old key -> today's key, for every engine's rows (the TRL engine's ``rollout/entropy``: ``upgrade_row``)."""
+
+
+def lookup(key: str) -> MetricKey | None:
+    """The table's row for ``key``: its exact row, else the first family whose pattern matches it."""
+    exact = {k.name: k for k in KEYS if not k.pattern}
+    return exact.get(key) or next((k for k in KEYS if k.pattern and k.matches(key)), None)
+
+
+def known(key: str) -> bool:
+    return lookup(key) is not None
+
+
+def unknown_keys(keys: Iterable[str], engine: str) -> list[str]:
+    """The keys that ``engine`` wrote but the table does not give it (unknown, or given only to the other)."""
+    return sorted(k for k in set(keys) if (row := lookup(k)) is None or engine not in row.engines)
+
+
+def default_keys(engine: str) -> list[str]:
+    """The exact keys the table says ``engine`` writes at every step at default settings."""
+    return [k.name for k in KEYS if not k.pattern and k.engines.get(engine) == ALWAYS]
+
+
+def trl_names() -> dict[str, str]:
+    """TRL's logged name -> the grpolab key the TRL engine records it under."""
+    return {name: k.name for k in KEYS for name in k.trl}
+
+
+def upgrade_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with renamed keys under today's names (a row that has both keeps today's value)."""
+    if not any(old in row for old in RENAMED) and not ("trl/entropy" in row and "loss/entropy" not in row):
+        return row
+    out = dict(row)
+    if "trl/entropy" in out and "loss/entropy" not in out and "rollout/entropy" in out:
+        out["loss/entropy"] = out.pop("rollout/entropy")  # the TRL engine's trained-token entropy, before it moved
+    for old, new in RENAMED.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    return out
+
+
+def render_markdown() -> str:
+    """The table as Markdown (``docs/metrics.md`` holds it verbatim)."""
+    lines = ["| key | unit | meaning | grpolab | trl |", "|---|---|---|---|---|"]
+    for k in KEYS:
+        cells = [_cell(k, engine) for engine in ENGINES]
+        lines.append(f"| `{k.name}` | {k.unit} | {k.meaning} | {cells[0]} | {cells[1]} |")
+    lines += ["", "Why an engine does not write a key:", ""]
+    lines += [f"- `{k.name}` ({', '.join(k.engines)} only): {k.reason}" for k in KEYS if k.reason]
+    lines += ["", "Renamed keys (old logs read under the new name):", "",
+              *[f"- `{old}` -> `{new}`" for old, new in RENAMED.items()],
+              "- `rollout/entropy` of TRL-engine rows (trained-token entropy) -> `loss/entropy`"]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(key: MetricKey, engine: str) -> str:
+    if engine not in key.engines:
+        return "-"
+    return "yes" if key.engines[engine] == ALWAYS else f"with `{key.engines[engine]}`"
