@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from grpolab.config import TrainConfig
 from grpolab.train.lifecycle import start_evaluation_key
 from grpolab.train.trainer import Trainer
@@ -46,3 +48,28 @@ def test_the_key_follows_what_the_start_evaluation_depends_on() -> None:
     for changed in (dict(seed=1), dict(eval_limit=7), dict(temperature=0.5), dict(model="embedded-arith"),
                     dict(task_options={"max_new_tokens": 5}), dict(eval_split="validation")):
         assert start_evaluation_key(base) != start_evaluation_key(base.replace(**changed)), changed
+
+
+@pytest.mark.parametrize("damage", ["", "{\"greedy_acc", "[1, 2]", "{\"greedy_accuracy\": 0.5}", "\xff"])
+def test_a_damaged_cache_entry_is_recomputed_with_a_warning(damage: str, tmp_path, monkeypatch) -> None:
+    """An empty entry (what a power loss leaves of an unsynced write), a torn, foreign or partial one is taken
+    as missing: one warning naming it, the start evaluation recomputed and the entry rewritten whole (fsynced);
+    was: every run at that seed failed with a bare JSONDecodeError, forever."""
+    import grpolab.train.lifecycle as lifecycle
+
+    config = TrainConfig(advantage="grpo", **TINY)
+    cache = tmp_path / "start-evals"
+    cache.mkdir()
+    entry = cache / f"{start_evaluation_key(config)}.json"
+    entry.write_bytes(damage.encode("latin-1"))
+    written = []
+    real_write = lifecycle.atomic_write_text
+    monkeypatch.setattr(lifecycle, "atomic_write_text", lambda path, text: (written.append(path),
+                                                                             real_write(path, text)))
+    with pytest.warns(UserWarning, match=r"start-evals/.*\.json is damaged .*; evaluating the start again"):
+        Trainer(config, tmp_path / "a", start_eval_cache=cache).run()
+    Trainer(config, tmp_path / "fresh").run()
+    assert _start_row(tmp_path / "a") == _start_row(tmp_path / "fresh")
+    assert [path for path in written if path.parent == cache] == [entry]
+    assert json.loads(entry.read_text())["greedy_accuracy"] == _start_row(tmp_path / "a")["greedy_accuracy"]
+    assert list(cache.iterdir()) == [entry]  # no temporary file left

@@ -22,7 +22,7 @@ from grpolab import devices
 from grpolab.config import TrainConfig
 from grpolab.config.fields import names_in_scope
 from grpolab.errors import UserError
-from grpolab.evaluation import evaluate
+from grpolab.evaluation import EvalResult, evaluate
 from grpolab.io import atomic_write_text, fsync_dir, is_write_error, write_error
 from grpolab.models import Policy
 from grpolab.tasks import Task, get_task, with_validation
@@ -155,16 +155,37 @@ def evaluate_policy(policy: Policy, task: Task, config: TrainConfig, *, max_new_
     is the base model whatever the estimator, and runs that share ``start_evaluation_key`` share it."""
     cache = cache_dir / f"{start_evaluation_key(config)}.json" if cache_dir is not None else None
     if cache is not None and cache.is_file():
-        return json.loads(cache.read_text())
+        cached = _read_cached_evaluation(cache)
+        if cached is not None:
+            return cached
     result = evaluate(policy, task, n=config.eval_samples, limit=config.eval_limit, seed=config.seed,
                       temperature=config.temperature, max_new_tokens=max_new_tokens,
                       split=config.eval_split).to_dict()
-    if cache is not None:  # written whole under a unique name, then renamed: a reader never sees half
+    if cache is not None:  # temp file, fsync, rename, fsync dir: a reader or a power loss never sees half
         cache.parent.mkdir(parents=True, exist_ok=True)
-        staging = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        staging.write_text(json.dumps(result))
-        os.replace(staging, cache)
+        atomic_write_text(cache, json.dumps(result))
     return result
+
+
+# the fields every evaluation holds (those added later have defaults, so an older entry still reads)
+_EVALUATION_KEYS = frozenset(f.name for f in dataclasses.fields(EvalResult)
+                             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+
+
+def _read_cached_evaluation(cache: Path) -> dict[str, Any] | None:
+    """A start-evaluation cache entry, or None (with a warning naming it) when it is damaged: empty (a power
+    loss after an unsynced write), torn, not UTF-8, or not an evaluation's JSON object. It is then taken as
+    missing: the start is evaluated again and the entry rewritten."""
+    try:
+        data = json.loads(cache.read_text(encoding="utf-8"))
+        problem = None if isinstance(data, dict) and _EVALUATION_KEYS <= set(data) else "not an evaluation"
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        problem = "empty" if not cache.stat().st_size else f"not valid JSON: {' '.join(str(error).split())}"
+    if problem is None:
+        return data
+    warnings.warn(f"the cached start evaluation {cache} is damaged ({problem}); evaluating the start again and "
+                  "rewriting it", UserWarning, stacklevel=3)
+    return None
 
 
 def append_evaluation(run_dir: Path, row: dict[str, Any]) -> None:
