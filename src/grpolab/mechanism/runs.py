@@ -16,7 +16,7 @@ import pandas as pd
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.io import inside
-from grpolab.train.runlog import read_metrics
+from grpolab.train.runlog import read_evaluations
 from grpolab.train.settings import load_saved_config, refuse_run_code
 
 __all__ = ["ReportedRun", "evaluation_rows", "reported_runs"]
@@ -99,13 +99,19 @@ def _check_shared(runs: list[ReportedRun]) -> None:
 
 
 def evaluation_rows(run: ReportedRun) -> list[dict[str, Any]]:
-    """The run's start and end evaluations from its ``eval.jsonl``: one dict per phase with ``pass_at_k``
-    ({k: value}), ``unscorable`` and ``greedy_unscorable`` (None when eval.jsonl does not record them)."""
+    """The run's start and end evaluations from its ``eval.jsonl`` (rows it lost restored from ``summary.json``,
+    with a warning: ``read_evaluations``): one dict per phase with ``pass_at_k`` ({k: value}), ``unscorable`` and
+    ``greedy_unscorable`` (None when eval.jsonl does not record them)."""
     rows = []
-    for row in read_metrics(run.run_dir / "eval.jsonl"):
+    for row in read_evaluations(run.run_dir):
         if row.get("phase") not in ("start", "end"):
             continue
         passk = {int(k): float(v) for k, v in (row.get("pass_at_k") or {}).items()}
         rows.append({"phase": row["phase"], "pass_at_k": passk, "greedy_accuracy": float(row["greedy_accuracy"]),
                      "unscorable": row.get("unscorable"), "greedy_unscorable": row.get("greedy_unscorable")})
+    if not any(row["phase"] == "end" for row in rows):
+        import warnings
+
+        warnings.warn(f"run {run.run_id}: neither {run.run_dir / 'eval.jsonl'} nor its summary.json holds the end "
+                      "evaluation, so its end and change values are NaN", UserWarning, stacklevel=2)
     return rows

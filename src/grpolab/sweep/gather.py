@@ -12,6 +12,7 @@ sweep chose no lr).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from grpolab.sweep.plan import Cell, RunSpec
-from grpolab.train.runlog import read_metrics
+from grpolab.train.runlog import missing_steps, read_evaluations, read_metrics, spans
 
 __all__ = ["collect_results", "runs_table", "write_tables"]
 
@@ -53,9 +54,20 @@ def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | N
     results, metrics = [], []
     for spec in (s for s in specs if s.ended):
         columns = _run_columns(spec, bracketed)
-        results += [_result_row(columns, row) for row in read_metrics(spec.run_dir / "eval.jsonl")]
+        evaluations = read_evaluations(spec.run_dir)
+        if columns["status"] == "finished" and not any(row.get("phase") == "end" for row in evaluations):
+            warnings.warn(f"run {spec.run_dir} finished but neither its eval.jsonl nor its summary.json holds its end "
+                          "evaluation, so it has no end score in results.parquet; move the run aside and resume the "
+                          "sweep to train it again", UserWarning, stacklevel=2)
+        results += [_result_row(columns, row) for row in evaluations]
         keys = ("run_id", "variant", "estimator", "seed", "group_size", "status")  # per step: no diverged_at_step
-        metrics += [{**{k: columns[k] for k in keys}, **row} for row in read_metrics(spec.run_dir / "metrics.jsonl")]
+        steps = read_metrics(spec.run_dir / "metrics.jsonl")
+        upto = spec.config.steps if columns["status"] == "finished" else int(columns["diverged_at_step"])
+        lost = missing_steps([row["step"] for row in steps], upto)
+        if lost:
+            warnings.warn(f"{spec.run_dir / 'metrics.jsonl'} lacks step(s) {spans(lost)} of its {upto}; "
+                          "metrics.parquet has no rows for them", UserWarning, stacklevel=2)
+        metrics += [{**{k: columns[k] for k in keys}, **row} for row in steps]
     return pd.DataFrame(results), pd.DataFrame(metrics)
 
 
@@ -78,7 +90,7 @@ def runs_table(grid: Sequence[RunSpec], specs: Sequence[RunSpec], choice: Mappin
     rows = []
     for role, group in (("selection", grid), ("result", specs)):
         for spec in (s for s in group if s.ended):
-            evaluations = read_metrics(spec.run_dir / "eval.jsonl")
+            evaluations = read_evaluations(spec.run_dir)
             start = next((r for r in evaluations if r["phase"] == "start"), None)
             end = next((r for r in reversed(evaluations) if r["phase"] == "end"), None)
             selected = choice.get(spec.cell) == spec.lr if role == "selection" and choice else None

@@ -13,6 +13,7 @@ significant digits so that run ids stay readable.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ import pandas as pd
 
 from grpolab.errors import UserError
 from grpolab.sweep.plan import Cell, RunSpec
-from grpolab.train.runlog import read_metrics
+from grpolab.train.runlog import read_evaluations
 
 __all__ = ["Selection", "extend_grids", "select_lrs", "validation_score"]
 
@@ -57,9 +58,12 @@ def _row(spec: RunSpec, rounds: Mapping[Cell, Mapping[float, int]]) -> dict[str,
         return None
     score = math.nan
     if status == "finished":
-        evaluations = [r for r in read_metrics(spec.run_dir / "eval.jsonl")
+        evaluations = [r for r in read_evaluations(spec.run_dir)
                        if r.get("phase") == "end" and r.get("split") == "validation"]
-        if not evaluations:
+        if not evaluations:  # neither eval.jsonl nor summary.json holds it: never dropped without a word
+            warnings.warn(f"selection run {spec.run_dir} finished but neither its eval.jsonl nor its summary.json "
+                          f"holds its end evaluation on the validation split, so lr {spec.lr:g} has no score from it; "
+                          f"move the run aside and resume the sweep to train it again", UserWarning, stacklevel=2)
             return None
         score = validation_score(evaluations[-1])
     return {"variant": spec.variant.name, "estimator": spec.estimator, "group_size": spec.group_size, "lr": spec.lr,

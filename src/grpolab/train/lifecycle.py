@@ -26,10 +26,17 @@ from grpolab.evaluation import EvalResult, evaluate
 from grpolab.io import atomic_write_text, fsync_dir, is_write_error, write_error
 from grpolab.models import Policy
 from grpolab.tasks import Task, get_task, with_validation
-from grpolab.train.runlog import read_metrics, rewrite_jsonl
+from grpolab.train.runlog import (
+    evaluation_key,
+    missing_steps,
+    read_metrics,
+    read_summary,
+    rewrite_jsonl,
+    spans,
+)
 
-__all__ = ["RunResult", "append_evaluation", "evaluate_policy", "finish_run", "load_task_for", "prepare_eval_log",
-           "start_evaluation_key", "wrap_lora", "write_task_summary"]
+__all__ = ["RunResult", "append_evaluation", "check_logs_reach", "evaluate_policy", "finish_run", "load_task_for",
+           "prepare_eval_log", "start_evaluation_key", "wrap_lora", "write_task_summary"]
 
 
 @dataclass
@@ -136,6 +143,44 @@ def prepare_eval_log(path: Path, *, resume_from_step: int | None, extended: bool
     rewrite_jsonl(path, rows)
 
 
+def check_logs_reach(run_dir: Path, config: TrainConfig, step: int) -> None:
+    """Before a resume from the checkpoint at ``step`` trains: ``eval.jsonl``, ``metrics.jsonl`` and
+    ``rollouts/`` must reach that step, or the resumed run's logs have a gap. Evaluations that an ended run's
+    ``summary.json`` holds are written back to ``eval.jsonl`` (re-logged); what cannot be re-logged (metrics and
+    rollouts of steps the checkpoint already holds) is named in one warning line per log."""
+    import warnings
+
+    eval_path = run_dir / "eval.jsonl"
+    rows = read_metrics(eval_path)  # a damaged log: one line naming it, the file untouched
+    saved = (read_summary(run_dir) or {}).get("evaluations")
+    logged = {evaluation_key(row) for row in rows}
+    lost = [row for row in saved if isinstance(row, dict) and isinstance(row.get("step"), int)
+            and row["step"] <= step and evaluation_key(row) not in logged] if isinstance(saved, list) else []
+    if lost:
+        order = {"start": 0, "step": 1, "end": 2}
+        rows = sorted(rows + lost, key=lambda row: (row["step"], order.get(row.get("phase"), 1)))
+        rewrite_jsonl(eval_path, rows)
+        warnings.warn(f"{eval_path} lacked {len(lost)} evaluation(s) up to step {step}; written back from "
+                      f"{run_dir / 'summary.json'} (without their per-prompt successes)", UserWarning, stacklevel=2)
+    expected = {s for s in range(1, step + 1) if config.eval_every and s % config.eval_every == 0
+                and s < config.steps} | ({config.steps} if step >= config.steps else set())
+    absent = sorted(expected - {row["step"] for row in rows if row.get("phase") in ("step", "end")})
+    if absent:
+        warnings.warn(f"{eval_path} lacks the evaluation(s) of step(s) {spans(absent)}, which the checkpoint at step "
+                      f"{step} already passed; the resumed run does not redo them", UserWarning, stacklevel=2)
+    lost_steps = missing_steps([row["step"] for row in read_metrics(run_dir / "metrics.jsonl")], step)
+    if lost_steps:
+        warnings.warn(f"{run_dir / 'metrics.jsonl'} lacks step(s) {spans(lost_steps)} of the {step} the checkpoint "
+                      "holds; they cannot be logged again without training them again, so they stay missing (train "
+                      "the run afresh with --overwrite for a complete log)", UserWarning, stacklevel=2)
+    rollouts = run_dir / "rollouts"
+    lost_steps = missing_steps([s for s in range(1, step + 1) if (rollouts / f"step-{s:06d}.parquet").is_file()], step)
+    if lost_steps:
+        warnings.warn(f"{rollouts} lacks the completions of step(s) {spans(lost_steps)} of the {step} the checkpoint "
+                      "holds; they stay missing (train the run afresh with --overwrite for a complete log)",
+                      UserWarning, stacklevel=2)
+
+
 # The settings a start evaluation depends on are the fields of scope "start" (their metadata): runs that differ
 # only in the others (a sweep's estimators, lrs and group sizes at one seed) share one start evaluation. Every
 # field is classified (a test checks it), so a new setting never shares by mistake.
@@ -226,6 +271,12 @@ def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict
     a resume had no step left to train: the last logged step's metrics are kept instead."""
     _save_final_model(run_dir, policy, config.lora)
     evaluations = read_metrics(run_dir / "eval.jsonl")
+    earlier = read_summary(run_dir) or {}  # a finished run resumed again: never lose what it already recorded
+    if earlier.get("status") == "finished" and earlier.get("steps") == config.steps:
+        logged = {evaluation_key(row) for row in evaluations}
+        evaluations += [row for row in earlier.get("evaluations") or []
+                        if isinstance(row, dict) and evaluation_key(row) not in logged]
+        metrics = metrics or earlier.get("final_metrics") or {}
     metrics = metrics or _last_logged_metrics(run_dir / "metrics.jsonl")
     summary = {"status": "finished", "steps": config.steps,
                "device": devices.describe(devices.model_device(policy.model)), "final_metrics": metrics,

@@ -28,8 +28,8 @@ from grpolab.config.checks import REPORT_BACKENDS, report_backends
 from grpolab.errors import UserError
 from grpolab.metric_keys import upgrade_row
 
-__all__ = ["MetricsLog", "RolloutLog", "open_backends", "read_metrics", "report_backends", "rewrite_jsonl",
-           "trl_report_to"]
+__all__ = ["MetricsLog", "RolloutLog", "evaluation_key", "missing_steps", "open_backends", "read_evaluations",
+           "read_metrics", "read_summary", "report_backends", "rewrite_jsonl", "trl_report_to"]
 
 ROLLOUT_SCHEMA = pa.schema(
     [
@@ -213,7 +213,71 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-_DAMAGED_FIX = "move it aside and resume the run (grpolab train --resume) to log again from its last checkpoint"
+_DAMAGED_FIX = ("move it aside and resume the run (grpolab train --resume) to log again from its last checkpoint "
+                "(an ended run's evaluations come back from its summary.json)")
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The run's ``summary.json`` (present once the run ended), or None when absent or unreadable."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def evaluation_key(row: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """What names one evaluation of a run: (step, phase, split)."""
+    return row.get("step"), row.get("phase"), row.get("split")
+
+
+def read_evaluations(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's evaluations: ``eval.jsonl`` cross-checked against ``summary.json``. An ended run's summary
+    holds every evaluation it made (without the per-prompt ``successes``); rows that the log lost (a torn line,
+    a truncated or damaged file) are restored from it, with a one-line warning naming the file. A damaged log
+    with no summary to restore from is a ``UserError`` naming it (``read_metrics``)."""
+    path = run_dir / "eval.jsonl"
+    saved = (read_summary(run_dir) or {}).get("evaluations")
+    saved = [row for row in saved if isinstance(row, dict) and isinstance(row.get("step"), int)] \
+        if isinstance(saved, list) else []
+    damage = ""
+    try:
+        rows = read_metrics(path)
+    except UserError as error:
+        if not saved:
+            raise
+        rows, damage = [], f" ({str(error).split(';')[0]})"
+    logged = {evaluation_key(row) for row in rows}
+    lost = [row for row in saved if evaluation_key(row) not in logged]
+    if lost:
+        import warnings
+
+        named = ", ".join(f"{row.get('phase')} at step {row['step']}" for row in lost)
+        warnings.warn(f"{path} lacks {len(lost)} evaluation(s) that {run_dir / 'summary.json'} holds ({named})"
+                      f"{damage}; read them from summary.json (their per-prompt successes are not kept there)",
+                      UserWarning, stacklevel=2)
+        rows = sorted(rows + lost, key=lambda row: (row["step"], _PHASE_ORDER.get(row.get("phase"), 1)))
+    return rows
+
+
+_PHASE_ORDER = {"start": 0, "step": 1, "end": 2}
+
+
+def missing_steps(steps: Sequence[int], upto: int) -> list[int]:
+    """The steps 1..``upto`` absent from ``steps``."""
+    present = set(steps)
+    return [step for step in range(1, upto + 1) if step not in present]
+
+
+def spans(steps: Sequence[int]) -> str:
+    """``[1, 2, 3, 6]`` as ``"1-3, 6"``."""
+    parts: list[str] = []
+    for step in steps:
+        if parts and step == int(parts[-1].split("-")[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{step}"
+        else:
+            parts.append(str(step))
+    return ", ".join(parts)
 
 
 def _row(line: str) -> dict[str, Any] | None:

@@ -51,6 +51,7 @@ from grpolab.train.divergence import divergence_reason, record_divergence
 from grpolab.train.lifecycle import (
     RunResult,
     append_evaluation,
+    check_logs_reach,
     evaluate_policy,
     finish_run,
     load_task_for,
@@ -124,6 +125,8 @@ class Trainer:
         self.completions_generated = 0  # restored from the checkpoint on resume
         self.success_window = SuccessWindow()  # pbar of starvation/d_iid; restored from the checkpoint
         self.start_step = self._restore() if resume else 0
+        if self.start_step:  # before training (and before an extension drops summary.json): no gap in the logs
+            check_logs_reach(self.run_dir, config, self.start_step)
         self.resumed_changes = {} if saved is None else record_resume(self.run_dir, saved, config, self.start_step)
         if "steps" in self.resumed_changes:  # a finished run that is extended is no longer finished
             (self.run_dir / "summary.json").unlink(missing_ok=True)

@@ -46,6 +46,7 @@ from grpolab.train.divergence import RunDiverged, record_divergence
 from grpolab.train.lifecycle import (
     RunResult,
     append_evaluation,
+    check_logs_reach,
     evaluate_policy,
     finish_run,
     load_task_for,
@@ -173,6 +174,8 @@ class TRLRun:
 
     def _prepare_logs(self, resume: bool, saved: TrainConfig | None) -> None:
         config = self.config
+        if resume and self.start_step:  # before training (and before an extension drops summary.json): no gap
+            check_logs_reach(self.run_dir, config, self.start_step)
         changes = {} if saved is None else record_resume(self.run_dir, saved, config, self.start_step)
         if "steps" in changes:
             (self.run_dir / "summary.json").unlink(missing_ok=True)
