@@ -65,7 +65,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
              "str-for-dict.yaml": "advantage_kwargs: k=2\n", "list.yaml": "- steps\n- 3\n",
              "seed-not-seeds.yaml": "seed: 3\n", "list-for-options.yaml": "task_options: [1]\n",
              "int-option-name.yaml": "task_options: {1: 2}\n", "int-kwarg-name.yaml": "advantage_kwargs: {1: 2}\n",
-             "step-schedule.yaml": "lr_schedule: step\n"}
+             "step-schedule.yaml": "lr_schedule: step\n", "duplicate-key.yaml": "lr: 1e-4\nsteps: 3\nlr: 1e-3\n",
+             "duplicate-nested-key.yaml": "task_options: {digits: 2, digits: 3}\n",
+             "duplicate-key.toml": "lr = 1e-4\nlr = 1e-3\n"}
     for name, text in texts.items():
         (root / name).write_text(text)
     (root / "binary.yaml").write_bytes(b"\xff\xfe\x00\x80garbage")
@@ -104,6 +106,11 @@ TRAIN_ERRORS = {
     "config not a mapping": (["--config", "{d}/list.yaml"], ("must hold a mapping",)),
     "config not UTF-8": (["--config", "{d}/binary.yaml"], ("binary.yaml is not UTF-8",)),
     "config missing": (["--config", "{d}/missing.yaml"], ("missing.yaml does not exist",)),
+    "config duplicate key": (["--config", "{d}/duplicate-key.yaml"],
+                             ("duplicate-key.yaml", "sets 'lr' twice (line 1 and line 3)", "keep one")),
+    "config duplicate nested key": (["--config", "{d}/duplicate-nested-key.yaml"],
+                                    ("sets 'digits' twice (line 1 and line 1)",)),
+    "config duplicate key TOML": (["--config", "{d}/duplicate-key.toml"], ("duplicate-key.toml is not valid TOML",)),
     "lr NaN": (["--lr", "nan"], ("lr must be a finite number",)),
     "temperature inf": (["--temperature", "inf"], ("temperature must be a finite number",)),
     "beta NaN": (["--beta", "nan"], ("beta must be a finite number",)),

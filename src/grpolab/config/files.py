@@ -34,9 +34,30 @@ SAVED_HEADER = "# grpolab settings, schema 1"
 SAVED_FOOTER = "# end of grpolab settings"
 
 
+class _DuplicateKey(yaml.YAMLError):
+    """A mapping of a config file sets one key twice (YAML keeps the last value without a word; TOML refuses)."""
+
+    def __init__(self, key: Any, first_line: int, second_line: int) -> None:
+        super().__init__(f"sets {key!r} twice (line {first_line} and line {second_line}); keep one of them")
+
+
 class _Loader(yaml.SafeLoader):
-    """Safe YAML that reads numbers as TOML does: ``1e-5`` is a float (YAML 1.1 reads it as a string), and
-    refuses aliases (a billion-laughs file of nested aliases would expand to gigabytes)."""
+    """Safe YAML that reads numbers as TOML does: ``1e-5`` is a float (YAML 1.1 reads it as a string),
+    refuses aliases (a billion-laughs file of nested aliases would expand to gigabytes) and refuses a key set
+    twice in one mapping (YAML would keep the last value silently)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key, line = self.construct_object(key_node, deep=deep), key_node.start_mark.line + 1
+                try:
+                    if key in seen:
+                        raise _DuplicateKey(key, seen[key], line)
+                    seen[key] = line
+                except TypeError:  # an unhashable key: the base class refuses it
+                    continue
+        return super().construct_mapping(node, deep=deep)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -72,6 +93,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise UserError(f"config file {path} is not UTF-8 text ({error.reason}); pass a YAML or TOML file") from None
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else yaml.load(text, Loader=_Loader)
+    except _DuplicateKey as error:
+        raise UserError(f"config file {path} {error}") from None
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
         problem = " ".join(str(error).split())  # one line, even for YAML's multi-line messages
         raise UserError(f"config file {path} is not valid {path.suffix.lstrip('.').upper()}: {problem}") from None
