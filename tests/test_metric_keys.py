@@ -4,6 +4,7 @@ embedded default, against the keys the source names, and against ``docs/metrics.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,18 @@ def test_the_engines_differ_only_where_the_table_says(written: dict[str, set[str
         for key in sorted(written[one] - written[other]):
             row = lookup(key)
             assert row is not None and row.engines.get(other, "never") != ALWAYS, f"only {one} wrote {key}"
+
+
+DOC_KEY = re.compile(r"`((?:rollout|loss|perf|starvation|sampled|grad)/[A-Za-z0-9_*]+)`")
+
+
+def test_every_metric_key_the_docs_name_is_in_the_table() -> None:
+    """A key in the docs (docs/losses.md's table of option metrics, the integration notes, ...) is one the table
+    knows (a renamed key is named only in docs/metrics.md); ``prefix/*`` stands for the table's keys under it."""
+    prefixes = {k.name.split("/")[0] + "/*" for k in KEYS}
+    stale = set()
+    for path in [*(ROOT / "docs").glob("*.md"), ROOT / "README.md"]:
+        for key in DOC_KEY.findall(path.read_text(encoding="utf-8")):
+            if not (known(key) or key in prefixes or (key in RENAMED and path.name == "metrics.md")):
+                stale.add(f"{path.name}: {key}")
+    assert sorted(stale) == []
