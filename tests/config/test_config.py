@@ -72,14 +72,18 @@ def test_split_file_values_between_the_sweep_and_its_runs() -> None:
 
 
 def test_compare_config_lists_and_checks() -> None:
-    sweep = CompareConfig(estimators=" sign, dr_grpo+dynamic ,", seeds=3, group_sizes="2,8", lrs="3e-4,1e-4,3e-4")
+    sweep = CompareConfig(estimators=" sign, dr_grpo+dynamic ,", seeds=3, group_sizes="2,8", lrs="3e-4,1e-4")
     assert sweep.estimator_list == ["sign", "dr_grpo+dynamic"] and sweep.seed_list == [0, 1, 2]
     assert sweep.group_size_list == [2, 8] and sweep.lr_list == [1e-4, 3e-4]
     assert not set(sweep.selection_seed_list) & set(range(1000))  # never a reported seed
     assert CompareConfig(lrs="").lr_list == []
     for changes, message in (({"seeds": 0}, "seeds must be >= 1"), ({"estimators": " , "}, "estimators is empty"),
                              ({"group_sizes": "2,x"}, "comma-separated integers"), ({"lrs": "1e-4,-1"}, "positive"),
-                             ({"backend": "slurm"}, "backend must be local or ray")):
+                             ({"backend": "slurm"}, "backend must be local or ray"),
+                             ({"workers": 0}, "workers must be >= 1"),
+                             ({"lrs": "3e-4,1e-4,0.0003"}, "lrs names 0.0003 twice"),
+                             ({"group_sizes": "2,4,2"}, "group_sizes names 2 twice"),
+                             ({"estimators": "sign,grpo,sign"}, "estimators names sign twice")):
         with pytest.raises(UserError, match=message):
             CompareConfig(**changes)
 

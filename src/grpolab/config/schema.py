@@ -240,6 +240,18 @@ class TrainConfig:
         return data
 
 
+def _once(name: str, values: list[Any], given: str) -> None:
+    """Refuse a value named twice in a list setting: the sweep would plan each of its runs twice (and two
+    workers would fight over one run's lock)."""
+    seen: set[Any] = set()
+    for value in values:
+        if value in seen:
+            raise UserError(f"{name} names {value:g} twice, got {given!r}; name each value once"
+                            if isinstance(value, float) else
+                            f"{name} names {value} twice, got {given!r}; name each value once")
+        seen.add(value)
+
+
 MAX_SWEEP_SEEDS = 1000
 """The most seeds (and selection seeds) per cell of a sweep: the reported seeds 0..N-1 stay below the
 lr-selection seeds 1000, 1001, ..."""
@@ -260,7 +272,7 @@ class CompareConfig:
     3e-5,1e-4,3e-4); the chosen lr's runs on fresh seeds are the results. Empty: every run uses --lr."""
     selection_seeds: int = setting(2, scope="sweep")
     """Seeds per (estimator, G, lr) of the lr-selection runs (seeds 1000, 1001, ...; never reported)."""
-    workers: int | None = setting(None, scope="runtime")
+    workers: int | None = setting(None, scope="runtime", at_least=1)
     """Parallel runs (default: the number of CPU cores)."""
     backend: str = setting("local", scope="runtime", choices=("local", "ray"))
     """local (process pool) or ray (a Ray cluster; RAY_ADDRESS or a local one)."""
@@ -285,7 +297,9 @@ class CompareConfig:
 
     @property
     def estimator_list(self) -> list[str]:
-        return [name.strip() for name in self.estimators.split(",") if name.strip()]
+        names = [name.strip() for name in self.estimators.split(",") if name.strip()]
+        _once("estimators", names, self.estimators)
+        return names
 
     @property
     def seed_list(self) -> list[int]:
@@ -299,7 +313,8 @@ class CompareConfig:
             raise UserError(f"lrs must be comma-separated numbers such as 3e-5,1e-4,3e-4, got {self.lrs!r}") from None
         if any(not math.isfinite(v) or v <= 0 for v in values):
             raise UserError(f"lrs must be positive finite numbers, got {self.lrs!r}")
-        return sorted(set(values))
+        _once("lrs", values, self.lrs)
+        return sorted(values)
 
     @property
     def primary_pair(self) -> tuple[str, ...]:
@@ -324,9 +339,11 @@ class CompareConfig:
     @property
     def group_size_list(self) -> list[int]:
         try:
-            return [int(g) for g in self.group_sizes.split(",") if g.strip()]
+            sizes = [int(g) for g in self.group_sizes.split(",") if g.strip()]
         except ValueError:
             raise UserError(f"group_sizes must be comma-separated integers, got {self.group_sizes!r}") from None
+        _once("group_sizes", sizes, self.group_sizes)
+        return sizes
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
