@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.group_size is not None and args.group_size < 1:
         raise UserError(f"--group-size must be >= 1, got {args.group_size}")
+    if args.threshold is not None and not math.isfinite(args.threshold):  # nan: every group all-wrong
+        raise UserError(f"--threshold must be a finite number, got {args.threshold}; a reward >= it is a success")
     try:
         result = audit(
             args.path,
