@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
+from grpolab.train.checkpoint import (
+    checkpoint_settings,
+    load_latest,
+    optimizer_tensors,
+    restore_optimizer,
+    save_checkpoint,
+)
 
 
 def _weights(value: float) -> dict[str, torch.Tensor]:
@@ -85,3 +91,25 @@ def test_a_restored_optimizer_takes_the_same_next_step() -> None:
                                                     strict=True):
         torch.testing.assert_close(resumed, trained, rtol=0, atol=0, msg=name)
         assert not torch.equal(unrestored, trained), name
+
+
+def test_checkpoints_past_step_999999_sort_by_their_number(tmp_path: Path) -> None:
+    """``step-1000000`` sorts before ``step-999999`` as text; was: the newest checkpoint was pruned and
+    ``load_latest`` returned step 999,999."""
+    for step in (999_998, 999_999, 1_000_000):
+        save_checkpoint(tmp_path, step, _weights(float(step % 7)), {}, {}, keep=2)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-1000000", "step-999999"]
+    checkpoint = load_latest(tmp_path)
+    assert checkpoint is not None and checkpoint.step == 1_000_000
+    found = checkpoint_settings(tmp_path)
+    assert found is not None and found[0].name == "step-1000000"
+
+
+def test_the_trl_engines_newest_checkpoint_is_found_by_its_number(tmp_path: Path) -> None:
+    pytest.importorskip("trl")
+    from grpolab.train.trl_engine.run import latest_checkpoint
+
+    for step in (999_999, 1_000_000):
+        (tmp_path / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True)
+        (tmp_path / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    assert latest_checkpoint(tmp_path).name == "checkpoint-1000000"

@@ -54,6 +54,7 @@ from safetensors import safe_open
 
 from grpolab.errors import UserError
 from grpolab.mechanism.runs import ReportedRun
+from grpolab.train.checkpoint import checkpoint_dirs
 
 __all__ = ["MEASURES", "SETTINGS_HINT", "adam_noise_floor", "adam_rms_ratio", "checkpoint_chain", "gram_measures",
            "momentum_noise_cosines", "update_gram", "update_rows"]
@@ -75,7 +76,7 @@ class Chain:
 def checkpoint_chain(run: ReportedRun) -> Chain:
     """The run's kept checkpoints (directories holding weights.safetensors), oldest first."""
     root = run.run_dir / "checkpoints"
-    found = sorted(p for p in root.glob("step-*") if (p / "weights.safetensors").is_file()) if root.is_dir() else []
+    found = [p for p in checkpoint_dirs(root) if (p / "weights.safetensors").is_file()]
     steps = [int(p.name.removeprefix("step-")) for p in found]
     every = run.config.checkpoint_every
     first_is_regular = bool(steps) and (steps[0] <= every if every > 0 else len(steps) == 1)

@@ -31,7 +31,7 @@ from safetensors.torch import load_file, save_file
 from grpolab.devices import to_host
 from grpolab.io import fsync_dir, is_write_error, write_error
 
-__all__ = ["Checkpoint", "checkpoint_settings", "load_latest", "save_checkpoint"]
+__all__ = ["Checkpoint", "checkpoint_dirs", "checkpoint_settings", "load_latest", "save_checkpoint"]
 
 _FILES = ("weights.safetensors", "optimizer.safetensors", "state.json")
 
@@ -134,10 +134,17 @@ def _write_checkpoint(staging: Path, final: Path, step: int, weights: dict[str, 
     fsync_dir(final.parent)
 
 
+def checkpoint_dirs(root: Path) -> list[Path]:
+    """The ``step-N`` directories under ``root``, oldest first by the number N (as text, ``step-1000000``
+    would sort before ``step-999999``); names whose N is not a number are left out."""
+    found = [(int(p.name[5:]), p) for p in root.glob("step-*") if p.name[5:].isdigit()] if root.is_dir() else []
+    return [path for _, path in sorted(found)]
+
+
 def _prune(root: Path, keep: int) -> None:
     for stale in root.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
-    complete = sorted(root.glob("step-*"))
+    complete = checkpoint_dirs(root)
     for old in complete[: max(len(complete) - keep, 0)]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -153,7 +160,7 @@ def _verify(path: Path) -> bool:
 def load_latest(run_dir: Path) -> Checkpoint | None:
     """The newest checkpoint whose checksums verify, or None if there is none."""
     root = run_dir / "checkpoints"
-    for path in sorted(root.glob("step-*"), reverse=True) if root.is_dir() else []:
+    for path in reversed(checkpoint_dirs(root)):
         if not _verify(path):
             warnings.warn(f"checkpoint {path} is damaged (its checksums do not match); skipping it", UserWarning,
                           stacklevel=2)
@@ -173,7 +180,7 @@ def checkpoint_settings(run_dir: Path) -> tuple[Path, dict[str, Any] | None] | N
     """(path, settings) of the newest checkpoint whose checksums verify; settings is None for a checkpoint
     written before checkpoints recorded them. None when the run has no checkpoint."""
     root = run_dir / "checkpoints"
-    for path in sorted(root.glob("step-*"), reverse=True) if root.is_dir() else []:
+    for path in reversed(checkpoint_dirs(root)):
         if _verify(path):
             return path, json.loads((path / "state.json").read_text()).get("settings")
     return None
