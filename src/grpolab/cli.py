@@ -10,8 +10,11 @@ that size its batches.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import re
+import select
 import signal
 import sys
 import warnings
@@ -117,7 +120,13 @@ def main(argv: list[str] | None = None) -> int:
 def _run(module, args: argparse.Namespace) -> int:
     """The command's ``run(args)``, with bad input, environment errors and Ctrl-C turned into exit codes."""
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # a closed stdout shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        return _end_on_closed_stdout()
     except UserError as error:
         print(f"grpolab {args.command}: error: {error}", file=sys.stderr)
         return 2
@@ -135,6 +144,26 @@ def _run(module, args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the exit into a traceback
         print(f"grpolab {args.command}: interrupted; rerun with the same --out to resume", file=sys.stderr)
         return 130
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``grpolab audit | head`` after head exited)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no stdout file descriptor
+        return False
+
+
+def _end_on_closed_stdout() -> int:
+    """Exit code 141 (128 + SIGPIPE, what a shell tool gives) and nothing said: the reader of the output chose to
+    stop. stdout is pointed at /dev/null so that the interpreter's last flush does not fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 141
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ console for a command's results (tables, scores), on stdout so that they can be 
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,8 +13,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 __all__ = ["console", "progress_bar", "results_console"]
 
+
+
+class _ResultsConsole(Console):
+    """rich's Console, except that a closed stdout (``grpolab audit | head``, head gone) raises
+    ``BrokenPipeError`` for the command line to end quietly (``grpolab.cli``), where rich would exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
 console = Console(stderr=True)
-results_console = Console()
+results_console = _ResultsConsole()
 
 
 @contextlib.contextmanager

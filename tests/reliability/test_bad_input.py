@@ -8,6 +8,7 @@ traceback would); one runs the real ``python -m grpolab.cli`` to check stderr en
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -324,3 +325,21 @@ def test_empty_groups_and_batches_keep_their_shape(shape: tuple[int, int]) -> No
             assert "G >= 2" in str(error), name
             continue
         assert result.shape == shape, name
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_audit_into_a_closed_pipe_exits_quietly_with_141(json_flag: list[str], tmp_path: Path) -> None:
+    """``grpolab audit ... | head`` where head has exited: exit 141 (128 + SIGPIPE, as a shell tool), nothing on
+    stderr; was: exit 1 with nothing said, or "Broken pipe; check the disk"."""
+    import pandas as pd
+
+    steps = np.repeat(np.arange(1, 41), 8)
+    rewards = (np.arange(len(steps)) % 3 == 0).astype(float)
+    table = pd.DataFrame({"step": steps, "prompt_id": [f"q{i // 4}" for i in range(len(steps))], "reward": rewards})
+    table.to_parquet(tmp_path / "log.parquet")
+    read, write = os.pipe()
+    os.close(read)  # the reader (head) is gone before the first line
+    result = subprocess.run([sys.executable, "-m", "grpolab.cli", "audit", str(tmp_path / "log.parquet"), *json_flag],
+                            stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(write)
+    assert (result.returncode, result.stderr) == (141, "")

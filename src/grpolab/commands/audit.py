@@ -57,6 +57,7 @@ def _json_safe(value: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     from grpolab.audit import audit
     from grpolab.audit.render import render_terminal, write_html
+    from grpolab.progress import results_console
 
     if args.group_size is not None and args.group_size < 1:
         raise UserError(f"--group-size must be >= 1, got {args.group_size}")
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_json_safe(result), indent=2))
     else:
-        render_terminal(result)
+        render_terminal(result, results_console)  # a closed stdout ends quietly (grpolab.cli)
         if args.html:
             print(f"HTML report: {args.html}")
     return 0
