@@ -46,7 +46,12 @@ def test_a_variant_id_is_a_safe_file_name_and_distinct_values_stay_distinct() ->
     ("lora=yes", "'yes' is not a value of lora (bool)"),
     ("task_options={nope}", "is not a value of task_options (dict)"),
     ("max_grad_norm", "must be FIELD=V1,V2"),
-    ("max_grad_norm=1,1", "distinct, non-empty values"),
+    ("max_grad_norm=1,1", "vary axis max_grad_norm names 1 twice"),
+    ("max_grad_norm=1,1.0", "vary axis max_grad_norm names 1 twice"),
+    ("max_grad_norm=0.5,5e-1", "vary axis max_grad_norm names 0.5 twice"),
+    ("lora=true,True", "vary axis lora names true twice"),
+    ('task_options={"digits":2},{ "digits": 2 }', 'vary axis task_options names {"digits":2} twice'),
+    ("max_grad_norm=1,", "distinct, non-empty values"),
     ("max_grad_norm=0;max_grad_norm=1", "names a setting twice"),
 ])
 def test_bad_axes_are_refused_in_one_line(text: str, needle: str) -> None:

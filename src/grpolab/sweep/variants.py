@@ -79,9 +79,16 @@ def _parse_axis(part: str) -> tuple[str, list[tuple[str, Any]]]:
     if name in _NOT_VARIED:
         raise UserError(f"vary: {name} cannot be an axis (the sweep sets it for each run); use {_NOT_VARIED[name]}")
     tokens = [token.strip() for token in _split(values, ",")]
-    if any(not token for token in tokens) or len(set(tokens)) != len(tokens):
+    if any(not token for token in tokens):
         raise UserError(f"vary axis {name} needs distinct, non-empty values separated by commas, got {values!r}")
-    return name, [(_canonical(token), _value(name, token)) for token in tokens]
+    parsed = [(_canonical(token), _value(name, token)) for token in tokens]
+    seen: dict[str, str] = {}
+    for token, value in parsed:  # equal values spelt differently (1 and 1.0, true and True) are one variant
+        key = json.dumps(value, sort_keys=True, default=str)
+        if key in seen:
+            raise UserError(f"vary axis {name} names {seen[key]} twice, got {values.strip()!r}; name each value once")
+        seen[key] = token
+    return name, parsed
 
 
 def _split(text: str, separator: str) -> list[str]:
