@@ -132,6 +132,44 @@ def test_grpolab_run_directory(tmp_path: Path) -> None:
     assert [s["uniform"] for s in result["per_step"]] == [0.5, 1.0]
 
 
+def test_a_run_directory_reads_only_the_step_files_the_trainer_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user's backup copy of a step (any other name in rollouts/) is not counted a second time."""
+    import shutil
+
+    from grpolab.train.runlog import RolloutLog
+
+    log = RolloutLog(tmp_path / "rollouts")
+    for step in (1, 2):
+        log.write(step, {"step": [step] * 4, "prompt_id": ["p0", "p0", "p1", "p1"], "sample": [0, 1, 0, 1],
+                         "completion": ["x"] * 4, "reward": [1.0, 0.0, 0.0, 0.0], "advantage": [0.5, -0.5, 0, 0],
+                         "length": [3] * 4, "truncated": [False] * 4})
+    reference = audit(tmp_path)
+    assert reference["completions"] == 8 and reference["warnings"] == []
+    rollouts = tmp_path / "rollouts"
+    shutil.copy(rollouts / "step-000002.parquet", rollouts / "step-000002 (copy).parquet")
+    shutil.copy(rollouts / "step-000002.parquet", rollouts / "backup-step-000002.parquet")
+    shutil.copy(rollouts / "step-000002.parquet", rollouts / "step-0000002.parquet")
+    result = audit(tmp_path)
+    assert result["completions"] == 8 and result["groups"] == 4 and result["degenerate"] == reference["degenerate"]
+    assert result["input"]["files"] == 2
+    assert result["input"]["other_files_skipped"] == [
+        "backup-step-000002.parquet", "step-0000002.parquet", "step-000002 (copy).parquet"]
+    (warning,) = result["warnings"]
+    assert "\n" not in warning and "3 files the trainer did not write" in warning
+    assert "backup-step-000002.parquet" in warning and "step-000002 (copy).parquet" in warning
+    assert main(["audit", str(tmp_path), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["completions"] == 8
+    assert captured.err.count("\n") == 1 and "did not write" in captured.err
+    for path in rollouts.glob("step-00000?.parquet"):
+        path.unlink()  # only foreign files left: refused in one line, not read
+    with pytest.raises(UserError, match=r"no step-NNNNNN.parquet") as error:
+        audit(tmp_path)
+    assert "\n" not in str(error.value)
+
+
 def test_trl_completion_logs(tmp_path: Path) -> None:
     folder = tmp_path / "completions"
     folder.mkdir()
@@ -153,6 +191,13 @@ def test_trl_completion_logs(tmp_path: Path) -> None:
     assert result["degenerate"] == 0.5  # q1: every advantage zero
     assert result["unscorable_groups"] == 0.5 and result["all_correct"] == 0.0 and result["uniform"] == 0.5
     assert result["warnings"] == []  # steps 1 and 2 are both logged (2 as a duplicate of 1)
+    (folder / "completions_00001.parquet").rename(folder / "completions_00001.parquet.bak.parquet")
+    pd.DataFrame({"step": 1, **table}).to_parquet(folder / "completions_00001.parquet")
+    (folder / "completions_00002.parquet").rename(folder / "completions_00002 (copy).parquet")
+    copied = audit(tmp_path)
+    assert copied["completions"] == 4 and copied["input"]["other_files_skipped"] == [
+        "completions_00001.parquet.bak.parquet", "completions_00002 (copy).parquet"]
+    assert "skipped 2 files the trainer did not write" in copied["warnings"][-1]
 
 
 def test_missing_column_error_lists_columns(tmp_path: Path) -> None:

@@ -187,6 +187,7 @@ def collect_groups(
         "format": source.fmt,
         "files": len(files),
         "duplicate_files_skipped": skipped,
+        "other_files_skipped": [p.name for p in source.skipped],
         "columns": {
             "prompt": columns.prompt,
             "reward": columns.reward,
@@ -364,6 +365,14 @@ def _warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
         )
     if nonbinary:
         warnings.append(f"{nonbinary} rewards are not 0 or 1: a success is a reward >= {info['threshold']}")
+    others = info.get("other_files_skipped") or []
+    if others:
+        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        warnings.append(
+            f"skipped {len(others)} file{'s' if len(others) > 1 else ''} the trainer did not write "
+            f"in {Path(info['path']) / ('rollouts' if info['kind'] == 'grpolab' else '')}: {shown} "
+            "(a backup copy of a step would count its completions twice; audit such a table on its own)"
+        )
     logged = info["logged_steps"] or [s["step"] for s in result["per_step"]]
     missing = _missing_steps(logged, 1 if info["kind"] in ("trl", "grpolab") else None)
     if missing:

@@ -2,8 +2,8 @@
 
 Recognised inputs (first match wins):
 
-* a grpolab run directory: ``rollouts/*.parquet`` (columns step, prompt_id, reward, length, ...);
-* a TRL output directory (or its ``completions/`` folder): ``completions_*.parquet`` written by
+* a grpolab run directory: ``rollouts/step-NNNNNN.parquet`` (columns step, prompt_id, reward, length, ...);
+* a TRL output directory (or its ``completions/`` folder): ``completions_NNNNN.parquet`` written by
   ``GRPOTrainer(log_completions=True)``, columns step, prompt, completion, <one column per reward
   function>, <extra columns>, advantage;
 * any directory of, or single, ``.parquet`` / ``.csv`` / ``.jsonl`` / ``.json`` (JSON lines) table.
@@ -14,7 +14,9 @@ fit in ``BATCH_BYTES`` by the row groups' uncompressed sizes (a few kilobytes of
 long prompt ids), a CSV or JSON block is 16 MiB. Prompt ids longer than ``LONG_KEY_BYTES`` are grouped by
 their SHA-1 digest, so the group tables hold 40 bytes per group whatever the ids' length.
 
-Departures from a plain read: TRL rewrites its whole completion buffer at every logging step, so a
+Departures from a plain read: in a run or TRL directory only the files bearing the names the trainer writes
+are read; any other table there (a user's backup copy of a step) is skipped and named (``Source.skipped``).
+TRL rewrites its whole completion buffer at every logging step, so a
 generation batch can appear in several consecutive files; a file identical (prompt + completion
 columns) to the previous one is skipped.
 
@@ -70,6 +72,8 @@ class Source:
     files: tuple[Path, ...]
     kind: str
     fmt: str
+    skipped: tuple[Path, ...] = ()
+    """Tables beside ``files`` whose names the trainer does not write (a user's backup copy of a step): not read."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,21 @@ def _tables_in(directory: Path) -> tuple[list[Path], str]:
     return [], ""
 
 
+def _written_by_trainer(path: Path, kind: str) -> bool:
+    """Whether ``path`` bears a name the trainer writes: grpolab ``step-{step:06d}.parquet``
+    (``grpolab.train.runlog.RolloutLog``), TRL ``completions_{step:05d}.parquet``; a copy such as
+    ``step-000003 (copy).parquet`` or ``step-0000003.parquet`` does not."""
+    prefix, width = ("step-", 6) if kind == "grpolab" else ("completions_", 5)
+    match = re.fullmatch(re.escape(prefix) + r"(\d+)\.parquet", path.name)
+    return bool(match) and path.name == f"{prefix}{int(match.group(1)):0{width}d}.parquet"
+
+
+def _trainer_files(folder: Path, pattern: str, kind: str) -> tuple[list[Path], list[Path]]:
+    """(the files of ``folder`` matching ``pattern`` that the trainer wrote, the others), sorted."""
+    found = sorted(p for p in folder.glob(pattern) if p.is_file()) if folder.is_dir() else []
+    return [p for p in found if _written_by_trainer(p, kind)], [p for p in found if not _written_by_trainer(p, kind)]
+
+
 def find_source(path: Path) -> Source:
     """Classify ``path`` (file or directory) as a grpolab run, TRL completion logs or a plain table."""
     if not path.exists():
@@ -102,17 +121,24 @@ def find_source(path: Path) -> Source:
         if path.suffix not in FORMATS:
             raise UserError(f"{path}: unknown table format; use .parquet, .csv, .jsonl or .json (JSON lines)")
         return Source((path,), "table", FORMATS[path.suffix])
-    if (path / "rollouts").is_dir() and sorted((path / "rollouts").glob("*.parquet")):
-        return Source(tuple(sorted((path / "rollouts").glob("*.parquet"))), "grpolab", "parquet")
+    steps, others = _trainer_files(path / "rollouts", "*.parquet", "grpolab")
+    if steps:
+        return Source(tuple(steps), "grpolab", "parquet", tuple(others))
+    if others:
+        raise UserError(
+            f"{path / 'rollouts'}: no step-NNNNNN.parquet file, the names the trainer writes, only "
+            f"{', '.join(p.name for p in others[:5])}{', ...' if len(others) > 5 else ''}; "
+            "audit such a table on its own with `grpolab audit FILE`"
+        )
     for folder in (path / "completions", path):
-        trl_files = sorted(folder.glob("completions_*.parquet")) if folder.is_dir() else []
+        trl_files, others = _trainer_files(folder, "completions_*.parquet", "trl")
         if trl_files:
-            return Source(tuple(trl_files), "trl", "parquet")
+            return Source(tuple(trl_files), "trl", "parquet", tuple(others))
     files, fmt = _tables_in(path)
     if not files:
         raise UserError(
-            f"{path}: no rollout tables found (looked for rollouts/*.parquet, "
-            "completions/completions_*.parquet and *.parquet / *.csv / *.jsonl files)"
+            f"{path}: no rollout tables found (looked for rollouts/step-NNNNNN.parquet, "
+            "completions/completions_NNNNN.parquet and *.parquet / *.csv / *.jsonl files)"
         )
     return Source(tuple(files), "table", fmt)
 

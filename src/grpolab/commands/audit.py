@@ -1,6 +1,6 @@
 """``grpolab audit PATH``: report the gradient starvation in the rollout logs of a finished run.
 
-PATH is a grpolab run directory (``rollouts/*.parquet``), a TRL output directory (``completions/``
+PATH is a grpolab run directory (``rollouts/step-NNNNNN.parquet``), a TRL output directory (``completions/``
 written with ``log_completions=True``), or any Parquet / CSV / JSONL table (or directory of them) with a
 prompt-id and a reward column. See docs/audit.md and ``grpolab.audit`` for the definitions.
 """
