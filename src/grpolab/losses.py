@@ -23,6 +23,15 @@ et al. 2025 ("Your Efficient RL Framework Secretly Brings You Off-Policy RL Trai
 trainer's. An optional k3 KL penalty to a frozen reference (GRPO, Shao et al. 2024, arXiv 2402.03300) is added
 after the correction, as TRL does.
 
+``rows_with_gradient`` says which rows of a batch the loss gives a gradient, from the loss's own terms, so that
+the update forwards only those (the others add an exactly 0 gradient): every term is multiplied by the mask, so a
+row without a loss token has none; the policy term of either objective is ``-A`` times a finite factor (the
+ratio, its clip, the dual-clip cap ``-A c``, the CISPO weight times log pi, the IS weight), so a row whose
+advantage is 0 on every loss token has none from it; the KL term has a gradient on every token when beta > 0.
+A term added to ``policy_loss`` whose gradient does not vanish with A (an entropy bonus, say) must be added
+there too; ``tests/train/test_row_skipping.py`` checks that skipping rows equals training all of them under
+every loss option.
+
 ``aggregate`` reduces ``loss[B, T]`` under ``mask[B, T]`` to a scalar in one of four named modes:
 
 ==========================  ===============================================  ===========================
@@ -57,7 +66,8 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["AGGREGATION_MODES", "IMPORTANCE_SAMPLING_LEVELS", "POLICY_OBJECTIVES", "PolicyLossTerms", "aggregate",
-           "aggregation_denominator", "importance_log_ratio", "policy_loss", "truncated_is_weights"]
+           "aggregation_denominator", "importance_log_ratio", "policy_loss", "rows_with_gradient",
+           "truncated_is_weights"]
 
 AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum")
 POLICY_OBJECTIVES = ("clip", "cispo")
@@ -168,6 +178,26 @@ def policy_loss(
     loss, kl = _add_kl(loss, logprobs, ref_logprobs, beta)
     return PolicyLossTerms(loss=loss, kl=kl.detach(), clipped=low + high, clipped_low=low, clipped_high=high,
                            clipped_dual=dual)
+
+
+def rows_with_gradient(advantages: torch.Tensor, mask: torch.Tensor, *, beta: float = 0.0) -> torch.Tensor:
+    """[B] bool: the rows whose loss under ``policy_loss`` (any objective, ratio level, dual clip, IS weights) and
+    ``aggregate`` (any mode) can have a non-zero gradient; the others' is exactly 0 (see the module docstring).
+
+    A row has a gradient when it has a loss token (``mask``) and some term has one there: the policy term
+    where A != 0, the KL term (beta > 0) everywhere. This is where a new term of ``policy_loss`` changes the rule.
+
+    Args:
+        advantages: [B] (one per completion) or [B, T] (per token; only the tokens ``mask`` keeps count).
+        mask: [B, T] the tokens that count in the loss.
+        beta: the KL weight passed to ``policy_loss``.
+    """
+    tokens = mask > 0  # [B, T]
+    if beta > 0:
+        return tokens.any(dim=1)
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)  # [B, 1], broadcast over T
+    return ((advantages != 0) & tokens).any(dim=1)
 
 
 def _clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, lower: float,

@@ -45,7 +45,14 @@ from grpolab.engine import prefix_packing
 from grpolab.engine.collect import ScoredBatch
 from grpolab.engine.rollout import Rollout, token_logprobs
 from grpolab.errors import UserError
-from grpolab.losses import PolicyLossTerms, aggregate, aggregation_denominator, policy_loss, truncated_is_weights
+from grpolab.losses import (
+    PolicyLossTerms,
+    aggregate,
+    aggregation_denominator,
+    policy_loss,
+    rows_with_gradient,
+    truncated_is_weights,
+)
 from grpolab.overlong import overlong_penalty, shape_rewards
 from grpolab.process_rewards import completion_advantages, token_advantages
 from grpolab.tasks import Problem
@@ -347,8 +354,7 @@ def update_policy(
     config: TrainConfig, *, lr: float, max_length: int, reference: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
     """``num_iterations`` optimizer steps on ``batch`` with advantages [P, G] (outcome) or [B, T] (per token);
-    returns ``loss/*`` metrics. With beta = 0 the rows whose advantage is 0 everywhere are not forwarded
-    (their gradient is exactly 0)."""
+    returns ``loss/*`` metrics. Only the rows the loss gives a gradient are forwarded (``trained_rows``)."""
     mask = loss_mask(batch, config)
     rows = trained_rows(batch, advantages, config)
     micro_batches = _micro_batches(model, batch, advantages, rows, config, max_length=max_length,
@@ -404,19 +410,11 @@ def _row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 
 
 def trained_rows(batch: StepBatch, advantages: torch.Tensor, config: TrainConfig) -> list[int]:
-    """The rows the update forwards: all of them when beta > 0 (the KL term has a gradient everywhere), else
-    those whose advantage is not 0 on some completion token (the others contribute an exactly 0 gradient);
-    under ``mask_truncated_completions`` never a truncated one (it has no loss token, not even a KL one)."""
+    """The rows the update forwards: those the loss gives a gradient (``grpolab.losses.rows_with_gradient``,
+    decided by the loss's own terms); the others contribute an exactly 0 gradient."""
     mask = loss_mask(batch, config)
-    if config.beta > 0:
-        rows = list(range(batch.size))
-    else:
-        flat = _row_advantages(advantages, mask)
-        carries = (flat * mask).abs().sum(dim=1) > 0 if flat.dim() == 2 else flat != 0  # [B]
-        rows = torch.nonzero(carries).flatten().tolist()
-    if config.mask_truncated_completions:
-        rows = [row for row in rows if mask[row].any()]
-    return rows
+    carries = rows_with_gradient(_row_advantages(advantages, mask), mask, beta=config.beta)  # [B]
+    return torch.nonzero(carries).flatten().tolist()
 
 
 def _micro_batches(model: torch.nn.Module, batch: StepBatch, advantages: torch.Tensor, rows: list[int],
