@@ -91,3 +91,17 @@ def test_knobs_change_difficulty() -> None:
 def test_bad_knobs_raise_user_error(options: dict, message: str) -> None:
     with pytest.raises(UserError, match=message):
         make_task(**options)
+
+
+def test_a_split_larger_than_its_bucket_is_refused_at_once() -> None:
+    """Issue 36: a split past the prompts the knobs make is refused before drawing, not after minutes."""
+    import time
+
+    from grpolab.tasks.arith import ArithSpec, possible_prompts
+
+    assert possible_prompts(ArithSpec()) == 100**2 * 3 + 100**3 * 9
+    assert possible_prompts(ArithSpec((2, 2), (1, 1), "+")) == 100
+    started = time.perf_counter()
+    with pytest.raises(UserError, match=r"too few distinct test prompts: num_test 2,000,000 asked, about 1,806,000"):
+        make_task(num_test=2_000_000)
+    assert time.perf_counter() - started < 1.0

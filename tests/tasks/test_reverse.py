@@ -87,3 +87,25 @@ def test_an_embedded_model_on_the_other_embedded_task_is_warned() -> None:
         warnings.simplefilter("error")
         load_task_for(TrainConfig(model="embedded-arith", task="arith"))
         load_task_for(TrainConfig(task="reverse"))
+
+
+def test_a_split_larger_than_its_bucket_is_refused_at_once() -> None:
+    """Issue 36: num_test 2,000,000 ran 300 s and more (10,000 draws per problem) before "too few distinct"."""
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(UserError, match=r"too few distinct test prompts: 2,000,000 asked.*about 221,760"):
+        get_task("reverse", num_test=2_000_000)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_small_bucket_is_counted_exactly() -> None:
+    from grpolab.tasks.reverse import bucket_size
+
+    size = bucket_size("test", (2, 2), "+*")
+    every = {f"{d:02d}{m}=" for d in range(100) for m in "+*" if f"{d:02d}" != f"{d:02d}"[::-1]}
+    assert size == sum(bucket_of(p) == "test" for p in every) == 16
+    whole = get_task("reverse", lengths=2, num_test=size, num_validation=1)  # the whole bucket can be drawn
+    assert len({p.prompt for p in whole.test}) == size
+    with pytest.raises(UserError, match="too few distinct test prompts"):
+        get_task("reverse", lengths=2, num_test=size + 1, num_validation=1)

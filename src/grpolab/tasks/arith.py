@@ -142,8 +142,30 @@ def draw_unique(rng: random.Random, spec: ArithSpec, bucket: str) -> Iterator[tu
     )
 
 
+def possible_prompts(spec: ArithSpec) -> int:
+    """How many distinct prompts ``spec`` makes (a prompt's text names its operands and operators)."""
+    numbers = sum(10 if d == 1 else 9 * 10 ** (d - 1) for d in range(spec.digits[0], spec.digits[1] + 1))
+    return sum(numbers**k * len(spec.operators) ** (k - 1) for k in range(spec.operands[0], spec.operands[1] + 1))
+
+
+def _check_size(spec: ArithSpec, split: str, size: int) -> None:
+    """Refuse before drawing a split larger than its bucket's share of the possible prompts (drawing toward it
+    took minutes with no output for num_test 2,000,000)."""
+    start = 0
+    for name, end in _BUCKETS:
+        if name == split:
+            available = possible_prompts(spec) * (end - start) // 100
+            if size > available:
+                raise UserError(f"arith: the knobs allow too few distinct {split} prompts: num_{split} {size:,} "
+                                f"asked, about {available:,} exist; lower num_{split} or widen "
+                                "operands/digits/operators")
+            return
+        start = end
+
+
 def _split(seed: int, spec: ArithSpec, split: str, size: int) -> tuple[Problem, ...]:
     """``size`` problems of ``split`` drawn with a random stream keyed by (seed, split)."""
+    _check_size(spec, split, size)
     rng = random.Random(f"arith:{seed}:{split}")  # str seeds are hashed with SHA-512: stable everywhere
     pairs = draw_unique(rng, spec, split)
     return tuple(
