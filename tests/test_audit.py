@@ -200,6 +200,38 @@ def test_trl_completion_logs(tmp_path: Path) -> None:
     assert "skipped 2 files the trainer did not write" in copied["warnings"][-1]
 
 
+def _trl_same_prompt(folder: Path, advantages: bool, extra: dict | None = None) -> None:
+    """Four groups of G = 4 with one prompt, adjacent (as TRL's sampler may place them): 3 all-wrong, 1 mixed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rewards = [0.0] * 12 + [1.0, 1.0, 0.0, 0.0]
+    table = {"step": [1] * 16, "prompt": ["q"] * 16, "completion": ["c"] * 16, "accuracy": rewards, **(extra or {})}
+    if advantages:
+        table["advantage"] = [0.0] * 12 + [0.5, 0.5, -0.5, -0.5]
+    pd.DataFrame(table).to_parquet(folder / "completions_00001.parquet")
+
+
+def test_trl_adjacent_groups_with_one_prompt_do_not_merge(tmp_path: Path) -> None:
+    """docs/audit.md: a TRL group is a block of num_generations rows, never a prompt text."""
+    _trl_same_prompt(tmp_path / "adv" / "completions", advantages=True)
+    result = audit(tmp_path / "adv")  # the advantages say where groups end: 16 and 8 mix zero and non-zero
+    assert result["group_size"] == 4 and result["groups"] == 4 and result["degenerate"] == 0.75
+    assert "advantage" in result["input"]["grouping"] and result["warnings"] == []
+    _trl_same_prompt(tmp_path / "sample" / "completions", advantages=False, extra={"sample": [0, 1, 2, 3] * 4})
+    result = audit(tmp_path / "sample")  # a sample index column
+    assert result["group_size"] == 4 and result["degenerate"] == 0.75
+    _trl_same_prompt(tmp_path / "run" / "completions", advantages=False)
+    (tmp_path / "run" / "config.yaml").write_text("group_size: 4\n")
+    for path in (tmp_path / "run", tmp_path / "run" / "completions"):  # the run's config.yaml
+        result = audit(path)
+        assert result["group_size"] == 4 and result["degenerate"] == 0.75
+        assert "config.yaml" in result["input"]["grouping"]
+    _trl_same_prompt(tmp_path / "bare" / "completions", advantages=False)
+    result = audit(tmp_path / "bare")  # nothing tells: a warning in one line, naming --group-size
+    (warning,) = result["warnings"]
+    assert "--group-size" in warning and "\n" not in warning
+    assert audit(tmp_path / "bare", group_size=4)["degenerate"] == 0.75
+
+
 def test_missing_column_error_lists_columns(tmp_path: Path) -> None:
     pq.write_table(pa.table({"question": ["a"], "score_x": [1.0]}), tmp_path / "bad.parquet")
     with pytest.raises(UserError, match=r"prompt and reward column; columns present: question, score_x"):

@@ -167,9 +167,13 @@ def collect_groups(
         source, files, prompt=prompt_column, reward=reward_column, step=step_column, length=length_column,
         advantage=advantage_column,
     )
-    block = None
+    block, how, guess = None, "--group-size", None
     if source.kind == "trl":
-        block = group_size or trl_group_size(files, columns.prompt)
+        block = group_size
+        if not block:
+            root = Path(path) if Path(path).is_dir() else None
+            block, how, guess = trl_group_size(files, columns.prompt, step=columns.step,
+                                               advantage=columns.advantage, root=root)
     keys, parts, pending = _keys(columns), [], 0
     for batch, offset in iter_batches(files, source.fmt, columns, batch_rows):
         if batch.num_rows:
@@ -197,17 +201,17 @@ def collect_groups(
             "length": columns.length,
             "not_read": list(columns.ignored),
         },
-        "grouping": _grouping(columns, block, group_size),
+        "grouping": _grouping(columns, block, how),
+        "group_size_warning": guess,
         "threshold": threshold,
         "logged_steps": trl_file_steps(source) if source.kind == "trl" else None,
     }
     return groups, info
 
 
-def _grouping(columns: Columns, block: int | None, requested: int | None) -> str:
+def _grouping(columns: Columns, block: int | None, how: str) -> str:
     if block is None:
         return f"({columns.step}, {columns.prompt})" if columns.step else columns.prompt
-    how = "--group-size" if requested else "runs of identical prompts"
     return f"blocks of {block} consecutive rows per file (G = {block} from {how})"
 
 
@@ -365,6 +369,8 @@ def _warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
         )
     if nonbinary:
         warnings.append(f"{nonbinary} rewards are not 0 or 1: a success is a reward >= {info['threshold']}")
+    if info.get("group_size_warning"):
+        warnings.append(info["group_size_warning"])
     others = info.get("other_files_skipped") or []
     if others:
         shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")

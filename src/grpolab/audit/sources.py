@@ -286,19 +286,98 @@ def trl_file_steps(source: Source) -> list[int]:
     return sorted(int(match.group(1)) for match in steps if match)
 
 
-def trl_group_size(files: list[Path], prompt: str) -> int:
-    """G of a TRL log: the gcd of the lengths of the runs of identical consecutive prompts in each file."""
-    size = 0
+def _runs(keys: list) -> list[int]:
+    """Lengths of the runs of equal consecutive ``keys``."""
+    return [len(list(run)) for _, run in itertools.groupby(keys)]
+
+
+def _config_group_size(root: Path | None) -> tuple[int | None, Path | None]:
+    """``group_size`` of the run's ``config.yaml`` beside the completions (in ``root`` or its parent)."""
+    folders = () if root is None else (root, root.parent) if root.name == "completions" else (root,)
+    for folder in folders:
+        path = folder / "config.yaml"
+        if path.is_file():
+            import yaml
+
+            try:
+                value = (yaml.safe_load(path.read_text()) or {}).get("group_size")
+            except (yaml.YAMLError, OSError, UnicodeDecodeError, AttributeError):
+                return None, None
+            usable = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            return (value, path) if usable else (None, None)
+    return None, None
+
+
+def _blocks_are_groups(advantages: list[np.ndarray], size: int) -> bool:
+    """Whether every block of ``size`` rows could be one group of a centred estimator: its advantages sum to
+    zero, and are all zero or none zero (binary rewards: a row at the group mean means every row is)."""
+    for values in advantages:
+        blocks = np.nan_to_num(values).reshape(-1, size)
+        zero = np.abs(blocks) <= 1e-4
+        if (zero.any(axis=1) & ~zero.all(axis=1)).any():
+            return False
+        if (np.abs(blocks.sum(axis=1)) > 1e-3 * np.maximum(1.0, np.abs(blocks).sum(axis=1))).any():
+            return False
+    return True
+
+
+def _sample_group_size(samples: list[list], divisors: list[int]) -> int | None:
+    """The largest of ``divisors`` whose blocks each hold sample indices 0..G-1 in order, if any."""
+    if not samples or not all(isinstance(v, int) for values in samples for v in values):
+        return None
+    for d in divisors:
+        if all(values == list(range(d)) * (len(values) // d) for values in samples):
+            return d
+    return None
+
+
+def trl_group_size(
+    files: list[Path], prompt: str, *, step: str | None = None, advantage: str | None = None,
+    root: Path | None = None,
+) -> tuple[int, str, str | None]:
+    """(G of a TRL log, where it came from, a warning when the log cannot tell).
+
+    Groups never cross what the log keeps apart: G divides every run of identical consecutive (step, prompt)
+    in each file. Adjacent groups of one prompt form one longer run, so G comes, in order, from a ``sample``
+    index column, the run's ``config.yaml`` ``group_size``, or the largest divisor of the runs' gcd whose
+    blocks the ``advantage`` column shows to be groups; without such evidence, a file holding one prompt
+    only gets a warning naming ``--group-size``."""
+    size, single, samples, advantages = 0, False, [], []
     for path in files:
-        keys = prompt_keys(_read_parquet(path, [prompt]).column(0).combine_chunks()).to_pylist()
-        run = 1
-        for previous, current in itertools.pairwise(keys):
-            if current == previous:
-                run += 1
-            else:
-                size, run = math.gcd(size, run), 1
-        size = math.gcd(size, run) if keys else size
-    return max(size, 1)
+        names = read_schema(path, "parquet").names
+        wanted = [c for c in dict.fromkeys((prompt, step, advantage, "sample")) if c and c in names]
+        table = _read_parquet(path, wanted)
+        keys = prompt_keys(table.column(prompt).combine_chunks()).to_pylist()
+        if step and step in names:
+            keys = list(zip(table.column(step).to_pylist(), keys, strict=True))
+        runs = _runs(keys)
+        single = single or len(runs) == 1
+        for run in runs:
+            size = math.gcd(size, run)
+        if "sample" in names and "sample" != prompt:
+            samples.append(table.column("sample").to_pylist())
+        if advantage and advantage in names:
+            advantages.append(table.column(advantage).cast(pa.float64()).to_numpy(zero_copy_only=False))
+    size = max(size, 1)
+    divisors = [d for d in range(size, 0, -1) if size % d == 0]
+    by_sample = _sample_group_size(samples, divisors)
+    if by_sample:
+        return by_sample, "the sample column", None
+    configured, config_path = _config_group_size(root)
+    if configured is not None and size % configured == 0:
+        return configured, f"group_size in {config_path}", None
+    if advantages and len(advantages) == len(files):
+        fits = [d for d in divisors if _blocks_are_groups(advantages, d)]
+        if fits and (fits[0] < size or not single or all(d < 2 for d in fits[1:])):
+            how = "the advantages" if fits[0] < size else "runs of identical prompts"
+            return fits[0], how, None
+    if single and size > 1:
+        return size, "runs of identical prompts", (
+            f"G = {size} is a guess: a log file holds {size} rows of one prompt and nothing in the log (no sample "
+            "column, no run config.yaml, no advantages that tell) says whether they are one group or several "
+            "adjacent groups of that prompt; pass --group-size (TRL's num_generations)"
+        )
+    return size, "runs of identical prompts", None
 
 
 def _batches_of(
