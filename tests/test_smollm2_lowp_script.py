@@ -58,6 +58,9 @@ def test_arms_their_steps_and_the_difference_from_dr_grpo(out: Path) -> None:
     assert "reinforce" not in set(per_run["arm"])  # an unfinished run is left out
     sign, dr_grpo = np.array([0.10, 0.14, 0.12]), np.array([0.50, 0.56, 0.47])
     assert table.loc["sign", "end_pass_at_1"] == pytest.approx(0.12)
+    half = 4.302653 * 0.02 / np.sqrt(3)  # Student t: t_{2, 0.975} * s / sqrt(3), s = 0.02; no bootstrap
+    assert table.loc["sign", "end_ci_low"] == pytest.approx(0.12 - half, rel=1e-6)
+    assert table.loc["sign", "end_ci_high"] == pytest.approx(0.12 + half, rel=1e-6)
     assert table.loc["sign", "vs_dr_grpo"] == pytest.approx(sign.mean() - dr_grpo.mean())
     welch = scipy_stats.ttest_ind(sign, dr_grpo, equal_var=False)
     assert table.loc["sign", "vs_dr_grpo_p"] == pytest.approx(welch.pvalue)

@@ -19,7 +19,7 @@ package measures the pieces of that story for each estimator of a comparison:
    ``prompts`` test prompts x ``samples``), split into correct and wrong; each run's final model scores the
    same tokens. Reported: the token-mean change of log p and of p, separately for content tokens (an ASCII
    digit in the token) and format tokens (all others, EOS included; ``token_classes``), for correct and for
-   wrong completions, averaged over seeds with a 95% bootstrap CI (``grpolab.stats``).
+   wrong completions, averaged over seeds with a 95% Student-t CI (``grpolab.stats.t_interval``).
 3. **pass@k before and after** (``eval.jsonl``): pass@1 up with pass@k_max flat or down reads as search
    compression (the paper's own reading of sign's gain), pass@k_max up as capacity gain.
 4. **The update's geometry** (``updates``, from the runs' checkpoints): is an estimator slow or stuck? The
