@@ -72,6 +72,18 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, text in texts.items():
         (root / name).write_text(text)
     (root / "binary.yaml").write_bytes(b"\xff\xfe\x00\x80garbage")
+    # file-task data: a bad byte far past the first 4 KB (read ahead of the line loop), JSON nested past
+    # Python's recursion limit, an integer past Python's 4,300-digit limit; config files: the same two
+    qa = '{"question": "1+1?", "answer": "2"}\n' * 3000
+    (root / "late-bad-byte.jsonl").write_bytes(qa.encode() + b'{"question": "\xff", "answer": "1"}\n')
+    (root / "late-bad-byte.json").write_bytes(b"[" + qa.replace("\n", ",").encode() + b'{"question": "\xff"}]')
+    (root / "deep.jsonl").write_text(qa + "[" * 100_000 + "]" * 100_000 + "\n")
+    (root / "deep.json").write_text("[" + "[" * 100_000 + "]" * 100_000 + "]")
+    (root / "huge-int.jsonl").write_text(qa + '{"question": "q", "answer": ' + "9" * 5000 + "}\n")
+    (root / "deep.yaml").write_text("task_options: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    (root / "deep.toml").write_text("task_options = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    (root / "huge-int.yaml").write_text("seed: " + "9" * 5000 + "\n")
+    (root / "huge-int.toml").write_text("seed = " + "9" * 5000 + "\n")
     return root
 
 
@@ -155,6 +167,24 @@ TRAIN_ERRORS = {
     "seed past 64 bits": (["--seed", str(10**23)], ("seed must be at most 4294967295", str(10**23))),
     "seed in float notation": (["--seed", "1e23"], ("--seed: invalid int value: '1e23'",)),
     "seed negative": (["--seed", "-1"], ("seed must be >= 0",)),
+    "file data bad byte after 4 KB": (["--task", "file", "--data", "{d}/late-bad-byte.jsonl"],
+                                      ("late-bad-byte.jsonl:3001: not UTF-8 text", "save the file as UTF-8")),
+    "file data JSON array bad byte after 4 KB": (["--task", "file", "--data", "{d}/late-bad-byte.json"],
+                                                 ("late-bad-byte.json: not UTF-8 text", "save the file as UTF-8")),
+    "gsm8k data bad byte after 4 KB": (["--task", "gsm8k", "--data", "{d}/late-bad-byte.jsonl"],
+                                       ("late-bad-byte.jsonl:3001: not UTF-8 text",)),
+    "file data nested too deeply": (["--task", "file", "--data", "{d}/deep.jsonl"],
+                                    ("deep.jsonl:3001", "nested too deeply", "flatten")),
+    "file data JSON array nested too deeply": (["--task", "file", "--data", "{d}/deep.json"],
+                                               ("deep.json", "nested too deeply", "flatten")),
+    "file data integer of 5000 digits": (["--task", "file", "--data", "{d}/huge-int.jsonl"],
+                                         ("huge-int.jsonl:3001", "more than 4300 digits")),
+    "config nested too deeply YAML": (["--config", "{d}/deep.yaml"], ("deep.yaml", "nested too deeply", "flatten")),
+    "config nested too deeply TOML": (["--config", "{d}/deep.toml"], ("deep.toml", "nested too deeply", "flatten")),
+    "config integer of 5000 digits YAML": (["--config", "{d}/huge-int.yaml"],
+                                           ("huge-int.yaml", "more than 4300 digits", "shorten")),
+    "config integer of 5000 digits TOML": (["--config", "{d}/huge-int.toml"],
+                                           ("huge-int.toml", "more than 4300 digits", "shorten")),
 }
 
 

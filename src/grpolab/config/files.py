@@ -98,6 +98,14 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
         problem = " ".join(str(error).split())  # one line, even for YAML's multi-line messages
         raise UserError(f"config file {path} is not valid {path.suffix.lstrip('.').upper()}: {problem}") from None
+    except RecursionError:
+        raise UserError(f"config file {path} is nested too deeply to read (lists or mappings over about 1,000 "
+                        "levels deep); flatten it: no setting takes such a value") from None
+    except ValueError as error:  # int("9" * 5000): "Exceeds the limit (4300 digits) for integer string conversion"
+        if "digits" not in str(error):
+            raise
+        raise UserError(f"config file {path} holds an integer of more than 4300 digits, which Python will not "
+                        "read; shorten it: no setting takes such a number") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

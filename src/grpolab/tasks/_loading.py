@@ -29,18 +29,37 @@ def read_jsonl(path: Path, fields: Sequence[str]) -> list[Row]:
         raise UserError(f"data file {path} does not exist; pass the path of a .jsonl file or of a folder "
                         "holding train.jsonl / test.jsonl, or leave the path out to load from the hub")
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:  # bytes, decoded line by line, so that a bad byte is named by its line
+        for line_number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise UserError(f"{path}:{line_number}: not UTF-8 text ({error.reason} at byte {error.start} of "
+                                "the line); save the file as UTF-8") from None
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{line_number}: not valid JSON ({exc.msg}); fix or remove the line") \
-                    from exc
+            row = parse_json(line, f"{path}:{line_number}", "fix or remove the line")
             check_row(row, fields, f"{path}:{line_number}")
             rows.append(row)
     return rows
+
+
+def parse_json(text: str, where: str, fix: str) -> Any:
+    """``json.loads(text)``; ``UserError`` naming ``where`` for bad JSON, nesting past Python's recursion limit
+    and integers past Python's 4,300-digit limit (``RecursionError`` / ``ValueError`` from ``json``)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UserError(f"{where}: not valid JSON ({error.msg} at line {error.lineno} column {error.colno}); "
+                        f"{fix}") from None
+    except RecursionError:
+        raise UserError(f"{where}: JSON nested too deeply to read (arrays or objects over about 1,000 levels "
+                        "deep); flatten it") from None
+    except ValueError as error:  # int("9" * 5000): "Exceeds the limit (4300 digits) for integer string conversion"
+        if "digits" not in str(error):
+            raise
+        raise UserError(f"{where}: holds an integer of more than 4300 digits, which Python will not read; "
+                        "shorten it or write it as a string") from None
 
 
 def check_row(row: object, fields: Sequence[str], where: str) -> None:

@@ -17,14 +17,13 @@ turning a cell into text is the task's business.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.tasks._loading import Row, read_jsonl, require_hub_dataset
+from grpolab.tasks._loading import Row, parse_json, read_jsonl, require_hub_dataset
 
 __all__ = ["SUFFIXES", "Table", "read_table", "split_name"]
 
@@ -120,13 +119,16 @@ def _read_json(path: Path) -> list[Row]:
         with path.open(encoding="utf-8") as handle:
             first = handle.read(4096).lstrip()
     except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 text ({error.reason}); save it as UTF-8 JSON lines") from None
+        raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save the file as UTF-8") \
+            from None
     if not first.startswith("["):
         return read_jsonl(path, ())
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}: not valid JSON ({error.msg} at line {error.lineno}); fix the file") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save the file as UTF-8") \
+            from None
+    rows = parse_json(text, str(path), "fix the file")
     bad = next((i for i, row in enumerate(rows) if not isinstance(row, dict)), None)
     if bad is not None:
         raise UserError(f"{path}: item {bad} of the JSON array is not an object; every item needs named fields")
