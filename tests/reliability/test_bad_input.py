@@ -84,6 +84,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "deep.toml").write_text("task_options = " + "[" * 100_000 + "]" * 100_000 + "\n")
     (root / "huge-int.yaml").write_text("seed: " + "9" * 5000 + "\n")
     (root / "huge-int.toml").write_text("seed = " + "9" * 5000 + "\n")
+    (root / "state-json-only").mkdir()  # a folder with an unrelated state.json and no data
+    (root / "state-json-only" / "state.json").write_text('{"step": 3}')
     return root
 
 
@@ -179,6 +181,8 @@ TRAIN_ERRORS = {
                                                ("deep.json", "nested too deeply", "flatten")),
     "file data integer of 5000 digits": (["--task", "file", "--data", "{d}/huge-int.jsonl"],
                                          ("huge-int.jsonl:3001", "more than 4300 digits")),
+    "data folder with an unrelated state.json": (["--task", "file", "--data", "{d}/state-json-only"],
+                                                 ("state-json-only holds no train/test files", "train.jsonl")),
     "config nested too deeply YAML": (["--config", "{d}/deep.yaml"], ("deep.yaml", "nested too deeply", "flatten")),
     "config nested too deeply TOML": (["--config", "{d}/deep.toml"], ("deep.toml", "nested too deeply", "flatten")),
     "config integer of 5000 digits YAML": (["--config", "{d}/huge-int.yaml"],

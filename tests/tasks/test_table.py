@@ -78,6 +78,21 @@ def test_hub_layout_folder_and_save_to_disk_folder(tmp_path: Path) -> None:
     saved.save_to_disk(str(tmp_path / "saved"))
     task = _file_task(tmp_path / "saved")
     assert [p.prompt for p in task.test] == ["70+1=", "71+1="] and len(task.train) == 5
+    single = tmp_path / "single"
+    datasets.Dataset.from_list(_qa(20)).save_to_disk(str(single))  # one Dataset: state.json + dataset_info.json
+    assert len(_file_task(single).train) + len(_file_task(single).test) == 20
+
+
+def test_an_unrelated_state_json_does_not_make_a_folder_a_datasets_folder(tmp_path: Path) -> None:
+    _write_jsonl(tmp_path / "d" / "train.jsonl", _qa(10))
+    _write_jsonl(tmp_path / "d" / "test.jsonl", _qa(3, 50))
+    (tmp_path / "d" / "state.json").write_text('{"step": 3}')  # e.g. a trainer's state, not datasets'
+    task = _file_task(tmp_path / "d")
+    assert (len(task.train), len(task.test)) == (10, 3)
+    (tmp_path / "d" / "dataset_info.json").write_text("{}")  # both of datasets' file names, but not its files
+    with pytest.raises(UserError, match=r"written by datasets' save_to_disk .* datasets cannot load it") as caught:
+        _file_task(tmp_path / "d")
+    assert "\n" not in str(caught.value) and "disk has space" not in str(caught.value)
 
 
 def test_hub_id_is_loaded_with_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -72,15 +72,34 @@ def _read_location(path: Path, source: str, hub_config: str | None) -> dict[str,
     if path.is_file():
         return {"all": read_file(path)}
     if path.is_dir():
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-            import datasets
+        marker = _saved_dataset_marker(path)
+        if marker is None:
+            return _read_folder(path)
+        import datasets
 
-            return _read_object(datasets.load_from_disk(str(path)))
-        return _read_folder(path)
+        try:
+            saved = datasets.load_from_disk(str(path))
+        except Exception as error:  # datasets raises many types (missing files, bad JSON, Arrow errors)
+            problem = " ".join(str(error).split())[:300]
+            raise UserError(f"folder {path} looks written by datasets' save_to_disk (it holds {marker}) but datasets "
+                            f"cannot load it ({type(error).__name__}: {problem}); save it again with save_to_disk, "
+                            "or pass a folder of train/test files without those names") from None
+        return _read_object(saved)
     if path.suffix.lower() in SUFFIXES or source.startswith((".", "/", "~")) or source.count("/") > 1:
         raise UserError(f"data file {source} does not exist; pass a .jsonl, .csv or .parquet file, a folder "
                         "of train/test files, or a datasets hub id such as openai/gsm8k")
     return _read_hub(source, hub_config)
+
+
+def _saved_dataset_marker(folder: Path) -> str | None:
+    """The file names that make ``folder`` one written by ``datasets``' ``save_to_disk`` (None if it is not):
+    ``dataset_dict.json``, or ``state.json`` with ``dataset_info.json``, as ``datasets.load_from_disk`` reads
+    them. A ``state.json`` alone (e.g. a trainer's) does not count."""
+    if (folder / "dataset_dict.json").is_file():
+        return "dataset_dict.json"
+    if (folder / "state.json").is_file() and (folder / "dataset_info.json").is_file():
+        return "state.json and dataset_info.json"
+    return None
 
 
 def read_file(path: Path) -> list[Row]:
