@@ -252,6 +252,21 @@ def test_other_commands_bad_input_is_one_line_exit_2(argv: list[str], needles: t
     assert_one_line_error(code, err, *needles)
 
 
+@pytest.mark.xfail(strict=True, reason="issue 36: the fix belongs in src/grpolab/audit (pa.concat_tables of the "
+                   "files' group sums), owned elsewhere; remove this mark when audit names the files and the column")
+def test_audit_of_integer_ids_in_one_file_and_string_ids_in_another_is_one_line(tmp_path: Path,
+                                                                                capsys: pytest.CaptureFixture) -> None:
+    import pandas as pd
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name, ids in (("a.parquet", [1, 1, 2, 2]), ("b.parquet", ["x", "x", "y", "y"])):
+        pd.DataFrame({"step": [1] * 4, "prompt_id": ids, "reward": [1.0, 0.0, 1.0, 1.0],
+                      "completion": ["c"] * 4}).to_parquet(logs / name)
+    code, err = run_cli(["audit", str(logs)], capsys)  # was: an 18-line pyarrow schema dump
+    assert_one_line_error(code, err, "prompt_id", "a.parquet", "b.parquet")
+
+
 def test_bad_flag_values_are_argparse_errors(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     for argv in (["train", "--advantage-kwargs", "[1]"], ["train", "--steps", "two"], ["train", "--nope"]):
         code, err = run_cli([*argv, "--out", str(tmp_path)], capsys)
