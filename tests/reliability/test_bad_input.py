@@ -252,8 +252,6 @@ def test_other_commands_bad_input_is_one_line_exit_2(argv: list[str], needles: t
     assert_one_line_error(code, err, *needles)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 36: the fix belongs in src/grpolab/audit (pa.concat_tables of the "
-                   "files' group sums), owned elsewhere; remove this mark when audit names the files and the column")
 def test_audit_of_integer_ids_in_one_file_and_string_ids_in_another_is_one_line(tmp_path: Path,
                                                                                 capsys: pytest.CaptureFixture) -> None:
     import pandas as pd

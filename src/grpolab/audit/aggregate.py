@@ -175,16 +175,20 @@ def collect_groups(
             block, how, guess = trl_group_size(files, columns.prompt, step=columns.step,
                                                advantage=columns.advantage, root=root)
     keys, parts, pending = _keys(columns), [], 0
-    for batch, offset in iter_batches(files, source.fmt, columns, batch_rows):
-        if batch.num_rows:
-            parts.append(_partial(batch, offset, columns, 0.5 if threshold is None else threshold, block))
-            pending += parts[-1].num_rows
-        if pending > _COMPACT_ROWS and len(parts) > 1:
-            parts = [_merge(parts, keys)]
-            pending = parts[0].num_rows
-    if not parts:
-        raise UserError(f"{path}: the rollout tables hold no rows")
-    groups = _to_group_table(_merge(parts, keys), columns)
+    try:
+        for batch, offset in iter_batches(files, source.fmt, columns, batch_rows):
+            if batch.num_rows:
+                parts.append(_partial(batch, offset, columns, 0.5 if threshold is None else threshold, block))
+                pending += parts[-1].num_rows
+            if pending > _COMPACT_ROWS and len(parts) > 1:
+                parts = [_merge(parts, keys)]
+                pending = parts[0].num_rows
+        if not parts:
+            raise UserError(f"{path}: the rollout tables hold no rows")
+        merged = _merge(parts, keys)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:  # one file's ids are integers, another's text, ...
+        raise _mixed_types_error(path, files, columns, error) from None
+    groups = _to_group_table(merged, columns)
     info = {
         "path": str(path),
         "kind": source.kind,
@@ -207,6 +211,14 @@ def collect_groups(
         "logged_steps": trl_file_steps(source) if source.kind == "trl" else None,
     }
     return groups, info
+
+
+def _mixed_types_error(path: Any, files: list[Path], columns: Columns, error: Exception) -> UserError:
+    """One line for rollout files whose key columns have different types (pyarrow's own text is a schema dump)."""
+    named = ", ".join(Path(f).name for f in files[:6]) + (f" and {len(files) - 6} more" if len(files) > 6 else "")
+    keys = " and ".join(repr(c) for c in (columns.step, columns.prompt) if c)
+    return UserError(f"{path}: the rollout files do not agree on the type of {keys} (in {named}; pyarrow: "
+                     f"{type(error).__name__}); write the ids with one type in every file (all integers or all text)")
 
 
 def _grouping(columns: Columns, block: int | None, how: str) -> str:
