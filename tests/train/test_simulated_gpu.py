@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from device_tensors import is_device_tensor
+from device_tensors import DeviceTensor, is_device_tensor
 from grpolab.cli import main
 from grpolab.config import TrainConfig
 from grpolab.engine.rollout import encode_prompts, sample
@@ -92,3 +92,38 @@ def test_eval_and_gradients_run_on_the_gpu(monkeypatch: pytest.MonkeyPatch, caps
         gradients = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0 <= evaluation["greedy_accuracy"] <= 1 and set(evaluation["pass_at_k"]) == {"1", "2"}
     assert gradients["metrics"]["grad/dim"] > 0
+
+
+class _NoEos:
+    """A tokenizer whose EOS never comes, so that every row samples to the token budget."""
+
+    def __init__(self, tokenizer: object) -> None:
+        self._tokenizer = tokenizer
+        self.eos_token_id = -1
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._tokenizer, name)
+
+
+def test_the_gpu_sampler_reads_the_device_once_per_8_tokens_not_per_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No host round trip per token: over 40 decoding steps the loop asks the device whether every row has finished
+    once per 8 steps, and copies the tokens, entropies and log-probs back once each."""
+    policy = load_policy("embedded")
+    ids, mask = encode_prompts(policy.tokenizer, ["abc", "hello", "xy", "grpolab"], use_chat_template=False)
+    reads: list[str] = []
+    forward = DeviceTensor.__dict__["__torch_function__"].__func__
+    to_host = {torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__int__,
+               torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.cpu, torch.Tensor.numpy}
+
+    def counting(cls, func, types, args=(), kwargs=None):  # every read of a device tensor from the host
+        if func in to_host or (func is torch.Tensor.to and len(args) > 1 and str(args[1]).startswith("cpu")):
+            reads.append(func.__name__)
+        return forward(cls, func, types, args, kwargs)
+
+    with simulated_gpu(monkeypatch):
+        policy.model.to("cuda")
+        monkeypatch.setattr(DeviceTensor, "__torch_function__", classmethod(counting))
+        rollout = sample(policy.model, _NoEos(policy.tokenizer), ids, mask, num_samples=3, max_new_tokens=40,
+                         generator=torch.Generator().manual_seed(0), dtype="float32")
+    assert rollout.completion_ids.shape[1] == 40
+    assert len(reads) <= 40 // 8 + 3, reads  # a per-token round trip would make it 40 or more
