@@ -74,4 +74,5 @@ def test_a_run_records_its_device_setting_and_the_device_it_trained_on(tmp_path:
     assert main(["train", *TINY, "--out", str(run), "--device", "cpu"]) == 0
     assert "device: cpu" in (run / "config.yaml").read_text().splitlines()
     assert json.loads((run / "summary.json").read_text())["device"] == "cpu"
-    assert "(trained on cpu)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"run directory: {run} (trained on cpu)" in out.splitlines(), out  # one line, however long the path

@@ -80,4 +80,4 @@ def _print_summary(result, device: str) -> None:
             passk = e.get("pass_at_k", {})
             top = f", pass@{max(passk, key=int)} {passk[max(passk, key=int)]:.3f}" if passk else ""
             results_console.print(f"{phase:>5}: greedy accuracy {e['greedy_accuracy']:.3f}{top}")
-    results_console.print(f"run directory: {result.run_dir} (trained on {device})")
+    results_console.print(f"run directory: {result.run_dir} (trained on {device})", soft_wrap=True)  # one line
