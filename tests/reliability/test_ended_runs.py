@@ -160,3 +160,41 @@ def test_an_extended_run_whose_eval_log_lost_its_end_row_keeps_it_as_a_step_eval
 def test_the_spans_of_missing_steps_read_as_ranges() -> None:
     assert runlog.missing_steps([1, 2, 3, 6, 7], 7) == [4, 5]
     assert runlog.spans([1, 2, 3, 6, 8, 9]) == "1-3, 6, 8-9"
+
+
+def test_a_compare_that_cannot_count_a_selection_run_names_it_and_fails(tmp_path: Path) -> None:
+    """The torn-eval probe through ``grpolab.compare``: a selection run whose end row is in neither eval.jsonl
+    nor summary.json is named, and the comparison counts as failed (exit 1), never a quiet exit 0."""
+    from grpolab.config import CompareConfig
+    from grpolab.sweep import compare
+    from grpolab.sweep.plan import plan_runs
+
+    sweep = CompareConfig(estimators="sign", seeds=1, group_sizes="2", lrs="1e-4,1e-3", selection_seeds=1,
+                          workers=1, lr_bracket_rounds=0)
+    cell, grid = _grid(tmp_path)
+    best = next(spec for spec in grid if spec.lr == 1e-3)
+    (best.run_dir / "summary.json").write_text(json.dumps({"status": "finished"}))  # an old summary: no rows
+    _tear_last_line(best.run_dir / "eval.jsonl")
+    for spec in plan_runs(BASE, ["sign"], [0], [2], tmp_path, lrs={cell: 1e-4}):
+        finish(spec, 0.5)
+    with pytest.warns(UserWarning, match=rf"selection run {best.run_dir} finished but neither"):
+        result = compare(sweep, BASE, tmp_path, report=False)
+    assert [outcome["run_id"] for outcome in result.failed] == [best.run_id]  # before: [], so exit 0
+    assert "could not be counted" in result.failed[0]["error"]
+    assert str(best.run_dir) in result.failed[0]["error"]
+
+
+def test_a_compare_that_cannot_count_a_result_run_fails(tmp_path: Path) -> None:
+    from grpolab.config import CompareConfig
+    from grpolab.sweep import compare
+    from grpolab.sweep.plan import plan_runs
+
+    sweep = CompareConfig(estimators="sign", seeds=2, group_sizes="2", lrs="1e-4", workers=1)
+    specs = plan_runs(BASE, ["sign"], [0, 1], [2], tmp_path)
+    for spec in specs:
+        finish(spec, 0.5)
+    (specs[1].run_dir / "summary.json").write_text(json.dumps({"status": "finished"}))
+    _tear_last_line(specs[1].run_dir / "eval.jsonl")
+    with pytest.warns(UserWarning, match=rf"run {specs[1].run_dir} finished but neither"):
+        result = compare(sweep, BASE, tmp_path, report=False)
+    assert [outcome["run_id"] for outcome in result.failed] == [specs[1].run_id]

@@ -60,11 +60,13 @@ class CompareResult:
     settings: dict[str, Any]
     report: tuple[Path, Path] | None = None
     specs: list[RunSpec] = field(default_factory=list, repr=False)
+    not_counted: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed(self) -> list[dict[str, Any]]:
-        """The outcomes of runs that failed or diverged (``error`` says why)."""
-        return [outcome for outcome in self.outcomes if not outcome["ok"]]
+        """The outcomes of runs that failed or diverged, then those of ended runs that could not be counted
+        (``not_counted``: the end evaluation lost from both eval.jsonl and summary.json; ``error`` says why)."""
+        return [outcome for outcome in self.outcomes if not outcome["ok"]] + self.not_counted
 
     @property
     def unbracketed(self) -> list[Cell]:
@@ -160,7 +162,8 @@ def _gather(out: Path, sweep: CompareConfig, settings: dict[str, Any], grid: lis
             selection: Selection | None, outcomes: list[dict[str, Any]], *, report: bool) -> CompareResult:
     choice = selection.choice if selection else {}
     bracketed = selection.bracketed if selection else {}
-    results, metrics = collect_results(specs, bracketed if selection else None)
+    uncounted = list(selection.not_counted) if selection else []
+    results, metrics = collect_results(specs, bracketed if selection else None, uncounted=uncounted)
     write_tables(out, results, metrics)
     runs = runs_table(grid, specs, choice or None, bracketed if selection else None)
     runs.to_csv(out / "runs.csv", index=False)
@@ -169,7 +172,7 @@ def _gather(out: Path, sweep: CompareConfig, settings: dict[str, Any], grid: lis
         settings["selection"] = {"unbracketed": [str(cell) for cell in selection.unbracketed],
                                  "lr_bracket_rounds": sweep.lr_bracket_rounds}
     result = CompareResult(out, results, metrics, runs, selection.table if selection else None, choice, bracketed,
-                           outcomes, settings, specs=specs)
+                           outcomes, settings, specs=specs, not_counted=uncounted)
     if results.empty:
         raise UserError(f"no run finished; see the errors above and the run directories in {out / 'runs'}")
     if report:

@@ -22,7 +22,13 @@ import pandas as pd
 from grpolab.sweep.plan import Cell, RunSpec
 from grpolab.train.runlog import missing_steps, read_evaluations, read_metrics, spans
 
-__all__ = ["collect_results", "runs_table", "write_tables"]
+__all__ = ["collect_results", "not_counted", "runs_table", "write_tables"]
+
+
+def not_counted(spec: RunSpec, why: str) -> dict[str, Any]:
+    """The outcome of an ended run that no table can count (its end evaluation is lost): a failure, so that
+    ``grpolab compare`` exits non-zero instead of reporting a comparison without it."""
+    return {"run_id": spec.run_id, "ok": False, "seconds": 0.0, "error": f"could not be counted: {why}"}
 
 
 def _run_columns(spec: RunSpec, bracketed: Mapping[Cell, bool] | None = None) -> dict[str, Any]:
@@ -48,17 +54,21 @@ def _result_row(columns: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
             "unscorable": row.get("unscorable", float("nan"))}
 
 
-def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | None = None
-                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(results, metrics) tables of the ended runs: one row per run and evaluation / run and step."""
+def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | None = None, *,
+                    uncounted: list[dict[str, Any]] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(results, metrics) tables of the ended runs: one row per run and evaluation / run and step. A finished
+    run with no end evaluation anywhere is named, and its outcome (``not_counted``) added to ``uncounted``."""
     results, metrics = [], []
     for spec in (s for s in specs if s.ended):
         columns = _run_columns(spec, bracketed)
         evaluations = read_evaluations(spec.run_dir)
         if columns["status"] == "finished" and not any(row.get("phase") == "end" for row in evaluations):
-            warnings.warn(f"run {spec.run_dir} finished but neither its eval.jsonl nor its summary.json holds its end "
-                          "evaluation, so it has no end score in results.parquet; move the run aside and resume the "
-                          "sweep to train it again", UserWarning, stacklevel=2)
+            message = (f"run {spec.run_dir} finished but neither its eval.jsonl nor its summary.json holds its end "
+                       "evaluation, so it has no end score in results.parquet; move the run aside and resume the "
+                       "sweep to train it again")
+            warnings.warn(message, UserWarning, stacklevel=2)
+            if uncounted is not None:
+                uncounted.append(not_counted(spec, message))
         results += [_result_row(columns, row) for row in evaluations]
         keys = ("run_id", "variant", "estimator", "seed", "group_size", "status")  # per step: no diverged_at_step
         steps = read_metrics(spec.run_dir / "metrics.jsonl")

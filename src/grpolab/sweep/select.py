@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from grpolab.errors import UserError
+from grpolab.sweep.gather import not_counted
 from grpolab.sweep.plan import Cell, RunSpec
 from grpolab.train.runlog import read_evaluations
 
@@ -39,6 +40,7 @@ class Selection:
     bracketed: dict[Cell, bool]
     table: pd.DataFrame
     tried: dict[Cell, list[float]] = field(default_factory=dict)
+    not_counted: list[dict[str, Any]] = field(default_factory=list)  # outcomes (``gather.not_counted``)
 
     @property
     def unbracketed(self) -> list[Cell]:
@@ -51,8 +53,10 @@ def validation_score(row: dict[str, Any]) -> float:
     return float(passk["1"]) if "1" in passk else float(row["greedy_accuracy"])
 
 
-def _row(spec: RunSpec, rounds: Mapping[Cell, Mapping[float, int]]) -> dict[str, Any] | None:
-    """The selection row of one ended run (None while it has not ended, or ended without a validation score)."""
+def _row(spec: RunSpec, rounds: Mapping[Cell, Mapping[float, int]], uncounted: list[dict[str, Any]]
+         ) -> dict[str, Any] | None:
+    """The selection row of one ended run (None while it has not ended, or ended without a validation score:
+    then named, and its outcome added to ``uncounted``)."""
     status = spec.status
     if status is None:
         return None
@@ -61,9 +65,11 @@ def _row(spec: RunSpec, rounds: Mapping[Cell, Mapping[float, int]]) -> dict[str,
         evaluations = [r for r in read_evaluations(spec.run_dir)
                        if r.get("phase") == "end" and r.get("split") == "validation"]
         if not evaluations:  # neither eval.jsonl nor summary.json holds it: never dropped without a word
-            warnings.warn(f"selection run {spec.run_dir} finished but neither its eval.jsonl nor its summary.json "
-                          f"holds its end evaluation on the validation split, so lr {spec.lr:g} has no score from it; "
-                          f"move the run aside and resume the sweep to train it again", UserWarning, stacklevel=2)
+            message = (f"selection run {spec.run_dir} finished but neither its eval.jsonl nor its summary.json "
+                       f"holds its end evaluation on the validation split, so lr {spec.lr:g} has no score from it; "
+                       f"move the run aside and resume the sweep to train it again")
+            warnings.warn(message, UserWarning, stacklevel=2)
+            uncounted.append(not_counted(spec, message))
             return None
         score = validation_score(evaluations[-1])
     return {"variant": spec.variant.name, "estimator": spec.estimator, "group_size": spec.group_size, "lr": spec.lr,
@@ -86,8 +92,9 @@ def select_lrs(grid: Sequence[RunSpec], rounds: Mapping[Cell, Mapping[float, int
     """Each cell's lr with the best mean validation score over its finished grid runs, lrs with a diverged
     run excluded. ``rounds``: the round in which each cell's lr joined its grid (0: the --lrs grid)."""
     by_cell: dict[Cell, list[dict[str, Any]]] = {}
+    uncounted: list[dict[str, Any]] = []
     for spec in grid:
-        row = _row(spec, rounds or {})
+        row = _row(spec, rounds or {}, uncounted)
         if row is not None:
             by_cell.setdefault(spec.cell, []).append(row)
     if not by_cell:
@@ -99,7 +106,7 @@ def select_lrs(grid: Sequence[RunSpec], rounds: Mapping[Cell, Mapping[float, int
         if best is not None:
             choice[cell], bracketed[cell] = best, inside
         tables.append(table.assign(selected=table["lr"] == best, bracketed=inside))
-    return Selection(choice, bracketed, pd.concat(tables, ignore_index=True), tried)
+    return Selection(choice, bracketed, pd.concat(tables, ignore_index=True), tried, uncounted)
 
 
 def _next_lr(value: float, ratio: float) -> float:
