@@ -9,15 +9,19 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from grpolab.errors import UserError
 from grpolab.stats import (
     bootstrap_ci,
     cohens_d,
     compare_pair,
+    equivalence_test,
     hedges_g,
     holm_correction,
     improvement_interval,
     iqm,
     mann_whitney,
+    paired_interval,
+    paired_t_test,
     pairwise_comparisons,
     permutation_test,
     probability_of_improvement,
@@ -300,3 +304,58 @@ def test_compare_pair_holds_the_intervals_and_summaries() -> None:
     assert row["iqm_a"] == pytest.approx((0.71 + 0.74 + 0.77) / 3) and row["iqm_b"] == pytest.approx(0.45)
     assert row["prob_improvement"] == pytest.approx(22 / 25)
     assert row["welch_p"] == pytest.approx(welch_t_test(a, b)[2])
+
+
+def test_paired_t_test_by_hand_and_against_scipy() -> None:
+    # differences 2, 3, 2: mean 7/3, sd sqrt(1/3), standard error 1/3, t = 7 on 2 dof;
+    # with 2 dof the two-sided p is 1 - t / sqrt(t^2 + 2)
+    t, dof, p = paired_t_test([3, 5, 4], [1, 2, 2])
+    assert (t, dof) == pytest.approx((7.0, 2.0)) and p == pytest.approx(1 - 7 / math.sqrt(51))
+    mean, low, high = paired_interval([3, 5, 4], [1, 2, 2])
+    half = scipy_stats.t.ppf(0.975, 2) / 3
+    assert (mean, low, high) == pytest.approx((7 / 3, 7 / 3 - half, 7 / 3 + half))
+    rng = np.random.default_rng(3)
+    shared = rng.normal(size=6)  # a seed effect both arms share: pairing removes it
+    a, b = shared + rng.normal(0.5, 0.1, 6), shared + rng.normal(0.0, 0.1, 6)
+    reference = scipy_stats.ttest_rel(a, b)
+    assert paired_t_test(a, b)[0] == pytest.approx(reference.statistic)
+    assert paired_t_test(a, b)[2] == pytest.approx(reference.pvalue)
+    assert paired_t_test(a, b)[2] < welch_t_test(a, b)[2]  # the shared seed effect is noise to Welch
+
+
+def test_paired_t_test_limits_and_refusals() -> None:
+    assert paired_t_test([1, 2, 3], [1, 2, 3]) == (0.0, 2.0, 1.0)
+    assert paired_t_test([2, 3, 4], [1, 2, 3]) == (math.inf, 2.0, 0.0)
+    with pytest.raises(UserError, match="pairs run i"):
+        paired_t_test([1, 2, 3], [1, 2])
+
+
+def test_equivalence_test_by_hand() -> None:
+    # paired differences 2, 3, 2: mean 7/3, standard error 1/3, 2 dof; margin 3: the binding one-sided test is
+    # H0: difference >= 3, t = (7/3 - 3) / (1/3) = -2, and the t cdf at -2 on 2 dof is 1/2 - 1/sqrt(6)
+    assert equivalence_test([3, 5, 4], [1, 2, 2], 3.0, paired=True) == pytest.approx(0.5 - 1 / math.sqrt(6))
+    assert equivalence_test([3, 5, 4], [1, 2, 2], 2.0, paired=True) > 0.5  # the mean lies outside the margin
+    assert equivalence_test([1, 2, 3], [1, 2, 3], 0.1, paired=True) == 0.0  # no spread, inside the margin
+    with pytest.raises(UserError, match="margin"):
+        equivalence_test([1, 2], [1, 2], 0.0)
+
+
+def test_equivalence_test_welch_is_the_90_percent_interval_inside_the_margin() -> None:
+    a, b = [0.71, 0.74, 0.69, 0.80, 0.77], [0.60, 0.72, 0.65, 0.70, 0.68]
+    _, low, high = welch_interval(a, b, confidence=0.90)
+    margin = max(abs(low), abs(high))  # the margin the 90% interval just touches: TOST p = 0.05 exactly
+    assert equivalence_test(a, b, margin) == pytest.approx(0.05)
+    assert equivalence_test(a, b, margin * 1.01) < 0.05 < equivalence_test(a, b, margin * 0.99)
+
+
+def test_compare_pair_paired_uses_the_paired_test_and_names_it() -> None:
+    a, b = [0.71, 0.74, 0.69, 0.80, 0.77], [0.60, 0.72, 0.65, 0.70, 0.68]
+    row = compare_pair(a, b, paired=True, margin=0.2, n_resamples=1000)
+    assert row["test"] == "paired t" and row["p"] == pytest.approx(scipy_stats.ttest_rel(a, b).pvalue)
+    assert (row["difference_low"], row["difference_high"]) == pytest.approx(paired_interval(a, b)[1:])
+    assert row["welch_p"] == pytest.approx(welch_t_test(a, b)[2])  # still shown beside it
+    assert row["seed_correlation"] == pytest.approx(np.corrcoef(a, b)[0, 1])
+    assert row["tost_p"] == pytest.approx(equivalence_test(a, b, 0.2, paired=True)) and row["margin"] == 0.2
+    unpaired = compare_pair(a, b, n_resamples=1000)
+    assert unpaired["test"] == "Welch" and unpaired["p"] == unpaired["welch_p"]
+    assert math.isnan(unpaired["seed_correlation"])

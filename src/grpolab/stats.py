@@ -20,6 +20,11 @@ coverage can be checked on thousands of simulated sweeps at once. Conventions:
 * Fewer than the needed runs (1 for a bootstrap, 2 per side for a t-test) raise ``UserError``, except
   ``bootstrap_ci`` and ``t_interval`` with one run, which return no spread: one seed says nothing about it,
   and a report should show it as such rather than crash.
+* Paired by seed: where two arms ran the same seeds (a sweep's estimators share seeds 0..N-1, so each seed's
+  start policy and evaluation prompts are shared), ``paired_t_test`` / ``paired_interval`` test the mean of
+  the per-seed differences (Student 1908; ``scipy.stats.ttest_rel``). Unpaired arms fall back to Welch.
+* Absence is tested, not read off a p-value: ``equivalence_test`` is Schuirmann's (1987) two one-sided tests
+  (TOST) that the difference lies inside (-margin, +margin), paired or Welch like the difference test.
 * Multiple comparisons: Holm's step-down correction, applied within each test family.
 """
 
@@ -152,6 +157,68 @@ def welch_interval(a: Any, b: Any, *, confidence: float = 0.95) -> tuple[Any, An
     half = scipy_stats.t.ppf(quantile, dof) * np.sqrt(standard_error2)
     difference = x.mean(axis=-1) - y.mean(axis=-1)
     return _scalar(difference), _scalar(difference - half), _scalar(difference + half)
+
+
+def paired_t_test(a: Any, b: Any) -> tuple[float, float, float]:
+    """Paired t-test of a [n] against b [n] (run i of a paired with run i of b; >= 2 pairs) -> (t, dof, p).
+
+    The one-sample t-test of the differences d = a - b, two-sided, dof = n - 1: the numbers of
+    ``scipy.stats.ttest_rel(a, b)``. Where scipy gives NaN because every difference is the same: all 0 ->
+    (0.0, n - 1, 1.0); a nonzero constant -> (+-inf, n - 1, 0.0).
+    """
+    differences = _paired(a, b, "paired_t_test")
+    dof = float(differences.size - 1)
+    mean, spread = float(differences.mean()), float(differences.std(ddof=1))
+    if spread == 0.0:
+        return (0.0, dof, 1.0) if mean == 0.0 else (math.copysign(math.inf, mean), dof, 0.0)
+    t = mean / (spread / math.sqrt(differences.size))
+    return float(t), dof, min(1.0, 2.0 * float(scipy_stats.t.sf(abs(t), dof)))
+
+
+def paired_interval(a: Any, b: Any, *, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Student-t CI of the mean paired difference: a [n], b [n] (>= 2 pairs) -> (mean(a - b), low, high),
+    the interval that inverts ``paired_t_test``."""
+    return t_interval(_paired(a, b, "paired_interval"), confidence=confidence)
+
+
+def _paired(a: Any, b: Any, name: str) -> np.ndarray:
+    """The per-pair differences a - b [n]; both arms need the same number (>= 2) of runs."""
+    x, y = _as_runs(a, f"{name} a", 2), _as_runs(b, f"{name} b", 2)
+    if x.size != y.size:
+        raise UserError(f"{name} pairs run i of a with run i of b, but a has {x.size} runs and b {y.size}")
+    return x - y
+
+
+def equivalence_test(a: Any, b: Any, margin: float, *, paired: bool = False) -> float:
+    """Schuirmann's (1987) two one-sided tests (TOST) of |mean(a) - mean(b)| < margin -> p.
+
+    p = max(p_low, p_high), the one-sided p-values of H0: difference <= -margin and H0: difference >= +margin,
+    each a t-test with the standard error and dof of the paired test (``paired``: a [n], b [n]) or of Welch's
+    (a [n_a], b [n_b]). p < alpha claims equivalence within the margin at level alpha; it does exactly when
+    the (1 - 2 alpha) t interval of the difference lies inside (-margin, +margin). Zero standard error: p = 0
+    when |difference| < margin, else 1.
+    """
+    if not (math.isfinite(margin) and margin > 0):
+        raise UserError(f"the equivalence margin must be a positive number, got {margin}")
+    difference, standard_error, dof = _difference_error(a, b, paired)
+    if standard_error == 0.0:
+        return 0.0 if abs(difference) < margin else 1.0
+    p_low = float(scipy_stats.t.sf((difference + margin) / standard_error, dof))  # H0: difference <= -margin
+    p_high = float(scipy_stats.t.cdf((difference - margin) / standard_error, dof))  # H0: difference >= margin
+    return max(p_low, p_high)
+
+
+def _difference_error(a: Any, b: Any, paired: bool) -> tuple[float, float, float]:
+    """(mean difference, its standard error, dof): of the paired differences, or Welch's."""
+    if paired:
+        differences = _paired(a, b, "equivalence_test")
+        return (float(differences.mean()), float(differences.std(ddof=1) / math.sqrt(differences.size)),
+                float(differences.size - 1))
+    x, y = _as_runs(a, "equivalence_test a", 2), _as_runs(b, "equivalence_test b", 2)
+    var_x, var_y = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    denominator = var_x**2 / (x.size - 1) + var_y**2 / (y.size - 1)
+    dof = (var_x + var_y) ** 2 / denominator if denominator > 0 else float(x.size + y.size - 2)
+    return float(x.mean() - y.mean()), math.sqrt(var_x + var_y), float(dof)
 
 
 def iqm(values: Any) -> Any:
@@ -299,42 +366,50 @@ def hedges_g(a: Any, b: Any) -> float:
     return d * correction
 
 
-def compare_pair(a: Any, b: Any, *, n_resamples: int = 10_000, random_state: int = 0) -> dict[str, float]:
+DEFAULT_EQUIVALENCE_MARGIN = 0.05  # TOST margin on a score in [0, 1] (5 points) when none is given
+
+
+def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAULT_EQUIVALENCE_MARGIN,
+                 n_resamples: int = 10_000, random_state: int = 0) -> dict[str, Any]:
     """Everything the report says about one pair: a [n_a], b [n_b] (>= 2 runs each) -> one row.
 
-    n_a, n_b, mean_a, mean_b, mean_difference (a - b) with its 95% Welch interval (difference_low /
-    difference_high), welch_t, welch_dof, welch_p, permutation_p, mann_whitney_p, cohens_d, hedges_g, the
-    interquartile means iqm_a / iqm_b, and P(a > b) with its 95% Newcombe interval (prob_improvement,
-    prob_improvement_low / _high). No multiplicity correction: that belongs to the family the pair is in.
+    ``paired``: run i of a and run i of b share a seed (n_a == n_b), so the test is the paired t-test and the
+    interval that of the mean paired difference; else Welch's test and interval. ``test`` names the one used,
+    ``p`` is its p-value and difference_low / difference_high its 95% interval of mean(a) - mean(b);
+    ``seed_correlation`` is the Pearson correlation of the paired scores (NaN unpaired or constant). Also:
+    n_a, n_b, mean_a, mean_b, mean_difference, welch_t, welch_dof, welch_p (shown whichever test is used),
+    tost_p (``equivalence_test`` at ``margin``, paired like the test) and margin, permutation_p,
+    mann_whitney_p, cohens_d, hedges_g, the interquartile means iqm_a / iqm_b, and P(a > b) with its 95%
+    Newcombe interval (prob_improvement, prob_improvement_low / _high). No multiplicity correction: that
+    belongs to the family the pair is in.
     """
     x, y = _as_runs(a, "compare_pair a", 2), _as_runs(b, "compare_pair b", 2)
-    t, dof, p = welch_t_test(x, y)
-    difference, low, high = welch_interval(x, y)
+    t, dof, welch_p = welch_t_test(x, y)
+    if paired:
+        _, _, p = paired_t_test(x, y)
+        _, low, high = paired_interval(x, y)
+        both_vary = x.std() > 0 and y.std() > 0
+        correlation = float(np.corrcoef(x, y)[0, 1]) if both_vary else math.nan
+    else:
+        p, correlation = welch_p, math.nan
+        _, low, high = welch_interval(x, y)
     improvement, improvement_low, improvement_high = improvement_interval(x, y)
     return {
-        "n_a": int(x.size),
-        "n_b": int(y.size),
-        "mean_a": float(x.mean()),
-        "mean_b": float(y.mean()),
-        "mean_difference": difference,
-        "difference_low": low,
-        "difference_high": high,
-        "welch_t": t,
-        "welch_dof": dof,
-        "welch_p": p,
+        "n_a": int(x.size), "n_b": int(y.size), "mean_a": float(x.mean()), "mean_b": float(y.mean()),
+        "test": "paired t" if paired else "Welch", "p": p, "seed_correlation": correlation,
+        "mean_difference": float(x.mean() - y.mean()), "difference_low": low, "difference_high": high,
+        "welch_t": t, "welch_dof": dof, "welch_p": welch_p,
+        "tost_p": equivalence_test(x, y, margin, paired=paired), "margin": float(margin),
         "permutation_p": permutation_test(x, y, n_resamples=n_resamples, random_state=random_state),
         "mann_whitney_p": mann_whitney(x, y),
-        "cohens_d": cohens_d(x, y),
-        "hedges_g": hedges_g(x, y),
-        "iqm_a": iqm(x),
-        "iqm_b": iqm(y),
-        "prob_improvement": improvement,
-        "prob_improvement_low": improvement_low,
+        "cohens_d": cohens_d(x, y), "hedges_g": hedges_g(x, y),
+        "iqm_a": iqm(x), "iqm_b": iqm(y),
+        "prob_improvement": improvement, "prob_improvement_low": improvement_low,
         "prob_improvement_high": improvement_high,
     }
 
 
-P_FAMILIES = ("welch_p", "permutation_p", "mann_whitney_p")
+P_FAMILIES = ("p", "welch_p", "tost_p", "permutation_p", "mann_whitney_p")
 
 
 def holm_family(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

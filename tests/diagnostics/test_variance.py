@@ -7,8 +7,10 @@ import pytest
 
 from grpolab.diagnostics.variance import (
     FIXED_BASELINES,
+    mean_success_variance,
     sign_helps_interval,
     snr_ratio_fixed_vs_centred,
+    snr_ratio_from_counts,
     snr_ratio_sign_vs_centred,
 )
 
@@ -69,3 +71,36 @@ def test_simulation_agrees_with_the_formula(estimator, p, group_size):
     ratio = _simulated_snr2(p, group_size, estimator, rng) / _simulated_snr2(p, group_size, "centred", rng)
     predicted = snr_ratio_fixed_vs_centred(p, group_size, FIXED_BASELINES[estimator])
     assert ratio == pytest.approx(predicted, rel=0.1)
+
+
+def _binomial(n: int, p: float) -> np.ndarray:
+    """P(k successes of n) for k = 0..n, exactly (no sampling)."""
+    from math import comb
+
+    return np.array([comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)])
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_mean_success_variance_is_unbiased_by_enumeration(n: int) -> None:
+    """E over every count pattern of two prompts (p = 0.1 and 0.7) equals the mean of p (1 - p) exactly."""
+    rates = (0.1, 0.7)
+    truth = np.mean([p * (1 - p) for p in rates])
+    pmf = [_binomial(n, p) for p in rates]
+    expected = sum(pmf[0][k0] * pmf[1][k1] * mean_success_variance(np.array([k0, k1]), n)
+                   for k0 in range(n + 1) for k1 in range(n + 1))
+    assert expected == pytest.approx(truth, rel=1e-12)
+    plug_in = sum(pmf[0][k0] * pmf[1][k1] * np.mean([k / n * (1 - k / n) for k in (k0, k1)])
+                  for k0 in range(n + 1) for k1 in range(n + 1))
+    assert plug_in == pytest.approx(truth * (n - 1) / n, rel=1e-12)  # the plug-in is biased low
+
+
+def test_snr_ratio_from_counts_uses_the_mean_of_p_1_minus_p() -> None:
+    # half the prompts always solved, half never: pbar = 0.5 but every p_i (1 - p_i) = 0
+    assert snr_ratio_from_counts(np.array([0, 0, 8, 8]), 8, 2) == 0.0
+    assert snr_ratio_sign_vs_centred(0.5, 2) == pytest.approx(2.0)  # the pbar formula would say 2
+    # every prompt at k = 4 of 8: E = 4 * 4 / (8 * 7) = 2/7; sign's ratio 4 E / (1 - 1/G)
+    assert snr_ratio_from_counts(np.array([4, 4]), 8, 4) == pytest.approx(4 * (2 / 7) / 0.75)
+    assert snr_ratio_from_counts(np.array([2, 6]), 8, 2, baseline=0.0) == pytest.approx(
+        (2 * 6 / 56) / (0.5 * 0.5))  # reinforce: E / ((1 - 1/G) pbar)
+    with pytest.raises(ValueError, match="n >= 2"):
+        mean_success_variance(np.array([1]), 1)

@@ -25,6 +25,15 @@ exceeds 1 only at middling success: p in (0.146, 0.854) at G = 2 and (0.25, 0.75
 the window narrows to nothing as G grows. Under Adam, whose step size does not follow the gradient's scale, the
 SNR is what sets progress, so the view predicts sign helps at middling p and hurts at low p.
 
+Over a batch of prompts with success rates p_i the signals add up to grad of the mean success and the noises
+to their means over prompts, so p (1 - p) becomes E_i[p_i (1 - p_i)], not pbar (1 - pbar): on a bimodal start
+(many prompts near 0 or 1) the two differ by the variance of p_i, Var(p_i) = pbar (1 - pbar) - E[p_i (1 - p_i)].
+The noise term p (1 - b)^2 + (1 - p) b^2 is linear in p, so its batch mean uses pbar.
+``mean_success_variance`` estimates E_i[p_i (1 - p_i)] without bias from an evaluation's per-prompt counts
+(k_i successes in n samples: E[k (n - k)] = n (n - 1) p (1 - p), so k (n - k) / (n (n - 1)) is unbiased where
+the plug-in (k / n)(1 - k / n) is biased low by a factor (n - 1) / n), and ``snr_ratio_from_counts`` gives the
+batch ratio from those counts.
+
 Departures: this is a first-order prediction of a rough model, not a result of either paper; the scale-free
 constants (the 2 and the 1 - 1/G) drop out under Adam but matter under SGD. ``tests/diagnostics/test_variance.py``
 checks the formula by simulation under its own assumptions; ``docs/when-sign-helps.md`` tests it on training runs.
@@ -36,7 +45,8 @@ import math
 
 import numpy as np
 
-__all__ = ["FIXED_BASELINES", "sign_helps_interval", "snr_ratio_fixed_vs_centred", "snr_ratio_sign_vs_centred"]
+__all__ = ["FIXED_BASELINES", "mean_success_variance", "sign_helps_interval", "snr_ratio_fixed_vs_centred",
+           "snr_ratio_from_counts", "snr_ratio_sign_vs_centred"]
 
 # The registry's fixed-reference estimators as A = scale * (r - b): their baseline b (the scale drops out of an SNR).
 FIXED_BASELINES = {"sign": 0.5, "reinforce": 0.0, "nsr": 1.0}
@@ -79,3 +89,27 @@ def sign_helps_interval(group_size: int) -> tuple[float, float] | None:
         return None
     half = math.sqrt(discriminant) / 2.0
     return 0.5 - half, 0.5 + half
+
+
+def mean_success_variance(successes: np.ndarray, n: int) -> float:
+    """Unbiased estimate of E_i[p_i (1 - p_i)] over prompts from successes [P] (k_i of n samples each, n >= 2):
+    the mean of k_i (n - k_i) / (n (n - 1))."""
+    counts = np.asarray(successes, dtype=float).ravel()
+    if n < 2 or counts.size == 0:
+        raise ValueError(f"an unbiased p (1 - p) needs n >= 2 samples per prompt and a prompt, got n = {n}")
+    if np.any((counts < 0) | (counts > n)):
+        raise ValueError(f"successes must lie in [0, {n}]")
+    return float(np.mean(counts * (n - counts)) / (n * (n - 1)))
+
+
+def snr_ratio_from_counts(successes: np.ndarray, n: int, group_size: int, baseline: float = 0.5) -> float:
+    """Predicted SNR^2 of a fixed-baseline advantage ``r - b`` (sign: b = 1/2) over a group-centred one for a
+    batch of prompts, from their per-prompt counts successes [P] of n samples:
+    ``E[p_i (1 - p_i)] / ((1 - 1/G) (pbar (1 - b)^2 + (1 - pbar) b^2))``, the first factor by
+    ``mean_success_variance``; for sign ``4 E[p_i (1 - p_i)] / (1 - 1/G)``. 0 when the noise term is 0."""
+    if group_size < 2:
+        raise ValueError(f"group-centred advantages need G >= 2, got {group_size}")
+    variance = mean_success_variance(successes, n)
+    p_bar = float(np.mean(np.asarray(successes, dtype=float)) / n)
+    spread = p_bar * (1.0 - baseline) ** 2 + (1.0 - p_bar) * baseline**2
+    return variance / ((1.0 - 1.0 / group_size) * spread) if spread > 0 else 0.0
