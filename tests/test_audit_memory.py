@@ -1,9 +1,12 @@
 """The audit's memory is bounded by bytes, not rows: a small zstd Parquet file of long prompt ids (tens of
-kilobytes on disk, hundreds of megabytes decoded) is audited under a 2 GiB address-space limit."""
+kilobytes on disk, hundreds of megabytes decoded) is audited under a 2 GiB address-space limit. Nor by the
+range of steps a log spans (a step column holding 1e10), and a CSV or JSONL line longer than pyarrow's read
+block is read, not refused."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +14,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from grpolab.audit.sources import BATCH_BYTES, parquet_rows_within, prompt_keys
+from grpolab.audit.aggregate import _missing_steps
+from grpolab.audit.sources import BATCH_BYTES, TEXT_BLOCK_BYTES, parquet_rows_within, prompt_keys, text_block_bytes
+from grpolab.cli import main
 
 ROWS, G = 40_000, 4
 
@@ -27,6 +32,7 @@ def _write(path: Path, id_repeats: int) -> Path:
 
 
 def _audit_json(path: Path, address_space: int | None = None) -> dict:
+    """``grpolab audit PATH --json`` in a subprocess (under ``RLIMIT_AS`` = ``address_space`` bytes)."""
     limit = (f"resource.setrlimit(resource.RLIMIT_AS, ({address_space}, resource.RLIM_INFINITY)); "
              if address_space else "")
     code = (f"import resource, sys; {limit}from grpolab.cli import main; "
@@ -59,3 +65,61 @@ def test_long_prompt_ids_group_by_digest_and_short_ones_stay() -> None:
     keys = prompt_keys(pa.array(["a" * 100, "b", "a" * 100, None, "a" * 99 + "c"])).to_pylist()
     assert keys[0] == keys[2] != keys[4] and keys[0].startswith("sha1:") and keys[1] == "b" and keys[3] is None
     assert prompt_keys(pa.array(["x", "y"])).to_pylist() == ["x", "y"]
+
+
+def test_a_step_column_holding_1e10_is_audited_in_bounded_memory(tmp_path: Path) -> None:
+    # was: a list of every step from 1 to 1e10 for the missing-steps warning, killed at 24 GB (or, under a limit,
+    # "ran out of memory; lower the sizes of its batches ... runs resume from their last checkpoint")
+    table = tmp_path / "far.csv"
+    table.write_text("step,prompt_id,reward\n1,a,1\n1,a,0\n10000000000,b,1\n10000000000,b,0\n")
+    report = _audit_json(table, address_space=2 << 30)
+    assert [s["step"] for s in report["per_step"]] == [1, 10_000_000_000]
+    assert report["groups"] == 2 and report["completions"] == 4
+    (warning,) = [w for w in report["warnings"] if "missing" in w]
+    assert warning.startswith("9,999,999,998 of 10,000,000,000 steps are missing from the logs (2, 3, 4, 5, 6, 7, "
+                              "8, 9, ...)")
+
+
+def test_missing_steps_are_counted_not_listed() -> None:
+    assert _missing_steps([1, 3, 7], None) == (4, [2, 4, 5, 6])
+    assert _missing_steps([3, 5], 1) == (3, [1, 2, 4])
+    assert _missing_steps([0, 1, 2, 2], 1) == (0, [])
+    assert _missing_steps([1, 10**18], 1, shown=3) == (10**18 - 2, [2, 3, 4])
+    assert _missing_steps([], 1) == (0, [])
+
+
+def test_empty_steps_are_one_line_naming_the_file_and_row(tmp_path: Path, capsys) -> None:
+    # was: NaN cast to the smallest int64, then a step range from -9.2e18: out of memory
+    path = tmp_path / "null.parquet"
+    pq.write_table(pa.table({"step": pa.array([1, None, 3, None], pa.int64()), "prompt_id": ["a", "a", "b", "b"],
+                             "reward": [1.0, 0.0, 1.0, 0.0]}), path)
+    assert main(["audit", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(path) in err and "'step' is empty in 2 rows (the first is row 2)" in err
+
+
+def _long_line_tables(folder: Path) -> list[Path]:
+    """A JSONL and a CSV table whose first two rows hold a 17 MiB prompt id (past the 16 MiB read block)."""
+    big = "x" * (17 << 20)
+    jsonl, csv = folder / "long.jsonl", folder / "long.csv"
+    jsonl.write_text("".join(json.dumps({"step": 1, "prompt_id": big if i < 2 else "b", "reward": i % 2}) + "\n"
+                             for i in range(4)))
+    csv.write_text("step,prompt_id,reward\n" + "".join(f"1,{big if i < 2 else 'b'},{i % 2}\n" for i in range(4)))
+    return [jsonl, csv]
+
+
+def test_lines_longer_than_the_read_block_are_audited(tmp_path: Path) -> None:
+    # was: "cannot read it as json: straddling object straddles two block boundaries", for any line over 16 MiB
+    for path in _long_line_tables(tmp_path):
+        report = _audit_json(path, address_space=2 << 30)
+        assert (report["groups"], report["completions"], report["uniform"]) == (2, 4, 0.0), path
+        assert TEXT_BLOCK_BYTES < text_block_bytes(path) <= 3 * TEXT_BLOCK_BYTES
+
+
+def test_the_read_block_grows_only_past_the_longest_line(tmp_path: Path) -> None:
+    short = tmp_path / "short.csv"
+    short.write_text("a,b\n1,2\n")
+    assert text_block_bytes(short) == TEXT_BLOCK_BYTES
+    line = tmp_path / "line.csv"
+    line.write_bytes(b"a\n" + b"y" * 40 + b"\n" + b"z" * 10)  # blocks of 16 bytes: the 41-byte line spans three
+    assert text_block_bytes(line, least=16) == 64 and re.fullmatch(r"a\ny+\nz+", line.read_text())

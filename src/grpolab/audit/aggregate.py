@@ -361,12 +361,22 @@ def summarize(groups: GroupTable, window: int = diagnostics.DEFAULT_WINDOW_GROUP
     }
 
 
-def _missing_steps(steps: list[int], first: int | None) -> list[int]:
-    """Steps between ``first`` (default: the first logged) and the last logged one that are absent."""
+def _missing_steps(steps: list[int], first: int | None, shown: int = 8) -> tuple[int, list[int]]:
+    """(how many steps between ``first`` (default: the first logged) and the last logged one are absent, the
+    first ``shown`` of them): time and memory grow with the logged steps, not with the range they span
+    (a step column holding 1e10 must not build a list of ten billion steps)."""
     if not steps:
-        return []
-    present = set(steps)
-    return [s for s in range(min(steps) if first is None else first, max(steps) + 1) if s not in present]
+        return 0, []
+    present = sorted(set(steps))
+    low, high = (present[0] if first is None else first), present[-1]
+    inside = [s for s in present if s >= low]
+    absent, listed, previous = high - low + 1 - len(inside), [], low - 1
+    for step in inside:  # the gaps between consecutive logged steps, until ``shown`` are listed
+        listed += range(previous + 1, min(step, previous + 1 + shown - len(listed)))
+        if len(listed) >= shown:
+            break
+        previous = step
+    return absent, listed
 
 
 def _warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
@@ -392,11 +402,11 @@ def _warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
             "(a backup copy of a step would count its completions twice; audit such a table on its own)"
         )
     logged = info["logged_steps"] or [s["step"] for s in result["per_step"]]
-    missing = _missing_steps(logged, 1 if info["kind"] in ("trl", "grpolab") else None)
-    if missing:
-        shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+    absent, missing = _missing_steps(logged, 1 if info["kind"] in ("trl", "grpolab") else None)
+    if absent:
+        shown = ", ".join(map(str, missing)) + (", ..." if absent > len(missing) else "")
         warnings.append(
-            f"{len(missing)} of {max(logged)} steps are missing from the logs ({shown}), so the figures cover "
+            f"{absent:,} of {max(logged):,} steps are missing from the logs ({shown}), so the figures cover "
             "only the logged steps. TRL writes its completions only every `logging_steps` steps: train with "
             "logging_steps=1 (GRPOConfig) to audit every step"
         )

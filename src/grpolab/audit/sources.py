@@ -61,6 +61,8 @@ LENGTH_CANDIDATES = ("length", "completion_length", "response_length", "num_toke
 TRL_NON_REWARD = {"step", "prompt", "completion", "advantage", "image", "images"}
 BATCH_BYTES = 32 << 20
 """The most uncompressed bytes of the needed columns one Parquet record batch holds."""
+TEXT_BLOCK_BYTES = 16 << 20
+"""The block size CSV and JSONL files are read in; a file with a longer line is read in blocks that hold it."""
 LONG_KEY_BYTES = 64
 """Prompt ids longer than this many bytes are grouped by their SHA-1 digest."""
 
@@ -149,8 +151,8 @@ def read_schema(path: Path, fmt: str) -> pa.Schema:
         if fmt == "parquet":
             return pq.read_schema(path)
         if fmt == "csv":
-            return pacsv.open_csv(path).schema
-        return pajson.open_json(path).schema
+            return pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=text_block_bytes(path))).schema
+        return pajson.open_json(path, read_options=pajson.ReadOptions(block_size=text_block_bytes(path))).schema
     except (pa.ArrowInvalid, OSError) as error:
         raise UserError(f"{path}: cannot read it as {fmt}: {error}") from None
 
@@ -389,11 +391,28 @@ def _batches_of(
         yield from parquet.iter_batches(batch_size=rows, columns=columns)
     elif fmt == "csv":  # prompt ids as text: type inference on the first block must not flip later
         convert = pacsv.ConvertOptions(include_columns=columns, column_types={prompt: pa.string()})
-        read = pacsv.ReadOptions(block_size=1 << 24)
+        read = pacsv.ReadOptions(block_size=text_block_bytes(path))
         yield from pacsv.open_csv(path, read_options=read, convert_options=convert)
     else:
-        for batch in pajson.open_json(path, read_options=pajson.ReadOptions(block_size=1 << 24)):
+        for batch in pajson.open_json(path, read_options=pajson.ReadOptions(block_size=text_block_bytes(path))):
             yield batch.select(columns)
+
+
+def text_block_bytes(path: Path, least: int = TEXT_BLOCK_BYTES) -> int:
+    """The block size to read a CSV or JSONL file with: ``least``, or more when a line is longer (pyarrow cannot
+    read a row that straddles two blocks). One pass over the file in blocks of ``least`` bytes, so the memory is
+    bounded by the longest line, not the file."""
+    longest = current = 0
+    with open(path, "rb") as file:
+        while block := file.read(least):
+            ends = np.flatnonzero(np.frombuffer(block, np.uint8) == ord("\n"))
+            if not ends.size:
+                current += len(block)
+                continue
+            longest = max(longest, current + int(ends[0]) + 1, int(np.diff(ends).max(initial=0)))
+            current = len(block) - int(ends[-1]) - 1
+    longest = max(longest, current)
+    return least if longest < least else (longest // least + 2) * least
 
 
 def parquet_rows_within(metadata: pq.FileMetaData, columns: list[str], budget: int) -> int:
@@ -423,10 +442,22 @@ def iter_batches(
         offset = 0
         try:
             for batch in _batches_of(path, fmt, needed, batch_rows, columns.prompt):
+                _refuse_empty_steps(path, batch, columns.step, offset)
                 yield batch, offset
                 offset += batch.num_rows
         except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as error:
             raise UserError(f"{path}: cannot read it as {fmt}: {str(error).splitlines()[0][:160]}") from None
+
+
+def _refuse_empty_steps(path: Path, batch: pa.RecordBatch, step: str | None, offset: int) -> None:
+    """One line for a step column with empty values: their groups belong to no step (and a step range built
+    from them would be unbounded)."""
+    if not step or not batch.column(step).null_count:
+        return
+    first = offset + int(pc.index(pc.is_null(batch.column(step)), True).as_py()) + 1
+    raise UserError(f"{path}: the step column {step!r} is empty in {batch.column(step).null_count:,} rows (the "
+                    f"first is row {first:,}); fill in the steps, or audit the table without them by renaming "
+                    "the column")
 
 
 def numeric_values(batch: pa.RecordBatch, name: str, what: str) -> np.ndarray:
