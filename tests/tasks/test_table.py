@@ -233,3 +233,33 @@ def test_config_flags_reach_the_file_task(tmp_path: Path) -> None:
     task = load_task_for(TrainConfig(task="file", data=str(path), prompt_column="q", reference_column="a",
                                      eval_split="validation"))
     assert task.validation and task.verifier == "exact"
+
+
+def test_a_50_mb_line_is_refused_naming_its_line_after_reading_16_mib(tmp_path: Path) -> None:
+    # was: the whole line read, then the 50 MB prompt tokenized whole: 11.2 GB and a Rust abort (exit 134)
+    import tracemalloc
+
+    path = tmp_path / "qa.jsonl"
+    with path.open("w", encoding="utf-8") as handle:
+        handle.write(json.dumps({"question": "1+1=", "answer": "2"}) + "\n")
+        handle.write(json.dumps({"question": "ab " * 16_700_000, "answer": "2"}) + "\n")  # 50 MB
+    tracemalloc.start()
+    try:
+        with pytest.raises(UserError) as caught:
+            get_task("file", path=path, prompt_column="question", reference_column="answer")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(caught.value).startswith(f"{path}:2: a line longer than 16 MiB") and "\n" not in str(caught.value)
+    assert peak < 40 << 20  # one 16 MiB read and its decoding at most, not the 50 MB line
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_prompt_cell_over_16_mib_is_refused_naming_its_row(tmp_path: Path, suffix: str) -> None:
+    frame = pd.DataFrame({"question": ["1+1=", "x" * (17 << 20)], "answer": ["2", "3"]})
+    path = tmp_path / f"qa{suffix}"
+    frame.to_csv(path, index=False) if suffix == ".csv" else frame.to_parquet(path)
+    with pytest.raises(UserError, match=r"column 'question', row 1 of the all data of .*qa\.\w+, holds a prompt of "
+                                        r"17,825,792 characters.*shorten the row or remove it") as caught:
+        get_task("file", path=path, prompt_column="question", reference_column="answer")
+    assert "\n" not in str(caught.value)

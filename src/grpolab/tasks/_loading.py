@@ -2,7 +2,9 @@
 
 A malformed row (bad JSON, not an object, a missing or non-string field) is an error naming the file and
 line, never a silent skip: a data set that quietly loses rows makes results incomparable. Blank lines are
-allowed and ignored.
+allowed and ignored. A line longer than ``MAX_LINE_BYTES`` is refused, naming it, after reading only that many
+bytes of it: no prompt that long could fit a model's context, and reading (then tokenizing) it whole took
+gigabytes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from grpolab.hub import hub_cached, hub_unavailable
 
 Row = dict[str, Any]
 
+MAX_LINE_BYTES = 16 << 20
+"""The longest line of a JSONL data file that is read (16 MiB)."""
+
 
 def read_jsonl(path: Path, fields: Sequence[str]) -> list[Row]:
     """The rows of a jsonl file, each checked to have string-valued ``fields``.
@@ -30,7 +35,10 @@ def read_jsonl(path: Path, fields: Sequence[str]) -> list[Row]:
                         "holding train.jsonl / test.jsonl, or leave the path out to load from the hub")
     rows = []
     with path.open("rb") as handle:  # bytes, decoded line by line, so that a bad byte is named by its line
-        for line_number, raw in enumerate(handle, start=1):
+        for line_number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise UserError(f"{path}:{line_number}: a line longer than {MAX_LINE_BYTES >> 20} MiB, more than "
+                                "any model's context holds; shorten the row or remove it")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:

@@ -30,6 +30,7 @@ from typing import Any
 from grpolab import verifiers
 from grpolab.errors import UserError
 from grpolab.rewards import score_batch
+from grpolab.tasks._loading import MAX_LINE_BYTES
 from grpolab.tasks._tables import Table, read_table
 from grpolab.tasks.base import Problem, Task
 
@@ -84,7 +85,7 @@ def make_task(
     _check_columns(table, (prompt_column, reference_column))
     roles, how = _roles(table, seed, test_fraction)
     counts = {"empty_prompts": 0, "duplicate_prompts": 0}
-    kept, raw_prompts = _problems(roles, prompt_column, reference_column, template, counts)
+    kept, raw_prompts = _problems(roles, prompt_column, reference_column, template, counts, table.source)
     if roles.get("test") is None:  # cut by the prompt cell, so that the template does not move the cut
         pool = kept["train"]
         kept["test"] = [p for p in pool if _in_test(raw_prompts[p.id], seed, test_fraction)]
@@ -139,7 +140,7 @@ def _text(value: Any, where: str) -> str:
 
 
 def _problems(roles: dict[str, Any], prompt_column: str, reference_column: str, template: str,
-              counts: dict[str, int]) -> tuple[dict[str, list[Problem]], dict[str, str]]:
+              counts: dict[str, int], source: str) -> tuple[dict[str, list[Problem]], dict[str, str]]:
     """Problems by role without empty prompts, and without a prompt already kept in an earlier role; and
     each kept problem's prompt cell by problem id."""
     seen: dict[str, str] = {}  # prompt cell -> problem id
@@ -148,11 +149,15 @@ def _problems(roles: dict[str, Any], prompt_column: str, reference_column: str, 
         name, rows = roles.get(role) or (role, [])
         kept[role] = []
         for index, row in enumerate(rows):
-            where = f"row {index} of the {name} data"
+            where = f"row {index} of the {name} data of {source}"
             text = _text(row.get(prompt_column), f"column {prompt_column!r}, {where},")
             if not text.strip():
                 counts["empty_prompts"] += 1
                 continue
+            if len(text) > MAX_LINE_BYTES:  # tokenizing it whole would take gigabytes before it is cut to the context
+                raise UserError(f"column {prompt_column!r}, {where}, holds a prompt of {len(text):,} characters, "
+                                f"more than any model's context holds (the limit is {MAX_LINE_BYTES >> 20} Mi "
+                                "characters); shorten the row or remove it")
             if text in seen:
                 counts["duplicate_prompts"] += 1
                 continue
