@@ -160,6 +160,9 @@ KEYS: tuple[MetricKey, ...] = (
     MetricKey("perf/train_tokens_per_s", "tokens/s", "loss tokens per second of update time", _own(),
               "TRL's GRPOTrainer does not expose its trained token count per step"),
     # families written only when enabled
+    MetricKey("grad/half_batch_cosine", "cosine", "cosine between the policy gradients of two halves of the batch's "
+              "prompt groups (grpolab.gradients.halves; SNR^2 of the batch ~ 2c/(1-c))",
+              _own("grad_analysis_every"), "needs the per-half gradients of grpolab's update"),
     MetricKey("grad/*", "various", "gradient geometry of the batch (grpolab.gradients.geometry)",
               _own("grad_analysis_every"), "needs the per-row gradients of grpolab's update"),
     MetricKey("trl/*", "as TRL logs", "TRL's own logged figures, under TRL's names", _trl(),

@@ -134,7 +134,9 @@ def test_the_known_choices_and_their_order():
     assert found["lr_schedule"] == ("constant", "linear", "cosine")
     assert found["engine"] == ("grpolab", "trl") and found["eval_split"] == ("test", "validation")
     assert set(found) == {"reward_granularity", "lr_schedule", "loss_aggregation", "dtype", "sampler_dtype",
-                          "eval_split", "importance_sampling_level", "policy_loss", "engine", "vllm_mode"}
+                          "eval_split", "importance_sampling_level", "policy_loss", "engine", "vllm_mode",
+                          "grad_analysis_parts"}
+    assert found["grad_analysis_parts"] == ("all", "half_batch")
     assert config_fields.choices(CompareConfig) == {"backend": ("local", "ray")}
 
 

@@ -158,6 +158,10 @@ class TrainConfig:
     comma-separated name substrings."""
     grad_analysis_sketch_dim: int | None = setting(None, scope="training", at_least=1)
     """CountSketch width of the gradient rows of grad/* (None: exact rows while they fit in 1 GiB)."""
+    grad_analysis_parts: str = setting("all", scope="training", choices=("all", "half_batch"))
+    """What the gradient analysis measures on its steps: all (the geometry grad/* and grad/half_batch_cosine) or
+    half_batch (grad/half_batch_cosine alone, the cosine between the policy gradients of two halves of the batch's
+    prompt groups, a direct measure of its signal-to-noise ratio: two extra backward passes per step)."""
     tensorboard: bool = setting(False, scope="training")
     """Also write metrics to TensorBoard (needs the tensorboard package); the same as tensorboard in report_to."""
     threads: int | None = setting(None, scope="runtime", at_least=1)

@@ -2,9 +2,10 @@
 
 ``rows`` computes one policy-gradient row per completion, exactly or through a seeded CountSketch;
 ``geometry`` turns rows and advantages into the ``grad/*`` metrics (effective rank, the rank-2 check,
-sparsity, credit assignment) of the GRPO policy-gradient-foundations paper. The rank measures themselves
-are pure functions in ``grpolab.diagnostics.rank``. docs/gradient-geometry.md has the definitions and
-measurements.
+sparsity, credit assignment) of the GRPO policy-gradient-foundations paper; ``halves`` measures the batch
+gradient's signal-to-noise ratio as the cosine between the gradients of two halves of its prompt groups.
+The rank measures themselves are pure functions in ``grpolab.diagnostics.rank``. docs/gradient-geometry.md
+has the definitions and measurements.
 """
 
 from grpolab.gradients.geometry import (
@@ -14,6 +15,7 @@ from grpolab.gradients.geometry import (
     projection_residual,
     split_sums,
 )
+from grpolab.gradients.halves import half_batch_cosine, half_rows
 from grpolab.gradients.rows import (
     CountSketch,
     GradientRows,
@@ -29,6 +31,8 @@ __all__ = [
     "analyze_gradients",
     "decompose_group_gradient",
     "gradient_metrics_for_step",
+    "half_batch_cosine",
+    "half_rows",
     "per_completion_gradients",
     "projection_residual",
     "select_parameters",

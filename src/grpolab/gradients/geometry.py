@@ -46,6 +46,7 @@ import torch
 from grpolab.config import TrainConfig
 from grpolab.diagnostics import gradient_sparsity, spectrum, zero_advantage_fraction
 from grpolab.errors import UserError
+from grpolab.gradients.halves import half_batch_cosine
 from grpolab.gradients.rows import (
     as_batch,
     per_completion_gradients,
@@ -260,15 +261,21 @@ def analyze_gradients(
 
 def gradient_metrics_for_step(model: torch.nn.Module, batch: Any, advantages: torch.Tensor,
                               config: TrainConfig) -> dict[str, float]:
-    """The training hook: ``analyze_gradients`` with the config's ``grad_analysis_params``,
-    ``grad_analysis_sketch_dim``, ``seed`` and ``temperature``. The model is put in eval mode for the
-    analysis and its mode restored; parameter ``.grad`` fields are never touched.
+    """The training hook: ``grad/half_batch_cosine`` (``grpolab.gradients.halves``) and, unless the config's
+    ``grad_analysis_parts`` is half_batch, ``analyze_gradients`` with the config's ``grad_analysis_params``,
+    ``grad_analysis_sketch_dim``, ``seed`` and ``temperature``. The model is put in eval mode for the analysis
+    and its mode restored; parameter ``.grad`` fields are never touched.
     """
     was_training = model.training
     model.eval()
     try:
-        return analyze_gradients(model, batch, advantages, params=config.grad_analysis_params,
-                                 sketch_dim=config.grad_analysis_sketch_dim, seed=config.seed,
-                                 temperature=config.temperature)
+        metrics = {} if config.grad_analysis_parts == "half_batch" else analyze_gradients(
+            model, batch, advantages, params=config.grad_analysis_params,
+            sketch_dim=config.grad_analysis_sketch_dim, seed=config.seed, temperature=config.temperature)
+        groups = getattr(batch, "group_size", None) or config.group_size
+        metrics["grad/half_batch_cosine"] = half_batch_cosine(
+            model, batch, advantages, group_size=groups, params=config.grad_analysis_params,
+            temperature=config.temperature) if batch.completion_ids.shape[0] >= 2 * groups else float("nan")
+        return metrics
     finally:
         model.train(was_training)

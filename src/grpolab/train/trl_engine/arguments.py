@@ -110,6 +110,7 @@ REFUSED: dict[str, str] = {
     "grad_analysis_every": "the gradient geometry needs grpolab's own update",
     "grad_analysis_params": "the gradient geometry needs grpolab's own update",
     "grad_analysis_sketch_dim": "the gradient geometry needs grpolab's own update",
+    "grad_analysis_parts": "the gradient geometry needs grpolab's own update",
     "overlong_buffer": "TRL has no overlong reward shaping",
     "overlong_penalty": "TRL has no overlong reward shaping",
 }
