@@ -41,7 +41,17 @@ def _dyadic_rewards(nan: bool = True) -> st.SearchStrategy[np.ndarray]:
     return shapes.flatmap(lambda shape: hnp.arrays(np.float64, shape, elements=st.sampled_from(values)))
 
 
+def _lengths(name: str, rewards: object) -> dict[str, np.ndarray]:
+    """``lengths=`` for an estimator that needs them (``opo``): 1 + |reward| tokens, so that they move with the
+    rewards under permutations and differ between right and wrong completions; {} for the others."""
+    if not info(name).needs_lengths:
+        return {}
+    values = np.asarray(rewards.tolist() if isinstance(rewards, torch.Tensor) else rewards, dtype=np.float64)
+    return {"lengths": 1.0 + np.abs(np.nan_to_num(values))}
+
+
 def _advantages(name: str, rewards: np.ndarray, **hyperparameters: object) -> np.ndarray:
+    hyperparameters = {**_lengths(name, rewards), **hyperparameters}
     return compute_advantages(name, rewards, **hyperparameters).numpy()
 
 
@@ -149,6 +159,33 @@ HAND_TABLES: list[tuple[str, dict, list[list[float]]]] = [
     ),
     # maxrl: (r - mean) / mean. row 0: 0.75 / 0.25 = 3, -0.25 / 0.25 = -1; row 1: +-1; rows 2, 3: 0.
     ("maxrl", {}, [[3, -1, -1, -1], [1, 1, -1, -1], [0, 0, 0, 0], [0, 0, 0, 0]]),
+    # pkpo, k = 2, n = 4, default baseline (loo_minus_one): A_pos = (k/n) C(n-c, 1) / C(n-1, 1), A_neg = 0.
+    # row 0: c = 1: (1/2) * 3/3 = 1/2.  row 1: c = 2: (1/2) * 2/3 = 1/3.  row 2: C(0, 1) = 0.  row 3: no success.
+    ("pkpo", {}, [[0.5, 0, 0, 0], [1 / 3, 1 / 3, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]),
+    # pkpo, baseline none: s_pos = k/n = 1/2, s_neg = (1/2) (1 - C(n-c-1, 1) / C(3, 1)).
+    # row 0: s_neg = (1/2)(1 - 2/3) = 1/6; row 1: (1/2)(1 - 1/3) = 1/3; row 2: all 1/2; row 3: (1/2)(1 - 1) = 0.
+    ("pkpo", {"baseline": "none"}, [[0.5, 1 / 6, 1 / 6, 1 / 6], [0.5, 0.5, 1 / 3, 1 / 3], [0.5] * 4, [0] * 4]),
+    # pkpo, baseline mean: s minus its group mean. row 0: mean (1/2 + 3/6) / 4 = 1/4 -> 1/4, -1/12;
+    # row 1: mean 5/12 -> +-1/12 (rllm's example n = 4, c = 2, k = 2); rows 2, 3: 0.
+    ("pkpo", {"baseline": "mean"}, [[0.25, -1 / 12, -1 / 12, -1 / 12], [1 / 12, 1 / 12, -1 / 12, -1 / 12],
+                                    [0] * 4, [0] * 4]),
+    # pkpo, k = G = 4, baseline mean: the only subset is the whole group, so every member's s is the group's pass
+    # and the mean baseline leaves 0 in every row.
+    ("pkpo", {"k": 4, "baseline": "mean"}, [[0] * 4] * 4),
+    # grpo_passk (verl): only the unique best gets r_max - r_second, over (sample std + 1e-6).
+    # row 0: gap 1, sample std 0.5 -> 1 / 0.500001; row 1: two best, gap 0; rows 2, 3: gap 0.
+    ("grpo_passk", {}, [[1 / 0.500001, 0, 0, 0], [0] * 4, [0] * 4, [0] * 4]),
+    ("grpo_passk", {"norm_by_std": False}, [[1, 0, 0, 0], [0] * 4, [0] * 4, [0] * 4]),
+    # gpg: alpha = B / M = 16 scored / 7 non-zero rewards, times the dr_grpo values.
+    ("gpg", {}, [[16 / 7 * c for c in (0.75, -0.25, -0.25, -0.25)], [16 / 7 * c for c in (0.5, 0.5, -0.5, -0.5)],
+                 [0] * 4, [0] * 4]),
+    ("gpg", {"f_norm": 2.0}, [[8 / 7 * c for c in (0.75, -0.25, -0.25, -0.25)],
+                              [8 / 7 * c for c in (0.5, 0.5, -0.5, -0.5)], [0] * 4, [0] * 4]),
+    # opo with these lengths per row: baseline sum(l r) / sum(l).
+    # row 0: l = [2, 1, 1, 1]: b = 2/5 -> [0.6, -0.4, -0.4, -0.4];  row 1: l = [1, 2, 3, 4]: b = 3/10 -> 0.7, -0.3;
+    # row 2: constant -> 0;  row 3: constant -> 0.
+    ("opo", {"lengths": [[2, 1, 1, 1], [1, 2, 3, 4], [1, 1, 1, 1], [5, 5, 5, 5]]},
+     [[0.6, -0.4, -0.4, -0.4], [0.7, 0.7, -0.3, -0.3], [0] * 4, [0] * 4]),
     # batch_std: the dr_grpo values over the sample std of all 16 rewards (7 ones): mean 7/16,
     # squares 7 * (9/16)^2 + 9 * (7/16)^2 = 1008/256 = 3.9375, / 15 = 0.2625; eps 1e-4.
     (
@@ -252,6 +289,54 @@ def _loop_passk(group: list[float], k: int = 2) -> list[float]:
     return out
 
 
+def _subset_pass(group: list[float], members: list[int], k: int) -> float:
+    """The unbiased pass@k of ``members``: the mean over their k-subsets of the subset's best reward."""
+    subsets = list(itertools.combinations(members, k))
+    return _mean([max(group[i] for i in s) for s in subsets]) if subsets else 0.0
+
+
+def _loop_pkpo(group: list[float], k: int = 2, baseline: str = "loo_minus_one") -> list[float]:
+    """Brute force: s_i = (1 / C(n, k)) * sum over k-subsets holding i of their best reward, then the baseline."""
+    index = [i for i, x in enumerate(group) if not math.isnan(x)]
+    n = len(index)
+    if n < k:
+        return [0.0] * len(group)
+    subsets = list(itertools.combinations(index, k))
+    s = {i: sum(max(group[j] for j in sub) for sub in subsets if i in sub) / len(subsets) for i in index}
+    out = [0.0] * len(group)
+    for i in index:
+        if baseline == "loo_minus_one":  # k/n times the pass@(k-1) of the other n - 1
+            out[i] = s[i] - k / n * _subset_pass(group, [j for j in index if j != i], k - 1)
+        elif baseline == "mean":
+            out[i] = s[i] - _mean(list(s.values()))
+        else:
+            out[i] = s[i]
+    return out
+
+
+def _loop_grpo_passk(group: list[float], eps: float = 1e-6, norm_by_std: bool = True) -> list[float]:
+    scored = _scored(group)
+    out = [0.0] * len(group)
+    if len(scored) < 2:
+        return out
+    ranked = sorted(scored, reverse=True)
+    gap = ranked[0] - ranked[1]
+    if norm_by_std:
+        mu = _mean(scored)
+        gap /= math.sqrt(sum((x - mu) ** 2 for x in scored) / (len(scored) - 1)) + eps
+    out[group.index(ranked[0])] = gap  # ties have gap 0, so which best gets it does not matter
+    return out
+
+
+def _loop_opo(group: list[float], lengths: list[float]) -> list[float]:
+    pairs = [(x, n) for x, n in zip(group, lengths, strict=True) if not math.isnan(x)]
+    total = sum(n for _, n in pairs)
+    if total == 0:
+        return [0.0] * len(group)
+    baseline = sum(x * n for x, n in pairs) / total
+    return [x - baseline for x in group]
+
+
 def _loop_ngrpo(group: list[float], max_reward: float = 1.0, eps: float = 1e-4) -> list[float]:
     augmented = [*_scored(group), max_reward]
     mu, sigma = _mean(augmented), _pstd(augmented)
@@ -269,6 +354,8 @@ PER_GROUP = {
     "dr_grpo": _loop_dr_grpo,
     "rloo": _loop_rloo,
     "passk": _loop_passk,
+    "pkpo": _loop_pkpo,
+    "grpo_passk": _loop_grpo_passk,
     "ngrpo": _loop_ngrpo,
     "maxrl": _loop_maxrl,
     "sign": lambda g: [2 * x - 1 for x in g],
@@ -298,13 +385,25 @@ def _loop_batch_std(rewards: list[list[float]], eps: float = 1e-4, std: str = "s
     return [[_ratio(c, sigma, eps) for c in row] for row in centred]
 
 
+def _loop_gpg(rewards: list[list[float]], f_norm: float = 1.0) -> list[list[float]]:
+    scored = [x for row in rewards for x in row if not math.isnan(x)]
+    alpha = len(scored) / max(sum(1 for x in scored if x != 0), 1)
+    return [[alpha * c / f_norm for c in _loop_dr_grpo(row)] for row in rewards]
+
+
 def _loop(name: str, rewards: np.ndarray, **hyperparameters: object) -> np.ndarray:
     """The plain per-group Python loop; NaN rewards get 0."""
     rows = rewards.tolist()
+    hyperparameters = {**_lengths(name, rewards), **hyperparameters}
     if name == "reinforce_pp":
         out = _loop_reinforce_pp(rows, **hyperparameters)
     elif name == "batch_std":
         out = _loop_batch_std(rows, **hyperparameters)
+    elif name == "gpg":
+        out = _loop_gpg(rows, **hyperparameters)
+    elif name == "opo":
+        lengths = np.asarray(hyperparameters["lengths"], dtype=np.float64).tolist()
+        out = [_loop_opo(row, row_lengths) for row, row_lengths in zip(rows, lengths, strict=True)]
     else:
         out = [PER_GROUP[name](row, **hyperparameters) for row in rows]
     return np.where(np.isnan(rewards), 0.0, np.array(out, dtype=np.float64))
@@ -336,6 +435,17 @@ EQUIVALENCE_CASES = [
     ("maxrl", {}),
     ("batch_std", {}),
     ("batch_std", {"eps": 0.0, "std": "population"}),
+    ("pkpo", {}),
+    ("pkpo", {"k": 3}),
+    ("pkpo", {"k": 1, "baseline": "none"}),
+    ("pkpo", {"k": 3, "baseline": "mean"}),
+    ("pkpo", {"k": 5, "baseline": "none"}),
+    ("grpo_passk", {}),
+    ("grpo_passk", {"norm_by_std": False}),
+    ("grpo_passk", {"eps": 1e-2}),
+    ("gpg", {}),
+    ("gpg", {"f_norm": 0.5}),
+    ("opo", {}),
 ]
 
 
@@ -403,6 +513,95 @@ def test_passk_accepts_numpy_integer_k() -> None:
     # A_neg = (1/2 - 2/3) / sigma = -1/(2 sqrt(2)).
     expected = [[2**-0.5, -(2**-0.5) / 2, -(2**-0.5) / 2]]
     np.testing.assert_allclose(_advantages("passk", np.array([[1.0, 0, 0]]), k=np.int64(2)), expected)
+
+
+# ---------------------------------------------------------------------------- pkpo, grpo_passk, gpg, opo
+
+
+@SETTINGS
+@given(rewards=_binary_rewards(min_g=2, max_g=7), k_seed=st.integers(0, 100),
+       baseline=st.sampled_from(["loo_minus_one", "mean", "none"]))
+def test_pkpo_equals_brute_force_enumeration(rewards: np.ndarray, k_seed: int, baseline: str) -> None:
+    lowest = 2 if baseline == "loo_minus_one" else 1
+    k = lowest + k_seed % (rewards.shape[1] - lowest + 1)
+    np.testing.assert_allclose(_advantages("pkpo", rewards, k=k, baseline=baseline),
+                               _loop("pkpo", rewards, k=k, baseline=baseline), atol=1e-9)
+
+
+@SETTINGS
+@given(rewards=_binary_rewards(nan=False))
+def test_pkpo_k1_mean_is_dr_grpo_over_g_and_loo_minus_one_never_pushes_down(rewards: np.ndarray) -> None:
+    g = rewards.shape[1]
+    np.testing.assert_allclose(_advantages("pkpo", rewards, k=1, baseline="mean"),
+                               _advantages("dr_grpo", rewards) / g, atol=1e-12)
+    default = _advantages("pkpo", rewards)
+    assert (default[rewards == 0] == 0).all() and (default >= 0).all()
+
+
+@pytest.mark.parametrize(("hyperparameters", "match"), [
+    ({"k": 1}, r"'pkpo': k must be an integer with 2 <= k <= G = 3, got 1"),
+    ({"k": 4, "baseline": "none"}, r"'pkpo': k must be an integer with 1 <= k <= G = 3, got 4"),
+    ({"k": 2.0}, r"'pkpo': k must be an integer"),
+    ({"baseline": "loo"}, r"'pkpo': baseline must be one of loo_minus_one, mean, none, got 'loo'"),
+])
+def test_pkpo_rejects_bad_hyperparameters(hyperparameters: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        compute_advantages("pkpo", [[1, 0, 0]], **hyperparameters)
+
+
+@SETTINGS
+@given(rewards=_binary_rewards())
+def test_grpo_passk_moves_only_a_unique_best(rewards: np.ndarray) -> None:
+    result = _advantages("grpo_passk", rewards)
+    for row, advantages in zip(rewards, result, strict=True):
+        scored = row[~np.isnan(row)]
+        moves = scored.size >= 2 and (scored == 1).sum() == 1
+        assert (advantages != 0).sum() == (1 if moves else 0)
+        if moves:
+            assert advantages[row == 1][0] > 0
+
+
+def test_gpg_rejects_a_zero_f_norm_and_scales_dr_grpo_by_b_over_m() -> None:
+    with pytest.raises(ValueError, match=r"'gpg': f_norm must be a finite non-zero number, got 0\.0"):
+        compute_advantages("gpg", [[1, 0]], f_norm=0)
+    rewards = np.array([[1.0, 0.0, NAN], [0.0, 0.0, 0.0]])  # 5 scored, 1 non-zero: alpha 5
+    np.testing.assert_allclose(_advantages("gpg", rewards), 5 * _advantages("dr_grpo", rewards), atol=1e-12)
+    np.testing.assert_array_equal(_advantages("gpg", np.zeros((2, 3))), 0.0)  # no success: alpha B / 1, A 0
+
+
+def test_opo_needs_lengths_of_the_rewards_shape() -> None:
+    with pytest.raises(ValueError, match=r"'opo' weighs completions by their length: pass lengths\[P, G\]"):
+        compute_advantages("opo", [[1, 0, 0]])
+    with pytest.raises(ValueError, match=r"'opo': lengths must have the rewards' shape \(1, 3\), got \(1, 2\)"):
+        compute_advantages("opo", [[1, 0, 0]], lengths=[[1, 2]])
+    for bad in (-1.0, math.inf, NAN):
+        with pytest.raises(ValueError, match="'opo': lengths must be finite token counts >= 0"):
+            compute_advantages("opo", [[1, 0, 0]], lengths=[[1, bad, 2]])
+    # a length where the reward is unscorable is never read
+    result = compute_advantages("opo", [[1, NAN, 0]], lengths=[[1, NAN, 3]]).numpy()
+    np.testing.assert_allclose(result, [[0.75, 0, -0.25]])
+    # estimators without the flag ignore lengths, so callers may always pass them
+    np.testing.assert_array_equal(compute_advantages("sign", [[1, 0]], lengths=[[3, 1]]).numpy(), [[1, -1]])
+
+
+@SETTINGS
+@given(rewards=_dyadic_rewards(), seed=st.integers(0, 2**32 - 1))
+def test_opo_baseline_is_length_weighted(rewards: np.ndarray, seed: int) -> None:
+    lengths = np.random.default_rng(seed).integers(0, 9, size=rewards.shape).astype(np.float64)  # [P, G]
+    result = _advantages("opo", rewards, lengths=lengths)
+    np.testing.assert_allclose(result, _loop("opo", rewards, lengths=lengths), atol=1e-9)
+    weighted = np.where(np.isnan(rewards), 0.0, lengths * result).sum(axis=1)
+    np.testing.assert_allclose(weighted, 0.0, atol=1e-9)  # sums to 0 weighted by length
+    equal = np.ones_like(rewards)
+    np.testing.assert_allclose(_advantages("opo", rewards, lengths=equal), _advantages("dr_grpo", rewards), atol=1e-12)
+
+
+def test_unavailable_estimators_say_what_they_need() -> None:
+    for call in (lambda: info("optimal_token_baseline"), lambda: compute_advantages("optimal_token_baseline", [[1, 0]]),
+                 lambda: adv.parse_spec("optimal_token_baseline+dynamic")):
+        with pytest.raises(ValueError, match=r"'optimal_token_baseline' is not available: .*per-token policy"):
+            call()
+    assert "optimal_token_baseline" not in available()
 
 
 # ---------------------------------------------------------------------------- grpo std conventions
@@ -479,7 +678,7 @@ def test_eps_zero_on_constant_groups_gives_zero_not_an_error(name: str) -> None:
 @pytest.mark.parametrize("name", ALL)
 @given(rewards=_binary_rewards())
 def test_never_nan_shape_kept_and_nan_gets_zero(name: str, rewards: np.ndarray) -> None:
-    result = compute_advantages(name, rewards)
+    result = compute_advantages(name, rewards, **_lengths(name, rewards))
     assert result.shape == rewards.shape
     assert result.dtype == torch.float64
     assert torch.isfinite(result).all()
@@ -490,7 +689,7 @@ def test_never_nan_shape_kept_and_nan_gets_zero(name: str, rewards: np.ndarray) 
 @pytest.mark.parametrize("name", [n for n in ALL if not info(n).binary_only])
 @given(rewards=_dyadic_rewards())
 def test_non_binary_rewards_finite(name: str, rewards: np.ndarray) -> None:
-    result = compute_advantages(name, rewards)
+    result = compute_advantages(name, rewards, **_lengths(name, rewards))
     assert result.shape == rewards.shape and torch.isfinite(result).all()
 
 
@@ -513,9 +712,10 @@ def test_non_binary_rewards_finite(name: str, rewards: np.ndarray) -> None:
     ids=lambda value: str(getattr(value, "dtype", type(value).__name__)),
 )
 def test_input_types_and_dtype_rules(rewards: object, expected_dtype: torch.dtype) -> None:
-    reference = {name: compute_advantages(name, np.array([[1.0, 0.0, 0.0]])) for name in ALL}
+    lengths = {"lengths": [[2, 1, 1]]}  # only opo reads them
+    reference = {name: compute_advantages(name, np.array([[1.0, 0.0, 0.0]]), **lengths) for name in ALL}
     for name in ALL:
-        result = compute_advantages(name, rewards)
+        result = compute_advantages(name, rewards, **lengths)
         assert isinstance(result, torch.Tensor)
         assert result.dtype == expected_dtype and result.shape == (1, 3), name
         torch.testing.assert_close(result.to(torch.float64), reference[name], rtol=1e-2, atol=1e-2)

@@ -166,6 +166,17 @@ def test_sign_gives_plus_minus_one_and_logs_starvation(tiny_model: str, tmp_path
     assert report["zero_gradient_completions"] == 0.0 and report["sign_used_completions"] == 1.0
 
 
+def test_opo_gets_the_gathered_completion_lengths(tiny_model: str, tmp_path: Path) -> None:
+    from grpolab.advantages import compute_advantages
+
+    trainer = _trainer(tiny_model, str(tmp_path), "opo", max_steps=1)
+    trainer.train()  # without the lengths the registry refuses opo, and this raises
+    groups = trainer.last_groups
+    assert groups is not None and groups.lengths.shape == groups.rewards.shape == (2, 4)
+    expected = compute_advantages("opo", groups.rewards.double(), lengths=groups.lengths)
+    torch.testing.assert_close(groups.advantages.double(), expected, rtol=1e-6, atol=1e-6)
+
+
 def test_resolve_advantage_names_and_callables() -> None:
     from grpolab.integrations.trl import resolve_advantage
 

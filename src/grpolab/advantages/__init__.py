@@ -8,8 +8,10 @@ Under an outcome-only reward every token of a completion gets its completion's a
 assignment of the GRPO-foundations paper), so a per-completion advantage is all the trainer needs.
 
 The package is cut by family: ``registry`` (the entries, lookup and the validating ``compute_advantages``),
-``group`` (group-centred: grpo, dr_grpo, rloo, reinforce_pp, ngrpo, maxrl, batch_std), ``fixed``
-(fixed-reference: sign, fixed_baseline, reinforce, nsr, w_reinforce) and ``passk``. Each registry entry carries
+``group`` (group-centred: grpo, dr_grpo, rloo, reinforce_pp, ngrpo, maxrl, batch_std, gpg, opo), ``fixed``
+(fixed-reference: sign, fixed_baseline, reinforce, nsr, w_reinforce) and ``passk`` (pass@k: passk, pkpo,
+grpo_passk). ``opo`` also takes the completions' lengths (``compute_advantages(..., lengths=)``); verl's optimal
+token baseline needs per-token policy quantities and is refused by name (``UNAVAILABLE``). Each registry entry carries
 its paper (title, arXiv id, year), its flags, its granularities, its display order and colour; ``grpolab
 estimators``, the report and the docs read them there. Each family module says where it departs from its papers.
 """
@@ -21,6 +23,7 @@ from grpolab.advantages.registry import (
 from grpolab.advantages.registry import (
     DYNAMIC_SUFFIX,
     GRANULARITIES,
+    UNAVAILABLE,
     Estimator,
     Paper,
     available,
@@ -36,6 +39,6 @@ from grpolab.advantages.registry import (
     token_estimators,
 )
 
-__all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "Estimator", "Paper", "available", "compute_advantages",
+__all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "UNAVAILABLE", "Estimator", "Paper", "available", "compute_advantages",
            "display_colors", "display_order", "entry_for", "get", "info", "normalise_token_rewards", "parse_spec",
            "register", "token_estimators"]

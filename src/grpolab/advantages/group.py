@@ -1,7 +1,7 @@
 """Group-centred estimators: each completion's advantage is measured against its own group's statistics.
 
-``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp``, ``ngrpo``, ``maxrl`` and ``batch_std``, with the group
-statistics they share (over scorable members only: NaN rewards are left out).
+``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp``, ``ngrpo``, ``maxrl``, ``batch_std``, ``gpg`` and ``opo``, with
+the group statistics they share (over scorable members only: NaN rewards are left out).
 
 Departures from the papers:
 
@@ -16,6 +16,13 @@ Departures from the papers:
   have the same length).
 * ``batch_std`` takes the batch's standard deviation over completions, as TRL's ``scale_rewards="batch"`` does;
   Lite PPO's batch is the same, its paper does not say whether the std is the sample or the population one.
+* ``gpg`` follows verl 0.9.1 (``compute_gpg_outcome_advantage``): its batch factor alpha is the number of
+  responses over the number of *non-zero* rewards. The GPG paper describes alpha as the batch size over the
+  number of valid samples; grpolab counts what verl counts. Unscorable completions are in neither count.
+* ``opo`` weighs the baseline by completion length, as verl 0.9.1's ``compute_opo_outcome_advantage`` does (the
+  OPO paper's optimal baseline, with the squared gradient norm of a completion taken as proportional to its
+  length). A group whose scored completions have no tokens at all gets 0. OPO's other half, strictly on-policy
+  training (one gradient step per batch), is a trainer setting, not part of the estimator.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import torch
 
 from grpolab.advantages.registry import Paper, register
 
-__all__ = ["DEEPSEEKMATH", "batch_std", "dr_grpo", "grpo", "maxrl", "ngrpo", "reinforce_pp", "rloo"]
+__all__ = ["DEEPSEEKMATH", "batch_std", "dr_grpo", "gpg", "grpo", "maxrl", "ngrpo", "opo", "reinforce_pp", "rloo"]
 
 DEEPSEEKMATH = Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models",
                      "2402.03300", 2024)
@@ -175,3 +182,47 @@ def batch_std(rewards: torch.Tensor, *, eps: float = 1e-4, std: str = "sample") 
     count, _, squares = _group_stats(rewards.reshape(1, -1))  # the whole batch as one group: [1, 1]
     spread = _std(count, squares, std, "batch_std")  # 0 for fewer than two scorable rewards
     return _divide(rewards - mean, spread.expand_as(rewards), eps)
+
+
+@register("gpg", needs_group=True, zero_sum=True, order=13, color="darkorange",
+          paper=Paper("GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning", "2504.02546",
+                      2025))
+def gpg(rewards: torch.Tensor, *, f_norm: float = 1.0) -> torch.Tensor:
+    """GPG: A = alpha * (r - mean_g) / f_norm, with alpha = B / M over the whole batch.
+
+    Chu et al. 2025, GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning
+    (arXiv 2504.02546), as verl 0.9.1 computes it (``compute_gpg_outcome_advantage``): B is the number of
+    scored completions in the batch, M the number of them with a non-zero reward (at least 1), so a batch with
+    few successes has its group-centred advantages scaled up. Groups whose rewards are all equal still get 0.
+    ``f_norm`` is a constant divisor (verl's default 1).
+    """
+    f_norm = float(f_norm)
+    if not math.isfinite(f_norm) or f_norm == 0:
+        raise ValueError(f"advantage estimator 'gpg': f_norm must be a finite non-zero number, got {f_norm!r}")
+    if rewards.numel() == 0:
+        return rewards.clone()
+    _, mean, _ = _group_stats(rewards)
+    scored = rewards[~torch.isnan(rewards)]
+    alpha = scored.numel() / max(int((scored != 0).sum()), 1)
+    return alpha * (rewards - mean) / f_norm
+
+
+@register("opo", needs_group=True, order=14, color="olivedrab", needs_lengths=True,
+          paper=Paper("On-Policy RL with Optimal Reward Baseline", "2505.23585", 2025))
+def opo(rewards: torch.Tensor, *, lengths: torch.Tensor) -> torch.Tensor:
+    """OPO's optimal reward baseline: A_i = r_i - sum_j l_j r_j / sum_j l_j, l the completions' token counts.
+
+    Hao et al. 2025, On-Policy RL with Optimal Reward Baseline (arXiv 2505.23585), as verl 0.9.1 computes it
+    (``compute_opo_outcome_advantage``): the baseline that minimises the gradient variance, with each
+    completion's squared gradient norm taken as proportional to its length. With equal lengths it is ``dr_grpo``.
+    The advantages sum to 0 weighted by length, not plainly (so the zero-sum flag is off). ``lengths`` [P, G]
+    come from the caller (``compute_advantages(..., lengths=)``).
+    """
+    valid = ~torch.isnan(rewards)
+    weights = torch.where(valid, lengths, torch.zeros_like(lengths))
+    total = weights.sum(dim=1, keepdim=True)  # [P, 1]
+    pivot = torch.where(valid, rewards, torch.full_like(rewards, -math.inf)).amax(dim=1, keepdim=True)
+    pivot = torch.where(torch.isfinite(pivot), pivot, torch.zeros_like(pivot))  # a constant group: exactly 0
+    shifted = torch.where(valid, rewards - pivot, torch.zeros_like(rewards))
+    baseline = pivot + (weights * shifted).sum(dim=1, keepdim=True) / total.clamp(min=1e-300)
+    return torch.where(total > 0, rewards - baseline, torch.zeros_like(rewards))

@@ -10,6 +10,12 @@ Input rules (enforced here for every estimator):
 * Per-token (process) rewards go through ``normalise_token_rewards``, which applies the same rules to a
   group's rewarded positions ([P, G*T]); there a binary-only estimator accepts any reward in [0, 1], since a
   token's reward is the mean of its characters' 0/1 labels (``grpolab.process_rewards``).
+* An estimator flagged ``needs_lengths`` (``opo``) also takes ``lengths[P, G]``, the number of tokens of each
+  completion: ``compute_advantages(name, rewards, lengths=...)``. Without them it raises a ``ValueError``;
+  they must be finite and >= 0 where the reward is scored. Other estimators ignore ``lengths``, so a caller
+  may always pass them.
+* A few estimators that users ask for cannot be expressed as ``fn(rewards[P, G])`` at all (``UNAVAILABLE``);
+  naming one raises a ``ValueError`` that says what it needs, instead of "unknown estimator".
 """
 
 from __future__ import annotations
@@ -22,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "Estimator", "Paper", "available", "compute_advantages",
-           "display_colors", "display_order", "entry_for", "get", "info", "normalise_token_rewards", "parse_spec",
-           "register", "token_estimators"]
+__all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "UNAVAILABLE", "Estimator", "Paper", "available",
+           "compute_advantages", "display_colors", "display_order", "entry_for", "get", "info",
+           "normalise_token_rewards", "parse_spec", "register", "token_estimators"]
 
 EstimatorFn = Callable[..., torch.Tensor]
 
@@ -63,6 +69,7 @@ class Estimator:
         color: the estimator's colour in every figure (a matplotlib colour).
         paper: the paper that defines it (None for a user's own estimator).
         granularities: the reward granularities it has a form for (see ``GRANULARITIES``).
+        needs_lengths: the estimator also takes ``lengths[P, G]``, tokens per completion (``opo``).
     """
 
     name: str
@@ -74,15 +81,26 @@ class Estimator:
     color: str | None = None
     paper: Paper | None = None
     granularities: tuple[str, ...] = ("outcome",)
+    needs_lengths: bool = False
 
 
 _REGISTRY: dict[str, Estimator] = {}
+
+# Estimators that users ask for but that the registry's interface cannot give, with what they need instead.
+UNAVAILABLE = {
+    "optimal_token_baseline": (
+        "verl's optimal token baseline (arXiv 2602.07078) needs per-token policy quantities (the sampled "
+        "tokens' log-probabilities and the sum of pi^2 over the vocabulary) that grpolab's estimators, "
+        "fn(rewards[P, G]), never receive; use it in verl as algorithm.adv_estimator=optimal_token_baseline "
+        "(docs/estimators.md)"
+    ),
+}
 
 
 def register(
     name: str, *, needs_group: bool = False, binary_only: bool = False, zero_sum: bool = False,
     order: int = 100, color: str | None = None, paper: Paper | None = None,
-    granularities: tuple[str, ...] = ("outcome",),
+    granularities: tuple[str, ...] = ("outcome",), needs_lengths: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator that registers ``fn`` under ``name``; a name can be registered only once. ``order`` and
     ``color`` are display metadata (reports, figures); estimators without a colour get a spare one."""
@@ -95,7 +113,7 @@ def register(
         if name in _REGISTRY:
             raise ValueError(f"advantage estimator {name!r} is already registered; pick another name")
         _REGISTRY[name] = Estimator(name, fn, needs_group, binary_only, zero_sum, order, color, paper,
-                                    tuple(granularities))
+                                    tuple(granularities), needs_lengths)
         return fn
 
     return decorator
@@ -141,6 +159,8 @@ DYNAMIC_SUFFIX = "+dynamic"
 def parse_spec(spec: str) -> tuple[str, bool]:
     """``'dr_grpo+dynamic'`` -> (``'dr_grpo'``, True); ``ValueError`` listing the known names if unknown."""
     name, dynamic = (spec[: -len(DYNAMIC_SUFFIX)], True) if spec.endswith(DYNAMIC_SUFFIX) else (spec, False)
+    if name in UNAVAILABLE:
+        raise ValueError(f"estimator {name!r} is not available: {UNAVAILABLE[name]}")
     if name not in _REGISTRY:
         raise ValueError(f"unknown estimator {spec!r}; choose from {', '.join(available())} "
                          f"(append {DYNAMIC_SUFFIX} for dynamic sampling)")
@@ -159,6 +179,8 @@ def token_estimators() -> list[str]:
 
 def info(name: str) -> Estimator:
     """The registry entry of ``name`` (``ValueError`` listing the known names if it is unknown)."""
+    if name in UNAVAILABLE:
+        raise ValueError(f"advantage estimator {name!r} is not available: {UNAVAILABLE[name]}")
     if name not in _REGISTRY:
         raise ValueError(f"unknown advantage estimator {name!r}; choose one of {', '.join(available())}")
     return _REGISTRY[name]
@@ -170,19 +192,21 @@ def get(name: str) -> EstimatorFn:
     return lambda rewards, **hyperparameters: compute_advantages(name, rewards, **hyperparameters)
 
 
-def compute_advantages(name: str, rewards: Any, **hyperparameters: Any) -> torch.Tensor:
+def compute_advantages(name: str, rewards: Any, *, lengths: Any = None, **hyperparameters: Any) -> torch.Tensor:
     """Advantages[P, G] of estimator ``name`` for ``rewards[P, G]``.
 
     Args:
         name: a registered estimator (see ``available()``).
         rewards: [P, G] torch tensor, numpy array or nested list; NaN (or None in a list) = unscorable.
+        lengths: [P, G] tokens per completion, required by the estimators flagged ``needs_lengths`` (``opo``)
+            and ignored by the others.
         **hyperparameters: the estimator's keyword hyper-parameters (e.g. ``k`` for ``passk``).
 
     Returns:
         A float tensor of the same shape (the input's floating dtype, else float32); finite everywhere,
         0 where the reward was NaN.
     """
-    return _run(info(name), rewards, hyperparameters, granularity="outcome")
+    return _run(info(name), rewards, hyperparameters, granularity="outcome", lengths=lengths)
 
 
 def normalise_token_rewards(name: str, rewards: torch.Tensor, **hyperparameters: Any) -> torch.Tensor:
@@ -196,10 +220,13 @@ def normalise_token_rewards(name: str, rewards: torch.Tensor, **hyperparameters:
     return _run(estimator, rewards, hyperparameters, granularity="token")
 
 
-def _run(estimator: Estimator, rewards: Any, hyperparameters: dict[str, Any], *, granularity: str) -> torch.Tensor:
+def _run(estimator: Estimator, rewards: Any, hyperparameters: dict[str, Any], *, granularity: str,
+         lengths: Any = None) -> torch.Tensor:
     name = estimator.name
     values, out_dtype, device = _as_float64(rewards, name)
     _validate(values, estimator, granularity)
+    if estimator.needs_lengths:
+        hyperparameters = {**hyperparameters, "lengths": _lengths(lengths, values, name)}
     try:
         advantages = estimator.fn(values, **hyperparameters)
     except TypeError as error:
@@ -228,6 +255,24 @@ def _as_float64(rewards: Any, name: str) -> tuple[torch.Tensor, torch.dtype, tor
     is_float = isinstance(source_dtype, np.dtype) and np.issubdtype(source_dtype, np.floating)
     dtype = torch.from_numpy(np.empty(0, dtype=source_dtype)).dtype if is_float else torch.float32
     return torch.from_numpy(array), dtype, torch.device("cpu")
+
+
+def _lengths(lengths: Any, rewards: torch.Tensor, name: str) -> torch.Tensor:
+    """``lengths`` as float64 [P, G] on the rewards' device, checked where the reward is scored."""
+    if lengths is None:
+        raise ValueError(f"advantage estimator {name!r} weighs completions by their length: pass lengths[P, G] "
+                         "(tokens per completion) with the rewards")
+    values, _, _ = _as_float64(lengths, name)
+    values = values.to(rewards.device)
+    if values.shape != rewards.shape:
+        raise ValueError(f"advantage estimator {name!r}: lengths must have the rewards' shape "
+                         f"{tuple(rewards.shape)}, got {tuple(values.shape)}")
+    scored = values[~torch.isnan(rewards)]
+    if not (torch.isfinite(scored) & (scored >= 0)).all():
+        bad = scored[~(torch.isfinite(scored) & (scored >= 0))][:3].tolist()
+        raise ValueError(f"advantage estimator {name!r}: lengths must be finite token counts >= 0 where the reward "
+                         f"is scored, got values such as {bad}")
+    return values
 
 
 def _validate(rewards: torch.Tensor, estimator: Estimator, granularity: str) -> None:

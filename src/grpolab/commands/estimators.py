@@ -1,17 +1,20 @@
 """``grpolab estimators``: list the registered advantage estimators, in display order, with what the registry
-says of each (its flags, the reward granularities it has a form for, and its paper with the full arXiv id).
-``--markdown`` prints the same table as Markdown (docs/estimators.md holds it)."""
+says of each (its flags, the reward granularities it has a form for, its hyper-parameters with their defaults,
+the ``--advantage-kwargs`` keys, and its paper with the full arXiv id). ``--markdown`` prints the same table as
+Markdown (docs/estimators.md holds it)."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
 
 from rich.table import Table
 
 from grpolab import advantages
 from grpolab.progress import results_console as console
 
-COLUMNS = ("name", "needs G >= 2", "binary only", "zero-sum (starves)", "granularity", "arXiv", "year", "paper")
+COLUMNS = ("name", "needs G >= 2", "binary only", "zero-sum (starves)", "granularity", "hyper-parameters", "arXiv",
+           "year", "paper")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,9 +42,23 @@ def estimator_rows() -> list[tuple[str, ...]]:
         entry = advantages.info(name)
         paper = entry.paper
         rows.append((name, _yes(entry.needs_group), _yes(entry.binary_only), _yes(entry.zero_sum),
-                     ", ".join(entry.granularities), paper.arxiv if paper else "", str(paper.year) if paper else "",
-                     paper.title if paper else ""))
+                     ", ".join(entry.granularities), hyperparameters(entry), paper.arxiv if paper else "",
+                     str(paper.year) if paper else "", paper.title if paper else ""))
     return rows
+
+
+def hyperparameters(entry: advantages.Estimator) -> str:
+    """``k=2, baseline='loo_minus_one'``: the estimator's keyword hyper-parameters and their defaults (the keys of
+    ``--advantage-kwargs``), then ``lengths (from the trainer)`` for an estimator that needs completion lengths."""
+    try:
+        parameters = list(inspect.signature(entry.fn).parameters.values())[1:]  # after the rewards
+    except (TypeError, ValueError):  # a callable without a signature
+        parameters = []
+    names = [f"{p.name}={p.default!r}" for p in parameters
+             if p.kind is p.KEYWORD_ONLY and p.default is not p.empty and p.name != "lengths"]
+    if entry.needs_lengths:
+        names.append("lengths (from the trainer)")
+    return ", ".join(names)
 
 
 def markdown_table(rows: list[tuple[str, ...]]) -> str:

@@ -26,6 +26,8 @@ Departures from TRL (and from the papers):
   ``multi_objective_aggregation="normalize_then_sum"`` is refused rather than silently ignored.
 * With ``advantage="grpo"`` (sample std, eps 1e-4; grpolab's defaults) the advantages equal TRL's
   default ``scale_rewards="group"`` ones up to float rounding: tests/integrations/test_trl.py checks it.
+* An estimator that weighs completions by length (``opo``) gets the gathered completion lengths [P, G] (tokens
+  of ``completion_mask``) as ``lengths``.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ class GRPOTrainer(_TRLGRPOTrainer):
     ) -> None:
         self.advantage_name, self.advantage_fn = resolve_advantage(advantage)
         self.advantage_kwargs = dict(advantage_kwargs or {})
+        entry = advantage_registry.info(advantage) if isinstance(advantage, str) else None
+        self._needs_lengths = entry is not None and entry.needs_lengths  # opo: lengths [P, G] with the rewards
         self._gathered_rewards: torch.Tensor | None = None
         self.last_groups: GroupedBatch | None = None  # the newest generation batch, grouped
         self._success_windows = {"train": diagnostics.SuccessWindow(), "eval": diagnostics.SuccessWindow()}
@@ -134,12 +138,13 @@ class GRPOTrainer(_TRLGRPOTrainer):
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         rewards = group_rewards(rewards_per_func, self.reward_weights, num_generations)  # [P, G], on the device
-        advantages = self.advantage_fn(rewards, **self.advantage_kwargs)  # [P, G]
+        lengths = self.accelerator.gather(output["completion_mask"].sum(dim=1)).view_as(rewards)  # [P, G] tokens
+        extra = {"lengths": lengths} if self._needs_lengths else {}
+        advantages = self.advantage_fn(rewards, **self.advantage_kwargs, **extra)  # [P, G]
         all_advantages = advantages.reshape(-1).to(rewards_per_func.dtype)  # [N_all]
         local = output["advantages"]
         start = self.accelerator.process_index * len(local)  # TRL's process_slice
         output["advantages"] = all_advantages[start : start + len(local)].to(local.device, local.dtype)
-        lengths = self.accelerator.gather(output["completion_mask"].sum(dim=1)).view_as(rewards)  # [P, G] tokens
         # the one crossing to the host: everything below is logs and diagnostics, in numpy and Python numbers
         rewards, advantages, lengths, all_advantages = (to_host(t) for t in (rewards, advantages, lengths,
                                                                              all_advantages))
