@@ -52,3 +52,75 @@ def test_inside_refuses_a_symlink_out_of_the_folder(tmp_path):
     with pytest.raises(UserError, match="symlink"):
         inside(tmp_path / "runs", "escape")
     assert inside(tmp_path / "runs", "run-1") == tmp_path / "runs" / "run-1"
+
+
+def test_the_atomic_writers_refuse_a_symlink_and_leave_its_target_alone(tmp_path):
+    from grpolab.io import atomic_write_bytes, atomic_write_with
+
+    target = tmp_path / "outside.txt"
+    target.write_text("the user's")
+    for name, write in [("a.txt", lambda p: atomic_write_text(p, "new")),
+                        ("b.bin", lambda p: atomic_write_bytes(p, b"new")),
+                        ("c.csv", lambda p: atomic_write_with(p, lambda staging: staging.write_text("x")))]:
+        link = tmp_path / name
+        link.symlink_to(target)
+        with pytest.raises(UserError, match=rf"{link} is a symbolic link.*remove the link"):
+            write(link)
+        assert link.is_symlink() and target.read_text() == "the user's"
+
+
+def test_open_no_follow_appends_and_refuses_a_link_in_one_line(tmp_path):
+    from grpolab.io import open_no_follow, refuse_links
+
+    log = tmp_path / "log.jsonl"
+    for _ in range(2):
+        with open_no_follow(log) as handle:
+            handle.write("x\n")
+    assert log.read_text() == "x\nx\n"
+    target = tmp_path / "outside"
+    target.write_text("")
+    (tmp_path / "link").symlink_to(target)
+    for mode in "aw":
+        with pytest.raises(UserError, match="is a symbolic link") as caught:
+            open_no_follow(tmp_path / "link", mode)
+        assert "\n" not in str(caught.value)
+    assert target.read_text() == ""
+    refuse_links(tmp_path, ["log.jsonl", "missing"])  # no link: nothing said
+    with pytest.raises(UserError, match="link is a symbolic link"):
+        refuse_links(tmp_path, ["log.jsonl", "link"])
+
+
+def test_atomic_write_with_a_writer_that_fails_keeps_the_old_table(tmp_path):
+    import pandas as pd
+
+    from grpolab.sweep.gather import write_table
+
+    path = tmp_path / "results.parquet"
+    write_table(path, pd.DataFrame({"a": [1, 2]}))
+
+    def full(staging):
+        staging.write_bytes(b"PAR1 torn")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    from grpolab.io import atomic_write_with
+
+    with pytest.raises(UserError, match="disk full"):
+        atomic_write_with(path, full)
+    assert pd.read_parquet(path)["a"].tolist() == [1, 2]  # before: to_parquet wrote in place, leaving it torn
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.parquet"]
+    write_table(tmp_path / "runs.csv", pd.DataFrame({"a": [3]}))
+    assert (tmp_path / "runs.csv").read_text() == "a\n3\n"
+
+
+@pytest.mark.parametrize("name", [".grpolab.lock.owner", ".grpolab.lock"])
+def test_a_directory_lock_refuses_a_planted_link_and_writes_nothing_through_it(tmp_path, name):
+    from grpolab.train.lock import DirectoryLock
+
+    target = tmp_path / "outside"
+    target.write_text("the user's")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / name).symlink_to(target)
+    lock = DirectoryLock(tmp_path / "run", "test")
+    with pytest.raises(UserError, match="is a symbolic link"):
+        lock.acquire()
+    assert target.read_text() == "the user's" and not lock.held  # before: the owner's pid written to the target

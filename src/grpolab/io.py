@@ -5,8 +5,14 @@
   at any moment leaves the old file whole (or none), never half a file, and no temporary file behind.
 * ``write_error``: a ``UserError`` naming what could not be written and why (disk full, no permission), for
   any ``OSError`` or safetensors ``SafetensorError`` (which wraps the disk-full ``OSError`` of its Rust writer).
+* ``atomic_write_with``: the same for a writer that takes a path (``DataFrame.to_parquet``, ``to_csv``,
+  ``pyarrow.parquet.write_table``); every table a sweep writes goes through it.
 * ``inside``: ``folder / relative`` for a relative path read from a results file, refused when it is
   absolute, climbs out with ``..`` or leads out of ``folder`` through a symlink.
+* No write follows a symlink: ``open_no_follow`` appends to (or creates) a log with ``O_NOFOLLOW``,
+  the atomic writers refuse a target that is a link (a rename would replace the user's link; their
+  temporary files are made with ``O_EXCL``, so never a link), and ``refuse_links`` checks the names a
+  command will write in a folder before it starts. A link is refused in one line (``link_error``).
 """
 
 from __future__ import annotations
@@ -15,11 +21,14 @@ import contextlib
 import errno
 import os
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TextIO
 
 from grpolab.errors import UserError
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "fsync_dir", "inside", "is_write_error", "write_error"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_with", "fsync_dir", "inside", "is_write_error",
+           "link_error", "open_no_follow", "refuse_links", "write_error"]
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -31,27 +40,66 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically (temp file in the same directory, fsync, rename, fsync dir);
-    ``UserError`` naming ``path`` when it cannot be written."""
+def link_error(path: str | Path) -> UserError:
+    """A one-line ``UserError``: ``path`` is a symbolic link, and grpolab does not write through one."""
+    return UserError(f"{path} is a symbolic link, and grpolab writes only its own files, never through a link; "
+                     "remove the link (or choose another folder), then rerun")
+
+
+def refuse_links(folder: str | Path, names: Iterable[str]) -> None:
+    """Refuse (``link_error``) when any of ``names`` in ``folder`` is a symbolic link: the files a command is
+    about to write there, checked before it writes any of them."""
+    for name in names:
+        if (Path(folder) / name).is_symlink():
+            raise link_error(Path(folder) / name)
+
+
+def open_no_follow(path: str | Path, mode: str = "a") -> TextIO:
+    """``path`` opened for text appending (``"a"``) or writing (``"w"``), created when missing, never
+    through a symbolic link (``O_NOFOLLOW``: ``link_error``)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise link_error(path) from None
+        raise
+    return os.fdopen(fd, mode, encoding="utf-8")
+
+
+def atomic_write_with(path: str | Path, write: Callable[[Path], object], *, sync: bool = True) -> None:
+    """Replace ``path`` atomically by what ``write(temporary path)`` writes (a temporary file in the same
+    directory, made with ``O_EXCL``; fsync unless ``sync`` is False; rename; fsync of the directory); a
+    ``path`` that is a symbolic link is refused (``link_error``); ``UserError`` naming ``path`` when it
+    cannot be written."""
     path = Path(path)
+    if path.is_symlink():
+        raise link_error(path)
     staging = None
     try:
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
         staging = Path(name)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        write(staging)
+        if sync:
+            with staging.open("rb") as handle:
+                os.fsync(handle.fileno())
         os.replace(staging, path)
         staging = None
-        fsync_dir(path.parent)
+        if sync:
+            fsync_dir(path.parent)
     except OSError as error:
         raise write_error(path, error) from None
     finally:
         if staging is not None:
             with contextlib.suppress(OSError):
                 staging.unlink()
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically (``atomic_write_with``: temp file in the same directory, fsync,
+    rename, fsync dir; a symbolic link refused); ``UserError`` naming ``path`` when it cannot be written."""
+    atomic_write_with(path, lambda staging: staging.write_bytes(data))
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -68,3 +68,41 @@ def test_the_same_run_stopped_before_its_first_checkpoint_starts_again(finished_
     assert [row["step"] for row in runlog.read_metrics(finished_run / "metrics.jsonl")] == [1, 2]
     code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS], capsys)
     assert_one_line_error(code, err, "already holds a run", "--resume")
+
+
+def test_overwrite_deletes_only_what_grpolab_wrote_at_every_depth(finished_run, capsys):
+    mine = {"checkpoints/README.txt": "my notes", "tensorboard/my_plot.png": "png", "wandb/notes.md": "w"}
+    for name, text in mine.items():
+        (finished_run / name).parent.mkdir(exist_ok=True)
+        (finished_run / name).write_text(text)
+    code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS, "--overwrite"], capsys)
+    assert code == 0, err
+    for name, text in mine.items():  # before: checkpoints/, tensorboard/ and wandb/ deleted whole
+        assert (finished_run / name).read_text() == text, name
+    assert sorted(p.name for p in (finished_run / "checkpoints").iterdir()) == \
+        ["README.txt", "step-000001", "step-000002"]
+
+
+def test_overwrite_refuses_a_users_file_inside_a_folder_a_run_replaces_whole(finished_run, capsys):
+    (finished_run / "final" / "notes.txt").write_text("mine")
+    (finished_run / "checkpoints" / "step-000002" / "why.txt").write_text("mine")
+    before = _snapshot(finished_run)
+    code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS, "--overwrite"], capsys)
+    assert_one_line_error(code, err, "final/notes.txt", "checkpoints/step-000002/why.txt", "move them out")
+    assert _snapshot(finished_run) == before
+
+
+def test_a_run_never_writes_through_a_planted_symlink(finished_run, tmp_path, capsys):
+    """A link planted at a name a run writes (its lock owner, resumes.jsonl, a log) is refused in one line, and
+    its target is untouched (before: a resume appended to the link's target, outside the run)."""
+    for name in (".grpolab.lock.owner", "resumes.jsonl", "metrics.jsonl", "eval.jsonl", "summary.json"):
+        run = tmp_path / f"run-{name}"
+        shutil.copytree(finished_run, run)
+        target = tmp_path / f"target-{name}"
+        target.write_text("the user's file\n")
+        (run / name).unlink(missing_ok=True)
+        (run / name).symlink_to(target)
+        code, err = run_cli(["train", "--out", str(run), "--resume", "--steps", "3", "--no-progress", "--threads",
+                             "1"], capsys)
+        assert_one_line_error(code, err, f"{run / name} is a symbolic link", "remove the link")
+        assert target.read_text() == "the user's file\n", name

@@ -254,7 +254,7 @@ def _die_half_way_through_writes_to(monkeypatch: pytest.MonkeyPatch, name: str) 
 
     def fake_open(file, mode="r", *args, **kwargs):
         handle = real_open(file, mode, *args, **kwargs)
-        if Path(str(file)).name.startswith(name) and any(m in mode for m in "wa"):
+        if Path(str(file)).name.startswith(name) and any(m in mode for m in "wax"):
             return HalfWriter(handle)
         return handle
 

@@ -24,7 +24,7 @@ from grpolab.config import CompareConfig, TrainConfig
 from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 from grpolab.sweep.devices import check_gpus
-from grpolab.sweep.gather import collect_results, runs_table, write_tables
+from grpolab.sweep.gather import collect_results, runs_table, write_table, write_tables
 from grpolab.sweep.plan import Cell, RunSpec, plan_cells, plan_lr_grid, plan_runs
 from grpolab.sweep.run import run_sweep
 from grpolab.sweep.select import Selection, extend_grids, select_lrs
@@ -94,7 +94,8 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
     if sweep.backend == "local":  # GPUs this machine lacks, or that contradict the runs' devices
         check_gpus(sweep.gpus_per_run, {base.replace(**variant.changes).device for variant in variants})
     settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base), "task": _task_summary(base)}
-    check_sweep_settings(out, settings, sweep_defaults())  # refuses other settings; saves them otherwise
+    # refuses other settings; saves them otherwise, with when the primary comparison was declared
+    settings["primary_declaration"] = check_sweep_settings(out, settings, sweep_defaults())
     atomic_write_text(out / "task.json", json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
     runner = _Runner(sweep, on_event)
     grid: list[RunSpec] = []
@@ -166,9 +167,9 @@ def _gather(out: Path, sweep: CompareConfig, settings: dict[str, Any], grid: lis
     results, metrics = collect_results(specs, bracketed if selection else None, uncounted=uncounted)
     write_tables(out, results, metrics)
     runs = runs_table(grid, specs, choice or None, bracketed if selection else None)
-    runs.to_csv(out / "runs.csv", index=False)
+    write_table(out / "runs.csv", runs)
     if selection is not None:
-        selection.table.to_parquet(out / "selection.parquet", index=False)
+        write_table(out / "selection.parquet", selection.table)
         settings["selection"] = {"unbracketed": [str(cell) for cell in selection.unbracketed],
                                  "lr_bracket_rounds": sweep.lr_bracket_rounds}
     result = CompareResult(out, results, metrics, runs, selection.table if selection else None, choice, bracketed,

@@ -1,6 +1,6 @@
 """Gathering a sweep's runs into tables: ``results.parquet`` (one row per run and evaluation),
 ``metrics.parquet`` (one row per run and training step) and ``runs.csv`` (one row per run, the lr-selection
-runs included, with its start and end figures).
+runs included, with its start and end figures). Every table is written atomically (``write_table``).
 
 Every row carries the run's ``variant`` ("" when nothing is varied) and ``status``: ``finished``, or
 ``diverged`` for a run the trainer stopped on a non-finite loss, gradient or parameter (with
@@ -19,10 +19,11 @@ from typing import Any
 
 import pandas as pd
 
+from grpolab.io import atomic_write_with
 from grpolab.sweep.plan import Cell, RunSpec
 from grpolab.train.runlog import missing_steps, read_evaluations, read_metrics, spans
 
-__all__ = ["collect_results", "not_counted", "runs_table", "write_tables"]
+__all__ = ["collect_results", "not_counted", "runs_table", "write_table", "write_tables"]
 
 
 def not_counted(spec: RunSpec, why: str) -> dict[str, Any]:
@@ -114,5 +115,14 @@ def write_tables(out_dir: Path, results: pd.DataFrame, metrics: pd.DataFrame) ->
     """Write results.parquet and metrics.parquet (the sweep's settings are in its compare.yaml)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results.to_parquet(out_dir / "results.parquet", index=False)
-    metrics.to_parquet(out_dir / "metrics.parquet", index=False)
+    write_table(out_dir / "results.parquet", results)
+    write_table(out_dir / "metrics.parquet", metrics)
+
+
+def write_table(path: Path, table: pd.DataFrame) -> None:
+    """``table`` as Parquet (or CSV for a ``.csv`` path), written atomically (``grpolab.io.atomic_write_with``):
+    a full disk or a kill leaves the old table whole, never a torn one, and a symbolic link is refused."""
+    if path.suffix == ".csv":
+        atomic_write_with(path, lambda staging: table.to_csv(staging, index=False))
+    else:
+        atomic_write_with(path, lambda staging: table.to_parquet(staging, index=False))

@@ -3,7 +3,8 @@
 The lock is ``filelock.FileLock`` on ``DIR/.grpolab.lock``, an operating-system lock (``flock`` on POSIX).
 The kernel drops it when the holding process ends in any way, ``kill -9`` included, so the lock file a
 killed process leaves behind never blocks a resume: only a live holder does. The holder writes its
-process id and command to ``DIR/.grpolab.lock.owner``, so that a refused second writer can name it.
+process id and command to ``DIR/.grpolab.lock.owner``, so that a refused second writer can name it; a symbolic
+link planted there is refused, not written through.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from types import TracebackType
 from filelock import FileLock, Timeout
 
 from grpolab.errors import UserError
+from grpolab.io import open_no_follow, refuse_links
 
 __all__ = ["LOCK_NAME", "OWNER_NAME", "DirectoryLock"]
 
@@ -36,6 +38,7 @@ class DirectoryLock:
     def acquire(self) -> DirectoryLock:
         """Take the lock, or raise a ``UserError`` naming the holder's process id."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        refuse_links(self.directory, (LOCK_NAME, OWNER_NAME))
         try:
             self._lock.acquire(timeout=0)
         except Timeout:
@@ -43,7 +46,12 @@ class DirectoryLock:
                             "wait for it to finish or stop it, then rerun") from None
         owner = {"pid": os.getpid(), "command": self.command, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                  "argv": sys.argv[1:]}
-        (self.directory / OWNER_NAME).write_text(json.dumps(owner) + "\n")
+        try:
+            with open_no_follow(self.directory / OWNER_NAME, "w") as handle:  # a planted link is refused
+                handle.write(json.dumps(owner) + "\n")
+        except UserError:
+            self.release()
+            raise
         return self
 
     def release(self) -> None:

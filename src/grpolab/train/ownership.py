@@ -4,24 +4,70 @@ A fresh run (no ``--resume``) refuses a folder that holds a run's checkpoints, a
 (``summary.json``, ``final/``), the logs of an earlier run under other settings, or files grpolab does not
 write (a ``config.yaml`` without grpolab's first line counts as the user's). The one exception is the same
 run, under the same settings, stopped before its first checkpoint: starting it again is what ``--resume``
-would do. With ``overwrite`` the run's own files are deleted first; files it did not write are kept.
+would do. With ``overwrite`` the run's own files are deleted first, at every depth (``_ours``: the names each
+writer uses in ``checkpoints/``, ``final/``, ``tensorboard/`` and ``wandb/``); files it did not write are kept. A
+file of the user's inside a folder a run replaces whole (``final/``, a ``checkpoints/step-N`` folder) is refused
+before anything is deleted. A symbolic link planted where a run writes is refused in one line
+(``refuse_planted_links``, ``grpolab.io``).
 """
 
 from __future__ import annotations
 
-import shutil
+import fnmatch
 from pathlib import Path
 
 from grpolab.config import TrainConfig
 from grpolab.config.files import SAVED_HEADER
 from grpolab.errors import UserError
+from grpolab.io import refuse_links
 
-__all__ = ["check_fresh_run_dir", "remove_run_files"]
+__all__ = ["check_fresh_run_dir", "refuse_planted_links", "remove_run_files"]
 
 _LOGS = ("metrics.jsonl", "eval.jsonl", "resumes.jsonl")
 _RUN_FILES = (*_LOGS, "summary.json", "task.json", "config.yaml")
 _RUN_DIRS = ("checkpoints", "rollouts", "final", "tensorboard", "wandb")  # wandb: report_to's offline W&B runs
 _LOCK_FILES = (".grpolab.lock", ".grpolab.lock.owner")
+
+# What each writer leaves inside a run's folders (glob patterns of paths relative to the folder). checkpoints/:
+# grpolab's step-N (train/checkpoint.py) and its .tmp-* staging, the TRL engine's checkpoint-N (the Trainer's
+# own files, whole); final/: save_pretrained of a model, its tokenizer and a LoRA adapter (peft adds README.md),
+# base_model.txt; tensorboard/: SummaryWriter's event files; wandb/: an offline W&B run.
+_CHECKPOINT_FILES = ("weights.safetensors", "optimizer.safetensors", "state.json", "checksums.json")
+_OURS = {
+    "checkpoints": (*(f"step-*/{name}" for name in _CHECKPOINT_FILES), ".tmp-*/*", "checkpoint-*/*"),
+    "final": ("config.json", "generation_config.json", "model.safetensors", "model-*-of-*.safetensors",
+              "model.safetensors.index.json", "adapter_config.json", "adapter_model.safetensors", "README.md",
+              "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "vocab.txt",
+              "merges.txt", "added_tokens.json", "tokenizer.model", "chat_template.jinja", "chat_template.json",
+              "base_model.txt"),
+    "tensorboard": ("events.out.tfevents.*",),
+    "wandb": ("latest-run", "run-*/*", "offline-run-*/*", "debug.log", "debug-internal.log", "debug-cli.*.log"),
+}
+_REPLACED_WHOLE = ("final/*", "checkpoints/step-*/*")  # folders a run deletes and writes again
+
+
+def refuse_planted_links(run_dir: Path) -> None:
+    """Refuse (one line, ``grpolab.io.link_error``) a symbolic link at any name a run writes in ``run_dir``."""
+    refuse_links(run_dir, (*_RUN_FILES, *_RUN_DIRS, *_LOCK_FILES))
+
+
+def _ours(folder: str, relative: str) -> bool:
+    """Whether ``folder/relative`` (a file under one of the run's folders) is a name a run writes there."""
+    return any(fnmatch.fnmatchcase(relative, pattern) for pattern in _OURS[folder])
+
+
+def _files_under(run_dir: Path, folder: str) -> list[str]:
+    """The files (and links) below ``run_dir/folder``, as paths relative to it; a link is not followed."""
+    root = run_dir / folder
+    if not root.is_dir() or root.is_symlink():
+        return []
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_symlink() or not p.is_dir())
+
+
+def _foreign_inside(run_dir: Path) -> list[str]:
+    """Files grpolab did not write inside ``checkpoints/``, ``final/``, ``tensorboard/`` and ``wandb/``."""
+    return [f"{folder}/{name}" for folder in _OURS for name in _files_under(run_dir, folder)
+            if not _ours(folder, name)]
 
 
 def _written_by_grpolab(config_file: Path) -> bool:
@@ -77,7 +123,8 @@ def _problem(run_dir: Path, config: TrainConfig | None) -> str | None:
 
 def check_fresh_run_dir(run_dir: Path, *, overwrite: bool, config: TrainConfig | None = None) -> None:
     """Refuse a fresh run in ``run_dir`` that would destroy what it holds; with ``overwrite``, remove the
-    earlier run's files instead (``remove_run_files``)."""
+    earlier run's files instead (``remove_run_files``). A symbolic link where a run writes is refused."""
+    refuse_planted_links(run_dir)
     problem = _problem(run_dir, config)
     if problem is None:
         return
@@ -88,13 +135,36 @@ def check_fresh_run_dir(run_dir: Path, *, overwrite: bool, config: TrainConfig |
 
 
 def remove_run_files(run_dir: Path) -> None:
-    """Delete the files a run writes in ``run_dir``, and nothing else."""
+    """Delete the files a run writes in ``run_dir``, at every depth, and nothing else: a folder is removed only
+    once it is empty. A file of the user's inside a folder that a run replaces whole (``final/``,
+    ``checkpoints/step-N``) is refused before anything is deleted, naming it."""
+    refuse_planted_links(run_dir)
+    foreign = _foreign_inside(run_dir)
+    doomed = [name for name in foreign if any(fnmatch.fnmatchcase(name, p) for p in _REPLACED_WHOLE)]
+    if doomed:
+        raise UserError(f"{run_dir} holds files grpolab did not write inside a folder a run replaces whole "
+                        f"({', '.join(doomed[:4])}); move them out of {run_dir}, then rerun with --overwrite")
     for name in _RUN_FILES:
         path = run_dir / name
         if name != "config.yaml" or _written_by_grpolab(path):
             path.unlink(missing_ok=True)
-    for name in ("checkpoints", "final", "tensorboard", "wandb"):
-        shutil.rmtree(run_dir / name, ignore_errors=True)
+    for folder in _OURS:
+        for name in _files_under(run_dir, folder):
+            if _ours(folder, name):
+                (run_dir / folder / name).unlink()
+        _remove_empty_folders(run_dir / folder)
     rollouts = run_dir / "rollouts"
     for path in rollouts.glob("step-*.parquet*") if rollouts.is_dir() else []:
         path.unlink()
+
+
+def _remove_empty_folders(root: Path) -> None:
+    """Remove ``root`` and the folders below it that hold nothing (deepest first); keep the rest."""
+    if not root.is_dir() or root.is_symlink():
+        return
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir() and not p.is_symlink()),
+                         key=lambda p: len(p.parts), reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    if not any(root.iterdir()):
+        root.rmdir()

@@ -1,8 +1,9 @@
 """Logs a run writes as it goes: ``metrics.jsonl`` (one JSON object per step, flushed and fsynced) and
 ``rollouts/step-NNNNNN.parquet`` (every completion of a step, written to a temporary file and renamed,
-so only complete Parquet files ever exist). On resume from step s, entries of steps >= s are dropped (the
-file is rewritten atomically) so that the logs have each step exactly once. A log damaged anywhere but its
-last line is refused with one line naming the file and line.
+so only complete Parquet files ever exist). No log is written through a symbolic link (``grpolab.io``).
+On resume from step s, entries of steps >= s are dropped (the file is rewritten atomically) so that the logs
+have each step exactly once. A log damaged anywhere but its last line is refused with one line naming the file
+and line.
 
 Metrics also go to the backends of ``report_to`` (TRL's convention, ``report_backends``): TensorBoard event
 files under ``<run>/tensorboard``, a W&B run under ``<run>/wandb`` (offline, so with no account or network,
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 
 from grpolab.config.checks import REPORT_BACKENDS, report_backends
 from grpolab.errors import UserError
+from grpolab.io import link_error, open_no_follow
 from grpolab.metric_keys import upgrade_row
 
 __all__ = ["MetricsLog", "RolloutLog", "evaluation_key", "missing_steps", "open_backends", "read_evaluations",
@@ -62,7 +64,7 @@ class MetricsLog:
             rewrite_jsonl(path, [row for row in read_metrics(path) if row.get("step", -1) < resume_from_step])
         elif resume_from_step is None and path.exists():
             path.unlink()
-        self._handle = path.open("a")
+        self._handle = open_no_follow(path, "a")
         self._writers = [*backends, *([_TensorBoard(tensorboard_dir)] if tensorboard_dir else [])]
 
     def write(self, step: int, metrics: dict[str, Any], *, sync: bool = True) -> None:
@@ -184,9 +186,13 @@ class _Trackio:
 
 
 def rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Replace ``path`` by ``rows`` atomically: a kill or a full disk mid-write leaves the old file whole."""
+    """Replace ``path`` by ``rows`` atomically: a kill or a full disk mid-write leaves the old file whole. Neither
+    ``path`` nor its staging file is written through a symbolic link (``grpolab.io.link_error``)."""
+    if path.is_symlink():
+        raise link_error(path)
     staging = path.with_name(path.name + ".tmp")
-    with staging.open("w") as handle:
+    staging.unlink(missing_ok=True)  # a file (or link) a kill left; "x" below creates a new file, never a link's target
+    with staging.open("x") as handle:
         handle.write("".join(json.dumps(row) + "\n" for row in rows))
         handle.flush()
         os.fsync(handle.fileno())
@@ -302,7 +308,10 @@ class RolloutLog:
     def write(self, step: int, rows: dict[str, list[Any]]) -> Path:
         table = pa.table(rows, schema=ROLLOUT_SCHEMA)
         final = self.directory / f"step-{step:06d}.parquet"
+        if final.is_symlink():
+            raise link_error(final)
         staging = final.with_suffix(".parquet.tmp")
+        staging.unlink(missing_ok=True)  # what a kill left (or a planted link): the write below makes a new file
         pq.write_table(table, staging)
         os.replace(staging, final)
         return final

@@ -22,6 +22,7 @@ from grpolab.config import CompareConfig, TrainConfig, build_config
 from grpolab.config.fields import resume_may_change, runtime_only
 from grpolab.config.files import read_saved_settings
 from grpolab.errors import UserError
+from grpolab.io import open_no_follow
 
 __all__ = [
     "RESUME_MAY_CHANGE",
@@ -118,7 +119,9 @@ def checked_resume_settings(run_dir: Path, config: TrainConfig) -> TrainConfig |
     or, when it is missing, the checkpoint's own (``config`` must then give them again). None for a run with
     neither (nothing to resume). Refuses a resume whose ``config`` differs from them beyond what may change."""
     from grpolab.train.checkpoint import checkpoint_settings
+    from grpolab.train.ownership import refuse_planted_links
 
+    refuse_planted_links(Path(run_dir))  # before anything is read or written there
     saved = load_saved_config(run_dir)
     found = checkpoint_settings(run_dir)
     if found is not None and found[1] is not None:
@@ -206,7 +209,7 @@ def record_resume(run_dir: Path, saved: TrainConfig, config: TrainConfig, start_
     names = sorted(RESUME_MAY_CHANGE & {f.name for f in dataclasses.fields(TrainConfig)})
     changed = {name: [old, new] for name, old, new in _changes(saved.to_dict(), config.to_dict(), names)}
     row = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "from_step": start_step, "changed": changed}
-    with (Path(run_dir) / "resumes.jsonl").open("a") as handle:
+    with open_no_follow(Path(run_dir) / "resumes.jsonl", "a") as handle:
         handle.write(json.dumps(row) + "\n")
     return changed
 
