@@ -241,3 +241,37 @@ def test_the_cli_writes_one_variants_analysis_to_its_own_folder(tmp_path: Path, 
     assert set(written["run_id"]) == {"sign-G2-seed0-mask_truncated_completions=true",
                                       "sign-G2-seed1-mask_truncated_completions=true"}
     assert not (tmp_path / "mechanism.csv").exists()
+
+
+def _flip_a_bit(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40  # a bit of the last value's exponent: before, update_norm became 2.4e37, exit 0
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["flipped bit", "truncated weights", "truncated optimizer", "no checksums"])
+def test_a_damaged_checkpoint_is_refused_in_one_line(full_runs: list[ReportedRun], damage: str) -> None:
+    checkpoint = full_runs[0].run_dir / "checkpoints" / "step-000010"
+    if damage == "flipped bit":
+        _flip_a_bit(checkpoint / "weights.safetensors")
+    elif damage == "no checksums":
+        (checkpoint / "checksums.json").unlink()
+    else:
+        name = "weights.safetensors" if "weights" in damage else "optimizer.safetensors"
+        (checkpoint / name).write_bytes((checkpoint / name).read_bytes()[:40])
+    with pytest.raises(UserError, match=rf"checkpoint {checkpoint} of run a is damaged") as caught:
+        update_rows(full_runs, start=None)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_torn_results_table_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    from grpolab.cli import main
+
+    _varied_comparison(tmp_path)
+    table = tmp_path / "results.parquet"
+    table.write_bytes(table.read_bytes()[: table.stat().st_size // 2])  # a full disk during an in-place write
+    with pytest.raises(UserError, match=rf"{table} cannot be read .*rerun grpolab compare --out"):
+        reported_runs(tmp_path)
+    assert main(["mechanism", str(tmp_path), "--parts", "updates"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -52,7 +52,7 @@ def reported_runs(out: Path, *, trust_run_code: bool = False, variant: str | Non
     if not table_path.is_file():
         raise UserError(f"{out} holds no results.parquet, so it is no finished grpolab compare output; "
                         f"run (or resume) grpolab compare --out {out} first")
-    table = pd.read_parquet(table_path)
+    table = _read_table(table_path, out)
     missing = [name for name in _COLUMNS if name not in table.columns]
     if missing:
         raise UserError(f"{table_path} lists no run (it has no {', '.join(missing)} column); resume the sweep "
@@ -72,6 +72,17 @@ def reported_runs(out: Path, *, trust_run_code: bool = False, variant: str | Non
         raise UserError(f"{table_path} lists no run; resume the sweep with grpolab compare --out {out}")
     _check_shared(runs)
     return runs
+
+
+def _read_table(path: Path, out: Path) -> pd.DataFrame:
+    """``results.parquet``, or a one-line ``UserError`` when it cannot be read (torn by a full disk or a kill
+    while an older grpolab wrote it in place, or not Parquet at all)."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        reason = " ".join(str(error).split())[:160]
+        raise UserError(f"{path} cannot be read ({reason}); rerun grpolab compare --out {out} to write it again "
+                        "(its finished runs are not trained again)") from None
 
 
 def _one_variant(table: pd.DataFrame, variant: str | None, out: Path) -> pd.DataFrame:

@@ -35,6 +35,9 @@ the ratio of sums ‖m̂‖/‖√v̂‖ is measured because its noise value nee
 distribution or on how σ differs between elements (a mean of |m̂|/√v̂ would carry a factor that depends on
 both, sqrt(2/π) for Gaussian noise).
 
+Every checkpoint read is first checked against its ``checksums.json`` (``checkpoint_chain``); a damaged one is
+refused in one line naming it.
+
 Successive updates need two checkpoints one interval apart: the start -> first kept checkpoint counts only
 when no checkpoint before it was pruned (its step is at most ``checkpoint_every``). A run with too few
 checkpoints gets NaN rows and a note naming the compare settings that keep enough of them.
@@ -54,7 +57,7 @@ from safetensors import safe_open
 
 from grpolab.errors import UserError
 from grpolab.mechanism.runs import ReportedRun
-from grpolab.train.checkpoint import checkpoint_dirs
+from grpolab.train.checkpoint import checkpoint_dirs, verify_checkpoint
 
 __all__ = ["MEASURES", "SETTINGS_HINT", "adam_noise_floor", "adam_rms_ratio", "checkpoint_chain", "gram_measures",
            "momentum_noise_cosines", "update_gram", "update_rows"]
@@ -74,9 +77,16 @@ class Chain:
 
 
 def checkpoint_chain(run: ReportedRun) -> Chain:
-    """The run's kept checkpoints (directories holding weights.safetensors), oldest first."""
+    """The run's kept checkpoints (directories holding weights.safetensors), oldest first; ``UserError`` naming
+    the first one whose files do not match its ``checksums.json`` (a flipped bit, a truncated file): one
+    damaged snapshot would change every measure of the run (a flipped exponent bit made ``update_norm`` 2.4e37)."""
     root = run.run_dir / "checkpoints"
     found = [p for p in checkpoint_dirs(root) if (p / "weights.safetensors").is_file()]
+    for path in found:
+        if not verify_checkpoint(path):
+            raise UserError(f"checkpoint {path} of run {run.run_id} is damaged (its files do not match its "
+                            "checksums.json), so its updates cannot be measured; restore the run from a copy, or "
+                            "leave out the updates (--parts without updates)")
     steps = [int(p.name.removeprefix("step-")) for p in found]
     every = run.config.checkpoint_every
     first_is_regular = bool(steps) and (steps[0] <= every if every > 0 else len(steps) == 1)

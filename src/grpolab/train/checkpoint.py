@@ -31,7 +31,8 @@ from safetensors.torch import load_file, save_file
 from grpolab.devices import to_host
 from grpolab.io import fsync_dir, is_write_error, write_error
 
-__all__ = ["Checkpoint", "checkpoint_dirs", "checkpoint_settings", "load_latest", "save_checkpoint"]
+__all__ = ["Checkpoint", "checkpoint_dirs", "checkpoint_settings", "load_latest", "save_checkpoint",
+           "verify_checkpoint"]
 
 _FILES = ("weights.safetensors", "optimizer.safetensors", "state.json")
 
@@ -149,11 +150,17 @@ def _prune(root: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def verify_checkpoint(path: Path) -> bool:
+    """Whether checkpoint ``path`` is whole: ``checksums.json`` readable and every file's SHA-256 equal to it
+    (a flipped bit, a truncated or missing file, a missing or garbage ``checksums.json``: False)."""
+    return _verify(path)
+
+
 def _verify(path: Path) -> bool:
     try:
         checksums = json.loads((path / "checksums.json").read_text())
         return all(_sha256(path / name) == checksums[name] for name in _FILES)
-    except (OSError, KeyError, json.JSONDecodeError):
+    except (OSError, KeyError, TypeError, ValueError):  # ValueError: not JSON, not UTF-8
         return False
 
 
