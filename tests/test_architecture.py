@@ -165,3 +165,33 @@ def test_prefix_groups_are_detected() -> None:
     assert _name_prefix("verl_plugin") == _name_prefix("verl") == "verl"
     assert _name_prefix("_mv_pool") == _name_prefix("_mv_worker")
     assert _name_prefix("training_state") == _name_prefix("training_step")
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules ``start`` depends on, directly or not."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for dep in graph.get(todo.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen
+
+
+_ENGINES = ("grpolab.train.trainer", "grpolab.train.trl_engine")
+
+
+def test_both_engines_run_in_one_shell_that_sits_below_them() -> None:
+    """The run shell is one module that both engines import; it, and everything it uses, imports neither engine
+    nor the dispatch; the own engine never imports TRL's; only the dispatch names both."""
+    graph = import_graph()
+    assert "grpolab.train.shell" in graph["grpolab.train.trainer"]
+    assert "grpolab.train.shell" in graph["grpolab.train.trl_engine.run"]
+    assert "grpolab.train.shell" in graph["grpolab.train.trl_engine.recorder"]
+    below = _reach(graph, "grpolab.train.shell")
+    assert [m for m in below if m.startswith(_ENGINES) or m == "grpolab.train.engines"] == []
+    assert [m for m in _reach(graph, "grpolab.train.trainer") if m.startswith("grpolab.train.trl_engine")] == []
+    both = sorted(name for name, deps in graph.items()
+                  if all(any(dep.startswith(engine) for dep in deps) for engine in _ENGINES))
+    assert both == ["grpolab.train.engines"]

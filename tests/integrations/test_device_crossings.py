@@ -115,20 +115,22 @@ def test_run_recorder_reads_tensors_on_any_device(tmp_path: Path) -> None:
 
     from grpolab.integrations.trl import GroupedBatch
     from grpolab.train.runlog import MetricsLog, RolloutLog, read_metrics
+    from grpolab.config import TrainConfig
+    from grpolab.train.shell import RunShell
     from grpolab.train.trl_engine.recorder import RolloutRecord, RunRecorder
 
     rewards = torch.tensor([[1.0, 0.0], [float("nan"), 1.0]])
     groups = on_device(GroupedBatch(rewards, torch.tensor([[0.5, -0.5], [0.0, 0.0]]), torch.tensor([[3, 4], [5, 6]]),
                                     {"starvation/uniform": 0.5}).__dict__)
     record = RolloutRecord(["a", "a", "b", "b"], ["x", "y", "z", "w"], [False, True, False, False], 0.1)
-    log, rollouts = MetricsLog(tmp_path / "metrics.jsonl"), RolloutLog(tmp_path / "rollouts")
-    recorder = RunRecorder(iterations=1, steps=1, metrics_log=log, rollout_log=rollouts, evaluate=lambda step: None,
-                           eval_every=0, on_step=None)
+    shell = RunShell(TrainConfig(steps=1), tmp_path, command="test")
+    shell.metrics_log, shell.rollout_log = MetricsLog(tmp_path / "metrics.jsonl"), RolloutLog(tmp_path / "rollouts")
+    recorder = RunRecorder(iterations=1, steps=1, shell=shell, evaluate=lambda step: None, on_step=None)
     recorder.trainer = SimpleNamespace(last_groups=GroupedBatch(**groups), last_record=record)
     with simulated_cuda():
         recorder.on_log(SimpleNamespace(), SimpleNamespace(global_step=1), SimpleNamespace(), logs={"loss": 0.25})
     recorder.drain()
-    log.close()
+    shell.release()
     row = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert row["rollout/reward_mean"] == pytest.approx(2 / 3) and row["rollout/completion_length"] == 4.5
     assert row["rollout/unscorable"] == 1.0 and row["loss/total"] == 0.25

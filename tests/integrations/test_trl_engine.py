@@ -92,25 +92,11 @@ def test_audit_and_the_model_loader_read_it(trl_run: tuple[Path, Any]) -> None:
     assert AutoTokenizer.from_pretrained(run_dir / "final").vocab_size == policy.tokenizer.vocab_size
 
 
-def test_step_prompts_are_the_ones_grpolab_draws() -> None:
-    from grpolab.train.lifecycle import load_task_for
-    from grpolab.train.trainer import Trainer
-    from grpolab.train.trl_engine.run import step_problems
-
-    for task_name in ("reverse", "arith"):
-        config = TrainConfig(task=task_name, prompts_per_step=5, seed=7)
-        task = load_task_for(config)
-        grpolab_side = SimpleNamespace(task=task, config=config)
-        for step in (1, 2, 9):
-            ours = [p.id for p in step_problems(task, config, step)]
-            assert ours == [p.id for p in Trainer._choose_problems(grpolab_side, step, 0)]  # type: ignore[arg-type]
-            assert len(set(ours)) == 5
-
-
 @pytest.mark.parametrize("chat", [False, True])
 def test_the_dataset_holds_every_steps_prompts_in_step_order(chat: bool) -> None:
     from grpolab.train.lifecycle import load_task_for
-    from grpolab.train.trl_engine.run import _dataset, step_problems
+    from grpolab.train.shell import step_problems
+    from grpolab.train.trl_engine.run import _dataset
 
     for task_name in ("reverse", "arith"):
         config = TrainConfig(task=task_name, steps=4, prompts_per_step=3, seed=5)
@@ -132,7 +118,8 @@ def test_the_dataset_of_a_huge_run_is_built_at_once() -> None:
     from datasets import IterableDataset
 
     from grpolab.train.lifecycle import load_task_for
-    from grpolab.train.trl_engine.run import _dataset, step_problems
+    from grpolab.train.shell import step_problems
+    from grpolab.train.trl_engine.run import _dataset
 
     config = TrainConfig(task="reverse", steps=10**14, prompts_per_step=4, seed=3)
     task = load_task_for(config)
@@ -153,14 +140,15 @@ def test_a_non_finite_loss_stops_the_run_without_saving(tmp_path: Path) -> None:
     from transformers import TrainerControl
 
     from grpolab.train.runlog import MetricsLog
+    from grpolab.train.shell import RunShell
     from grpolab.train.trl_engine.recorder import RunRecorder
 
-    log = MetricsLog(tmp_path / "metrics.jsonl")
-    recorder = RunRecorder(iterations=1, steps=5, metrics_log=log, rollout_log=None, evaluate=lambda step: None,
-                           eval_every=0, on_step=None)
+    shell = RunShell(TrainConfig(steps=5), tmp_path, command="test")
+    shell.metrics_log = MetricsLog(tmp_path / "metrics.jsonl")
+    recorder = RunRecorder(iterations=1, steps=5, shell=shell, evaluate=lambda step: None, on_step=None)
     control = TrainerControl(should_save=True)
     recorder.on_log(None, SimpleNamespace(global_step=3), control, logs={"loss": float("nan"), "grad_norm": 1.0})
-    log.close()
+    shell.release()
     assert recorder.diverged == (3, "the loss is nan")
     assert control.should_training_stop and not control.should_save
     assert read_metrics(tmp_path / "metrics.jsonl") == []
@@ -249,9 +237,13 @@ def test_a_diverged_trl_run_keeps_its_last_good_checkpoint(tmp_path: Path, monke
     from grpolab.train.divergence import RunDiverged
     from grpolab.train.trl_engine import recorder
 
-    original = recorder._non_finite
-    monkeypatch.setattr(recorder, "_non_finite",  # step 2's loss comes back non-finite
-                        lambda logs: original({**logs, "loss": float("nan")}) if logs.get("epoch", 0) > 0.6 else None)
+    original, calls = recorder.non_finite_metric, []
+
+    def second_step_loss_is_nan(metrics: dict) -> str | None:  # step 2's loss comes back non-finite
+        calls.append(1)
+        return original({**metrics, "loss/total": float("nan")}) if len(calls) >= 2 else None
+
+    monkeypatch.setattr(recorder, "non_finite_metric", second_step_loss_is_nan)
     with pytest.raises(RunDiverged, match=r"^the run diverged at step 2: the loss is nan") as error:
         train(TrainConfig(**{**TINY, "eval_start": False}), tmp_path / "run")
     assert error.value.step == 2

@@ -44,28 +44,23 @@ def run(args: argparse.Namespace) -> int:
                         f"{metrics.get('starvation/degenerate', 0):.2f}  {metrics['perf/step_time']:.2f}s/step")
                 bar.update(task_id, completed=step, info=info)
 
-        if config.engine == "grpolab":
-            result = _run_grpolab(config, out, args, on_step, bar, task_id)
-        else:  # another engine: the same run through grpolab.train.train (under accelerate: every process)
-            from grpolab.train.trainer import train
-
-            result = train(config, out, resume=args.resume, on_step=on_step, overwrite=args.overwrite)
+        result = _run(config, out, args, on_step, bar, task_id)
     _print_summary(result, device)
     return 0
 
 
-def _run_grpolab(config: TrainConfig, out: Path, args: argparse.Namespace, on_step: Any, bar: Any,
-                 task_id: Any) -> Any:
-    """grpolab's own engine, exactly as before: its trainer, the bar at the resumed step, what changed."""
-    from grpolab.train.trainer import Trainer
+def _run(config: TrainConfig, out: Path, args: argparse.Namespace, on_step: Any, bar: Any, task_id: Any) -> Any:
+    """The run with its engine (under accelerate: on every process): the bar at the resumed step, what changed."""
+    from grpolab.train.engines import start
 
-    trainer = Trainer(config, out, resume=args.resume, on_step=on_step, overwrite=args.overwrite)
+    run = start(config, out, resume=args.resume, on_step=on_step, overwrite=args.overwrite)
     if bar is not None:
-        bar.update(task_id, completed=trainer.start_step)
-    if trainer.resumed_changes:
-        console.print(f"resuming at step {trainer.start_step}; changed since the last start: "
-                      + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in trainer.resumed_changes.items()))
-    return trainer.run()
+        bar.update(task_id, completed=run.start_step)
+    changes = run.shell.resumed_changes
+    if changes:
+        console.print(f"resuming at step {run.start_step}; changed since the last start: "
+                      + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changes.items()))
+    return run.run()
 
 
 def _file_values(args: argparse.Namespace) -> dict:

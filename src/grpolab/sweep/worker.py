@@ -32,7 +32,7 @@ def run_one(spec: RunSpec, post: EventFn | None = None) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(spec.config.threads or 1)
-    from grpolab.train.trainer import train
+    from grpolab.train.engines import train
 
     def on_step(step: int, metrics: dict[str, Any]) -> None:
         if post is not None:

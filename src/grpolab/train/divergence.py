@@ -22,7 +22,7 @@ import torch
 from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 
-__all__ = ["RunDiverged", "divergence_reason", "record_divergence"]
+__all__ = ["RunDiverged", "divergence_reason", "non_finite_metric", "record_divergence"]
 
 
 class RunDiverged(UserError):
@@ -37,11 +37,20 @@ def _not_finite(value: Any) -> bool:
     return isinstance(value, int | float) and not math.isfinite(value)
 
 
-def divergence_reason(metrics: dict[str, Any], params: Iterable[torch.Tensor]) -> str | None:
-    """Why the step that produced ``metrics`` and left ``params`` diverged, or None when all is finite."""
+def non_finite_metric(metrics: dict[str, Any]) -> str | None:
+    """Why a step with these metrics diverged: its ``loss/total`` or ``loss/grad_norm`` is not finite; else None.
+    Both engines word a divergence with it (the TRL engine passes TRL's loss and gradient norm under these keys)."""
     for key, what in (("loss/total", "loss"), ("loss/grad_norm", "gradient norm")):
         if _not_finite(metrics.get(key)):
             return f"the {what} is {metrics[key]}"
+    return None
+
+
+def divergence_reason(metrics: dict[str, Any], params: Iterable[torch.Tensor]) -> str | None:
+    """Why the step that produced ``metrics`` and left ``params`` diverged, or None when all is finite."""
+    reason = non_finite_metric(metrics)
+    if reason is not None:
+        return reason
     with torch.no_grad():
         total = sum((p.detach().sum(dtype=torch.float32) for p in params), torch.zeros((), dtype=torch.float32))
     if not bool(torch.isfinite(total)):

@@ -156,18 +156,10 @@ class StepBatch:
         return replace(self, **{f.name: _join(getattr(self, f.name), getattr(other, f.name), f.metadata)
                                 for f in fields(self)})
 
-    def rollout_metrics(self, completions_generated: int) -> dict[str, float]:
-        rewards = self.rewards[~np.isnan(self.rewards)]
+    def sampling_entropy(self) -> float:
+        """The mean per-token entropy of the sampling distribution over the batch's completion tokens."""
         tokens = self.completion_mask.sum().clamp(min=1)
-        return {
-            "rollout/reward_mean": float(rewards.mean()) if rewards.size else 0.0,
-            "rollout/accuracy": float((rewards >= 0.5).mean()) if rewards.size else 0.0,
-            "rollout/completion_length": float(self.lengths.mean()) if self.size else 0.0,
-            "rollout/truncated": float(self.truncated.float().mean()) if self.size else 0.0,
-            "rollout/entropy": float((self.entropy * self.completion_mask).sum() / tokens),
-            "rollout/groups": float(self.num_groups),
-            "rollout/completions_generated": float(completions_generated),
-        }
+        return float((self.entropy * self.completion_mask).sum() / tokens)
 
 
 def _take(value: Any, index: list[int]) -> Any:

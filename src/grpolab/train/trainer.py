@@ -1,7 +1,9 @@
 """The GRPO-family training loop: sample, score, compute advantages, update, log, checkpoint.
 
-Orchestration only; the pieces live in ``rollout`` (sampling), ``rewards`` (scoring), ``advantages``,
-``losses``, ``diagnostics`` (starvation metrics), ``checkpoint`` and ``runlog``.
+grpolab's own engine: how it samples (``engine.collect``), computes advantages and updates (``step``), and how it
+checkpoints (``checkpoint``). Everything around the steps (the run directory, its settings, the task and each
+step's prompts, the logs, the evaluations, the end of a run) is the run shell both engines share
+(``grpolab.train.shell``); ``grpolab.train.engines.train`` picks the engine.
 
 Departures from the papers and from TRL, all deliberate:
 
@@ -25,7 +27,6 @@ Departures from the papers and from TRL, all deliberate:
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,7 @@ import torch
 
 from grpolab import advantages as advantage_registry
 from grpolab import devices, verifiers
-from grpolab.config import TrainConfig, save_config
+from grpolab.config import TrainConfig
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.engine.collect import ScoredBatch, collect_batch
 from grpolab.engine.fit import check_training_fits
@@ -47,32 +48,15 @@ from grpolab.models import Policy, load_policy
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
-from grpolab.train.divergence import divergence_reason, record_divergence
-from grpolab.train.lifecycle import (
-    RunResult,
-    append_evaluation,
-    check_logs_reach,
-    evaluate_policy,
-    finish_run,
-    load_task_for,
-    prepare_eval_log,
-    wrap_lora,
-    write_task_summary,
-)
-from grpolab.train.lock import DirectoryLock
-from grpolab.train.ownership import check_fresh_run_dir
-from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends
-from grpolab.train.settings import checked_resume_settings, record_resume
+from grpolab.train.divergence import divergence_reason
+from grpolab.train.lifecycle import RunResult, wrap_lora
+from grpolab.train.shell import RunShell, rollout_figures, rollout_table, step_problems, step_seed
 from grpolab.train.step import StepBatch, build_optimizer, completion_view, step_advantages, update_policy
 from grpolab.verifiers.process import get_process_verifier
 
-__all__ = ["RunResult", "Trainer", "train"]
+__all__ = ["RunResult", "Trainer"]
 
 StepCallback = Callable[[int, dict[str, Any]], None]
-
-
-def _step_seed(seed: int, step: int, round_: int = 0) -> int:
-    return (seed * 1_000_003 + step * 7_919 + round_ * 104_729) % (2**63 - 1)
 
 
 class Trainer:
@@ -89,56 +73,39 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.on_step = on_step
         self.start_eval_cache = start_eval_cache  # shared start evaluations (a sweep's runs at one seed)
-        _prepare_run_dir(self.run_dir)
-        self.lock = DirectoryLock(self.run_dir, "grpolab train").acquire()  # released when run() ends
-        try:
-            if not resume or _nothing_to_resume(self.run_dir):  # under the lock: --overwrite deletes no live files
-                check_fresh_run_dir(self.run_dir, overwrite=overwrite, config=config)
+        self.shell = RunShell(config, self.run_dir, command="grpolab train")  # locked until run() ends
+        try:  # under the lock: --overwrite deletes no live files
+            self.shell.check_fresh(resume=resume, overwrite=overwrite, has_checkpoint=_has_checkpoint(self.run_dir))
             self._set_up(resume, policy, task)
         except BaseException:
-            self.lock.release()
+            self.shell.release()
             raise
 
     def _set_up(self, resume: bool, policy: Policy | None, task: Task | None) -> None:
         config = self.config
         # before anything loads: the run directory's settings (config.yaml, checked against the checkpoint's)
-        saved = checked_resume_settings(self.run_dir, config) if resume else None
+        saved = self.shell.resume_settings(has_checkpoint=_has_checkpoint(self.run_dir)) if resume else None
         if config.threads:
             torch.set_num_threads(config.threads)
         _check_estimator(config)
-        self.task = task or load_task_for(config)
-        _check_task_fits(config, self.task)
+        self.task = self.shell.load_task(task)
         self.verifier = verifiers.get_verifier(config.verifier or self.task.verifier)
         self.process_verifier = (get_process_verifier(config.verifier or self.task.verifier)
                                  if config.reward_granularity == "token" else None)
-        self.max_new_tokens = config.max_new_tokens or self.task.max_new_tokens
         torch.manual_seed(config.seed)
         self.device = devices.resolve(config.device)
         self.policy = policy or load_policy(config.model)
         self.model = wrap_lora(self.policy.model, config) if config.lora else self.policy.model
         self.model.to(self.device)
-        self.max_new_tokens = check_training_fits(self.model, self.policy.tokenizer, self.task, config,
-                                                  self.max_new_tokens)
+        self.max_new_tokens = self.shell.max_new_tokens = check_training_fits(
+            self.model, self.policy.tokenizer, self.task, config, self.shell.max_new_tokens)
         self.reference = _reference_model(self.model, config)
         self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self.optimizer = build_optimizer(self.params, config)
         self.completions_generated = 0  # restored from the checkpoint on resume
         self.success_window = SuccessWindow()  # pbar of starvation/d_iid; restored from the checkpoint
         self.start_step = self._restore() if resume else 0
-        if self.start_step:  # before training (and before an extension drops summary.json): no gap in the logs
-            check_logs_reach(self.run_dir, config, self.start_step)
-        self.resumed_changes = {} if saved is None else record_resume(self.run_dir, saved, config, self.start_step)
-        if "steps" in self.resumed_changes:  # a finished run that is extended is no longer finished
-            (self.run_dir / "summary.json").unlink(missing_ok=True)
-        save_config(config, self.run_dir / "config.yaml")
-        write_task_summary(self.task, self.run_dir)
-        resume_from = self.start_step + 1 if resume else None
-        self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from,
-                                      backends=open_backends(config, self.run_dir, resume=resume))
-        self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
-        # with no checkpoint the start evaluation is redone, so its row must go too
-        prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None,
-                         extended="steps" in self.resumed_changes)
+        self.shell.open_logs(resume=resume, saved=saved, start_step=self.start_step)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -168,17 +135,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
 
-    def _choose_problems(self, step: int, round_: int) -> list[Problem]:
-        if self.task.train_stream is not None:  # fresh prompts every step: nothing to memorise
-            return self.task.train_stream(self.config.seed, step, round_, self.config.prompts_per_step)
-        rng = np.random.default_rng(_step_seed(self.config.seed, step, round_))
-        pool = self.task.train
-        count = min(self.config.prompts_per_step, len(pool))
-        return [pool[i] for i in rng.choice(len(pool), size=count, replace=False)]
-
     def _sample_round(self, step: int, round_: int) -> ScoredBatch:
-        problems = self._choose_problems(step, round_)
-        generator = torch.Generator().manual_seed(_step_seed(self.config.seed, step, round_))
+        problems: list[Problem] = step_problems(self.task, self.config, step, round_)
+        generator = torch.Generator().manual_seed(step_seed(self.config.seed, step, round_))
         scored = collect_batch(self.model, self.policy.tokenizer, problems, self.verifier,
                                num_samples=self.config.group_size, max_new_tokens=self.max_new_tokens,
                                use_chat_template=self.task.use_chat_template, temperature=self.config.temperature,
@@ -194,7 +153,7 @@ class Trainer:
         """Sample (with dynamic sampling: several rounds) and return the batch to train on."""
         scored = self._sample_round(step, 0)
         scores = scored.scores
-        extra: dict[str, float] = {"rollout/verifier_errors": scores.errors, "rollout/unscorable": scores.unscorable,
+        extra: dict[str, float] = {"rollout/verifier_errors": scores.errors,
                                    "rollout/verifier_timeouts": scores.timeouts,
                                    "rollout/prompts_truncated": scored.rollout.prompts_truncated}
         batch, seen = StepBatch.from_scored(scored), scored.rewards
@@ -238,7 +197,8 @@ class Trainer:
                                max_length=self.max_new_tokens, reference=self.reference)
         update_time = time.perf_counter() - update_started
         self._log_rollouts(step, batch, per_completion)
-        metrics = {**batch.rollout_metrics(self.completions_generated), **extra,
+        figures = rollout_figures(batch.rewards, batch.lengths, batch.truncated.tolist(), self.completions_generated)
+        metrics = {**figures, "rollout/entropy": batch.sampling_entropy(), **extra,
                    **starvation_metrics(batch.rewards, per_completion, lengths=batch.lengths,
                                         window=self.success_window),
                    **update, **grad_metrics}
@@ -254,16 +214,10 @@ class Trainer:
 
     def _log_rollouts(self, step: int, batch: StepBatch, advantages: torch.Tensor) -> None:
         g = batch.group_size
-        self.rollout_log.write(step, {
-            "step": [step] * batch.size,
-            "prompt_id": [p.id for p in batch.problems for _ in range(g)],
-            "sample": [i % g for i in range(batch.size)],
-            "completion": batch.texts,
-            "reward": batch.rewards.reshape(-1).tolist(),
-            "advantage": advantages.reshape(-1).tolist(),
-            "length": batch.lengths.reshape(-1).tolist(),
-            "truncated": batch.truncated.tolist(),
-        })
+        self.shell.write_rollouts(step, rollout_table(
+            step, [p.id for p in batch.problems for _ in range(g)], batch.texts, batch.rewards.reshape(-1).tolist(),
+            advantages.reshape(-1).tolist(), batch.lengths.reshape(-1).tolist(), batch.truncated.tolist(),
+            group_size=g))
 
     # ------------------------------------------------------------------ the run
 
@@ -278,7 +232,7 @@ class Trainer:
             raise write_error(getattr(error, "filename", None) or self.run_dir, error,
                               fix="free disk space, then rerun with --resume") from None
         finally:
-            self.lock.release()
+            self.shell.release()
 
     def _run(self) -> RunResult:
         config = self.config
@@ -287,9 +241,9 @@ class Trainer:
         metrics: dict[str, Any] = {}
         for step in range(self.start_step + 1, config.steps + 1):
             metrics = self.step(step)
-            self.metrics_log.write(step, metrics)
+            self.shell.record_step(step, metrics)
             self._stop_if_diverged(step, metrics)
-            if config.eval_every and step % config.eval_every == 0 and step < config.steps:
+            if self.shell.evaluation_due(step):
                 self._evaluate(step, "step")
             if step == config.steps:
                 self._evaluate(step, "end")
@@ -297,15 +251,12 @@ class Trainer:
                 self._save(step)
             if self.on_step is not None:
                 self.on_step(step, metrics)
-        self.metrics_log.close()
-        return finish_run(self.run_dir, self._current_policy(), config, metrics)
+        return self.shell.finish(self._current_policy(), metrics)
 
     def _stop_if_diverged(self, step: int, metrics: dict[str, Any]) -> None:
         reason = divergence_reason(metrics, self.params.values())
         if reason is not None:
-            self.metrics_log.close()
-            raise record_divergence(self.run_dir, step, reason, lr=self.config.lr, steps=self.config.steps,
-                                    metrics=metrics)
+            raise self.shell.diverged(step, reason, metrics)
 
     def _current_policy(self) -> Policy:
         """The policy being trained: the (LoRA-wrapped) model with the loaded policy's tokenizer."""
@@ -313,36 +264,13 @@ class Trainer:
 
     def _evaluate(self, step: int, phase: str) -> dict[str, Any]:
         """Evaluate the current policy on the config's ``eval_split`` and append the row to ``eval.jsonl``."""
-        cache_dir = self.start_eval_cache if phase == "start" else None
-        result = evaluate_policy(self._current_policy(), self.task, self.config,
-                                 max_new_tokens=self.max_new_tokens, cache_dir=cache_dir)
-        row = {"step": step, "phase": phase, "completions_generated": self.completions_generated, **result}
-        append_evaluation(self.run_dir, row)
-        return row
+        return self.shell.evaluate(self._current_policy(), step, phase, cache_dir=self.start_eval_cache,
+                                   completions_generated=self.completions_generated)
 
 
-def _prepare_run_dir(run_dir: Path) -> None:
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write-test-{os.getpid()}"  # per process: two starting writers must not collide
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise UserError(
-            f"cannot write to output directory {run_dir} ({error.strerror}); choose a writable --out"
-        ) from None
-
-
-def _nothing_to_resume(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds neither a saved config nor a checkpoint (a resume there is a fresh run)."""
-    return not (run_dir / "config.yaml").exists() and not any((run_dir / "checkpoints").glob("step-*"))
-
-
-def _check_task_fits(config: TrainConfig, task: Task) -> None:
-    """Refuse a step size the task cannot fill, rather than train on fewer prompts than asked."""
-    if task.train_stream is None and config.prompts_per_step > len(task.train):
-        raise UserError(f"prompts_per_step {config.prompts_per_step} is more than the {len(task.train)} train "
-                        f"prompts of task {task.name!r}; lower --prompts-per-step (or give the task more prompts)")
+def _has_checkpoint(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a checkpoint of this engine (``checkpoints/step-*``)."""
+    return any((run_dir / "checkpoints").glob("step-*"))
 
 
 def _check_estimator(config: TrainConfig) -> None:
@@ -395,19 +323,4 @@ def _perf_metrics(batch: StepBatch, started: float, rollout_time: float, update_
         "perf/rollout_tokens_per_s": tokens / rollout_time if rollout_time > 0 else 0.0,
         "perf/train_tokens_per_s": train_tokens / update_time if update_time > 0 else 0.0,
     }
-
-
-def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
-          on_step: StepCallback | None = None, start_eval_cache: Path | None = None,
-          overwrite: bool = False) -> RunResult:
-    """Train one run with the config's engine; the Python API behind ``grpolab train`` and every run of
-    ``grpolab compare``. ``start_eval_cache``: a sweep's shared start evaluations; ``overwrite``: replace the
-    run already in ``run_dir``."""
-    if config.engine == "trl":
-        from grpolab.train.trl_engine.run import run_trl
-
-        return run_trl(config, run_dir, resume=resume, on_step=on_step, start_eval_cache=start_eval_cache,
-                       overwrite=overwrite)
-    return Trainer(config, run_dir, resume=resume, on_step=on_step, start_eval_cache=start_eval_cache,
-                   overwrite=overwrite).run()
 

@@ -19,21 +19,20 @@ With num_iterations mu > 1 a grpolab step is mu optimiser steps; its row has the
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from transformers import TrainerCallback
 
 from grpolab.devices import to_host
 from grpolab.integrations.trl import GRPOTrainer
 from grpolab.metric_keys import trl_names
-from grpolab.train.runlog import MetricsLog, RolloutLog
+from grpolab.train.divergence import non_finite_metric
+from grpolab.train.shell import RunShell, rollout_figures, rollout_table
 
 __all__ = ["RecordingGRPOTrainer", "RolloutRecord", "RunRecorder"]
 
@@ -74,20 +73,6 @@ class RecordingGRPOTrainer(GRPOTrainer):
         return output
 
 
-def rollout_metrics(rewards: np.ndarray, lengths: np.ndarray, truncated: list[bool], step: int) -> dict[str, float]:
-    """grpolab's ``rollout/*`` figures of one batch: rewards and lengths [P, G] (NaN reward: unscorable)."""
-    scored = rewards[~np.isnan(rewards)]
-    return {
-        "rollout/reward_mean": float(scored.mean()) if scored.size else 0.0,
-        "rollout/accuracy": float((scored >= 0.5).mean()) if scored.size else 0.0,
-        "rollout/completion_length": float(lengths.mean()) if lengths.size else 0.0,
-        "rollout/truncated": float(np.mean(truncated)) if truncated else 0.0,
-        "rollout/groups": float(rewards.shape[0]),
-        "rollout/completions_generated": float(step * rewards.size),  # no dynamic sampling: B per step
-        "rollout/unscorable": float(np.isnan(rewards).sum()),
-    }
-
-
 class RunRecorder(TrainerCallback):
     """Writes a TRL-engine run's logs as the run goes (main process only) and stops a diverged run.
 
@@ -95,19 +80,17 @@ class RunRecorder(TrainerCallback):
         trainer: the ``RecordingGRPOTrainer`` (set after it is built).
         iterations: mu, optimiser steps per grpolab step.
         steps: the grpolab steps of the run.
-        metrics_log, rollout_log: the run's logs (None on the other processes).
-        evaluate: ``fn(step)`` evaluating at a step (``eval_every``; called on every process).
-        eval_every: grpolab steps between evaluations during the run (0: none).
+        shell: the run's shell (on every process; only the main process's shell writes).
+        evaluate: ``fn(step)`` evaluating at a step (when the shell's ``evaluation_due``; called on every process).
         on_step: grpolab's ``fn(step, metrics)`` (the progress bar and a sweep's messages).
     """
 
-    def __init__(self, *, iterations: int, steps: int, metrics_log: MetricsLog | None,
-                 rollout_log: RolloutLog | None, evaluate: Callable[[int], None], eval_every: int,
+    def __init__(self, *, iterations: int, steps: int, shell: RunShell, evaluate: Callable[[int], None],
                  on_step: Callable[[int, dict[str, Any]], None] | None) -> None:
         self.trainer: RecordingGRPOTrainer | None = None
         self.iterations, self.steps = iterations, steps
-        self.metrics_log, self.rollout_log = metrics_log, rollout_log
-        self.evaluate, self.eval_every, self.on_step = evaluate, eval_every, on_step
+        self.shell = shell
+        self.evaluate, self.on_step = evaluate, on_step
         self.written = 0
         self.last_metrics: dict[str, Any] = {}
         self.diverged: tuple[int, str] | None = None
@@ -137,8 +120,7 @@ class RunRecorder(TrainerCallback):
         if self._pending is not None:
             self._pending.result()  # re-raises a failed write
             self._pending = None
-        if self.metrics_log is not None:
-            self.metrics_log.sync()
+        self.shell.sync_logs()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         step = self.grpolab_step(state.global_step)
@@ -146,18 +128,18 @@ class RunRecorder(TrainerCallback):
         if step is None or step <= self.written or "loss" not in logs:
             return control
         self.written = step
-        problem = _non_finite(logs)
+        problem = non_finite_metric({"loss/total": logs.get("loss"), "loss/grad_norm": logs.get("grad_norm")})
         if problem is not None:
             self.diverged = (step, problem)
             control.should_training_stop, control.should_save = True, False
             return control
-        if self.metrics_log is not None:
+        if self.shell.writer:
             self.last_metrics = self._row(step, logs)
-            self.metrics_log.write(step, self.last_metrics, sync=False)  # flushed; fsynced with each checkpoint
+            self.shell.record_step(step, self.last_metrics, sync=False)  # flushed; fsynced with each checkpoint
             self._write_rollouts(step)
             if self.on_step is not None:
                 self.on_step(step, self.last_metrics)
-        if self.eval_every and step % self.eval_every == 0 and step < self.steps:
+        if self.shell.evaluation_due(step):
             self.evaluate(step)
         return control
 
@@ -165,7 +147,9 @@ class RunRecorder(TrainerCallback):
         groups, record = self.trainer.last_groups, self.trainer.last_record
         rewards, lengths = to_host(groups.rewards).double().numpy(), to_host(groups.lengths).numpy()
         step_time = time.perf_counter() - self._step_started
-        row: dict[str, Any] = {**rollout_metrics(rewards, lengths, record.truncated, step), **groups.starvation}
+        # no dynamic sampling: B completions per step
+        row: dict[str, Any] = {**rollout_figures(rewards, lengths, record.truncated, step * rewards.size),
+                               **groups.starvation}
         row.update({ours: float(logs[theirs]) for theirs, ours in _TRL_NAMES.items() if _number(logs.get(theirs))})
         row.update({"perf/step_time": step_time, "perf/rollout_time": record.seconds,
                     "perf/update_time": max(step_time - record.seconds, 0.0)})
@@ -176,26 +160,16 @@ class RunRecorder(TrainerCallback):
         """Write the step's rollout table on the writer thread (one at a time, in step order), so that the
         Parquet encoding overlaps the next step; ``drain`` waits for it."""
         groups, record = self.trainer.last_groups, self.trainer.last_record
-        g = groups.rewards.shape[1]
+        table = rollout_table(step, record.prompt_ids, record.texts,
+                              to_host(groups.rewards).reshape(-1).float().tolist(),
+                              to_host(groups.advantages).reshape(-1).float().tolist(),
+                              to_host(groups.lengths).reshape(-1).int().tolist(), record.truncated,
+                              group_size=groups.rewards.shape[1])
         if self._pending is not None:
             self._pending.result()
-        self._pending = self._writer.submit(self.rollout_log.write, step, {
-            "step": [step] * len(record.texts), "prompt_id": record.prompt_ids,
-            "sample": [i % g for i in range(len(record.texts))], "completion": record.texts,
-            "reward": to_host(groups.rewards).reshape(-1).float().tolist(),
-            "advantage": to_host(groups.advantages).reshape(-1).float().tolist(),
-            "length": to_host(groups.lengths).reshape(-1).int().tolist(), "truncated": record.truncated,
-        })
+        self._pending = self._writer.submit(self.shell.write_rollouts, step, table)
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
-
-def _non_finite(logs: dict[str, Any]) -> str | None:
-    """The reason a step diverged: TRL's loss or gradient norm is not a finite number."""
-    for key, what in (("loss", "loss"), ("grad_norm", "gradient norm")):
-        value = logs.get(key)
-        if _number(value) and not math.isfinite(value):
-            return f"the {what} is {value}"  # worded as grpolab.train.divergence words it
-    return None

@@ -2,10 +2,10 @@
 
 TRL generates, computes the loss and steps the optimiser (on whatever device and processes ``accelerate``
 gives it, with vLLM if asked); grpolab loads the model, builds the task's prompts, scores with the task's
-verifier as TRL's reward function, makes the advantages with its estimator, evaluates with its own
-``evaluate`` at the start and the end, and writes the run directory a grpolab run writes (``config.yaml``,
-``metrics.jsonl``, ``rollouts/``, ``eval.jsonl``, ``summary.json``, ``final/``). Under ``accelerate launch``
-every process trains; only the main one holds the run directory's lock and writes it.
+verifier as TRL's reward function and makes the advantages with its estimator. The run around TRL's steps is the
+run shell grpolab's own engine runs in (``grpolab.train.shell``): the run directory and its lock, the settings, the
+step's prompts, the logs, the evaluations at the start and the end, and ``summary.json`` and ``final/``. Under
+``accelerate launch`` every process trains; only the main one holds the run directory's lock and writes it.
 
 Devices: ``device`` cpu keeps TRL on the CPU (``use_cpu``); auto or cuda give TRL accelerate's device (with one
 process, the GPU ``device`` names; under ``accelerate launch``, each process's own). grpolab's evaluation samples on
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,41 +36,20 @@ from typing import Any
 import numpy as np
 
 from grpolab import devices, verifiers
-from grpolab.config import TrainConfig, save_config
+from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.models import Policy, load_policy
 from grpolab.rewards import check_scores, score_batch
-from grpolab.tasks import Problem, Task
-from grpolab.train.divergence import RunDiverged, record_divergence
-from grpolab.train.lifecycle import (
-    RunResult,
-    append_evaluation,
-    check_logs_reach,
-    evaluate_policy,
-    finish_run,
-    load_task_for,
-    prepare_eval_log,
-    write_task_summary,
-)
-from grpolab.train.lock import DirectoryLock
-from grpolab.train.ownership import check_fresh_run_dir
-from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends, read_metrics
-from grpolab.train.settings import check_resume, load_saved_config, record_resume
+from grpolab.tasks import Task
+from grpolab.train.lifecycle import RunResult
+from grpolab.train.runlog import read_metrics
+from grpolab.train.shell import RunShell, step_problems
 from grpolab.train.trl_engine.arguments import check_supported, grpo_arguments, lora_config
 
-__all__ = ["latest_checkpoint", "run_trl", "step_problems"]
+__all__ = ["TRLRun", "latest_checkpoint"]
 
 StepCallback = Callable[[int, dict[str, Any]], None]
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-
-
-def step_problems(task: Task, config: TrainConfig, step: int) -> list[Problem]:
-    """The P prompts of step ``step`` (1-based): those grpolab's own engine draws (``Trainer._choose_problems``)."""
-    if task.train_stream is not None:
-        return task.train_stream(config.seed, step, 0, config.prompts_per_step)
-    rng = np.random.default_rng((config.seed * 1_000_003 + step * 7_919) % (2**63 - 1))
-    pool = task.train
-    return [pool[i] for i in rng.choice(len(pool), size=min(config.prompts_per_step, len(pool)), replace=False)]
 
 
 def _rows(task: Task, config: TrainConfig, chat: bool, steps: int) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -156,58 +134,29 @@ class TRLRun:
         self.start_eval_cache = start_eval_cache
         self.state = PartialState()
         self.main = self.state.is_main_process
-        self.lock = DirectoryLock(self.run_dir, "grpolab train --engine trl") if self.main else None
-        if self.main:
-            _prepare_run_dir(self.run_dir)
-            self.lock.acquire()
-        try:
-            if self.main and (not resume or latest_checkpoint(self.run_dir) is None):
-                _check_fresh(self.run_dir, config, overwrite=overwrite, resume=resume)
-            self._set_up(resume)
+        self.shell = RunShell(config, self.run_dir, command="grpolab train --engine trl", writer=self.main)
+        try:  # under the lock: --overwrite deletes no live files
+            has_checkpoint = latest_checkpoint(self.run_dir) is not None
+            self.shell.check_fresh(resume=resume, overwrite=overwrite, has_checkpoint=has_checkpoint)
+            self._set_up(resume, has_checkpoint)
         except BaseException:
-            self.release()
+            self.shell.release()
             raise
 
-    def release(self) -> None:
-        if self.lock is not None:
-            self.lock.release()
-
-    def _set_up(self, resume: bool) -> None:
+    def _set_up(self, resume: bool, has_checkpoint: bool) -> None:
         config = self.config
-        saved = load_saved_config(self.run_dir) if resume else None
-        if saved is not None:
-            check_resume(self.run_dir, saved, config)
+        saved = self.shell.resume_settings(has_checkpoint=has_checkpoint) if resume else None
         if config.threads:
             import torch
 
             torch.set_num_threads(config.threads)
-        self.task = load_task_for(config)
-        if self.task.train_stream is None and config.prompts_per_step > len(self.task.train):
-            raise UserError(f"prompts_per_step {config.prompts_per_step} is more than the {len(self.task.train)} "
-                            f"train prompts of task {self.task.name!r}; lower --prompts-per-step")
-        self.max_new_tokens = config.max_new_tokens or self.task.max_new_tokens
+        self.task = self.shell.load_task()
+        self.max_new_tokens = self.shell.max_new_tokens
         self.policy = load_policy(config.model)
         self.checkpoint = latest_checkpoint(self.run_dir) if resume else None
         self.start_step = _checkpoint_step(self.checkpoint, config)
-        if self.main:
-            self._prepare_logs(resume, saved)
-
-    def _prepare_logs(self, resume: bool, saved: TrainConfig | None) -> None:
-        config = self.config
-        if resume and self.start_step:  # before training (and before an extension drops summary.json): no gap
-            check_logs_reach(self.run_dir, config, self.start_step)
-        changes = {} if saved is None else record_resume(self.run_dir, saved, config, self.start_step)
-        if "steps" in changes:
-            (self.run_dir / "summary.json").unlink(missing_ok=True)
-        save_config(config, self.run_dir / "config.yaml")
-        write_task_summary(self.task, self.run_dir)
-        resume_from = self.start_step + 1 if resume else None
         # report_to's backends get metrics.jsonl's rows, as in the grpolab engine (TRL's report_to is none)
-        self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl", resume_from_step=resume_from,
-                                      backends=open_backends(config, self.run_dir, resume=resume))
-        self.rollout_log = RolloutLog(self.run_dir / "rollouts", resume_from_step=resume_from)
-        prepare_eval_log(self.run_dir / "eval.jsonl", resume_from_step=resume_from if self.start_step else None,
-                         extended="steps" in changes)
+        self.shell.open_logs(resume=resume, saved=saved, start_step=self.start_step)
 
     def _trainer(self) -> Any:
         from trl import GRPOConfig
@@ -225,10 +174,8 @@ class TRLRun:
         args = GRPOConfig(**arguments, use_cpu=device.type == "cpu")
         chat = bool(self.task.use_chat_template and getattr(self.policy.tokenizer, "chat_template", None))
         self.recorder = RunRecorder(iterations=config.num_iterations, steps=config.steps,
-                                    metrics_log=self.metrics_log if self.main else None,
-                                    rollout_log=self.rollout_log if self.main else None,
-                                    evaluate=lambda step: self._evaluate(step, "step"),
-                                    eval_every=config.eval_every, on_step=self.on_step)
+                                    shell=self.shell,
+                                    evaluate=lambda step: self._evaluate(step, "step"), on_step=self.on_step)
         self.recorder.written = self.start_step
         trainer = RecordingGRPOTrainer(
             model=self.policy.model, processing_class=self.policy.tokenizer, args=args,
@@ -251,13 +198,8 @@ class TRLRun:
         """grpolab's evaluation on the main process, on the model's device (its sampling loop runs there); the
         others wait."""
         if self.main:
-            cache = self.start_eval_cache if phase == "start" else None
-            policy = self._current_policy()
-            result = evaluate_policy(policy, self.task, self.config,
-                                     max_new_tokens=self.max_new_tokens, cache_dir=cache)
-            completions = step * self.config.completions_per_step
-            append_evaluation(self.run_dir, {"step": step, "phase": phase, "completions_generated": completions,
-                                             **result})
+            self.shell.evaluate(self._current_policy(), step, phase, cache_dir=self.start_eval_cache,
+                                completions_generated=step * self.config.completions_per_step)
         self.state.wait_for_everyone()
 
     def run(self) -> RunResult:
@@ -273,11 +215,9 @@ class TRLRun:
                 self._evaluate(self.config.steps, "end")
             return self._finish()
         finally:
-            if self.main:
-                if hasattr(self, "recorder"):
-                    self.recorder.drain()
-                self.metrics_log.close()
-            self.release()
+            if self.main and hasattr(self, "recorder"):
+                self.recorder.drain()
+            self.shell.release()
 
     def _ended(self) -> bool:
         """Whether ``eval.jsonl`` already holds the end evaluation (a finished run resumed again), as the main
@@ -292,7 +232,7 @@ class TRLRun:
         metrics = self.recorder.last_metrics or _last_row(self.run_dir)
         if self.main:
             self.recorder.drain()
-            result = finish_run(self.run_dir, self._current_policy(), self.config, metrics)
+            result = self.shell.finish(self._current_policy(), metrics)
         else:
             result = RunResult(self.run_dir, self.config.steps, metrics, [])
         self.state.wait_for_everyone()
@@ -301,10 +241,7 @@ class TRLRun:
     def _diverged(self, step: int, reason: str) -> None:
         """End a diverged run as grpolab's engine does (``grpolab.train.divergence``): ``summary.json`` with
         status diverged, the last good checkpoint kept, no ``final/``, one line."""
-        error = RunDiverged(f"the run diverged at step {step}: {reason}", step)
-        if self.main:
-            error = record_divergence(self.run_dir, step, reason, lr=self.config.lr, steps=self.config.steps,
-                                      metrics=self.recorder.last_metrics)
+        error = self.shell.diverged(step, reason, self.recorder.last_metrics)
         self.state.wait_for_everyone()
         raise error
 
@@ -313,32 +250,3 @@ def _last_row(run_dir: Path) -> dict[str, Any]:
     rows = read_metrics(run_dir / "metrics.jsonl")
     return {k: v for k, v in rows[-1].items() if k != "step"} if rows else {}
 
-
-def _check_fresh(run_dir: Path, config: TrainConfig, *, overwrite: bool, resume: bool) -> None:
-    """A fresh run (or a resume with nothing to resume) refuses what grpolab's engine refuses
-    (``grpolab.train.ownership``), and a TRL run's checkpoints too, unless ``overwrite``."""
-    checkpoints = run_dir / "checkpoints"
-    if not resume and not overwrite and checkpoints.is_dir() and any(checkpoints.glob("checkpoint-*")):
-        raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, or choose a new --out "
-                        "(or pass --overwrite to replace it)")
-    if resume and (run_dir / "config.yaml").exists():
-        return  # saved settings and no checkpoint: the run starts again under them (checked in _set_up)
-    check_fresh_run_dir(run_dir, overwrite=overwrite, config=config)
-
-
-def _prepare_run_dir(run_dir: Path) -> None:
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise UserError(f"cannot write to output directory {run_dir} ({error.strerror}); choose a writable --out") \
-            from None
-
-
-def run_trl(config: TrainConfig, run_dir: str | Path, *, resume: bool = False, on_step: StepCallback | None = None,
-            start_eval_cache: Path | None = None, overwrite: bool = False) -> RunResult:
-    """Train one run with the TRL engine; what ``grpolab.train.train`` calls for ``engine: trl``."""
-    return TRLRun(config, Path(run_dir), resume=resume, on_step=on_step, start_eval_cache=start_eval_cache,
-                  overwrite=overwrite).run()
