@@ -1,5 +1,6 @@
-"""Which pairs the report tests (grpolab.report.comparisons): the primary pair alone, the secondary pairs
-Holm-adjusted among themselves, the pairs that are one update under Adam named and never tested."""
+"""Which pairs the report tests (grpolab.report.comparisons): the primary pair at every G as one Holm family,
+the other pairs as a second, paired by seed where the seeds pair, the pairs that are one update under Adam named
+and never tested."""
 
 from __future__ import annotations
 
@@ -56,17 +57,32 @@ def test_a_same_update_pair_at_different_lrs_stands_for_nobody() -> None:
                                frozenset(("dr_grpo", "grpo")): "same_update"}
 
 
-def test_the_primary_p_is_raw_and_the_secondary_ones_are_holm_adjusted_among_themselves() -> None:
-    results, _, config = synthetic_sweep(ALL, seeds=3, sizes=(4,))
+def test_the_primary_family_is_holm_corrected_across_g_and_the_secondary_family_across_cells() -> None:
+    results, _, config = synthetic_sweep(ALL, seeds=3, sizes=(2, 4))
     rows, _ = comparisons(run_table(results), config)
-    primary = next(r for r in rows if r["role"] == "primary")
-    raw = scipy_stats.ttest_ind(FINALS[("sign", 4)], FINALS[("dr_grpo", 4)], equal_var=False).pvalue
-    assert primary["welch_p"] == pytest.approx(raw) and primary["welch_p_holm"] == pytest.approx(raw)
-    secondary = [r for r in rows if r["role"] == "secondary"]
-    np.testing.assert_allclose([r["welch_p_holm"] for r in secondary],
-                               holm_correction([r["welch_p"] for r in secondary]))
-    assert primary["difference_low"] < primary["mean_difference"] < primary["difference_high"]
-    assert primary["prob_improvement"] == 1.0 and primary["iqm_a"] == pytest.approx(0.78)
+    primary = [r for r in rows if r["role"] == "primary"]
+    assert [r["group_size"] for r in primary] == [2, 4] and {r["family_size"] for r in primary} == {2}
+    raw = [scipy_stats.ttest_rel(FINALS[("sign", g)], FINALS[("dr_grpo", g)]).pvalue for g in (2, 4)]
+    assert [r["p"] for r in primary] == pytest.approx(raw) and {r["test"] for r in primary} == {"paired t"}
+    assert [r["p_holm"] for r in primary] == pytest.approx(holm_correction(raw))  # one family over G = 2 and 4
+    assert [r["p_holm"] for r in primary] != pytest.approx(raw)  # the correction changed something
+    secondary = [r for r in rows if r["role"] == "secondary"]  # sign vs grpo and dr_grpo vs grpo, at G = 4
+    assert {r["family_size"] for r in secondary} == {len(secondary)} == {2}
+    np.testing.assert_allclose([r["p_holm"] for r in secondary], holm_correction([r["p"] for r in secondary]))
+    np.testing.assert_allclose([r["tost_p_holm"] for r in secondary],
+                               holm_correction([r["tost_p"] for r in secondary]))
+    first = primary[0]
+    assert first["difference_low"] < first["mean_difference"] < first["difference_high"]
+    assert first["prob_improvement"] == 1.0 and first["iqm_a"] == pytest.approx(0.74)
+    assert first["greedy_p_holm"] == pytest.approx(first["p_holm"])  # pass@1 = greedy accuracy in this sweep
+
+
+def test_arms_whose_seeds_do_not_pair_fall_back_to_welch() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(4,))
+    keep = ~(results["estimator"].eq("sign") & results["seed"].eq(2))  # sign lost seed 2: 2 vs 3 seeds
+    rows, _ = comparisons(run_table(results[keep]), config)
+    raw = scipy_stats.ttest_ind(FINALS[("sign", 4)][:2], FINALS[("dr_grpo", 4)], equal_var=False).pvalue
+    assert rows[0]["test"] == "Welch" and rows[0]["p"] == pytest.approx(raw) and rows[0]["family_size"] == 1
 
 
 def test_no_same_update_claim_with_a_kl_term_or_hyper_parameters() -> None:

@@ -16,34 +16,64 @@ from report_sweeps import FINALS, shifted, synthetic_sweep, with_diverged, with_
 
 
 def _bullets(results, config, **kwargs) -> list[str]:
-    return verdict_section(results, None, config, **kwargs).bullets
+    """The verdict's bullets after the first, which says when the primary comparison was declared."""
+    return verdict_section(results, None, config, **kwargs).bullets[1:]
 
 
-def test_the_primary_comparison_comes_first_tested_alone() -> None:
+def test_the_primary_comparison_comes_first_paired_and_holm_corrected_over_its_family() -> None:
     results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo", "rloo"), seeds=3, sizes=(2, 4))
     bullets = _bullets(results, config)
-    p = scipy_stats.ttest_ind(FINALS[("sign", 2)], FINALS[("dr_grpo", 2)], equal_var=False).pvalue
-    assert bullets[0].startswith("Primary comparison (sign vs dr_grpo, declared before the runs), G = 2: "
-                                 "sign - dr_grpo = +44.0 points, 95% CI [")
-    assert f"(Welch p = {p:.2g}, tested alone, n = 3 vs 3): sign is significantly better; P(sign > dr_grpo) = 1.00 [" \
-        in bullets[0]
+    paired = [scipy_stats.ttest_rel(FINALS[("sign", g)], FINALS[("dr_grpo", g)]).pvalue for g in (2, 4)]
+    holm = [min(1.0, max(2 * min(paired), p if p == max(paired) else 2 * p)) for p in paired]  # Holm over two
+    assert bullets[0].startswith("Primary comparison (sign vs dr_grpo), G = 2: on pass@1, sign > dr_grpo by 44.0 "
+                                 "points, 95% CI [")
+    assert (f"(paired t p = {paired[0]:.2g}, Holm-adjusted {holm[0]:.2g} over the primary family of 2 tests, "
+            "n = 3 vs 3); P(sign > dr_grpo) = 1.00 [") in bullets[0]
     assert "interquartile means 74.0% vs 30.0%" in bullets[0]  # 3 runs: floor(3 / 4) = 0 cut, the plain means
-    assert bullets[1].startswith("Primary comparison (sign vs dr_grpo, declared before the runs), G = 4: ")
+    assert "; greedy accuracy agrees (sign - dr_grpo = +44.0 points, Holm-adjusted paired t p = " in bullets[0]
+    assert bullets[1].startswith("Primary comparison (sign vs dr_grpo), G = 4: on pass@1, ")
+    assert f"Holm-adjusted {holm[1]:.2g} over the primary family of 2 tests" in bullets[1]
     verdict = "\n".join(bullets)
     assert "G = 2: dr_grpo and grpo are the same update under Adam at G = 2" in verdict
     assert "G = 4: dr_grpo and rloo are the same update under Adam at G = 4" in verdict
     assert "dr_grpo and grpo are the same update under Adam at G = 4" not in verdict
 
 
+def test_when_the_primary_was_declared_is_said_and_a_change_after_results_flagged() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
+    first = verdict_section(results, None, config).bullets[0]
+    assert first.startswith("The primary comparison is sign vs dr_grpo; when it was declared is not recorded")
+    record = {"primary_declared": "2026-11-26T13:00:00Z", "primary_declared_after_results": False,
+              "primary_replaced": ""}
+    before = verdict_section(results, None, {**config, "primary_declaration": record}).bullets[0]
+    assert before == ("The primary comparison sign vs dr_grpo was declared at 2026-11-26T13:00:00Z, before any run "
+                      "of this sweep trained.")
+    changed = {**record, "primary_declared_after_results": True, "primary_replaced": "sign,grpo"}
+    after = verdict_section(results, None, {**config, "primary_declaration": changed}).bullets[0]
+    assert after.startswith("CHANGED AFTER RESULTS: the primary comparison sign vs dr_grpo was declared at "
+                            "2026-11-26T13:00:00Z, after runs of this sweep had trained, replacing sign vs grpo")
+
+
+def test_a_verdict_that_holds_on_pass_at_1_and_not_on_greedy_accuracy_says_so() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
+    ends = results["phase"].eq("end") & results["estimator"].eq("sign")
+    flat = results.copy()  # sign's greedy accuracy becomes dr_grpo's, seed by seed; its pass@1 stays ahead
+    flat.loc[ends, "greedy_accuracy"] = FINALS[("dr_grpo", 2)]
+    primary = _bullets(flat, config)[0]
+    assert "on pass@1, sign > dr_grpo by 44.0 points" in primary
+    assert "; this holds on pass@1 but not on greedy accuracy, where sign and dr_grpo are equivalent within " \
+           "+-5.0 points (TOST p = 0" in primary
+
+
 def test_a_declared_primary_pair_and_one_that_is_the_same_update() -> None:
     results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=3, sizes=(2, 4))
     declared = {**config, "compare": {"primary": "grpo,sign"}}
     assert _bullets(results, declared)[0].startswith(
-        "Primary comparison (grpo vs sign, declared before the runs), G = 2: grpo - sign = -42.0 points")  # 0.32 - 0.74
+        "Primary comparison (grpo vs sign), G = 2: on pass@1, sign > grpo by 42.0 points")  # 0.74 - 0.32
     same = _bullets(results, {**config, "compare": {"primary": "grpo,dr_grpo"}})
-    assert same[0].startswith("Primary comparison (grpo vs dr_grpo, declared before the runs), G = 2: not tested: "
+    assert same[0].startswith("Primary comparison (grpo vs dr_grpo), G = 2: not tested: "
                               "grpo and dr_grpo are the same update under Adam at G = 2")
-    assert same[1].startswith("Primary comparison (grpo vs dr_grpo, declared before the runs), G = 4: grpo - dr_grpo")
+    assert same[1].startswith("Primary comparison (grpo vs dr_grpo), G = 4: on pass@1, ")
     missing = _bullets(results, {**config, "compare": {"primary": "sign,rloo"}})
     assert missing[0].endswith("G = 2: not testable: rloo has no finished run here.")
 
@@ -85,15 +115,15 @@ def test_variants_group_the_verdict_and_the_report(tmp_path: Path) -> None:
     results, metrics, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
     varied = with_variants({"max_grad_norm=1": results, "max_grad_norm=0": shifted(results, "dr_grpo", 0.40)})
     bullets = _bullets(varied, config)
-    assert bullets[0].startswith("Primary comparison (sign vs dr_grpo, declared before the runs), G = 2 "
-                                 "(max_grad_norm=0): sign - dr_grpo = +4.0 points")
-    assert bullets[1].startswith("Primary comparison (sign vs dr_grpo, declared before the runs), G = 2 "
-                                 "(max_grad_norm=1): sign - dr_grpo = +44.0 points")
+    assert bullets[0].startswith("Primary comparison (sign vs dr_grpo), G = 2 (max_grad_norm=0): on pass@1, "
+                                 "no evidence either way at this n (sign - dr_grpo = +4.0 points")
+    assert bullets[1].startswith("Primary comparison (sign vs dr_grpo), G = 2 (max_grad_norm=1): on pass@1, "
+                                 "sign > dr_grpo by 44.0 points")
     metrics = with_variants({"max_grad_norm=1": metrics, "max_grad_norm=0": metrics})
     _, md_path = write_report(tmp_path, varied, metrics, config)
     markdown = md_path.read_text()
     assert "| max_grad_norm=0 | dr_grpo | 2 | 3 | 65.0% | 70.0% |" in markdown  # every evaluation + 0.40
-    assert "| max_grad_norm=1 | 2 | sign vs dr_grpo | primary (alone) |" in markdown
+    assert "| max_grad_norm=1 | 2 | sign vs dr_grpo | primary (Holm, its family) |" in markdown
 
 
 def test_a_same_update_pair_at_different_lrs_differs_by_its_lr_alone() -> None:

@@ -3,6 +3,8 @@ saved before a setting existed; the training settings a sweep owns are refused a
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from grpolab.errors import UserError
 from grpolab.sweep.settings import (
     adopt_saved_settings,
     check_sweep_settings,
+    primary_declaration,
     refuse_sweep_owned,
     sweep_defaults,
     sweep_train_settings,
@@ -50,6 +53,39 @@ def test_the_primary_comparison_and_the_gpus_may_change_on_a_trained_sweep(tmp_p
     with pytest.raises(UserError, match=r"vary ''; this command gives vary 'max_grad_norm=0,1'"):
         check_sweep_settings(tmp_path, {**settings, "compare": dict(later.to_dict(), vary="max_grad_norm=0,1")},
                              sweep_defaults())
+
+
+def test_the_primary_is_saved_with_when_it_was_declared_and_flagged_when_changed_after_results(
+        tmp_path: Path) -> None:
+    def settings(primary: str) -> dict:
+        return {"compare": CompareConfig(estimators="sign,dr_grpo,grpo", primary=primary).to_dict(),
+                "train": TrainConfig().to_dict()}
+
+    first = check_sweep_settings(tmp_path, settings("sign,dr_grpo"), sweep_defaults())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", first["primary_declared"])
+    assert first["primary_declared_after_results"] is False and first["primary_replaced"] == ""
+    saved = yaml.safe_load((tmp_path / "compare.yaml").read_text())
+    assert {k: saved[k] for k in first} == first  # recorded in compare.yaml
+    assert check_sweep_settings(tmp_path, settings("sign,dr_grpo"), sweep_defaults()) == first  # a re-run keeps it
+    later = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    before = primary_declaration(tmp_path, "grpo,sign", now=later)  # no run trained yet: a fresh declaration
+    assert before == {"primary_declared": "2030-01-02T03:04:05Z", "primary_declared_after_results": False,
+                      "primary_replaced": ""}
+    _train_a_step(tmp_path)
+    assert primary_declaration(tmp_path, "sign,dr_grpo", now=later) == first  # unchanged primary: kept
+    changed = check_sweep_settings(tmp_path, settings("grpo,sign"), sweep_defaults())
+    assert changed["primary_declared_after_results"] is True and changed["primary_replaced"] == "sign,dr_grpo"
+    assert check_sweep_settings(tmp_path, settings("grpo,sign"), sweep_defaults()) == changed  # the flag stays
+    back = check_sweep_settings(tmp_path, settings("sign,dr_grpo"), sweep_defaults())
+    assert back["primary_declared_after_results"] is True and back["primary_replaced"] == "grpo,sign"
+
+
+def test_a_sweep_saved_before_the_declaration_was_recorded_says_so(tmp_path: Path) -> None:
+    (tmp_path / "compare.yaml").write_text(yaml_text({**CompareConfig(primary="sign,dr_grpo").to_dict(),
+                                                      **TrainConfig().to_dict()}))
+    _train_a_step(tmp_path)
+    assert primary_declaration(tmp_path, "sign,dr_grpo") == {
+        "primary_declared": "", "primary_declared_after_results": False, "primary_replaced": ""}
 
 
 def test_a_sweep_saved_before_lr_bracketing_resumes_without_it(tmp_path: Path) -> None:

@@ -292,6 +292,9 @@ class CompareConfig:
     primary: str = setting("", scope="sweep", resume=True)
     """The comparison the report puts first: two of --estimators, A,B (default: sign,dr_grpo when both are
     compared, else the first two)."""
+    equivalence_margin: float = setting(0.05, scope="sweep", resume=True)
+    """Margin of the report's equivalence test (TOST), on the held-out score's scale (0.05 = 5 points): a pair
+    whose difference is not significant is called equivalent only when TOST puts it within +-margin."""
     gpus_per_run: int | None = setting(None, scope="runtime", at_least=0)
     """GPUs for each run. Unset (auto; null in a config file): one GPU per run where torch sees a GPU, else CPU
     runs. 0: CPU only, every run's device auto is the CPU. N: N GPUs per run, refused if torch sees fewer. Local
@@ -366,6 +369,9 @@ class CompareConfig:
         self.lr_list  # noqa: B018 (validates)
         check_settings(self)  # backend's choices, the lower bounds
         self.primary_pair  # noqa: B018 (validates)
+        if not (math.isfinite(self.equivalence_margin) and 0 < self.equivalence_margin <= 1):
+            raise UserError(f"equivalence_margin must lie in (0, 1] (a share of the score, 0.05 = 5 points), got "
+                            f"{self.equivalence_margin}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -3,18 +3,26 @@ pairs secondary, and the pairs that are one update under Adam named instead of t
 
 Within each (variant, group size), the arms are the estimators' finished runs (``tables.run_table``). The
 primary pair is ``--primary`` (the sweep's ``primary`` setting, "A,B"; without it "sign,dr_grpo" when both
-ran, else the first two estimators of the sweep): it is tested alone, so its p-value is not adjusted. Every
-other testable pair is secondary and Holm-adjusted among the secondary pairs of its (variant, G) (Holm 1979).
-A pair whose advantages are one positive multiple of each other on every reward pattern
-(``report.same_update``) is the same update under Adam: it is listed, never tested, and spends no alpha. When
-such a pair also ran at the same lr, one of the two stands in for both (the primary pair's member, else the
-first in display order), and a pair with the other one is a "repeat" of the stand-in's pair: listed, not
-tested (sign vs grpo at G = 2 repeats sign vs dr_grpo).
+ran, else the first two estimators of the sweep). Two test families, each Holm-corrected as one (Holm 1979):
+the primary family is the primary pair at every group size and variant; the secondary family is every other
+testable pair, of every group size and variant. A pair whose advantages are one positive multiple of each
+other on every reward pattern (``report.same_update``) is the same update under Adam: it is listed, never
+tested, and spends no alpha. When such a pair also ran at the same lr, one of the two stands in for both (the
+primary pair's member, else the first in display order), and a pair with the other one is a "repeat" of the
+stand-in's pair: listed, not tested (sign vs grpo at G = 2 repeats sign vs dr_grpo).
 
-Each tested pair carries ``grpolab.stats.compare_pair``: the difference of means with its 95% Welch interval,
-Welch / permutation / Mann-Whitney p-values, Hedges' g, the interquartile means and P(A > B) with Newcombe's
-interval (rliable's summaries, Agarwal et al. 2021, arXiv 2108.13264). Departure from rliable: no
-stratified bootstrap (see ``grpolab.stats``).
+The estimators of a sweep run the same seeds, and seed s of each starts from the same policy and is
+evaluated on the same prompts, so where both arms hold the same seeds the test is paired by seed (the paired
+t-test and the t interval of the per-seed differences); where they do not (a seed diverged in one arm) it
+falls back to Welch's, and the row says which (``test``). Each tested pair carries
+``grpolab.stats.compare_pair`` on the report's score (pass@1, ``tables.score``) and, where the score is pass@1,
+the same test on greedy accuracy (``greedy_*``), so that a verdict that holds on one metric and not the other
+says so. Absence of a difference is tested, not read off a p-value: TOST at ``equivalence_margin`` (the sweep
+setting, default 0.05 = 5 points; Schuirmann 1987), Holm-corrected in the same family; a pair that is neither
+different nor equivalent is "no evidence either way at this n". Also shown: the Welch, permutation and
+Mann-Whitney p-values, Hedges' g, the interquartile means and P(A > B) with Newcombe's interval (rliable's
+summaries, Agarwal et al. 2021, arXiv 2108.13264). Departure from rliable: no stratified bootstrap (see
+``grpolab.stats``).
 """
 
 from __future__ import annotations
@@ -32,10 +40,13 @@ from grpolab.advantages import display_order
 from grpolab.report.same_update import same_update_ratio
 from grpolab.report.tables import ALPHA, N_RESAMPLES
 
-__all__ = ["arm_label", "comparisons", "lr_phrase", "p_phrase", "permutation_floor_notes", "points", "primary_pair",
-           "reading", "repeat_phrase", "same_update_phrase"]
+__all__ = ["arm_label", "comparisons", "equivalence_margin", "finding", "finding_phrase", "greedy_clause", "lr_phrase",
+           "metric_name", "p_phrase", "permutation_floor_notes", "points", "primary_pair", "reading", "repeat_phrase",
+           "same_update_phrase"]
 
 DEFAULT_PRIMARY = ("sign", "dr_grpo")
+GREEDY = "greedy_"  # prefix of a row's fields computed on greedy accuracy
+GREEDY_FIELDS = ("test", "mean_difference", "difference_low", "difference_high", "p", "tost_p")
 
 
 def arm_label(variant: str, size: int) -> str:
@@ -129,20 +140,69 @@ def _with_repeats(rows: list[dict[str, Any]], stand_in: dict[str, str]) -> list[
     return out
 
 
-def _tested(row: dict[str, Any], arms: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """A primary or secondary row with ``stats.compare_pair``'s fields when both arms have >= 2 runs."""
+def equivalence_margin(config: dict[str, Any]) -> float:
+    """The TOST margin: the sweep's ``equivalence_margin`` setting, else ``stats.DEFAULT_EQUIVALENCE_MARGIN``."""
+    value = (config.get("compare") or {}).get("equivalence_margin")
+    return float(value) if value else stats.DEFAULT_EQUIVALENCE_MARGIN
+
+
+def metric_name(row: dict[str, Any]) -> str:
+    """What a row's score is: "pass@1" when both arms drew evaluation samples, else "greedy accuracy"."""
+    return "pass@1" if row.get("sampled", True) else "greedy accuracy"
+
+
+def _by_seed(group: pd.DataFrame, column: str) -> pd.Series:
+    return group.set_index("seed")[column].astype(float).sort_index()
+
+
+def _tested(row: dict[str, Any], arms: dict[str, pd.DataFrame], margin: float) -> dict[str, Any]:
+    """A primary or secondary row with ``stats.compare_pair``'s fields when both arms have >= 2 runs: paired by
+    seed when both arms hold the same seeds, else Welch; on greedy accuracy too (``greedy_*``) where the
+    score is pass@1."""
     if row["role"] not in ("primary", "secondary") or min(row["n_a"], row["n_b"]) < 2:
         return row
-    a, b = (arms[name]["final_accuracy"].to_numpy(float) for name in (row["name_a"], row["name_b"]))
-    return {**row, **stats.compare_pair(a, b, n_resamples=N_RESAMPLES, random_state=0), "tested": True}
+    a, b = arms[row["name_a"]], arms[row["name_b"]]
+    paired = a["seed"].is_unique and b["seed"].is_unique and set(a["seed"]) == set(b["seed"])
+    sampled = bool((a["n"] > 0).all() and (b["n"] > 0).all())
+    tested = {**row, "tested": True, "sampled": sampled}
+    for prefix, column in (("", "final_accuracy"), (GREEDY, "final_greedy")):
+        x, y = _by_seed(a, column), _by_seed(b, column)
+        if prefix and (not sampled or not (np.isfinite(x).all() and np.isfinite(y).all())):
+            continue
+        result = stats.compare_pair(x.to_numpy(), y.to_numpy(), paired=paired, margin=margin,
+                                    n_resamples=N_RESAMPLES, random_state=0)
+        tested.update(result if not prefix else {prefix + k: result[k] for k in GREEDY_FIELDS})
+    return tested
+
+
+def _holm(rows: list[dict[str, Any]], family: str) -> list[dict[str, Any]]:
+    """``stats.holm_family`` over the rows of one family, on the score and on greedy accuracy where every row
+    has it; each row gets its ``family`` name and size."""
+    rows = [{**r, "family": family, "family_size": 0} for r in stats.holm_family(rows)]
+    for row in rows:
+        row["family_size"] = len(rows)
+    if rows and all(GREEDY + "p" in r for r in rows):
+        for field in ("p", "tost_p"):
+            adjusted = stats.holm_correction([r[GREEDY + field] for r in rows])
+            for row, value in zip(rows, adjusted, strict=True):
+                row[f"{GREEDY}{field}_holm"] = float(value)
+    return rows
 
 
 def _families(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The primary row tested alone (Holm over one test = the raw p), the secondary ones Holm-adjusted among
-    themselves; untested rows unchanged. Primary first, then secondary, then the rest."""
-    primary = stats.holm_family([r for r in rows if r["tested"] and r["role"] == "primary"])
-    secondary = stats.holm_family([r for r in rows if r["tested"] and r["role"] == "secondary"])
-    return primary + secondary + [r for r in rows if not r["tested"]]
+    """The primary rows of every group size and variant Holm-adjusted as one family, every other tested row as
+    the second; untested rows unchanged. The order of ``rows`` is kept."""
+    adjusted: dict[int, dict[str, Any]] = {}
+    for family in ("primary", "secondary"):
+        members = [i for i, r in enumerate(rows) if r["tested"] and r["role"] == family]
+        adjusted.update(zip(members, _holm([rows[i] for i in members], family), strict=True))
+    return [adjusted.get(i, row) for i, row in enumerate(rows)]
+
+
+def _in_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One (variant, G)'s rows: primary first, then secondary, then the rest."""
+    rank = {"primary": 0, "secondary": 1}
+    return sorted(rows, key=lambda r: rank.get(r["role"], 2) if r["tested"] else 2)
 
 
 def _too_few(arms: dict[str, pd.DataFrame], label: str) -> list[str]:
@@ -156,24 +216,26 @@ def comparisons(runs: pd.DataFrame, config: dict[str, Any] | None = None) -> tup
     runs: ``tables.run_table``. Each row: variant, group_size, name_a, name_b, role ("primary", "secondary",
     "same_update", or "repeat" with ``repeats`` naming the pair it repeats), tested, n_a, n_b, mean_a, mean_b,
     mean_difference, lr_a, lr_b (NaN unless one lr per arm), ratio (the same-update ratio, else NaN) and, when
-    tested, ``stats.compare_pair``'s fields with ``*_p_holm`` adjusted within the row's family (for the
-    primary pair: its raw p).
+    tested, ``sampled`` (the score is pass@1), ``stats.compare_pair``'s fields with ``*_holm`` adjusted within
+    the row's ``family`` ("primary" or "secondary", of ``family_size`` tests), and the ``greedy_*`` fields.
     """
     config = config or {}
     primary = primary_pair(config, display_order(runs["estimator"]))
+    margin = equivalence_margin(config)
     rows, notes = [], []
     for (variant, size), group in runs.groupby(["variant", "group_size"]):
         arms = {name: group[group["estimator"] == name] for name in display_order(group["estimator"])}
         key = {"variant": variant, "group_size": int(size)}
         checkable = _equivalence_checkable(config, variant)
         found = [_pair_row(arms, *_oriented(a, b, primary), key, checkable) for a, b in itertools.combinations(arms, 2)]
-        found = [_tested(row, arms) for row in _with_repeats(found, _representatives(list(arms), found, primary))]
+        stand_in = _representatives(list(arms), found, primary)
+        found = [_tested(row, arms, margin) for row in _with_repeats(found, stand_in)]
         notes += _too_few(arms, arm_label(variant, int(size)))
         if not any(r["tested"] for r in found):
             notes.append(f"{arm_label(variant, int(size))}: no pair of estimators with >= 2 seeds each, so no "
                          "p-values are claimed.")
-        rows += _families(found)
-    return rows, notes
+        rows += _in_order(found)
+    return _families(rows), notes
 
 
 def _min_permutation_p(n_a: int, n_b: int) -> float:
@@ -199,11 +261,58 @@ def points(value: float) -> str:
     return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:+.1f} points"
 
 
-def p_phrase(row: dict[str, Any]) -> str:
-    """'Welch p = 0.03, tested alone' (primary) or 'Holm-adjusted Welch p = 0.2' (secondary)."""
-    if row["role"] == "primary":
-        return f"Welch p = {row['welch_p']:.2g}, tested alone"
-    return f"Holm-adjusted Welch p = {row['welch_p_holm']:.2g}"
+def p_phrase(row: dict[str, Any], prefix: str = "") -> str:
+    """'paired t p = 0.004, Holm-adjusted 0.008 over the primary family of 2 tests' ('Welch p' where the seeds
+    do not pair); ``prefix`` GREEDY: the same on greedy accuracy."""
+    test, raw, adjusted = row[prefix + "test"], row[prefix + "p"], row[prefix + "p_holm"]
+    if row["family_size"] == 1:
+        return f"{test} p = {raw:.2g}, the only test of the {row['family']} family"
+    return f"{test} p = {raw:.2g}, Holm-adjusted {adjusted:.2g} over the {row['family']} family of " \
+           f"{row['family_size']} tests"
+
+
+def finding(row: dict[str, Any], prefix: str = "") -> str:
+    """What a tested row's family-adjusted tests say: "higher" (a > b), "lower", "equivalent" (TOST within the
+    margin) or "unclear" (neither: no evidence either way at this n); ``prefix`` GREEDY: on greedy accuracy."""
+    if row[prefix + "p_holm"] < ALPHA:
+        return "higher" if row[prefix + "mean_difference"] > 0 else "lower"
+    return "equivalent" if row[prefix + "tost_p_holm"] < ALPHA else "unclear"
+
+
+def _interval(row: dict[str, Any], prefix: str = "") -> str:
+    return f"95% CI [{points(row[prefix + 'difference_low'])}, {points(row[prefix + 'difference_high'])}]"
+
+
+def finding_phrase(row: dict[str, Any], prefix: str = "") -> str:
+    """The finding in words, with its numbers: 'sign > dr_grpo by 9.2 points, 95% CI [...] (paired t p = ...)',
+    'sign and dr_grpo are equivalent within +-5.0 points (...)' or 'no evidence either way at this n (...)'."""
+    a, b, diff = row["name_a"], row["name_b"], row[prefix + "mean_difference"]
+    said, numbers = finding(row, prefix), f"{p_phrase(row, prefix)}, n = {row['n_a']} vs {row['n_b']}"
+    tost = (f"TOST p = {row[prefix + 'tost_p']:.2g}, Holm-adjusted {row[prefix + 'tost_p_holm']:.2g}"
+            if row["family_size"] > 1 else f"TOST p = {row[prefix + 'tost_p']:.2g}")
+    if said in ("higher", "lower"):
+        high, low = (a, b) if said == "higher" else (b, a)
+        ends = (row[prefix + "difference_low"], row[prefix + "difference_high"])
+        ends = ends if said == "higher" else (-ends[1], -ends[0])  # the interval of high - low
+        return (f"{high} > {low} by {100 * abs(diff):.1f} points, 95% CI [{points(ends[0])}, {points(ends[1])}] "
+                f"({numbers})")
+    margin = 100 * row["margin"]
+    if said == "equivalent":
+        return (f"{a} and {b} are equivalent within +-{margin:.1f} points ({tost}; {a} - {b} = {points(diff)}, "
+                f"{_interval(row, prefix)}, {numbers})")
+    return (f"no evidence either way at this n ({a} - {b} = {points(diff)}, {_interval(row, prefix)}, {numbers}; "
+            f"not shown equivalent within +-{margin:.1f} points, {tost})")
+
+
+def greedy_clause(row: dict[str, Any]) -> str:
+    """How greedy accuracy reads the same pair: '' where it was not tested, else agreeing or not."""
+    if GREEDY + "p_holm" not in row:
+        return ""
+    if finding(row, GREEDY) == finding(row):
+        return (f"; greedy accuracy agrees ({row['name_a']} - {row['name_b']} = "
+                f"{points(row[GREEDY + 'mean_difference'])}, Holm-adjusted {row[GREEDY + 'test']} p = "
+                f"{row[GREEDY + 'p_holm']:.2g})")
+    return f"; this holds on pass@1 but not on greedy accuracy, where {finding_phrase(row, GREEDY)}"
 
 
 def lr_phrase(row: dict[str, Any]) -> str:
@@ -230,26 +339,15 @@ def repeat_phrase(row: dict[str, Any]) -> str:
 
 
 def reading(row: dict[str, Any]) -> str:
-    """One honest line per pair, e.g. "G = 4: sign > dr_grpo by 21.0 points, 95% CI [...] (Welch p = 0.004,
-    tested alone, n = 5 vs 5)"."""
+    """One honest line per pair, naming its metric, e.g. "G = 4 (primary): on pass@1, sign > dr_grpo by 21.0
+    points, 95% CI [...] (paired t p = 0.004, Holm-adjusted ..., n = 5 vs 5); greedy accuracy agrees (...)"."""
     label = arm_label(row["variant"], row["group_size"])
     if row["role"] == "same_update":
         return f"{label}: {same_update_phrase(row)}."
     if row["role"] == "repeat":
         return f"{label}: {row['name_a']} vs {row['name_b']}: {repeat_phrase(row)}."
-    a, b, diff = row["name_a"], row["name_b"], row["mean_difference"]
-    counts = f"n = {row['n_a']} vs {row['n_b']}"
     if not row["tested"]:
-        return f"{label}: {a} vs {b}: {points(diff)}, not tested ({counts})."
-    interval = f"95% CI [{points(row['difference_low'])}, {points(row['difference_high'])}]"
+        return (f"{label}: {row['name_a']} vs {row['name_b']}: {points(row['mean_difference'])}, not tested "
+                f"(n = {row['n_a']} vs {row['n_b']}).")
     tag = " (primary)" if row["role"] == "primary" else ""
-    if row["welch_p_holm"] < ALPHA:
-        high, low = (a, b) if diff > 0 else (b, a)
-        ends = (row["difference_low"], row["difference_high"]) if diff > 0 else \
-            (-row["difference_high"], -row["difference_low"])  # the interval of high - low
-        interval = f"95% CI [{points(ends[0])}, {points(ends[1])}]"
-        text = f"{high} > {low} by {100 * abs(diff):.1f} points, {interval} ({p_phrase(row)}, {counts}{lr_phrase(row)})"
-    else:
-        text = (f"{a} vs {b}: no significant difference ({points(diff)}, {interval}, {p_phrase(row)}, "
-                f"{counts}{lr_phrase(row)})")
-    return f"{label}{tag}: {text}."
+    return f"{label}{tag}: on {metric_name(row)}, {finding_phrase(row)}{lr_phrase(row)}{greedy_clause(row)}."

@@ -25,7 +25,7 @@ from grpolab.advantages import display_order, entry_for
 from grpolab.diagnostics.starvation import success_histogram
 from grpolab.render import Section
 from grpolab.report import figures as figs
-from grpolab.report.comparisons import comparisons, permutation_floor_notes, reading
+from grpolab.report.comparisons import comparisons, equivalence_margin, permutation_floor_notes, reading
 from grpolab.report.tables import (
     ALPHA,
     N_RESAMPLES,
@@ -83,8 +83,11 @@ def summary_display(summary: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-ROLE_NAMES = {"primary": "primary (alone)", "secondary": "secondary (Holm)", "same_update": "same update",
-              "repeat": "repeat"}
+ROLE_NAMES = {"primary": "primary (Holm, its family)", "secondary": "secondary (Holm, its family)",
+              "same_update": "same update", "repeat": "repeat"}
+STATISTICS_COLUMNS = ("Metric", "Test", "95% CI of A - B", "p", "p (Holm, its family)", "TOST p (Holm)",
+                      "Greedy A - B", "Greedy p (Holm)", "Welch p", "Permutation p", "Seed r",
+                      "P(A > B) [95% CI]", "IQM A", "IQM B", "Hedges g")
 
 
 def _interval(low: float, high: float, format_value: Any) -> str:
@@ -94,13 +97,20 @@ def _interval(low: float, high: float, format_value: Any) -> str:
 def _tested_columns(r: dict[str, Any]) -> dict[str, str]:
     """The statistics of a tested pair; 'n/a' for the rest."""
     if not r["tested"]:
-        return dict.fromkeys(("95% CI of A - B", "p (its family)", "Welch p", "Permutation p", "P(A > B) [95% CI]",
-                              "IQM A", "IQM B", "Hedges g"), "n/a")
+        return dict.fromkeys(STATISTICS_COLUMNS, "n/a")
+    greedy = "greedy_p_holm" in r
     return {
+        "Metric": "pass@1" if r.get("sampled", True) else "greedy",
+        "Test": r["test"],
         "95% CI of A - B": _interval(r["difference_low"], r["difference_high"], lambda v: _pct(v, signed=True)),
-        "p (its family)": _num(r["welch_p_holm"]),
+        "p": _num(r["p"]),
+        "p (Holm, its family)": _num(r["p_holm"]),
+        "TOST p (Holm)": _num(r["tost_p_holm"]),
+        "Greedy A - B": _pct(r["greedy_mean_difference"], signed=True) if greedy else "n/a",
+        "Greedy p (Holm)": _num(r["greedy_p_holm"]) if greedy else "n/a",
         "Welch p": _num(r["welch_p"]),
         "Permutation p": _num(r["permutation_p"]),
+        "Seed r": _num(r["seed_correlation"], 2),
         "P(A > B) [95% CI]": f"{r['prob_improvement']:.2f} "
                              + _interval(r["prob_improvement_low"], r["prob_improvement_high"], lambda v: f"{v:.2f}"),
         "IQM A": _pct(r["iqm_a"]),
@@ -196,14 +206,18 @@ def summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Sect
             )
         ],
     )
+    margin = 100 * equivalence_margin(config)
     text = (
-        "Pairs are compared within each group size (and variant) on final accuracy per seed. The primary pair "
-        "(--primary, declared before the runs) is tested alone; the other pairs are secondary, Holm-adjusted "
-        "among themselves; pairs that are the same update under Adam are listed, not tested. Per pair: the "
-        "difference of means with its 95% Welch interval, Welch's t-test, a permutation test (exact when at "
-        f"most {N_RESAMPLES:,} splits), Hedges' g, and rliable's interquartile means and probability of "
-        "improvement P(A > B) (Agarwal et al. 2021) with Newcombe's 95% interval. A pair is called different "
-        f"when the Welch p of its family (raw for the primary pair, Holm-adjusted otherwise) is < {ALPHA}."
+        "Pairs are compared within each group size (and variant) on the final score per seed, paired by seed "
+        "where both arms ran the same seeds (Test: paired t; the interval is the t interval of the per-seed "
+        "differences, Seed r the correlation of the two arms' seeds), else by Welch's test and interval. Two "
+        "families, each Holm-corrected as one (Holm 1979): the primary pair (--primary) at every group size and "
+        "variant, and every other tested pair; pairs that are the same update under Adam are listed, not tested. "
+        f"A pair is called different when its Holm-adjusted p is < {ALPHA}, equivalent when its Holm-adjusted "
+        f"TOST p (Schuirmann 1987, margin +-{margin:.1f} points) is < {ALPHA}, and otherwise neither: no evidence "
+        "either way at this n. Greedy accuracy is tested the same way beside pass@1. Also shown: Welch's p, a "
+        f"permutation test (exact when at most {N_RESAMPLES:,} splits), Hedges' g, and rliable's interquartile "
+        "means and probability of improvement P(A > B) (Agarwal et al. 2021) with Newcombe's 95% interval."
     )
     table = [("Pairwise comparisons of final accuracy", _stats_display(rows))] if rows else []
     statistics = Section("Statistics", [text] if rows else [text, "No test could be run."], table, bullets=notes)

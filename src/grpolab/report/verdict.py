@@ -1,15 +1,19 @@
 """The report's "Verdict" section: the answer first, computed, never written by hand.
 
-Per group size (and variant), in this order:
+First, when the primary comparison was declared (``primary_declaration``, recorded in ``compare.yaml`` by
+``grpolab.sweep.settings``), flagged when it replaced another primary after runs had trained. Then per group
+size (and variant), in this order:
 
-1. The primary comparison, declared before the runs (``--primary``; see ``report.comparisons``): the
-   difference of means with its 95% Welch interval and its unadjusted Welch p (it is tested alone), P(A > B)
-   with its interval and the interquartile means (rliable, Agarwal et al. 2021, arXiv 2108.13264); or why it
-   cannot be tested (an arm missing, fewer than 2 finished runs, the same update under Adam).
+1. The primary comparison (``--primary``; see ``report.comparisons``), one family over every group size and
+   variant, Holm-corrected together: the difference of means with its 95% interval (paired by seed where
+   the arms share seeds, else Welch), its test and Holm-adjusted p, and, where it is not significant, TOST
+   at the equivalence margin; P(A > B) with its interval and the interquartile means (rliable, Agarwal et
+   al. 2021, arXiv 2108.13264); the same test on greedy accuracy, saying so where the two metrics disagree;
+   or why it cannot be tested (an arm missing, fewer than 2 finished runs, the same update under Adam).
 2. Who learns most: the best arm's gain with its Student-t CI and its smallest per-seed gain, and its margin
    over the runner-up with the p of that pair's family.
-3. Secondary: sign against each group-centred (zero-sum, by the registry) estimator, Holm-adjusted among the
-   secondary pairs.
+3. Secondary: sign against each group-centred (zero-sum, by the registry) estimator, Holm-adjusted over the
+   secondary family (every other tested pair of every group size and variant).
 4. What qualifies the numbers: pairs that are one update under Adam (named, not tested) and the pairs that
    repeat another through such a stand-in, arms that ran at
    different lrs, runs that diverged (left out of every mean and test, and counted here), chosen lrs at an
@@ -17,7 +21,8 @@ Per group size (and variant), in this order:
 
 Then sign at each group size (the gradient-starvation paper, arXiv 2605.07689, Fig. 3 right) and where the
 gain sits (per prompt family). Departure from the paper: it tests every pair with a t-test and no
-correction; here only the declared pair is tested without correction.
+correction; here the declared pair is one family over its group sizes, the rest another, each Holm-corrected,
+and a difference that is not significant is never read as equality (TOST decides that).
 """
 
 from __future__ import annotations
@@ -34,7 +39,12 @@ from grpolab.report.clipping import clipping_lines
 from grpolab.report.comparisons import (
     arm_label,
     comparisons,
+    equivalence_margin,
+    finding,
+    finding_phrase,
+    greedy_clause,
     lr_phrase,
+    metric_name,
     p_phrase,
     points,
     primary_pair,
@@ -66,13 +76,6 @@ def _pair(rows: list[dict[str, Any]], variant: str, size: int, a: str, b: str) -
     return None
 
 
-def _significance(row: dict[str, Any]) -> str:
-    if row["welch_p_holm"] >= ALPHA:
-        return "no significant difference"
-    better = row["name_a"] if row["mean_difference"] > 0 else row["name_b"]
-    return f"{better} is significantly better"
-
-
 def _primary_text(row: dict[str, Any] | None, pair: tuple[str, str], present: set[str]) -> str:
     """The primary comparison's numbers, or why there are none."""
     a, b = pair
@@ -83,24 +86,38 @@ def _primary_text(row: dict[str, Any] | None, pair: tuple[str, str], present: se
         return f"not tested: {same_update_phrase(row)}"
     if not row["tested"]:
         return f"not testable: a test needs at least 2 finished runs per arm (n = {row['n_a']} vs {row['n_b']})"
-    return (f"{a} - {b} = {points(row['mean_difference'])}, 95% CI [{points(row['difference_low'])}, "
-            f"{points(row['difference_high'])}] ({p_phrase(row)}, n = {row['n_a']} vs {row['n_b']}): "
-            f"{_significance(row)}; P({a} > {b}) = {row['prob_improvement']:.2f} "
+    return (f"on {metric_name(row)}, {finding_phrase(row)}; P({a} > {b}) = {row['prob_improvement']:.2f} "
             f"[{row['prob_improvement_low']:.2f}, {row['prob_improvement_high']:.2f}]; interquartile means "
-            f"{_pct(row['iqm_a'])} vs {_pct(row['iqm_b'])}")
+            f"{_pct(row['iqm_a'])} vs {_pct(row['iqm_b'])}{greedy_clause(row)}")
+
+
+def declaration_line(config: dict[str, Any], pair: tuple[str, str]) -> str:
+    """When the primary comparison was declared, from the sweep's record; flagged when it was changed after
+    runs had trained, or said to be unknown where nothing recorded it."""
+    record = config.get("primary_declaration") or {}
+    when = record.get("primary_declared") or ""
+    name = f"{pair[0]} vs {pair[1]}"
+    if not when:
+        return (f"The primary comparison is {name}; when it was declared is not recorded (a sweep saved before "
+                "compare.yaml recorded it), so nothing shows it was declared before the results.")
+    if record.get("primary_declared_after_results"):
+        replaced = record.get("primary_replaced") or "another pair"
+        return (f"CHANGED AFTER RESULTS: the primary comparison {name} was declared at {when}, after runs of this "
+                f"sweep had trained, replacing {replaced.replace(',', ' vs ')}: it was chosen with results in "
+                "view, so read its p-values as exploratory.")
+    return f"The primary comparison {name} was declared at {when}, before any run of this sweep trained."
 
 
 def _primary_lines(runs: pd.DataFrame, rows: list[dict[str, Any]], config: dict[str, Any]) -> list[str]:
     pair = primary_pair(config, display_order(runs["estimator"]))
     if pair is None:
         return []
-    lines = []
+    lines = [declaration_line(config, pair)]
     for (variant, size), group in runs.groupby(["variant", "group_size"]):
         row = _pair(rows, variant, int(size), *pair)
         text = _primary_text(row, pair, set(group["estimator"]))
         lr = lr_phrase(row) if row and row["role"] != "same_update" else ""
-        lines.append(f"Primary comparison ({pair[0]} vs {pair[1]}, declared before the runs), "
-                     f"{arm_label(variant, int(size))}: {text}{lr}.")
+        lines.append(f"Primary comparison ({pair[0]} vs {pair[1]}), {arm_label(variant, int(size))}: {text}{lr}.")
     return lines
 
 
@@ -137,10 +154,11 @@ def _sign_lines(runs: pd.DataFrame, rows: list[dict[str, Any]]) -> list[str]:
         if not pairs:
             continue
         parts = [f"vs {p['name_b']} {points(p['mean_difference'])} ({p_phrase(p)}{lr_phrase(p)})" for p in pairs]
-        better = [p["name_b"] for p in pairs if p["welch_p_holm"] < ALPHA and p["mean_difference"] > 0]
-        worse = [p["name_b"] for p in pairs if p["welch_p_holm"] < ALPHA and p["mean_difference"] < 0]
-        lines.append(f"{arm_label(variant, int(size))}, secondary: sign against the group-centred estimators: "
-                     f"{'; '.join(parts)}: {_sign_verdict(better, worse)} (n = {pairs[0]['n_a']} seeds of sign).")
+        said = {kind: [p["name_b"] for p in pairs if finding(p) == kind]
+                for kind in ("higher", "lower", "equivalent", "unclear")}
+        lines.append(f"{arm_label(variant, int(size))}, secondary: sign against the group-centred estimators on "
+                     f"{metric_name(pairs[0])}: {'; '.join(parts)}: {_sign_verdict(said, pairs[0]['margin'])} "
+                     f"(n = {pairs[0]['n_a']} seeds of sign).")
     return lines
 
 
@@ -149,13 +167,16 @@ def _names(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def _sign_verdict(better: list[str], worse: list[str]) -> str:
-    """sign's significant differences in plain words, or that it has none."""
-    if not better and not worse:
-        return "no significant difference between sign and any of them"
-    said = [f"significantly better than {_names(better)}"] if better else []
-    said += [f"significantly worse than {_names(worse)}"] if worse else []
-    return "sign is " + " and ".join(said)
+def _sign_verdict(said: dict[str, list[str]], margin: float) -> str:
+    """sign's findings against the others in plain words: better, worse, equivalent, or no evidence."""
+    parts = [f"significantly better than {_names(said['higher'])}"] if said["higher"] else []
+    parts += [f"significantly worse than {_names(said['lower'])}"] if said["lower"] else []
+    parts += [f"equivalent within +-{100 * margin:.1f} points to {_names(said['equivalent'])}"] \
+        if said["equivalent"] else []
+    unclear = f"no evidence either way at this n against {_names(said['unclear'])}" if said["unclear"] else ""
+    if not parts:
+        return unclear
+    return f"sign is {' and '.join(parts)}" + (f"; {unclear}" if unclear else "")
 
 
 def _same_update_lines(rows: list[dict[str, Any]], primary: tuple[str, str] | None) -> list[str]:
@@ -231,17 +252,23 @@ def _change(value: float) -> str:
     return "no family" if value is None or not np.isfinite(value) else points(value)
 
 
-def _intro(selection: pd.DataFrame | None) -> str:
+def _intro(selection: pd.DataFrame | None, config: dict[str, Any]) -> str:
     lr_text = ("Each estimator ran at its own learning rate, chosen per group size on the validation split "
                "(never on the test split; see Learning-rate selection). " if selection is not None else
                "Every estimator ran at the same learning rate (no --lrs): a difference may come from the "
                "learning rate rather than the estimator. ")
+    margin = 100 * equivalence_margin(config)
     return (f"Held-out score = pass@1 on the test split (mean success of the evaluation samples at the training "
-            f"temperature; greedy accuracy when no samples were drawn), at the end of training. {lr_text}"
-            f"The primary comparison (--primary) was declared before the runs and is tested alone: significant "
-            f"when its Welch p < {ALPHA}. Every other pair is secondary: significant when its Welch p, "
-            "Holm-adjusted over the secondary pairs of its group size, is below that. CIs are 95% Welch "
-            "(differences) or Student-t (one arm) intervals over seeds.")
+            f"temperature; greedy accuracy when no samples were drawn), at the end of training; each verdict "
+            f"names its metric, and greedy accuracy is tested beside pass@1. {lr_text}"
+            f"The estimators ran the same seeds, so pairs are tested paired by seed (paired t-test, t interval "
+            f"of the per-seed differences) wherever both arms hold the same seeds, else by Welch's test; each "
+            f"line names its test. Two families, each Holm-corrected as one: the primary comparison (--primary) "
+            f"at every group size and variant, and every other tested pair. A pair is different when its "
+            f"Holm-adjusted p < {ALPHA}; equivalent when TOST (two one-sided tests, Holm-adjusted the same way) "
+            f"puts the difference within +-{margin:.1f} points (--equivalence-margin); otherwise there is no "
+            "evidence either way at this n. CIs are 95% t intervals over seeds (paired, Welch, or Student-t for "
+            "one arm).")
 
 
 def verdict_section(results: pd.DataFrame, selection: pd.DataFrame | None, config: dict[str, Any] | None = None,
@@ -259,5 +286,5 @@ def verdict_section(results: pd.DataFrame, selection: pd.DataFrame | None, confi
     bullets += _same_update_lines(rows, primary) + _repeat_lines(rows)
     bullets += _diverged_lines(results, runs) + unbracketed_lines(selection) + clipping_lines(metrics, config)
     bullets += _sign_group_sizes(runs) + _family_lines(results)
-    return Section("Verdict", [_intro(selection)], bullets=bullets)
+    return Section("Verdict", [_intro(selection, config)], bullets=bullets)
 

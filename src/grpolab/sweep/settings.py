@@ -8,6 +8,10 @@
 * A sweep folder saved before a sweep setting existed resumes with the value it was made with
   (``_BEFORE_THE_SETTING``: ``lr_bracket_rounds`` 0, since such a sweep never extended its lr grid), so an old
   finished sweep re-run with the same --out trains nothing.
+* The primary comparison is recorded with when it was declared (``primary_declared``, UTC), kept while the
+  primary stays the same. A primary changed once a run has trained is recorded with a new time,
+  ``primary_declared_after_results: true`` and the pair it replaced, so the report can say that it was not
+  declared before the results (``primary_declaration``).
 * The training settings that a sweep sets for each run (``SWEEP_OWNED``, from the fields' metadata) are
   refused as ``grpolab compare`` flags or config-file keys, naming the flag to use instead.
 """
@@ -15,6 +19,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +30,7 @@ from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 
 __all__ = ["COMPARE_TRAIN_DEFAULTS", "SWEEP_FILE", "SWEEP_OWNED", "adopt_saved_settings", "check_sweep_settings",
-           "refuse_sweep_owned", "sweep_defaults", "sweep_train_settings"]
+           "primary_declaration", "refuse_sweep_owned", "sweep_defaults", "sweep_train_settings"]
 
 SWEEP_OWNED: dict[str, str] = sweep_owned(TrainConfig)
 SWEEP_FILE = "compare.yaml"
@@ -85,13 +90,35 @@ def _changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[tuple[str, A
             if saved.get(name) != value and name not in _MAY_CHANGE]
 
 
-def check_sweep_settings(out: Path, settings: dict[str, dict[str, Any]], defaults: dict[str, Any]) -> None:
+def primary_declaration(out: Path, primary: str, *, now: datetime | None = None) -> dict[str, Any]:
+    """When the sweep in ``out`` declared ``primary`` ("A,B"): ``primary_declared`` (UTC, "" for a sweep saved
+    before declarations were recorded), ``primary_declared_after_results`` (a run had trained a step when
+    this primary replaced another) and ``primary_replaced`` (that other primary, else "")."""
+    path = Path(out) / SWEEP_FILE
+    try:
+        saved = read_saved_settings(path) if path.is_file() else {}
+    except UserError:  # a damaged file is refused by check_sweep_settings once runs have trained
+        saved = {}
+    trained = _trained(out)
+    if saved.get("primary") == primary and ("primary_declared" in saved or trained):
+        return {"primary_declared": str(saved.get("primary_declared", "")),
+                "primary_declared_after_results": bool(saved.get("primary_declared_after_results", False)),
+                "primary_replaced": str(saved.get("primary_replaced", ""))}
+    changed = trained and bool(saved.get("primary"))
+    when = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"primary_declared": when, "primary_declared_after_results": changed,
+            "primary_replaced": str(saved.get("primary")) if changed else ""}
+
+
+def check_sweep_settings(out: Path, settings: dict[str, dict[str, Any]], defaults: dict[str, Any]) -> dict[str, Any]:
     """Refuse a sweep in ``out`` whose saved settings differ from ``settings`` ({"compare": ..., "train": ...})
     once any of its runs has trained a step; settings missing from the saved file count as their
     ``defaults`` (or the value a sweep made before the setting existed ran with). Saves ``settings`` whenever
-    they are accepted (so the file holds the latest runtime settings and primary comparison)."""
+    they are accepted (so the file holds the latest runtime settings and primary comparison), with the
+    primary's ``primary_declaration``, which it returns."""
     path = Path(out) / SWEEP_FILE
     flat = {**settings["compare"], **settings["train"]}
+    declaration = primary_declaration(out, str(settings["compare"].get("primary", "")))
     if path.is_file() and _trained(out):
         saved = {**defaults, **_BEFORE_THE_SETTING, **read_saved_settings(path)}
         changes = _changes(saved, flat)
@@ -100,4 +127,6 @@ def check_sweep_settings(out: Path, settings: dict[str, dict[str, Any]], default
             after = ", ".join(f"{name} {new!r}" for name, _, new in changes)
             raise UserError(f"{out} holds a sweep made with {before}; this command gives {after}: rerun with its "
                             f"saved settings ({path}) to resume it, or choose a new --out")
-    atomic_write_text(path, f"{SAVED_HEADER}\n{yaml_text(flat)}{SAVED_FOOTER}: {len(flat)} settings\n")
+    saved = {**flat, **declaration}
+    atomic_write_text(path, f"{SAVED_HEADER}\n{yaml_text(saved)}{SAVED_FOOTER}: {len(saved)} settings\n")
+    return declaration
