@@ -7,7 +7,9 @@ temporary directory and renamed into place, so a kill at any moment leaves eithe
 checkpoint or none, and a write that fails (a full disk) removes its temporary directory and stops the run
 with one line; ``load_latest`` verifies the checksums and skips a damaged checkpoint with a warning naming it.
 ``state.json`` also holds the settings the run was trained under (``"settings"``), so that a run's
-``config.yaml`` can be checked against them, or restored from them (``checkpoint_settings``).
+``config.yaml`` can be checked against them, or restored from them (``checkpoint_settings``), and the identity
+of the data and local model they name (``"identity"``, ``grpolab.train.settings.run_identity``), so that a resume
+on changed data is refused.
 
 No pickle is written or read: tensors go through safetensors, everything else through JSON. There is
 no RNG state to save, because the trainer derives every step's randomness from (seed, step).
@@ -123,7 +125,7 @@ def _write_checkpoint(staging: Path, final: Path, step: int, weights: dict[str, 
                       optimizer: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
     save_file({k: to_host(v).contiguous() for k, v in weights.items()}, str(staging / "weights.safetensors"))
     save_file(optimizer, str(staging / "optimizer.safetensors"))
-    (staging / "state.json").write_text(json.dumps({**state, "step": step}))
+    (staging / "state.json").write_text(json.dumps({**state, **_identity(state), "step": step}))
     checksums = {name: _sha256(staging / name) for name in _FILES}
     (staging / "checksums.json").write_text(json.dumps(checksums))
     for name in (*_FILES, "checksums.json"):
@@ -133,6 +135,15 @@ def _write_checkpoint(staging: Path, final: Path, step: int, weights: dict[str, 
         shutil.rmtree(final)
     os.replace(staging, final)
     fsync_dir(final.parent)
+
+
+def _identity(state: dict[str, Any]) -> dict[str, Any]:
+    """``{"identity": ...}`` of the data and local model that the state's settings name (``run_identity``)."""
+    if not isinstance(state.get("settings"), dict):
+        return {}
+    from grpolab.train.settings import run_identity
+
+    return {"identity": run_identity(state["settings"])}
 
 
 def checkpoint_dirs(root: Path) -> list[Path]:

@@ -1,0 +1,82 @@
+"""The data and a local model are part of a run's identity (issue 35, item 3): a resume, a sweep's resume and
+the start-evaluation cache notice a ``--data`` file (or a local model directory) that changed since."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+from tests.reliability.conftest import assert_one_line_error, run_cli
+
+from grpolab.config import TrainConfig
+from grpolab.train.settings import run_identity
+
+ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)]
+FLAGS = ["--task", "file", "--verifier", "exact", "--steps", "2", "--prompts-per-step", "2", "--group-size", "2",
+         "--eval-limit", "2", "--eval-samples", "0", "--no-eval-start", "--checkpoint-every", "1", "--threads", "1",
+         "--no-progress", "--max-new-tokens", "4"]
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture
+def file_run(tmp_path: Path, capsys) -> tuple[Path, Path]:
+    data = _write(tmp_path / "qa.jsonl", ROWS)
+    run = tmp_path / "run"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code, err = run_cli(["train", "--out", str(run), "--data", str(data), *FLAGS], capsys)
+    assert code == 0, err
+    return run, data
+
+
+def test_a_resume_refuses_data_that_changed_since_the_checkpoint(file_run, capsys) -> None:
+    run, data = file_run
+    state = json.loads((run / "checkpoints" / "step-000002" / "state.json").read_text())
+    assert state["identity"]["data"] == run_identity(TrainConfig(data=str(data)))["data"]
+    stat = data.stat()
+    _write(data, [*ROWS[:-1], {"prompt": "9+9=", "answer": "19"}])  # one answer changed, same size
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same modification time
+    before = (run / "metrics.jsonl").read_bytes()
+    code, err = run_cli(["train", "--out", str(run), "--resume", "--steps", "3", "--data", str(data), *FLAGS[:2]],
+                        capsys)
+    assert_one_line_error(code, err, f"the data {data} changed since", "step-000002", "restore the data")
+    assert (run / "metrics.jsonl").read_bytes() == before  # before: resumed, mixing old and new data
+
+
+def test_a_resume_on_the_same_data_goes_on(file_run, capsys) -> None:
+    run, data = file_run
+    code, err = run_cli(["train", "--out", str(run), "--resume", "--steps", "3", "--data", str(data), *FLAGS[:2],
+                         "--no-progress", "--threads", "1"], capsys)
+    assert code == 0, err
+
+
+def test_a_local_model_directory_is_fingerprinted_by_its_files(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"x" * 10)
+    first = run_identity(TrainConfig(model=str(model)))["model"]
+    assert run_identity(TrainConfig(model=str(model)))["model"] == first
+    (model / "model.safetensors").write_bytes(b"y" * 11)  # rewritten: a new size and modification time
+    assert run_identity(TrainConfig(model=str(model)))["model"] != first
+    assert "model" not in run_identity(TrainConfig(model="embedded"))  # a name, not a local folder
+
+
+def test_a_data_folder_is_hashed_by_content(tmp_path: Path) -> None:
+    folder = tmp_path / "d"
+    folder.mkdir()
+    _write(folder / "train.jsonl", ROWS[:50])
+    _write(folder / "test.jsonl", ROWS[50:])
+    first = run_identity(TrainConfig(data=str(folder)))["data"]
+    shutil.copytree(folder, tmp_path / "copy")
+    assert run_identity(TrainConfig(data=str(tmp_path / "copy")))["data"] == first  # content, not place or time
+    _write(tmp_path / "copy" / "test.jsonl", ROWS[51:])
+    assert run_identity(TrainConfig(data=str(tmp_path / "copy")))["data"] != first
