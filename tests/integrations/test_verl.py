@@ -94,6 +94,83 @@ def test_default_conventions_equal_verl(
     assert ours.dtype == batch["token_level_rewards"].dtype
 
 
+def _verl_new_loop(kind: str, token_level_rewards: torch.Tensor, mask: torch.Tensor, index: np.ndarray,
+                   norm: bool = True) -> torch.Tensor:
+    """verl 0.9.1's grpo_passk, opo and gpg as plain loops over responses (per-response advantages [B])."""
+    scores = token_level_rewards.sum(dim=-1).double().tolist()
+    lengths = mask.sum(dim=-1).double().tolist()
+    members: dict[Any, list[int]] = defaultdict(list)
+    for i, uid in enumerate(index):
+        members[uid].append(i)
+    alpha = len(scores) / max(sum(1 for r in scores if r != 0), 1)  # gpg: B / non-zero rewards
+    out = [0.0] * len(scores)
+    for group in members.values():
+        rewards = [scores[i] for i in group]
+        if kind == "grpo_passk":  # the best response gets best - second best (over std + 1e-6)
+            ranked = sorted(rewards, reverse=True)
+            gap = ranked[0] - ranked[1]
+            if norm:
+                gap /= float(torch.tensor(rewards, dtype=torch.float64).std()) + 1e-6
+            out[group[rewards.index(ranked[0])]] = gap
+        elif kind == "opo":  # r - length-weighted mean; one response: baseline 0
+            weights = [lengths[i] for i in group]
+            base = sum(w * r for w, r in zip(weights, rewards, strict=True)) / sum(weights) if len(group) > 1 else 0
+            for i in group:
+                out[i] = scores[i] - base
+        else:  # gpg: alpha (r - mean); one response: mean 0
+            mean = sum(rewards) / len(rewards) if len(group) > 1 else 0.0
+            for i in group:
+                out[i] = alpha * (scores[i] - mean)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+NO_SINGLES = (4, 4, 3, 5, 2, 4, 6)
+
+
+@pytest.mark.parametrize(("name", "sizes", "norm"), [
+    ("grpo_passk", NO_SINGLES, True), ("grpo_passk", NO_SINGLES, False), ("grpo_passk", (4,) * 6, True),
+    ("opo", RAGGED_SIZES, True), ("opo", (1,) * 5, True), ("gpg", RAGGED_SIZES, True), ("gpg", (1,) * 5, True),
+])
+def test_verl_counterparts_equal_verls_loops(
+    monkeypatch: pytest.MonkeyPatch, name: str, sizes: tuple[int, ...], norm: bool
+) -> None:
+    table = _install_stub(monkeypatch)
+    adapter.register_all([name])
+    batch = make_batch(sizes, seed=len(sizes))
+    ours = _call(table, f"grpolab_{name}", batch, config={"norm_adv_by_std_in_grpo": norm})
+    mask = batch["response_mask"]
+    expected = _verl_new_loop(name, batch["token_level_rewards"], mask, batch["index"], norm).unsqueeze(-1) * mask
+    torch.testing.assert_close(ours.double(), expected, atol=1e-6, rtol=0)
+    assert ours.abs().sum() > 0
+
+
+def test_grpo_passk_refuses_a_lone_response_under_verl_conventions_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _install_stub(monkeypatch)
+    adapter.register_all(["grpo_passk"])
+    batch = make_batch(RAGGED_SIZES, seed=1)
+    with pytest.raises(UserError, match=r"grpo_passk needs at least two responses per prompt.*rollout\.n >= 2"):
+        _call(table, "grpolab_grpo_passk", batch)
+    own = _call(table, "grpolab_grpo_passk", batch, config={"grpolab_conventions": "grpolab"})
+    rewards, rows, cols = adapter.group_by_index(batch["token_level_rewards"].sum(-1), batch["index"])
+    expected = registry.compute_advantages("grpo_passk", rewards)[torch.from_numpy(rows), torch.from_numpy(cols)]
+    torch.testing.assert_close(own, expected.float().unsqueeze(-1) * batch["response_mask"])
+
+
+def test_opo_reads_the_lengths_from_the_response_mask_under_both_conventions(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _install_stub(monkeypatch)
+    adapter.register_all(["opo"], conventions="grpolab")
+    batch = make_batch((4,) * 6, seed=6)
+    scores, lengths = batch["token_level_rewards"].sum(-1), batch["response_mask"].sum(-1)
+    rewards, rows, cols = adapter.group_by_index(scores, batch["index"])
+    grouped_lengths, _, _ = adapter.group_by_index(lengths, batch["index"])
+    expected = registry.compute_advantages("opo", rewards, lengths=grouped_lengths)
+    ours = _call(table, "grpolab_opo", batch)
+    torch.testing.assert_close(ours, expected[torch.from_numpy(rows), torch.from_numpy(cols)].float().unsqueeze(-1)
+                               * batch["response_mask"])
+    dr_grpo = registry.compute_advantages("dr_grpo", rewards)[torch.from_numpy(rows), torch.from_numpy(cols)]
+    assert not torch.allclose(ours[:, 0], dr_grpo.float())  # unequal lengths move the baseline
+
+
 def test_reinforce_pp_whitens_over_tokens_like_verl(monkeypatch: pytest.MonkeyPatch) -> None:
     table = _install_stub(monkeypatch)
     adapter.register_all(["reinforce_pp"])

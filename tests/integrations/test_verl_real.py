@@ -49,7 +49,11 @@ PARITY = [  # grpolab name, verl name, norm_adv_by_std_in_grpo for verl
     ("dr_grpo", "grpo", False),
     ("rloo", "rloo", True),
     ("reinforce_pp", "reinforce_plus_plus_baseline", True),
+    ("opo", "opo", True),
+    ("gpg", "gpg", True),
 ]
+# verl's grpo_passk refuses a prompt with one response, so its batches have none
+PASSK_SIZES = {"ragged-no-single": (4, 4, 3, 5, 2, 4, 6), "equal": (4,) * 6, "pairs": (2,) * 8}
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +121,34 @@ def test_default_config_equals_verl(
     verls = _advantages(batch, theirs, default_algorithm, norm_adv_by_std_in_grpo=norm)
     torch.testing.assert_close(mine, verls, atol=1e-6, rtol=0)
     assert mine.abs().sum() > 0
+
+
+@pytest.mark.parametrize("norm", [True, False], ids=["std", "no-std"])
+@pytest.mark.parametrize("sizes", list(PASSK_SIZES.values()), ids=list(PASSK_SIZES))
+def test_grpo_passk_equals_verl(default_algorithm: DictConfig, sizes: tuple[int, ...], norm: bool) -> None:
+    batch = make_batch(sizes, seed=len(sizes))
+    options = {"norm_adv_by_std_in_grpo": norm}
+    mine = _advantages(batch, "grpolab_grpo_passk", default_algorithm, **options)
+    verls = _advantages(batch, "grpo_passk", default_algorithm, **options)
+    torch.testing.assert_close(mine, verls, atol=1e-6, rtol=0)
+    assert mine.abs().sum() > 0
+
+
+def test_grpo_passk_refuses_a_lone_response_like_verl(default_algorithm: DictConfig) -> None:
+    from grpolab.errors import UserError
+
+    batch = make_batch(RAGGED_SIZES, seed=3)
+    with pytest.raises(ValueError, match="at least 2 samples per group"):
+        _advantages(batch, "grpo_passk", default_algorithm)
+    with pytest.raises(UserError, match="at least two responses per prompt"):
+        _advantages(batch, "grpolab_grpo_passk", default_algorithm)
+
+
+def test_opo_lengths_matter_in_verl_and_in_grpolab(default_algorithm: DictConfig) -> None:
+    batch = make_batch((4,) * 6, seed=8)
+    opo = _advantages(batch, "grpolab_opo", default_algorithm)
+    centred = _advantages(batch, "grpo", default_algorithm, norm_adv_by_std_in_grpo=False)
+    assert (opo - centred).abs().max() > 1e-3  # the length weighting is not the plain group mean
 
 
 def test_norm_adv_by_std_false_applies_to_grpolab_grpo(default_algorithm: DictConfig) -> None:

@@ -22,14 +22,19 @@ nothing (see ``grpolab.integrations.verl.parity``):
   ``algorithm.norm_adv_by_std_in_grpo=False`` turns it into ``dr_grpo``, as in verl;
 * ``grpolab_dr_grpo`` = verl ``grpo`` with ``norm_adv_by_std_in_grpo=False``; ``grpolab_rloo`` = verl
   ``rloo``; ``grpolab_reinforce_pp`` = verl ``reinforce_plus_plus_baseline`` (token-level whitening);
-* a prompt with a single response gets verl's group mean 0 and std 1, i.e. about its raw reward.
+  ``grpolab_grpo_passk``, ``grpolab_opo`` and ``grpolab_gpg`` = verl's ``grpo_passk`` (which reads
+  ``norm_adv_by_std_in_grpo`` too), ``opo`` and ``gpg``;
+* a prompt with a single response gets verl's group mean 0 and std 1, i.e. about its raw reward (``grpo_passk``
+  refuses it, as verl does).
 
 ``conventions="grpolab"`` (``register_all(conventions=)`` or ``+algorithm.grpolab_conventions=grpolab``)
 opts into grpolab's own definitions instead: eps 1e-4, a single response gets advantage 0, and a batch in
 which every prompt has one response is refused by estimators that need groups. Estimators without a verl
-counterpart (``sign``, ``passk``, ``maxrl``, ...) are grpolab's under both conventions. verl's
-``grpo_passk`` (arXiv 2503.19595, best response only) is a different estimator from grpolab's ``passk``
-(arXiv 2508.10751), so the two are not compared.
+counterpart (``sign``, ``passk``, ``pkpo``, ``maxrl``, ...) are grpolab's under both conventions. grpolab's
+``passk`` (arXiv 2508.10751) and ``pkpo`` (arXiv 2505.15201) are different estimators from verl's ``grpo_passk``
+(arXiv 2503.19595, best response only), so they are not compared with it. ``opo`` gets each response's length
+as ``response_mask.sum(-1)``, as verl's does, under both conventions. verl's ``optimal_token_baseline`` needs
+per-token policy quantities that grpolab's estimators never receive, so it has no ``grpolab_`` twin.
 
 Use: ``import verl`` registers every name through the ``verl.plugins`` entry point once grpolab is
 installed (``grpolab.integrations.verl.plugin``); then set ``algorithm.adv_estimator=grpolab_sign``.
@@ -67,7 +72,8 @@ VERL_COUNTERPARTS = verl_parity.VERL_COUNTERPARTS
 VerlEstimator = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
-def _registry_scores(name: str, scores: torch.Tensor, index: Any, hyperparameters: Mapping[str, Any]) -> torch.Tensor:
+def _registry_scores(name: str, scores: torch.Tensor, index: Any, hyperparameters: Mapping[str, Any],
+                     lengths: torch.Tensor) -> torch.Tensor:
     """grpolab's own per-response advantages [B] float64 (singleton groups as the registry defines them)."""
     rewards, rows, cols = group_by_index(scores, index)  # [P, G_max]
     if advantage_registry.info(name).needs_group and rewards.shape[1] < 2:
@@ -75,7 +81,9 @@ def _registry_scores(name: str, scores: torch.Tensor, index: Any, hyperparameter
             f"grpolab_{name} needs at least two responses per prompt, but every prompt in this batch has one: "
             "set actor_rollout_ref.rollout.n >= 2 (or use verl conventions, where one response keeps its reward)"
         )
-    advantages = advantage_registry.compute_advantages(name, rewards, **hyperparameters)  # [P, G_max]
+    grouped_lengths, _, _ = group_by_index(lengths, index)  # [P, G_max]; only estimators that need them read them
+    advantages = advantage_registry.compute_advantages(name, rewards, lengths=grouped_lengths,
+                                                       **hyperparameters)  # [P, G_max]
     return advantages[torch.from_numpy(rows), torch.from_numpy(cols)]
 
 
@@ -108,7 +116,7 @@ def outcome_advantages(
             name, scores, mask, index, norm_adv_by_std=norm_adv_by_std, **hyperparameters
         )
     else:
-        advantages = _registry_scores(name, scores, index, hyperparameters).unsqueeze(-1) * mask
+        advantages = _registry_scores(name, scores, index, hyperparameters, mask.sum(dim=-1)).unsqueeze(-1) * mask
     return advantages.to(token_level_rewards.device, token_level_rewards.dtype)
 
 
