@@ -980,6 +980,8 @@ def test_parse_spec_reads_the_dynamic_suffix_and_rejects_unknown_names() -> None
     assert adv.parse_spec("sign") == ("sign", False)
     with pytest.raises(ValueError, match="unknown estimator 'nope\\+dynamic'"):
         adv.parse_spec("nope+dynamic")
+    for name in ("pkpo", "grpo_passk", "gpg", "opo"):  # compare arms, plain and with dynamic sampling
+        assert adv.parse_spec(name) == (name, False) and adv.parse_spec(f"{name}+dynamic") == (name, True)
 
 
 def test_display_order_and_colours_come_from_the_registry() -> None:
