@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from grpolab.diagnostics import iid_degeneracy
-from grpolab.report.tables import equal_cost_table, jensen_table, summary_table
+from grpolab.report.tables import equal_cost_table, jensen_table, summary_table, variance_table
 from report_sweeps import N_SAMPLES, PROMPTS_PER_STEP, STEPS, shifted, synthetic_sweep
 
 
@@ -72,3 +72,14 @@ def test_the_summary_interval_stays_within_the_range_of_a_score() -> None:
     row = summary_table(shifted(results, "sign", 0.2)).iloc[0]  # 0.90 and 0.94: se 0.02, t_{1, 0.975} = 12.706
     assert row["ci_low"] == pytest.approx(0.92 - 12.706 * 0.02, abs=1e-3)
     assert row["ci_high"] == 1.0  # 0.92 + 0.254 cut to the largest possible score
+
+
+def test_variance_table_uses_the_unbiased_mean_of_p_1_minus_p_per_g() -> None:
+    # one start evaluation: prompts at 0, 8, 4 and 4 successes of 8; E[p(1-p)] = (0 + 0 + 2 * 16 / 56) / 4 = 1/7
+    start = {"phase": "start", "step": 0, "successes": [0, 8, 4, 4], "n": 8}
+    results = pd.DataFrame([{"run_id": f"sign-G{g}", "group_size": g, **start} for g in (2, 4)])
+    table = variance_table(results).set_index("group_size")
+    assert table["p_bar"].tolist() == pytest.approx([0.5, 0.5])
+    assert table["mean_p_variance"].tolist() == pytest.approx([1 / 7, 1 / 7])
+    assert table["snr_ratio"].tolist() == pytest.approx([4 / 7 / 0.5, 4 / 7 / 0.75])  # 4 E / (1 - 1/G)
+    assert table["snr_ratio_pbar"].tolist() == pytest.approx([2.0, 4 / 3])  # the pbar formula: 4 * 0.25 / ...

@@ -35,6 +35,7 @@ from grpolab.report.tables import (
     labelled,
     run_table,
     summary_table,
+    variance_table,
 )
 
 METRICS_KEYS = ("run_id", "estimator", "group_size", "step")
@@ -254,6 +255,18 @@ def _jensen_display(jensen: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _variance_display(table: pd.DataFrame) -> pd.DataFrame:
+    variant = {"Variant": table["variant"]} if (table["variant"] != "").any() else {}
+    return pd.DataFrame({
+        **variant,
+        "G": table["group_size"],
+        "pbar (start)": table["p_bar"].map(_pct),
+        "E[p(1-p)], unbiased": table["mean_p_variance"].map(_num),
+        "SNR² ratio, 4 E[p(1-p)] / (1 - 1/G)": table["snr_ratio"].map(lambda v: _num(v, 2)),
+        "pbar formula, 4 pbar(1 - pbar) / (1 - 1/G)": table["snr_ratio_pbar"].map(lambda v: _num(v, 2)),
+    })
+
+
 def start_section(results: pd.DataFrame, metrics: pd.DataFrame) -> Section:
     histogram, prompts, n_label = _start_histogram(results)
     jensen = jensen_table(results, metrics)
@@ -269,6 +282,15 @@ def start_section(results: pd.DataFrame, metrics: pd.DataFrame) -> Section:
         "Starting policy and the Jensen gap",
         [text],
         [("Degenerate-group fraction of the start policy", _jensen_display(jensen))],
+    )
+    section.tables.append(("The variance view's predicted SNR² of sign over a group-centred estimator",
+                           _variance_display(variance_table(results))))
+    section.paragraphs.append(
+        "The variance view (grpolab.diagnostics.variance) predicts sign's SNR² over a group-centred estimator "
+        "(dr_grpo) as 4 E[p_i (1 - p_i)] / (1 - 1/G) over the batch's prompts; above 1 it favours sign. "
+        "E[p_i (1 - p_i)] is estimated without bias from the start evaluation's per-prompt counts (k (n - k) / "
+        "(n (n - 1)) per prompt). The pbar column, 4 pbar (1 - pbar) / (1 - 1/G), ignores the spread of the "
+        "success rates over prompts and overstates the ratio on a bimodal start."
     )
     section.figures.append(
         (

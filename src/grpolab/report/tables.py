@@ -21,6 +21,10 @@ Choices (departures from arXiv 2605.07689, which reports means over seeds with a
   E[(C(c, G) + C(n - c, G)) / C(n, G)]; D_iid = pbar^G + (1 - pbar)^G (``diagnostics.iid_degeneracy``)
   with pbar the mean per-prompt success rate: in training, ``starvation/p_mean`` pooled over a run's first
   ``START_STEPS`` steps (not the per-step D_iid, whose window is still filling then).
+* The variance view's predicted SNR^2 of sign over a group-centred estimator (``variance_table``), per
+  (variant, G) from the start evaluation's per-prompt counts: 4 E_i[p_i (1 - p_i)] / (1 - 1/G) with the mean of
+  p_i (1 - p_i) over prompts estimated without bias (``diagnostics.variance.snr_ratio_from_counts``), beside
+  the pbar formula 4 pbar (1 - pbar) / (1 - 1/G), which overstates it by the spread of the p_i.
 * Equal sampling cost: the budget of a group size is the largest completions count every run of it reached;
   a run's accuracy at the budget is its last evaluation within it (NaN when that is only the start).
 """
@@ -36,6 +40,7 @@ import pandas as pd
 from grpolab import stats
 from grpolab.advantages import display_order
 from grpolab.diagnostics.starvation import expected_degeneracy_from_counts, iid_degeneracy
+from grpolab.diagnostics.variance import mean_success_variance, snr_ratio_from_counts, snr_ratio_sign_vs_centred
 
 ALPHA = 0.05  # significance level of the verdict and the one-line readings
 START_STEPS = 5  # training steps averaged for D_real / D_iid of the start policy
@@ -242,6 +247,28 @@ def jensen_table(results: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     table["gap_train"] = table["d_real_train"] - table["d_iid_train"]
     table["gap_eval"] = table["d_real_eval"] - table["d_iid_eval"]
     return table
+
+
+def variance_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Per (variant, G): the start evaluation's mean success p_bar, unbiased E[p_i (1 - p_i)] over its prompts,
+    and sign's predicted SNR^2 ratio over a group-centred estimator from it (``snr_ratio``) and from p_bar alone
+    (``snr_ratio_pbar``), averaged over the runs' start evaluations with n >= 2 samples per prompt. Empty
+    without such evaluations or at G < 2."""
+    starts = _last_eval(results, "start")
+    starts = starts.assign(variant=variants(starts))
+    rows = []
+    for (variant, size), group in starts.groupby(["variant", "group_size"]):
+        counts = [(np.asarray(c, dtype=float), int(n)) for c, n in zip(group["successes"], group["n"], strict=True)
+                  if c is not None and np.asarray(c).size and int(n) >= 2]
+        if not counts or int(size) < 2:
+            continue
+        p_bar = float(np.mean([c.mean() / n for c, n in counts]))
+        rows.append({"variant": variant, "group_size": int(size), "p_bar": p_bar,
+                     "mean_p_variance": float(np.mean([mean_success_variance(c, n) for c, n in counts])),
+                     "snr_ratio": float(np.mean([snr_ratio_from_counts(c, n, int(size)) for c, n in counts])),
+                     "snr_ratio_pbar": float(snr_ratio_sign_vs_centred(p_bar, int(size)))})
+    return pd.DataFrame(rows, columns=["variant", "group_size", "p_bar", "mean_p_variance", "snr_ratio",
+                                       "snr_ratio_pbar"])
 
 
 def _at_budget(evals: pd.DataFrame, budget: float) -> tuple[float, float]:
