@@ -20,11 +20,16 @@ from grpolab.progress import console, progress_bar, results_console
 from grpolab.sweep.settings import COMPARE_TRAIN_DEFAULTS, SWEEP_OWNED, refuse_sweep_owned
 from grpolab.train.settings import explicit_values
 
+MAX_PLAN_RUNS = 10_000
+"""The most runs a plan may hold without --large-plan (at tens of seconds a run, days on one machine)."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML or TOML file with sweep and training settings (flags override it)")
     parser.add_argument("--out", default="runs/compare", help="output directory (default: runs/compare)")
     parser.add_argument("--no-report", action="store_true", help="gather results but skip the report")
+    parser.add_argument("--large-plan", action="store_true",
+                        help=f"run a plan of more than {MAX_PLAN_RUNS:,} runs (refused without it)")
     add_config_arguments(parser, CompareConfig)
     refused = {name: f"refused: the sweep sets it for each run; use {use}" for name, use in SWEEP_OWNED.items()}
     add_config_arguments(parser, TrainConfig, defaults=COMPARE_TRAIN_DEFAULTS, help_overrides=refused)
@@ -39,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     sweep: CompareConfig = config_from_args(args, CompareConfig, file_values=compare_values)
     base: TrainConfig = config_from_args(args, TrainConfig, file_values={**COMPARE_TRAIN_DEFAULTS, **train_values})
     sweep = _one_lr_or_grid(args, sweep, base, lrs_given="lrs" in compare_values, lr_given="lr" in train_values)
-    progress = _Progress()
+    progress = _Progress(plan=_plan_line(sweep, base, large=args.large_plan))
     try:
         result = compare(sweep, base, Path(args.out), report=not args.no_report, on_event=progress.on_event)
     finally:
@@ -53,6 +58,27 @@ def run(args: argparse.Namespace) -> int:
     if result.report is not None:
         _print_summary(result)
     return 1 if result.failed else 0
+
+
+def _plan_line(sweep: CompareConfig, base: TrainConfig, *, large: bool) -> str:
+    """The line with the plan's size and the memory its workers need (printed when the first runs start),
+    counted before anything is built; a plan past ``MAX_PLAN_RUNS`` is refused unless ``large`` (--large-plan)."""
+    import os
+
+    from grpolab.engine.memory import format_bytes
+    from grpolab.sweep.sizing import memory_limit_bytes, plan_runs_count, worker_bytes
+
+    runs = plan_runs_count(sweep)
+    if runs > MAX_PLAN_RUNS and not large:
+        raise UserError(f"the plan holds {runs:,} runs (estimators x group sizes x variants x seeds, plus the lr "
+                        f"selection), more than {MAX_PLAN_RUNS:,}; shorten the lists, or pass --large-plan to run it")
+    per_worker = worker_bytes([base])
+    workers = max(1, min(sweep.workers or os.cpu_count() or 1, runs)) if sweep.backend == "local" else None
+    limit = memory_limit_bytes()
+    memory = f"about {format_bytes(per_worker)} per worker" + (
+        f" x {workers} worker(s) = {format_bytes(per_worker * workers)}" if workers else "") + (
+        f" of the {format_bytes(limit)} allowed" if limit and workers else "")
+    return f"plan: {runs:,} run(s), {memory}"
 
 
 def _edge(result: Any, cell: Any) -> str:
@@ -77,7 +103,8 @@ def _one_lr_or_grid(args: argparse.Namespace, sweep: CompareConfig, base: TrainC
 class _Progress:
     """The progress bar of each group of runs, drawn from ``grpolab.compare``'s events."""
 
-    def __init__(self) -> None:
+    def __init__(self, plan: str | None = None) -> None:
+        self.plan = plan  # printed once, when the first group of runs starts
         self.failed: list[dict[str, Any]] = []
         self._bars = contextlib.ExitStack()
         self._bar: Any = None
@@ -104,6 +131,9 @@ class _Progress:
 
     def _start(self, event: dict[str, Any]) -> None:
         self.close()
+        if self.plan:
+            console.print(self.plan, markup=False, highlight=False, soft_wrap=True)  # one line at any width
+            self.plan = None
         if event["already"]:
             console.print(f"resuming: {event['already']} of {event['total']} runs already finished, skipping them")
         self._bar = self._bars.enter_context(progress_bar(True))

@@ -23,6 +23,7 @@ from grpolab.errors import UserError
 from grpolab.sweep.devices import worker_devices
 from grpolab.sweep.plan import RunSpec
 from grpolab.sweep.signals import StopRequest, blocked_in_children, stop_signals
+from grpolab.sweep.sizing import fit_workers, memory_limit_bytes, worker_bytes
 from grpolab.sweep.worker import EventFn, init_worker, post_progress
 
 __all__ = ["run_local", "worker_pool"]
@@ -81,7 +82,8 @@ def run_local(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus
     the GPUs ``grpolab.sweep.devices.worker_devices`` gives it (None: auto); returns the outcomes of the runs
     that ended."""
     devices = worker_devices(gpus_per_run, workers, {spec.config.device for spec in specs})
-    workers = len(devices)
+    workers = fit_workers(len(devices), worker_bytes([spec.config for spec in specs]), memory_limit_bytes())
+    devices = devices[:workers]  # at most as many workers as the memory allowed holds (one-line warning)
     progress = multiprocessing.get_context("spawn").Queue()
     request = StopRequest()
     outcomes: list[dict[str, Any]] = []
