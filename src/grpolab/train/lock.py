@@ -5,6 +5,11 @@ The kernel drops it when the holding process ends in any way, ``kill -9`` includ
 killed process leaves behind never blocks a resume: only a live holder does. The holder writes its
 process id and command to ``DIR/.grpolab.lock.owner``, so that a refused second writer can name it; a symbolic
 link planted there is refused, not written through.
+
+The lock belongs to an open file, not to a process: a child forked while the lock is held shares it and keeps it
+after the owner has died. A refusal whose owner file names a dead process (or none) therefore names the live
+processes that hold the lock file open instead (from ``/proc/*/fd`` on Linux), so that the user stops the
+process that really blocks, not one that is gone.
 """
 
 from __future__ import annotations
@@ -66,9 +71,17 @@ class DirectoryLock:
     def _holder(self) -> str:
         try:
             owner = json.loads((self.directory / OWNER_NAME).read_text())
-            return f"pid {owner['pid']}, {owner['command']}, since {owner['started']}"
+            named = f"pid {owner['pid']}, {owner['command']}, since {owner['started']}"
+            pid = int(owner["pid"])
         except (OSError, ValueError, KeyError, TypeError):
-            return "pid unknown"
+            named, pid = "pid unknown", None
+        if pid is not None and _alive(pid):
+            return named
+        holders = [other for other in _processes_holding(self.directory / LOCK_NAME) if other != os.getpid()]
+        if not holders:
+            return named
+        gone = f"pid {pid}, which wrote {OWNER_NAME}, has ended" if pid is not None else f"no {OWNER_NAME}"
+        return f"held by pid {', '.join(map(str, holders))} ({_command_line(holders[0])}); {gone}"
 
     def __enter__(self) -> DirectoryLock:
         return self.acquire()
@@ -76,3 +89,37 @@ class DirectoryLock:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.release()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie counts as ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _processes_holding(path: Path) -> list[int]:
+    """The live processes with ``path`` open (``/proc/*/fd``; empty where /proc cannot tell)."""
+    target, found = os.path.realpath(path), []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if any(os.readlink(fd) == target for fd in (proc / "fd").iterdir()):
+                found.append(int(proc.name))
+        except OSError:  # ended meanwhile, or another user's
+            continue
+    return sorted(pid for pid in found if _alive(pid))
+
+
+def _command_line(pid: int) -> str:
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return " ".join(word.decode(errors="replace") for word in words if word)[:120] or "command unknown"
+    except OSError:
+        return "command unknown"
