@@ -145,7 +145,7 @@ def test_trl_trains_with_the_same_hyper_parameters(config: TrainConfig, tmp_path
     from trl import GRPOConfig
 
     kwargs = grpo_arguments(config, output_dir=str(tmp_path), num_processes=1, max_new_tokens=config.max_new_tokens)
-    args = GRPOConfig(**kwargs, use_cpu=True)
+    args = GRPOConfig(**kwargs)
     micro, accumulation = batch_layout(config, 1)
     assert micro * accumulation == config.completions_per_step and micro <= config.micro_batch_size
     assert _effective_trl(args, lora_config(config, _Model())) == _effective_grpolab(config, micro)

@@ -35,8 +35,8 @@ def test_every_choice_is_trl_arguments_of_its_own_or_refused(name: str, tmp_path
         except UserError as error:
             assert "not supported by engine trl" in str(error) and "\n" not in str(error)
             continue
-        args = GRPOConfig(**kwargs, use_cpu=True)  # TRL accepts the names it gets
-        keys = [key for key in MAPPED[name] if not key.startswith("peft_config")]
+        args = GRPOConfig(**kwargs)  # TRL accepts the names it gets
+        keys = [key for key in MAPPED[name].targets if not key.startswith("peft_config")]
         effective[value] = tuple(str(getattr(args, key)) for key in keys)
     assert effective, f"engine trl refuses every {name}"
     assert len(set(effective.values())) == len(effective), f"two {name} choices reach TRL as one: {effective}"

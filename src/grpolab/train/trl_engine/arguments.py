@@ -2,87 +2,106 @@
 grpolab's side, or refused: the table of the TRL engine.
 
 Each field of ``TrainConfig`` sits in exactly one of three tables (``tests/integrations/test_trl_arguments.py``
-enumerates the fields, so a new one cannot slip through):
+enumerates the fields, so a new one cannot slip through); ``docs/integrations.md`` shows them as
+``render_markdown`` gives them:
 
-* ``MAPPED``: setting -> the ``GRPOConfig`` names it sets; ``grpo_arguments`` does the conversion.
+* ``MAPPED``: setting -> the ``GRPOConfig`` arguments it sets and how (``Mapped``); ``grpo_arguments`` does the
+  conversion, and ``tests/integrations/test_trl_mapping.py`` moves each setting and checks that it changes TRL's
+  arguments, and only those its row names.
 * ``GRPOLAB_SIDE``: settings grpolab itself honours around TRL (the task, the verifier as TRL's reward
   function, the estimator, the evaluation, the logs, the process).
 * ``REFUSED``: settings TRL cannot honour; a value other than the default is refused in one line naming the
   setting and the engine. A field in none of the tables (one added later) is refused the same way.
 
-The conversions that are not one-to-one (P prompts, G completions, B = P * G, n processes, mu = num_iterations):
+Each ``MAPPED`` row says how its setting converts (P prompts, G completions, B = P * G, n processes,
+mu = num_iterations). The batch layout, the one conversion that combines settings: ``generation_batch_size`` = B
+completions, ``num_generations`` = G; each process trains B / n of them in micro-batches of
+``per_device_train_batch_size`` (the largest divisor of B / n that is at most ``micro_batch_size``), and
+``gradient_accumulation_steps`` = ``steps_per_generation`` = the number of those micro-batches, so one optimiser
+step consumes one rollout batch. TRL counts optimiser steps: a grpolab step is mu of them.
 
-* ``generation_batch_size`` = B completions, ``num_generations`` = G; each process trains B / n of them in
-  micro-batches of ``per_device_train_batch_size`` (the largest divisor of B / n that is at most
-  ``micro_batch_size``), and ``gradient_accumulation_steps`` = ``steps_per_generation`` = the number of those
-  micro-batches, so one optimiser step consumes one rollout batch. TRL counts optimiser steps: a grpolab step
-  is mu of them (``max_steps`` = steps * mu, ``save_steps`` = checkpoint_every * mu, ``warmup_steps`` = W * mu).
-* ``lr_schedule`` constant with warm-up is ``constant_with_warmup``. TRL's warm-up gives the first step lr 0
-  (grpolab: lr / W), and with mu > 1 the lr changes within a rollout batch (grpolab: per rollout batch).
-* ``loss_aggregation``: token_mean -> ``dapo`` (tokens of the whole accumulated batch), seq_mean_token_mean ->
-  ``grpo``, seq_mean_token_sum_norm -> ``dr_grpo`` (the constant is ``max_completion_length``);
-  seq_mean_token_sum has no TRL loss and is refused.
-* ``beta``: grpolab's KL term is k3 without an importance weight, so ``use_bias_correction_kl`` is False.
-* ``policy_loss`` cispo is ``loss_type="cispo"`` with ``epsilon_high`` = ``cispo_ratio_max`` (TRL's CISPO has no
-  lower bound and aggregates over tokens); ``dual_clip_c`` is TRL's two-sided clip ``delta``, the same loss
-  when it is at least 1 + epsilon_high; ``sampler_is_cap`` is TRL's vLLM correction ``token_truncate`` with
-  that cap (TRL's own default correction is switched off without it); overlong shaping is refused.
-* ``dtype``: ``bf16`` (TRL's default True is overridden), and ``adam_betas`` set both of TRL's betas.
-* ``report_to`` (and ``tensorboard``) stay on grpolab's side: TRL's ``report_to`` is ``none``, and the rows of
-  ``metrics.jsonl`` (grpolab's names, TRL's logs as ``trl/*``) go to grpolab's backends at grpolab's steps, in the
-  same files as the grpolab engine (``<run>/tensorboard``, offline W&B under ``<run>/wandb``). TRL's own
-  callbacks would log at optimiser steps (mu per grpolab step), put TensorBoard under ``checkpoints/runs`` and
-  W&B in the working directory, and fail without a W&B account.
+``report_to`` (and ``tensorboard``) stay on grpolab's side: TRL's ``report_to`` is ``none``, and the rows of
+``metrics.jsonl`` (grpolab's names, TRL's logs as ``trl/*``) go to grpolab's backends at grpolab's steps, in the
+same files as the grpolab engine. TRL's own callbacks would log at optimiser steps (mu per grpolab step), put
+TensorBoard under ``checkpoints/runs`` and W&B in the working directory, and fail without a W&B account.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
+from grpolab import devices
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 
-__all__ = ["GRPOLAB_SIDE", "MAPPED", "REFUSED", "batch_layout", "check_supported", "grpo_arguments", "lora_config"]
+__all__ = ["GRPOLAB_SIDE", "MAPPED", "REFUSED", "Mapped", "batch_layout", "check_supported", "grpo_arguments",
+           "lora_config", "render_markdown"]
 
-MAPPED: dict[str, tuple[str, ...]] = {
-    "group_size": ("num_generations",),
-    "prompts_per_step": ("steps_per_generation", "gradient_accumulation_steps"),
-    "micro_batch_size": ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation"),
-    "steps": ("max_steps",),
-    "seed": ("seed", "data_seed"),
-    "lr": ("learning_rate",),
-    "lr_schedule": ("lr_scheduler_type",),
-    "warmup_steps": ("warmup_steps",),
-    "weight_decay": ("weight_decay",),
-    "adam_betas": ("adam_beta1", "adam_beta2"),
-    "max_grad_norm": ("max_grad_norm",),
-    "num_iterations": ("num_iterations", "max_steps"),
-    "epsilon_low": ("epsilon",),
-    "epsilon_high": ("epsilon_high",),
-    "beta": ("beta", "use_bias_correction_kl"),
-    "loss_aggregation": ("loss_type",),
-    "temperature": ("temperature",),
-    "top_p": ("top_p",),
-    "max_new_tokens": ("max_completion_length",),
-    "dtype": ("bf16", "fp16"),
-    "device": ("use_cpu",),  # cpu: use_cpu; auto, cuda, cuda:N: accelerate's device (run.TRLRun._trainer)
-    "lora": ("peft_config",),
-    "lora_r": ("peft_config.r",),
-    "lora_alpha": ("peft_config.lora_alpha",),
-    "lora_targets": ("peft_config.target_modules",),
-    "checkpoint_every": ("save_strategy", "save_steps"),
-    "keep_checkpoints": ("save_total_limit",),
-    "use_vllm": ("use_vllm",),
-    "vllm_mode": ("vllm_mode",),
-    "importance_sampling_level": ("importance_sampling_level",),
-    "policy_loss": ("loss_type",),
-    "cispo_ratio_max": ("epsilon_high",),
-    "cispo_ratio_min": (),  # TRL's CISPO has no lower bound: only None is accepted (check_supported)
-    "dual_clip_c": ("delta",),
-    "mask_truncated_completions": ("mask_truncated_completions",),
-    "sampler_is_cap": ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
-                       "vllm_importance_sampling_clip_max"),
+@dataclass(frozen=True)
+class Mapped:
+    """How one setting reaches TRL: the ``GRPOConfig`` arguments it sets (``peft_config.*``: peft's ``LoraConfig``),
+    and how, where it is not the same value under another name. ``targets`` are exactly the arguments that change
+    when the setting does (``tests/integrations/test_trl_mapping.py`` moves each setting and checks)."""
+
+    targets: tuple[str, ...]
+    how: str = ""
+
+
+MAPPED: dict[str, Mapped] = {
+    "group_size": Mapped(("num_generations", "generation_batch_size", "per_device_train_batch_size",
+                          "gradient_accumulation_steps", "steps_per_generation"),
+                         "`num_generations` = G; a generation batch of P·G completions"),
+    "prompts_per_step": Mapped(("generation_batch_size", "per_device_train_batch_size", "steps_per_generation",
+                                "gradient_accumulation_steps"),
+                               "a generation batch of P·G completions, trained in one optimiser step"),
+    "micro_batch_size": Mapped(("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation"),
+                               "`per_device_train_batch_size` = the largest divisor of P·G / processes within it; "
+                               "`gradient_accumulation_steps` = `steps_per_generation` = the micro-batches"),
+    "steps": Mapped(("max_steps",), "`max_steps` = steps·mu (a grpolab step is mu optimiser steps)"),
+    "seed": Mapped(("seed", "data_seed")),
+    "lr": Mapped(("learning_rate",)),
+    "lr_schedule": Mapped(("lr_scheduler_type",), "constant (`constant_with_warmup` with warm-up) / linear / cosine"),
+    "warmup_steps": Mapped(("warmup_steps", "lr_scheduler_type"),
+                           "`warmup_steps` = W·mu; TRL's first step gets lr 0 (grpolab: lr / W)"),
+    "weight_decay": Mapped(("weight_decay",)),
+    "adam_betas": Mapped(("adam_beta1", "adam_beta2"), "AdamW, `optim=\"adamw_torch\"`"),
+    "max_grad_norm": Mapped(("max_grad_norm",)),
+    "num_iterations": Mapped(("num_iterations", "max_steps", "save_steps", "warmup_steps"),
+                             "mu = `num_iterations`; `max_steps`, `save_steps` and `warmup_steps` count mu per step"),
+    "epsilon_low": Mapped(("epsilon", "epsilon_high"), "`epsilon` (and `epsilon_high` while that is unset)"),
+    "epsilon_high": Mapped(("epsilon_high",)),
+    "beta": Mapped(("beta",), "k3 without an importance weight: `use_bias_correction_kl=False`"),
+    "loss_aggregation": Mapped(("loss_type",), "token_mean / seq_mean_token_mean / seq_mean_token_sum_norm -> "
+                                               "`dapo` / `grpo` / `dr_grpo`; seq_mean_token_sum is refused"),
+    "temperature": Mapped(("temperature",)),
+    "top_p": Mapped(("top_p",), "`top_k=0`"),
+    "max_new_tokens": Mapped(("max_completion_length",), "default: the task's"),
+    "dtype": Mapped(("bf16",), "`bf16` (TRL's default True is overridden), `fp16=False`"),
+    "device": Mapped(("use_cpu",), "`use_cpu` where it resolves to the CPU; else accelerate's device (with one "
+                                   "process the GPU named is made current)"),
+    "lora": Mapped(("peft_config", "peft_config.r", "peft_config.lora_alpha", "peft_config.target_modules"),
+                   "`peft_config=LoraConfig(...)`, dropout 0"),
+    "lora_r": Mapped(("peft_config.r",)),
+    "lora_alpha": Mapped(("peft_config.lora_alpha",)),
+    "lora_targets": Mapped(("peft_config.target_modules",), "the targets present in the model"),
+    "checkpoint_every": Mapped(("save_steps",), "`save_strategy=\"steps\"`, `save_steps` = N·mu (0: "
+                                                "`save_strategy=\"no\"`); the last step is always saved"),
+    "keep_checkpoints": Mapped(("save_total_limit",)),
+    "use_vllm": Mapped(("use_vllm",), "refused without CUDA or without the vllm package"),
+    "vllm_mode": Mapped(("vllm_mode",)),
+    "importance_sampling_level": Mapped(("importance_sampling_level",), "token / sequence (GSPO)"),
+    "policy_loss": Mapped(("loss_type", "epsilon_high"), "cispo: `loss_type=\"cispo\"` with `epsilon_high` = "
+                                                         "cispo_ratio_max (token-mean aggregation only)"),
+    "cispo_ratio_max": Mapped(("epsilon_high",), "under cispo"),
+    "cispo_ratio_min": Mapped((), "TRL's CISPO has no lower bound: only unset is accepted"),
+    "dual_clip_c": Mapped(("delta",), "TRL's two-sided clip: the same loss for c >= 1 + epsilon_high, refused below"),
+    "mask_truncated_completions": Mapped(("mask_truncated_completions",)),
+    "sampler_is_cap": Mapped(("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                              "vllm_importance_sampling_clip_max"),
+                             "with vLLM: mode `token_truncate`, `clip_max` = the cap; unset: TRL's vLLM correction "
+                             "is off"),
 }
 
 GRPOLAB_SIDE: dict[str, str] = {
@@ -222,6 +241,7 @@ def grpo_arguments(config: TrainConfig, *, output_dir: str, num_processes: int, 
         "temperature": config.temperature, "top_p": config.top_p, "top_k": 0,
         "max_completion_length": max_new_tokens, "bf16": config.dtype == "bfloat16", "fp16": False,
         "seed": config.seed, "data_seed": config.seed, "use_vllm": config.use_vllm, "vllm_mode": config.vllm_mode,
+        "use_cpu": devices.resolve(config.device).type == "cpu",  # else accelerate's (run.py makes the GPU current)
         **_checkpoints(config),
         "scale_rewards": "none",  # not read: grpolab's estimator makes the advantages
         "gradient_checkpointing": False, "logging_steps": 1, "logging_strategy": "steps", "eval_strategy": "no",
@@ -246,3 +266,16 @@ def lora_config(config: TrainConfig, model: Any) -> Any:
                         f"names from: {', '.join(sorted(n for n in present if n)[:20])}")
     return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, target_modules=targets, lora_dropout=0.0,
                       task_type="CAUSAL_LM")
+
+
+def render_markdown() -> str:
+    """The mapping as ``docs/integrations.md`` holds it (a test keeps the two equal)."""
+    lines = ["| grpolab setting | TRL 1.16 arguments | how |", "|---|---|---|"]
+    for name, entry in MAPPED.items():
+        targets = ", ".join(f"`{t}`" for t in entry.targets) or "-"
+        lines.append(f"| `{name}` | {targets} | {entry.how} |")
+    lines += ["", "Kept on grpolab's side:", ""]
+    lines += [f"- `{name}`: {why}" for name, why in GRPOLAB_SIDE.items()]
+    lines += ["", "Refused under `--engine trl` at any value but the default:", ""]
+    lines += [f"- `{name}`: {why}" for name, why in REFUSED.items()]
+    return "\n".join(lines) + "\n"

@@ -171,7 +171,7 @@ class TRLRun:
         device = devices.resolve(config.device)
         if device.type == "cuda" and self.state.num_processes == 1:
             torch.cuda.set_device(device)  # accelerate's device in a single process is the current CUDA device
-        args = GRPOConfig(**arguments, use_cpu=device.type == "cpu")
+        args = GRPOConfig(**arguments)
         chat = bool(self.task.use_chat_template and getattr(self.policy.tokenizer, "chat_template", None))
         self.recorder = RunRecorder(iterations=config.num_iterations, steps=config.steps,
                                     shell=self.shell,
