@@ -28,14 +28,7 @@ def _changed(before: dict[str, torch.Tensor], model: torch.nn.Module) -> bool:
     return any(not torch.equal(before[n], after[n].detach()) for n in before)
 
 
-# engine grpolab does not pass completion lengths to its estimator yet (train/step.py step_advantages), so an
-# estimator that needs them is refused before the run; strict, so that wiring them in turns this red
-_NEEDS_LENGTHS = pytest.mark.xfail(raises=UserError, strict=True, reason="engine grpolab passes no lengths yet")
-
-
-@pytest.mark.parametrize("estimator", [pytest.param(name, marks=_NEEDS_LENGTHS)
-                                       if advantages.info(name).needs_lengths else name
-                                       for name in advantages.available()])
+@pytest.mark.parametrize("estimator", advantages.available())
 def test_two_steps_per_estimator(estimator: str, tmp_path) -> None:
     config = TrainConfig(advantage=estimator, **TINY)
     trainer = Trainer(config, tmp_path / "run")

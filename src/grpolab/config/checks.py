@@ -72,12 +72,6 @@ def _validate_engine(config: Any) -> None:
     if config.use_vllm and config.engine != "trl":
         raise UserError("use_vllm is not supported by engine grpolab (it samples with its own decoder); "
                         "add --engine trl or drop --use-vllm")
-    from grpolab.advantages import entry_for
-
-    entry = entry_for(config.advantage)
-    if entry is not None and entry.needs_lengths and config.engine != "trl":
-        raise UserError(f"advantage {config.advantage!r} weighs completions by their length, which engine grpolab "
-                        "does not pass to its estimator yet; add --engine trl")
 
 
 # setting -> an example of its value, for the error message

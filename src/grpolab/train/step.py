@@ -196,7 +196,7 @@ def step_advantages(batch: StepBatch, config: TrainConfig, *, max_length: int | 
                                           batch.group_size, **config.advantage_kwargs)
         else:
             advantages = compute_advantages(config.advantage, _outcome_rewards(batch, config, max_length),
-                                            **config.advantage_kwargs)
+                                            lengths=batch.lengths, **config.advantage_kwargs)
         if not torch.isfinite(advantages.float()).all():
             raise ValueError(f"advantages up to {advantages.abs().max().item():.3g} overflow float32")
     except ValueError as error:

@@ -284,7 +284,7 @@ def _check_estimator(config: TrainConfig) -> None:
                         f"--group-size {config.group_size}; raise it or use a fixed-reference estimator such as sign")
     try:  # bad --advantage-kwargs fail here, not after the model has loaded
         advantage_registry.compute_advantages(config.advantage, np.zeros((1, config.group_size)),
-                                              **config.advantage_kwargs)
+                                              lengths=np.ones((1, config.group_size)), **config.advantage_kwargs)
     except ValueError as error:
         raise UserError(f"{error}; fix --advantage-kwargs") from None
 
