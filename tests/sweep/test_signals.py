@@ -70,3 +70,22 @@ def test_a_signal_to_the_sweep_process_ends_every_worker(tmp_path: Path, signum:
         for log in out.glob("runs/*/resumes.jsonl"):  # each resumed from its checkpoint, not from step 0
             assert '"from_step": 0' not in log.read_text()
         assert len(list(out.glob("runs/*/resumes.jsonl"))) == 2
+
+
+def test_sigterm_while_the_report_is_written_exits_130_in_one_line_leaving_no_partial_file(tmp_path: Path) -> None:
+    # was: exit 143 and no line (SIGTERM's default action outside the training phase; the docs say 130)
+    out = tmp_path / "cmp"
+    script = Path(__file__).with_name("_term_in_report.py")
+    process = subprocess.Popen([sys.executable, str(script), "compare", "--estimators", "sign", "--seeds", "1",
+                                "--group-sizes", "2", "--lrs", "1e-4", "--out", str(out)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120  # a hang guard, not a speed claim
+    while not (out / "writing").exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()[-2000:]
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == "grpolab compare: interrupted; rerun with the same --out to resume"
+    assert "Traceback" not in stderr, stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["writing"]  # neither report.html nor its staging file

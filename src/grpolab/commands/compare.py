@@ -18,6 +18,7 @@ from grpolab.config import CompareConfig, TrainConfig, load_config_file, split_f
 from grpolab.errors import UserError
 from grpolab.progress import console, progress_bar, results_console
 from grpolab.sweep.settings import COMPARE_TRAIN_DEFAULTS, SWEEP_OWNED, refuse_sweep_owned
+from grpolab.sweep.signals import StopRequest, stop_signals
 from grpolab.train.settings import explicit_values
 
 MAX_PLAN_RUNS = 10_000
@@ -45,18 +46,19 @@ def run(args: argparse.Namespace) -> int:
     base: TrainConfig = config_from_args(args, TrainConfig, file_values={**COMPARE_TRAIN_DEFAULTS, **train_values})
     sweep = _one_lr_or_grid(args, sweep, base, lrs_given="lrs" in compare_values, lr_given="lr" in train_values)
     progress = _Progress(plan=_plan_line(sweep, base, large=args.large_plan))
-    try:
-        result = compare(sweep, base, Path(args.out), report=not args.no_report, on_event=progress.on_event)
-    finally:
-        progress.close()
-        for outcome in progress.failed:
-            console.print(f"[red]run {outcome['run_id']} failed:[/red] {outcome['error']}")
-    for cell in result.unbracketed:
-        console.print(f"[yellow]the lr chosen for {cell} ({result.choice[cell]:g}) is still the "
-                      f"{_edge(result, cell)} lr tried after {sweep.lr_bracket_rounds} extra round(s): not bracketed; "
-                      "widen --lrs or raise --lr-bracket-rounds[/yellow]")
-    if result.report is not None:
-        _print_summary(result)
+    with stop_signals(StopRequest()):  # SIGTERM / SIGHUP while gathering or writing the report: exit 130, one line
+        try:
+            result = compare(sweep, base, Path(args.out), report=not args.no_report, on_event=progress.on_event)
+        finally:
+            progress.close()
+            for outcome in progress.failed:
+                console.print(f"[red]run {outcome['run_id']} failed:[/red] {outcome['error']}")
+        for cell in result.unbracketed:
+            console.print(f"[yellow]the lr chosen for {cell} ({result.choice[cell]:g}) is still the "
+                          f"{_edge(result, cell)} lr tried after {sweep.lr_bracket_rounds} extra round(s): not "
+                          "bracketed; widen --lrs or raise --lr-bracket-rounds[/yellow]")
+        if result.report is not None:
+            _print_summary(result)
     return 1 if result.failed else 0
 
 
