@@ -1,7 +1,8 @@
 """The whole ``grpolab compare`` report: its sections in order, written as HTML and as Markdown.
 
 ``build_sections`` checks the results frame and lists the sections (verdict, summary, data, lr selection,
-families, start policy, pass@k, dynamics, gradient clipping, equal cost, effective rank, configuration);
+families, start policy, pass@k, learning curves, dynamics, gradient clipping, equal cost, effective rank,
+configuration);
 ``write_report`` renders them to ``report.html`` and ``report.md`` with ``grpolab.render``. Figures and the
 tables that group by estimator alone see each ``--vary`` variant as an estimator ``name+variant``
 (``tables.labelled``).
@@ -19,12 +20,14 @@ from grpolab.errors import UserError
 from grpolab.io import atomic_write_bytes, atomic_write_text
 from grpolab.render import Section, render_html, render_markdown
 from grpolab.report.clipping import clipping_section
+from grpolab.report.curves import curves_section
 from grpolab.report.data_section import data_sections
 from grpolab.report.families import families_section
 from grpolab.report.sections import (
     DYNAMIC,
     dynamics_section,
     equal_cost_section,
+    figure_png,
     pass_at_k_section,
     present,
     rank_section,
@@ -56,6 +59,7 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
     sections += [
         start_section(results, usable),
         pass_at_k_section(labelled(run_table(results))),
+        curves_section(results, usable, figure_png),
         dynamics_section(shown, problem),
     ]
     clipping = clipping_section(usable, config)

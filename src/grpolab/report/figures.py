@@ -15,7 +15,9 @@ Departures from the paper's figures (arXiv 2605.07689):
 * Figure 3 (pass@k): the start policy is one shared black dashed curve (mean over all runs of that group
   size) instead of one per estimator: every estimator starts from the same model.
 * Figure 4 (training dynamics): curves are a rolling mean over ``window`` steps (the paper also smooths);
-  the band is the min-max over seeds of the smoothed curves.
+  the band is the 95% Student-t interval over seeds of the smoothed curves (none for one seed).
+* Learning curves (not in the paper): held-out score at each evaluation step per estimator, mean over seeds
+  with its 95% Student-t band (``figure_learning_curves``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from grpolab.advantages import display_colors, display_order
+from grpolab.stats import t_interval
 
 DPI = 110
 DYNAMICS_LABELS = {
@@ -233,7 +236,8 @@ def figure_pass_at_k(runs: pd.DataFrame) -> Figure:
 
 
 def _band_on_grid(runs: list[pd.DataFrame], x: str, y: str, window: int) -> tuple[np.ndarray, ...] | None:
-    """Smooth each seed's y(x), put it on a common x grid; return (grid, mean, low, high) or None."""
+    """Smooth each seed's y(x), put it on a common x grid; return (grid, mean, low, high) or None: the mean over
+    seeds and its 95% Student-t interval (the mean alone for one seed)."""
     smoothed = []
     for run in runs:
         frame = run[[x, y]].dropna().sort_values(x)
@@ -243,12 +247,15 @@ def _band_on_grid(runs: list[pd.DataFrame], x: str, y: str, window: int) -> tupl
         return None
     end = min(s[0][-1] for s in smoothed)
     grid = np.unique(np.concatenate([s[0][s[0] <= end] for s in smoothed]))
-    stack = np.array([np.interp(grid, xs, ys) for xs, ys in smoothed])
-    return grid, stack.mean(axis=0), stack.min(axis=0), stack.max(axis=0)
+    stack = np.array([np.interp(grid, xs, ys) for xs, ys in smoothed])  # [seeds, steps]
+    if len(smoothed) < 2:
+        return grid, stack[0], stack[0], stack[0]
+    mean, low, high = t_interval(stack.T)  # over seeds, at each step
+    return grid, mean, low, high
 
 
 def figure_dynamics(metrics: pd.DataFrame, columns: list[str], x: str, x_label: str, window: int) -> Figure:
-    """Rows: metric columns; panels: group sizes; one line per estimator (mean over seeds, min-max band)."""
+    """Rows: metric columns; panels: group sizes; one line per estimator (mean over seeds, 95% t band)."""
     sizes = sorted(metrics["group_size"].unique())
     names = display_order(metrics["estimator"])
     colors = display_colors(names)
@@ -273,7 +280,7 @@ def figure_dynamics(metrics: pd.DataFrame, columns: list[str], x: str, x_label: 
             if row == len(columns) - 1:
                 ax.set_xlabel(x_label)
     _outside_legend(grid[0][-1])
-    fig.suptitle(f"Training dynamics: mean over seeds\n(band: min-max; rolling mean over {window} step(s))")
+    fig.suptitle(f"Training dynamics: mean over seeds\n(band: 95% t interval; rolling mean over {window} step(s))")
     fig.tight_layout()
     return fig
 
@@ -303,5 +310,33 @@ def figure_effective_rank(metrics: pd.DataFrame, zero_sum_bound: float = 2.0) ->
     _outside_legend(axes[-1])
     axes[0].set_ylabel("Effective rank of the gradient")
     fig.suptitle("Gradient effective rank over training\n(mean over seeds, band: min-max)")
+    fig.tight_layout()
+    return fig
+
+
+def figure_learning_curves(curves: pd.DataFrame) -> Figure:
+    """Held-out score against training step; panels: (variant-labelled) group sizes; one line per estimator.
+
+    curves: ``curves.curve_table`` rows (estimator, group_size, step, mean, low, high, n_seeds): the mean over
+    seeds at each evaluation step with its 95% Student-t band."""
+    sizes = sorted(curves["group_size"].unique())
+    names = display_order(curves["estimator"])
+    colors = display_colors(names)
+    fig, axes = _panels(len(sizes), 5.0, 3.8)
+    for ax, size in zip(axes, sizes, strict=True):
+        for name in names:
+            rows = curves[(curves["group_size"] == size) & (curves["estimator"] == name)].sort_values("step")
+            if rows.empty:
+                continue
+            ax.plot(rows["step"], 100 * rows["mean"], "-o", ms=3.5, color=colors[name], label=name)
+            ax.fill_between(rows["step"], 100 * rows["low"], 100 * rows["high"], color=colors[name], alpha=0.18,
+                            lw=0)
+        ax.set_xlabel("Training step")
+        ax.set_title(f"G = {size}")
+        ax.set_ylim(-3, 103)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("Held-out score (%)")
+    _outside_legend(axes[-1])
+    fig.suptitle("Learning curves: held-out score at each evaluation\n(mean over seeds, band: 95% t interval)")
     fig.tight_layout()
     return fig

@@ -42,7 +42,8 @@ METRICS_KEYS = ("run_id", "estimator", "group_size", "step")
 DYNAMIC = advantages.DYNAMIC_SUFFIX
 
 
-def _png(fig: Figure) -> bytes:
+def figure_png(fig: Figure) -> bytes:
+    """A figure as PNG bytes (closed afterwards)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=figs.DPI)
     plt.close(fig)
@@ -203,7 +204,7 @@ def summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Sect
                 "Final held-out score (pass@1; greedy accuracy without samples) per estimator; bars are means "
                 "over seeds, whiskers 95% "
                 "Student-t CIs (none for a single seed), dots individual seeds.",
-                _png(figs.figure_final_accuracy(labelled(runs), labelled(summary))),
+                figure_png(figs.figure_final_accuracy(labelled(runs), labelled(summary))),
             )
         ],
     )
@@ -297,7 +298,7 @@ def start_section(results: pd.DataFrame, metrics: pd.DataFrame) -> Section:
             "start_policy",
             "Left: per-prompt success rates of the start policy. Right: "
             "D_real vs D_iid per group size, the Jensen gap annotated (absolute, relative).",
-            _png(figs.figure_start_policy(histogram, jensen, prompts, n_label)),
+            figure_png(figs.figure_start_policy(histogram, jensen, prompts, n_label)),
         )
     )
     if histogram is None:
@@ -318,7 +319,7 @@ def pass_at_k_section(runs: pd.DataFrame) -> Section:
         section.notes.append("The evaluations hold no pass@k values (n = 0 samples per prompt): no curves.")
         return section
     caption = "pass@k per estimator at the end of training (solid) and of the shared start policy (black dashed)."
-    section.figures.append(("pass_at_k", caption, _png(figs.figure_pass_at_k(runs))))
+    section.figures.append(("pass_at_k", caption, figure_png(figs.figure_pass_at_k(runs))))
     return section
 
 
@@ -346,14 +347,14 @@ def dynamics_section(metrics: pd.DataFrame, problem: str | None) -> Section:
     window = max(1, round(metrics.groupby("run_id")["step"].nunique().median() / 20))
     section.paragraphs.append(
         "Mean training reward and the share of all-wrong and of degenerate (all-right or all-wrong) groups, "
-        f"per estimator: mean over seeds with a min-max band, smoothed by a rolling mean over {window} "
+        f"per estimator: mean over seeds with its 95% Student-t band, smoothed by a rolling mean over {window} "
         "step(s). A group-centred estimator stuck at a high all-wrong fraction is starved of gradient."
     )
     section.figures.append(
         (
             "dynamics_steps",
             "Training dynamics against training steps.",
-            _png(figs.figure_dynamics(metrics, columns, "step", "Training step", window)),
+            figure_png(figs.figure_dynamics(metrics, columns, "step", "Training step", window)),
         )
     )
     dynamic = metrics["estimator"].str.contains(DYNAMIC, regex=False).any()
@@ -363,7 +364,7 @@ def dynamics_section(metrics: pd.DataFrame, problem: str | None) -> Section:
                 "dynamics_completions",
                 "The same curves against completions sampled "
                 "(equal sampling cost: dynamic sampling draws extra groups).",
-                _png(
+                figure_png(
                     figs.figure_dynamics(
                         metrics,
                         columns,
@@ -432,7 +433,7 @@ def rank_section(metrics: pd.DataFrame) -> Section:
             (
                 "effective_rank",
                 "Gradient effective rank per estimator and group size; dotted: the bound 2 of zero-sum estimators.",
-                _png(figs.figure_effective_rank(metrics)),
+                figure_png(figs.figure_effective_rank(metrics)),
             )
         ],
     )

@@ -1,0 +1,52 @@
+"""Learning curves (grpolab.report.curves): the held-out curve with t bands, the area under it and the steps to
+a reward level, by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as scipy_stats
+
+from grpolab.report.curves import curve_table, speed_table
+from report_sweeps import FINALS, START_ACCURACY, synthetic_sweep
+
+
+def test_the_held_out_curve_has_a_t_band_over_seeds_at_each_step() -> None:
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
+    curve = curve_table(results).set_index(["estimator", "step"])
+    assert sorted(curve.loc["sign"].index) == [0, 20, 40, 60]  # start, two --eval-every steps, end
+    end = curve.loc[("sign", 60)]
+    half = scipy_stats.t.ppf(0.975, 2) * np.std(FINALS[("sign", 2)], ddof=1) / np.sqrt(3)
+    assert (end["mean"], end["low"], end["high"]) == pytest.approx((0.74, 0.74 - half, 0.74 + half))
+    assert curve.loc[("sign", 0), "n_seeds"] == 3
+
+
+def test_area_under_the_held_out_curve_by_hand() -> None:
+    # each synthetic run's score rises linearly from the start to its final score, so the area divided by the
+    # steps is (start + final) / 2 exactly
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
+    table = speed_table(results, None).set_index("estimator")
+    areas = [(START_ACCURACY + final) / 2 for final in FINALS[("sign", 2)]]
+    half = scipy_stats.t.ppf(0.975, 2) * np.std(areas, ddof=1) / np.sqrt(3)
+    sign = table.loc["sign"]
+    assert sign["evaluations"] == 4 and sign["n_seeds"] == 3
+    assert (sign["area"], sign["area_low"], sign["area_high"]) == pytest.approx(
+        (np.mean(areas), np.mean(areas) - half, np.mean(areas) + half))
+    assert sign["end"] == pytest.approx(0.74) and "level" not in table.columns  # no metrics: no reward speed
+
+
+def test_steps_to_the_reward_level_by_hand() -> None:
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
+    # 10 steps (rolling window 1): sign's reward is step / 10, dr_grpo's step / 20 in seed 0 and step / 30 in seed
+    # 1; the level is the lower arm's mean final reward, (1/2 + 1/3) / 2 = 5/12
+    slope = {("sign", 0): 10, ("sign", 1): 10, ("dr_grpo", 0): 20, ("dr_grpo", 1): 30}
+    metrics = pd.DataFrame([{"run_id": f"{name}-G2-s{seed}", "estimator": name, "group_size": 2, "seed": seed,
+                             "step": step, "rollout/reward_mean": step / slope[(name, seed)]}
+                            for (name, seed) in slope for step in range(1, 11)])
+    table = speed_table(results, metrics).set_index("estimator")
+    assert table.loc["sign", "level"] == pytest.approx(5 / 12)
+    assert table.loc["sign", "steps_to_level"] == pytest.approx(5.0)  # 0.4 at step 4, 0.5 at step 5, both seeds
+    assert table.loc["sign", "reached"] == "2 of 2"
+    assert table.loc["dr_grpo", "steps_to_level"] == pytest.approx(9.0)  # seed 0: 0.45 at step 9; seed 1 never
+    assert table.loc["dr_grpo", "reached"] == "1 of 2" and np.isnan(table.loc["dr_grpo", "steps_low"])
