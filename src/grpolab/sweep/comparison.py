@@ -25,6 +25,8 @@ from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 from grpolab.sweep.devices import check_gpus
 from grpolab.sweep.gather import collect_results, runs_table, write_table, write_tables
+from grpolab.sweep.identity import check_sweep_identity
+from grpolab.sweep.ownership import check_sweep_dir
 from grpolab.sweep.plan import Cell, RunSpec, plan_cells, plan_lr_grid, plan_runs
 from grpolab.sweep.run import run_sweep
 from grpolab.sweep.select import Selection, extend_grids, select_lrs
@@ -75,12 +77,15 @@ class CompareResult:
 
 
 def compare(sweep: CompareConfig, base: TrainConfig, out: str | Path, *, report: bool = True,
-            on_event: EventFn | None = None) -> CompareResult:
+            on_event: EventFn | None = None, overwrite: bool = False) -> CompareResult:
     """Compare ``sweep.estimators`` at ``sweep.group_sizes`` (and each ``--vary`` variant) over seeds, each at
     its lr chosen on validation runs (one lr in ``sweep.lrs``: every run at that lr), on the training settings
-    ``base``; writes everything into ``out`` and returns it. Holds ``out``'s lock while it runs."""
+    ``base``; writes everything into ``out`` and returns it. Holds ``out``'s lock while it runs. ``out`` holding
+    files ``compare`` did not write is refused; ``overwrite`` deletes an earlier comparison's own files there
+    first (``grpolab.sweep.ownership``)."""
     out = Path(out)
     with DirectoryLock(out, "grpolab compare"):  # one sweep process per --out
+        check_sweep_dir(out, overwrite=overwrite)
         return _compare(sweep, base, out, report=report, on_event=on_event or (lambda event: None))
 
 
@@ -96,6 +101,7 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
     settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base), "task": _task_summary(base)}
     # refuses other settings; saves them otherwise, with when the primary comparison was declared
     settings["primary_declaration"] = check_sweep_settings(out, settings, sweep_defaults())
+    check_sweep_identity(out, base)  # refuses changed data or model once trained; clears a stale start cache
     atomic_write_text(out / "task.json", json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
     runner = _Runner(sweep, on_event)
     grid: list[RunSpec] = []

@@ -1,0 +1,76 @@
+"""A sweep's data and local model are part of its identity, and so of its start-evaluation cache.
+
+``OUT/identity.json`` holds ``grpolab.train.settings.run_identity`` of the sweep's base settings: a content hash
+of a local ``--data`` file or folder and a fingerprint of a local ``--model`` directory. Once a run of the sweep
+has trained a step, a re-run on changed data (or a changed model directory) is refused in one line, as a run's
+``--resume`` is; before that, the new identity replaces the old one.
+
+The start evaluations the runs of one seed share (``OUT/start-evals/KEY.json``, keyed by the trainer on the
+"start" settings only) are kept with the identity they were made under (``OUT/start-evals/identity.json``): when
+it differs from the sweep's, or was never recorded, the cached entries are deleted with one warning and
+evaluated again, so a start is never read from other data (the probe's report showed a "42.9% -> 0.0%" collapse
+from a start evaluated on an older file).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+from grpolab.config import TrainConfig
+from grpolab.errors import UserError
+from grpolab.io import atomic_write_text
+from grpolab.train.settings import run_identity
+
+__all__ = ["IDENTITY_FILE", "START_EVALS", "check_sweep_identity"]
+
+IDENTITY_FILE = "identity.json"
+START_EVALS = "start-evals"
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _trained(out: Path) -> bool:
+    """Whether any run of the sweep in ``out`` has logged a training step."""
+    return any(log.stat().st_size for log in Path(out).glob("*/*/metrics.jsonl"))
+
+
+def check_sweep_identity(out: Path, base: TrainConfig) -> dict[str, str]:
+    """Refuse a sweep in ``out`` whose data or local model changed since its runs trained; record the identity,
+    and clear start evaluations cached under another one. Returns the identity."""
+    out = Path(out)
+    identity = run_identity(base)
+    path = out / IDENTITY_FILE
+    saved = _read(path)
+    if saved is not None and saved != identity and _trained(out):
+        changed = [key for key in ("data", "model") if saved.get(key) != identity.get(key)]
+        named = {"data": f"the data {base.data or base.task_options.get('path')}",
+                 "model": f"the model directory {base.model}"}
+        raise UserError(f"{' and '.join(named[key] for key in changed)} changed since the runs in {out} trained "
+                        f"(recorded in {path}), so a resume would mix two versions in one comparison; restore "
+                        "what the runs trained on, or choose a new --out")
+    _clear_stale_start_evaluations(out / START_EVALS, identity)
+    atomic_write_text(path, json.dumps(identity))
+    return identity
+
+
+def _clear_stale_start_evaluations(cache: Path, identity: dict[str, str]) -> None:
+    """Delete the cached start evaluations made under another identity (or an unrecorded one); record this one."""
+    cache.mkdir(parents=True, exist_ok=True)  # the runs write their entries under the identity recorded here
+    recorded = cache / IDENTITY_FILE
+    entries = [p for p in cache.glob("*.json") if p.name != IDENTITY_FILE]
+    if entries and _read(recorded) != identity:
+        for entry in entries:
+            entry.unlink()
+        warnings.warn(f"{cache} held {len(entries)} start evaluation(s) made on other data or another model "
+                      "(or before grpolab recorded which); deleted them, so each start is evaluated again",
+                      UserWarning, stacklevel=3)
+    atomic_write_text(recorded, json.dumps(identity))

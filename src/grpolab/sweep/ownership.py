@@ -1,0 +1,105 @@
+"""What ``grpolab compare`` may do to its ``--out`` folder: write only its own files, never a user's.
+
+A sweep folder is one whose ``compare.yaml`` starts with grpolab's first line. ``compare`` refuses a folder that
+holds anything it does not write (``report.md``, ``runs.csv``, ``figures/*.png`` and the tables count as the
+user's in a folder that is no sweep), as ``grpolab train`` does (``grpolab.train.ownership``): a comparison would
+overwrite them or mix with them. With ``overwrite`` an earlier comparison's own files are deleted (its run
+directories through ``grpolab.train.ownership.remove_run_files``), and every other file is kept; a user's file at
+a name the comparison writes is refused even then. A symbolic link at a name it writes is refused in one line.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+from grpolab.config.files import SAVED_HEADER
+from grpolab.errors import UserError
+from grpolab.io import refuse_links
+from grpolab.train.ownership import remove_run_files
+
+__all__ = ["check_sweep_dir"]
+
+_LOCKS = (".grpolab.lock", ".grpolab.lock.owner")
+_FOLDERS = ("runs", "selection", "start-evals")  # run directories guard themselves (train.ownership)
+# what a comparison (and ``grpolab mechanism`` into the same folder) writes at the top of --out
+_FILES = ("compare.yaml", "task.json", "identity.json", "results.parquet", "metrics.parquet", "selection.parquet",
+          "runs.csv", "report.html", "report.md", "mechanism.csv", "mechanism_runs.csv", "mechanism.md",
+          "mechanism.png")
+_OWN_DEEPER = ("figures/*.png", "mechanism/*/mechanism*.csv", "mechanism/*/mechanism.md", "mechanism/*/mechanism.png",
+               "start-evals/*.json")
+_STAGING = (".*.tmp",)  # what an atomic write killed mid-way leaves
+
+
+def _is_sweep(out: Path) -> bool:
+    try:
+        with (out / "compare.yaml").open(encoding="utf-8") as handle:
+            return handle.readline().strip() == SAVED_HEADER
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _entries(out: Path) -> list[str]:
+    """Every file below ``out`` outside the run folders, and every name at its top, relative to ``out``."""
+    names = [p.name for p in out.iterdir()]
+    for folder in ("figures", "mechanism", "start-evals"):
+        if (out / folder).is_dir() and not (out / folder).is_symlink():
+            names += [str(p.relative_to(out)) for p in (out / folder).rglob("*") if not p.is_dir()]
+    return names
+
+
+def _foreign(out: Path) -> list[str]:
+    sweep = _is_sweep(out)
+    own = [*_LOCKS, *_FOLDERS, *_STAGING, *(("figures", "mechanism", *_FILES, *_OWN_DEEPER) if sweep else ())]
+    return sorted(name for name in _entries(out) if not any(fnmatch.fnmatchcase(name, p) for p in own)
+                  and not (not sweep and name in ("figures", "mechanism")))
+
+
+def check_sweep_dir(out: Path, *, overwrite: bool = False) -> None:
+    """Refuse a comparison in ``out`` while it holds files ``compare`` did not write; with ``overwrite``, delete
+    an earlier comparison's own files first (keeping the rest), refusing a user's file at a name it writes."""
+    out = Path(out)
+    refuse_links(out, (*_LOCKS, *_FOLDERS, *_FILES, "figures", "mechanism"))
+    if not out.is_dir():
+        return
+    foreign = _foreign(out)
+    if foreign and not overwrite:
+        raise UserError(f"{out} holds files grpolab compare did not write ({', '.join(foreign[:4])}), which a "
+                        "comparison would replace or mix with; choose a new --out, or pass --overwrite to replace an "
+                        "earlier comparison there (files grpolab did not write are kept)")
+    if overwrite:
+        clashing = [name for name in foreign if name in _FILES or fnmatch.fnmatchcase(name, "figures/*.png")]
+        if clashing:
+            raise UserError(f"{out} holds files grpolab compare did not write at names it writes "
+                            f"({', '.join(clashing[:4])}); move them out of {out}, then rerun")
+        _remove_sweep_files(out)
+
+
+def _remove_sweep_files(out: Path) -> None:
+    """Delete what an earlier comparison wrote in ``out`` (its run directories' own files included)."""
+    if not _is_sweep(out):
+        return
+    for folder in ("runs", "selection"):
+        for run_dir in sorted((out / folder).iterdir()) if (out / folder).is_dir() else []:
+            if run_dir.is_dir() and not run_dir.is_symlink():
+                remove_run_files(run_dir)
+                if not any(run_dir.iterdir()) or all(p.name in _LOCKS for p in run_dir.iterdir()):
+                    for lock in run_dir.iterdir():
+                        lock.unlink()
+                    run_dir.rmdir()
+    for name in _entries(out):
+        if any(fnmatch.fnmatchcase(name, p) for p in (*_FILES, *_OWN_DEEPER)) and name != "compare.yaml":
+            (out / name).unlink()
+    for folder in ("figures", "mechanism", "start-evals", "runs", "selection"):
+        _remove_empty(out / folder)
+    (out / "compare.yaml").unlink()
+
+
+def _remove_empty(root: Path) -> None:
+    if not root.is_dir() or root.is_symlink():
+        return
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    if not any(root.iterdir()):
+        root.rmdir()

@@ -1,0 +1,127 @@
+"""``grpolab compare``'s --out folder (issue 35, items 3 and 5): changed data is refused once runs trained, a start
+evaluation cached on other data is never read, a user's files are never overwritten, and --overwrite (library:
+``compare(..., overwrite=True)``) replaces only an earlier comparison's own files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpolab.config import CompareConfig, TrainConfig
+from grpolab.errors import UserError
+from grpolab.sweep import compare
+from grpolab.sweep.plan import plan_runs
+from sweep_runs import finish
+
+SWEEP = CompareConfig(estimators="sign", seeds=1, group_sizes="2", lrs="1e-4", workers=1)
+ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)]
+
+
+def _data(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _finished_sweep(out: Path, base: TrainConfig) -> None:
+    for spec in plan_runs(base, ["sign"], [0], [2], out):
+        finish(spec, 0.5)
+
+
+def _file_base(tmp_path: Path) -> TrainConfig:
+    data = _data(tmp_path / "qa.jsonl", ROWS)
+    return TrainConfig(steps=2, task="file", data=str(data), verifier="exact")
+
+
+def test_a_sweep_refuses_data_that_changed_since_its_runs_trained(tmp_path: Path) -> None:
+    base = _file_base(tmp_path)
+    out = tmp_path / "out"
+    _finished_sweep(out, base)
+    with pytest.warns(UserWarning):
+        compare(SWEEP, base, out, report=False)
+    _data(Path(base.data), [*ROWS[:-1], {"prompt": "9+9=", "answer": "19"}])
+    with pytest.raises(UserError, match=rf"the data {base.data} changed since the runs in {out} trained") as caught:
+        compare(SWEEP, base, out, report=False)  # before: the old runs gathered as the result on new data, exit 0
+    assert "\n" not in str(caught.value)
+
+
+def test_a_start_evaluation_cached_on_other_data_is_never_read(tmp_path: Path) -> None:
+    base = _file_base(tmp_path)
+    out = tmp_path / "out"
+    with pytest.raises(UserError, match="no run finished"):  # a sweep whose runs have not trained yet
+        _no_training(SWEEP, base, out)
+    stale = out / "start-evals" / "0123456789abcdef0123.json"
+    stale.parent.mkdir(exist_ok=True)
+    stale.write_text(json.dumps({"greedy_accuracy": 0.429}))  # a start evaluated on this data
+    with pytest.raises(UserError, match="no run finished"):
+        _no_training(SWEEP, base, out)
+    assert stale.exists()  # the same data: kept
+    _data(Path(base.data), ROWS[:50])  # the data changed before any run trained
+    with pytest.warns(UserWarning, match=r"held 1 start evaluation\(s\) made on other data"):
+        with pytest.raises(UserError, match="no run finished"):
+            _no_training(SWEEP, base, out)
+    assert not stale.exists()  # before: read as the start of every run at that seed ("42.9% -> 0.0%")
+
+
+def _no_training(sweep: CompareConfig, base: TrainConfig, out: Path) -> None:
+    """compare() with the backend replaced by one that trains nothing (every run 'fails' at once)."""
+    import grpolab.sweep.comparison as comparison
+
+    real = comparison.run_sweep
+    comparison.run_sweep = lambda specs, **kwargs: [{"run_id": s.run_id, "ok": False, "error": "x", "seconds": 0}
+                                                    for s in specs]
+    try:
+        compare(sweep, base, out, report=False)
+    finally:
+        comparison.run_sweep = real
+
+
+@pytest.mark.parametrize("name", ["report.md", "runs.csv", "figures/summary.png", "notes.txt"])
+def test_compare_refuses_a_folder_with_the_users_files(tmp_path: Path, name: str) -> None:
+    out = tmp_path / "mine"
+    (out / name).parent.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text("the user's")
+    with pytest.raises(UserError, match=rf"{out} holds files grpolab compare did not write \({name}\)"):
+        compare(SWEEP, TrainConfig(steps=2), out, report=False)  # before: overwrote report.md, runs.csv, figures
+    assert (out / name).read_text() == "the user's"
+    if name in ("report.md", "runs.csv"):
+        with pytest.raises(UserError, match="at names it writes"):
+            compare(SWEEP, TrainConfig(steps=2), out, report=False, overwrite=True)
+        assert (out / name).read_text() == "the user's"
+
+
+def test_overwrite_replaces_an_earlier_comparison_and_keeps_the_users_files(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    base = TrainConfig(steps=2)
+    _finished_sweep(out, base)
+    compare(SWEEP, base, out, report=False)
+    (out / "notes.txt").write_text("mine")
+    (out / "runs" / "sign-G2-seed0" / "my-plot.png").write_text("mine")
+    with pytest.raises(UserError, match=r"did not write \(notes.txt\)"):
+        compare(SWEEP, base, out, report=False)
+    with pytest.raises(UserError, match="no run finished"):
+        _no_training_overwrite(out, base)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "runs" / "sign-G2-seed0" / "my-plot.png").read_text() == "mine"
+    assert not (out / "runs" / "sign-G2-seed0" / "eval.jsonl").exists()  # the earlier run's own files are gone
+
+
+def _no_training_overwrite(out: Path, base: TrainConfig) -> None:
+    import grpolab.sweep.comparison as comparison
+
+    real = comparison.run_sweep
+    comparison.run_sweep = lambda specs, **kwargs: []
+    try:
+        compare(SWEEP, base, out, report=False, overwrite=True)
+    finally:
+        comparison.run_sweep = real
+
+
+def test_a_rerun_on_its_own_folder_is_not_refused(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    base = TrainConfig(steps=2)
+    _finished_sweep(out, base)
+    for _ in range(2):
+        result = compare(SWEEP, base, out, report=True)
+    assert not result.failed and (out / "report.md").is_file() and (out / "runs.csv").is_file()
