@@ -61,7 +61,7 @@ def test_a_verdict_that_holds_on_pass_at_1_and_not_on_greedy_accuracy_says_so() 
     flat.loc[ends, "greedy_accuracy"] = FINALS[("dr_grpo", 2)]
     primary = _bullets(flat, config)[0]
     assert "on pass@1, sign > dr_grpo by 44.0 points" in primary
-    assert "; this holds on pass@1 but not on greedy accuracy, where sign and dr_grpo are equivalent within " \
+    assert "; this holds on pass@1 but not on greedy accuracy: there, sign and dr_grpo are equivalent within " \
            "+-5.0 points (TOST p = 0" in primary
 
 

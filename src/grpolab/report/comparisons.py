@@ -312,7 +312,7 @@ def greedy_clause(row: dict[str, Any]) -> str:
         return (f"; greedy accuracy agrees ({row['name_a']} - {row['name_b']} = "
                 f"{points(row[GREEDY + 'mean_difference'])}, Holm-adjusted {row[GREEDY + 'test']} p = "
                 f"{row[GREEDY + 'p_holm']:.2g})")
-    return f"; this holds on pass@1 but not on greedy accuracy, where {finding_phrase(row, GREEDY)}"
+    return f"; this holds on pass@1 but not on greedy accuracy: there, {finding_phrase(row, GREEDY)}"
 
 
 def lr_phrase(row: dict[str, Any]) -> str:

@@ -263,8 +263,8 @@ def _variance_display(table: pd.DataFrame) -> pd.DataFrame:
         "G": table["group_size"],
         "pbar (start)": table["p_bar"].map(_pct),
         "E[p(1-p)], unbiased": table["mean_p_variance"].map(_num),
-        "SNR² ratio, 4 E[p(1-p)] / (1 - 1/G)": table["snr_ratio"].map(lambda v: _num(v, 2)),
-        "pbar formula, 4 pbar(1 - pbar) / (1 - 1/G)": table["snr_ratio_pbar"].map(lambda v: _num(v, 2)),
+        "SNR² ratio, 4 E[p(1-p)] / (1 - 1/G)": table["snr_ratio"].map(lambda v: f"{v:.2f}"),
+        "pbar formula, 4 pbar(1 - pbar) / (1 - 1/G)": table["snr_ratio_pbar"].map(lambda v: f"{v:.2f}"),
     })
 
 
