@@ -195,3 +195,17 @@ def test_truncated_importance_sampling_is_trl_s_vllm_correction(monkeypatch: pyt
     plain = grpo_arguments(TrainConfig(engine="trl", use_vllm=True), output_dir="x", num_processes=1,
                            max_new_tokens=8)
     assert plain["vllm_importance_sampling_correction"] is False  # grpolab's default: no correction
+
+
+def test_the_arguments_use_no_deprecated_name(tmp_path: Any) -> None:
+    # was: "gradient_checkpointing" (renamed activation_checkpointing in transformers 5): a FutureWarning per run
+    import warnings
+
+    from trl import GRPOConfig
+
+    kwargs = grpo_arguments(TrainConfig(engine="trl"), output_dir=str(tmp_path), num_processes=1, max_new_tokens=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        args = GRPOConfig(**kwargs)
+    assert args.gradient_checkpointing is False and getattr(args, "activation_checkpointing", False) is False

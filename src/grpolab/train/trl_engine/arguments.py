@@ -222,6 +222,16 @@ def _checkpoints(config: TrainConfig) -> dict[str, Any]:
             "save_total_limit": config.keep_checkpoints}
 
 
+def _no_activation_checkpointing() -> dict[str, Any]:
+    """Activation checkpointing off, by the name the installed transformers reads: ``activation_checkpointing``
+    where ``TrainingArguments`` has it (its old name ``gradient_checkpointing`` then warns a ``FutureWarning`` on
+    every run), else the old name."""
+    from transformers import TrainingArguments
+
+    names = {field.name for field in dataclasses.fields(TrainingArguments)}
+    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": False}
+
+
 def grpo_arguments(config: TrainConfig, *, output_dir: str, num_processes: int, max_new_tokens: int) -> dict[str, Any]:
     """The ``GRPOConfig`` keyword arguments of ``config`` (checked with ``check_supported`` first). TRL reports
     to no backend: the run's ``MetricsLog`` sends its rows to the backends of ``report_to``."""
@@ -244,7 +254,7 @@ def grpo_arguments(config: TrainConfig, *, output_dir: str, num_processes: int, 
         "use_cpu": devices.resolve(config.device).type == "cpu",  # else accelerate's (run.py makes the GPU current)
         **_checkpoints(config),
         "scale_rewards": "none",  # not read: grpolab's estimator makes the advantages
-        "gradient_checkpointing": False, "logging_steps": 1, "logging_strategy": "steps", "eval_strategy": "no",
+        **_no_activation_checkpointing(), "logging_steps": 1, "logging_strategy": "steps", "eval_strategy": "no",
         "report_to": ["none"], "disable_tqdm": True, "log_completions": False, "save_only_model": False,
         "remove_unused_columns": False, "dataloader_pin_memory": False,
         "shuffle_dataset": False,  # the dataset holds every step's prompts in step order (trl_engine.run)
