@@ -13,7 +13,8 @@ and runs estimators that share an lr in one ``compare`` (``--lr``, no selection)
 ``table`` reads each grid's ``runs.csv`` (end pass@1 and greedy accuracy per run) and ``metrics.parquet``
 (``loss/clipped`` and ``grad/half_batch_cosine`` per step) and writes
 
-* ``cells.csv``: one row per (level, P, estimator): means over seeds, the lr, the clipped share, the cosine;
+* ``cells.csv``: one row per (level, P, estimator): means over seeds, the lr, the clipped share, the cosine
+  (means over the steps where it is defined) and the share of steps where it is not (a half without gradient);
 * ``gaps.csv``: the paired gap sign - dr_grpo (and reinforce - dr_grpo) per (level, P), with t intervals;
 * ``interaction.csv``: the primary analysis, the per-seed slope of the gap on log2 P, on end pass@1 (primary),
   greedy accuracy and the step-5 evaluation (reported only);
@@ -199,7 +200,8 @@ def read_runs(args: argparse.Namespace) -> pd.DataFrame:
             steps = pd.read_parquet(folder / "metrics.parquet")
             per_run = steps.groupby("run_id").agg(
                 clipped=("loss/clipped", "mean"),
-                cosine_all=("grad/half_batch_cosine", "mean"))
+                cosine_all=("grad/half_batch_cosine", "mean"),
+                cosine_undefined=("grad/half_batch_cosine", lambda c: float(c.isna().mean())))
             early = steps[steps["step"] <= EARLY_STEPS].groupby("run_id")["grad/half_batch_cosine"].mean()
             runs = runs.join(per_run, on="run_id").join(early.rename("cosine_early"), on="run_id")
             scores = [_step_scores(folder / "runs" / run_id, 5) for run_id in runs["run_id"]]
@@ -227,7 +229,7 @@ def cell_table(runs: pd.DataFrame) -> pd.DataFrame:
                      "end_pass_at_1": arm["end_pass_at_1"].mean(), "end_pass_at_1_sd": arm["end_pass_at_1"].std(),
                      "end_greedy": arm["end_greedy"].mean(), "step5_pass_at_1": arm["step5_pass_at_1"].mean(),
                      "clipped_share": arm["clipped"].mean(), "cosine_early": arm["cosine_early"].mean(),
-                     "cosine_all": arm["cosine_all"].mean()})
+                     "cosine_all": arm["cosine_all"].mean(), "cosine_undefined": arm["cosine_undefined"].mean()})
     return pd.DataFrame(rows)
 
 

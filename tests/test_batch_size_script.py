@@ -79,7 +79,7 @@ def _sweep(folder: Path, level_gap: float, slope: float) -> None:
                              "start_pass_at_1": 0.5, "start_greedy": 0.5, "end_pass_at_1": end, "end_greedy": end})
                 for step in range(1, 7):
                     steps.append({"run_id": run_id, "step": step, "loss/clipped": float(step % 2),
-                                  "grad/half_batch_cosine": 0.2 if step <= 5 else 0.8})
+                                  "grad/half_batch_cosine": 0.2 if step <= 5 else np.nan})
                 run_dir = folder / "runs" / run_id
                 run_dir.mkdir(parents=True)
                 rows = [{"step": 0, "n": 4, "successes": [0, 4, 2, 2], "greedy_accuracy": 0.5, "pass_at_k": {"1": 0.5}},
@@ -103,7 +103,8 @@ def test_the_tables_recover_the_planted_interaction(tmp_path: Path) -> None:
     cells = script.cell_table(runs)
     assert cells["clipped_share"].to_numpy() == pytest.approx(0.5)  # steps 1, 3, 5 of 6 clipped
     assert cells["cosine_early"].to_numpy() == pytest.approx(0.2)  # steps 1-5
-    assert cells["cosine_all"].to_numpy() == pytest.approx(0.3)
+    assert cells["cosine_all"].to_numpy() == pytest.approx(0.2)  # over the steps where it is defined
+    assert cells["cosine_undefined"].to_numpy() == pytest.approx(1 / 6)  # step 6: a half without gradient
     assert cells["start_p_var"].to_numpy() == pytest.approx(2 * (2 * 2 / 12) / 4)  # k = 2 of n = 4 twice
     gaps = script.gap_table(runs, ["star-len6", "mixed"])
     sign_16 = gaps[(gaps["estimator"] == "sign") & (gaps["level"] == "star-len6") & (gaps["prompts"] == 16)
