@@ -88,3 +88,17 @@ def test_token_logprobs_equal_a_full_forward_by_hand() -> None:
             expected = torch.log_softmax(logits[row, position - 1], dim=-1)
             torch.testing.assert_close(logprobs[row, t].detach(), expected[input_ids[row, position]])
             torch.testing.assert_close(entropy[row, t], -(expected.exp() * expected).sum())
+
+
+def test_the_transformers_sampler_uses_no_deprecated_argument(embedded) -> None:
+    # was: `past_key_values` (renamed `cache` in transformers 5) warned a FutureWarning from every run's sampler,
+    # raw from sweep workers
+    import warnings
+
+    ids, mask = encode_prompts(embedded.tokenizer, ["abc"], use_chat_template=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        rollout = sample(embedded.model, embedded.tokenizer, ids, mask, num_samples=2, max_new_tokens=4,
+                         generator=torch.Generator().manual_seed(0), engine="hf")
+    assert rollout.completion_ids.shape[0] == 2 and rollout.lengths.min() >= 1

@@ -34,6 +34,7 @@ that cannot fit in the memory available is refused in one line before anything i
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from dataclasses import dataclass
 
@@ -158,21 +159,33 @@ class _HFDecoder:
 
     def __init__(self, model: PreTrainedModel):
         self.model = model
+        self.cache_keyword = _cache_keyword(model)
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, copies: int = 1) -> torch.Tensor:
         ids, mask = ids.repeat_interleave(copies, dim=0), mask.repeat_interleave(copies, dim=0)
         self.mask, self.cache = mask, DynamicCache()
         self.position = _positions(mask)[:, -1:]
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
-                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+                         **{self.cache_keyword: self.cache}, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :]
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
         self.position = self.position + 1
         out = self.model(input_ids=token.unsqueeze(1), attention_mask=self.mask, position_ids=self.position,
-                         past_key_values=self.cache, use_cache=True)
+                         **{self.cache_keyword: self.cache}, use_cache=True)
         return out.logits[:, -1, :]
+
+
+def _cache_keyword(model: PreTrainedModel) -> str:
+    """The forward's name for the KV cache: ``cache`` where the model's forward takes it (transformers renamed
+    ``past_key_values``, which then warns a FutureWarning), else ``past_key_values``. A peft wrapper passes it on."""
+    get_base = getattr(model, "get_base_model", None)
+    base = get_base() if callable(get_base) else model
+    try:
+        return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    except (TypeError, ValueError):
+        return "past_key_values"
 
 
 def _decoder(model: PreTrainedModel, engine: str, dtype: str) -> _HFDecoder | fast_decode.LeanLlama:
