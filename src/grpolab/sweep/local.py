@@ -24,7 +24,7 @@ from grpolab.sweep.devices import worker_devices
 from grpolab.sweep.plan import RunSpec
 from grpolab.sweep.signals import StopRequest, blocked_in_children, stop_signals
 from grpolab.sweep.sizing import fit_workers, memory_limit_bytes, worker_bytes
-from grpolab.sweep.worker import EventFn, init_worker, post_progress
+from grpolab.sweep.worker import EventFn, init_worker, post_progress, show_worker_warnings
 
 __all__ = ["run_local", "worker_pool"]
 
@@ -98,6 +98,7 @@ def run_local(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus
                 _drain(progress, on_event)
                 for future in done:
                     outcomes.append(future.result())
+                    show_worker_warnings(outcomes[-1])  # each distinct one once, as the sweep process's own
                     on_event({"finished": outcomes[-1]})
             _drain(progress, on_event)
         except (KeyboardInterrupt, BrokenProcessPool) as error:

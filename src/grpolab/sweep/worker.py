@@ -1,25 +1,31 @@
 """One run of a sweep inside a worker process, and what a local worker sets up before its first run.
 
 ``run_one`` trains (or resumes) one run and never raises: a failed run is an outcome (``ok`` False, the
-error in one line), so that one run cannot end the sweep. A local worker (``init_worker``) starts a
-watchdog thread that ends it when the sweep process is gone (killed with ``kill -9``, say): an orphaned worker
-would otherwise keep its run's lock and memory. Its ``CUDA_VISIBLE_DEVICES`` is not set here but in the
-environment it is started with (``grpolab.sweep.local.worker_pool``), so that it holds before the worker's
-interpreter imports anything: torch reads the variable once, when CUDA is first asked about, and the modules a
-spawned worker imports first (the sweep script's own, re-imported as ``__mp_main__``, too) may ask.
+error in one line), so that one run cannot end the sweep. The warnings a run raises travel in its outcome
+(``warnings``) to the sweep process, which shows each distinct one once (``show_worker_warnings``), as one line
+on the command line: printed by the worker they were two lines with a source path, once per run.
+
+A local worker (``init_worker``) starts a watchdog thread that ends it when the sweep process is gone (killed
+with ``kill -9``, say): an orphaned worker would otherwise keep its run's lock and memory. Its
+``CUDA_VISIBLE_DEVICES`` is not set here but in the environment it is started with
+(``grpolab.sweep.local.worker_pool``), so that it holds before the worker's interpreter imports anything: torch
+reads the variable once, when CUDA is first asked about, and the modules a spawned worker imports first (the
+sweep script's own, re-imported as ``__mp_main__``, too) may ask.
 """
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from grpolab.sweep.plan import RunSpec
 
-__all__ = ["EventFn", "init_worker", "post_progress", "run_one"]
+__all__ = ["EventFn", "init_worker", "post_progress", "run_one", "show_worker_warnings", "warning_texts"]
 
 EventFn = Callable[[dict[str, Any]], None]
 
@@ -40,12 +46,36 @@ def run_one(spec: RunSpec, post: EventFn | None = None) -> dict[str, Any]:
                   "reward": metrics.get("rollout/reward_mean")})
 
     started = time.perf_counter()
-    try:
-        train(spec.config, spec.run_dir, resume=spec.started, on_step=on_step,
-              start_eval_cache=spec.run_dir.parent.parent / "start-evals")  # the config's engine
-    except Exception as error:  # one failed run must not end the sweep; it is reported at the end
-        return {"run_id": spec.run_id, "ok": False, "error": f"{type(error).__name__}: {error}"}
-    return {"run_id": spec.run_id, "ok": True, "seconds": time.perf_counter() - started}
+    with warnings.catch_warnings(record=True) as caught:  # handed to the sweep process, which shows each once
+        try:
+            train(spec.config, spec.run_dir, resume=spec.started, on_step=on_step,
+                  start_eval_cache=spec.run_dir.parent.parent / "start-evals")  # the config's engine
+            outcome = {"run_id": spec.run_id, "ok": True, "seconds": time.perf_counter() - started}
+        except Exception as error:  # one failed run must not end the sweep; it is reported at the end
+            outcome = {"run_id": spec.run_id, "ok": False, "error": f"{type(error).__name__}: {error}"}
+    return {**outcome, "warnings": warning_texts(caught)}
+
+
+def warning_texts(caught: list[warnings.WarningMessage]) -> list[tuple[str, str]]:
+    """(category name, message) of each distinct warning a run raised, in order: plain data that pickles."""
+    return list(dict.fromkeys((w.category.__name__, " ".join(str(w.message).split())) for w in caught))
+
+
+def show_worker_warnings(outcome: dict[str, Any]) -> None:
+    """Issue, in the sweep process, the warnings a worker's run raised (``outcome["warnings"]``, taken out of it):
+    through ``warnings`` as the sweep process's own, so the command line prints each as one line and Python's
+    filters show each distinct one once per sweep, not once per run. A category that is not a built-in warning
+    class (a library's own) is issued as ``UserWarning``."""
+    for name, text in outcome.pop("warnings", None) or ():
+        category = getattr(builtins, name, None)
+        if not (isinstance(category, type) and issubclass(category, Warning)):
+            category = UserWarning
+        warnings.warn_explicit(text, category, "<grpolab sweep worker>", 0, module="grpolab.sweep.worker",
+                               registry=_SHOWN)
+
+
+# Python's registry of the worker warnings shown in this (sweep) process: a warning is shown once per sweep.
+_SHOWN: dict[Any, Any] = {}
 
 
 def post_progress(spec: RunSpec) -> dict[str, Any]:
