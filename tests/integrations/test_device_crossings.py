@@ -113,9 +113,9 @@ def test_run_recorder_reads_tensors_on_any_device(tmp_path: Path) -> None:
     pytest.importorskip("trl")
     from types import SimpleNamespace
 
+    from grpolab.config import TrainConfig
     from grpolab.integrations.trl import GroupedBatch
     from grpolab.train.runlog import MetricsLog, RolloutLog, read_metrics
-    from grpolab.config import TrainConfig
     from grpolab.train.shell import RunShell
     from grpolab.train.trl_engine.recorder import RolloutRecord, RunRecorder
 

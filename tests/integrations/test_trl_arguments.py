@@ -87,7 +87,7 @@ def _effective_trl(args: Any, peft: Any) -> dict[str, Any]:
         "dtype": "bfloat16" if args.bf16 else "float32", "fp16": args.fp16,
         "optimizer_steps_per_rollout": args.gradient_accumulation_steps // args.steps_per_generation,
         "checkpoint_every": args.save_steps // mu if args.save_strategy.value == "steps" else 0,
-        "keep_checkpoints": args.save_total_limit if args.save_strategy.value == "steps" else None,
+        "save_total_limit": args.save_total_limit,  # unset: grpolab rotates after sealing (trl_engine.checkpoints)
         "report_to": sorted(args.report_to),
         "lora": peft is not None, "lora_r": getattr(peft, "r", None), "lora_alpha": getattr(peft, "lora_alpha", None),
         "lora_targets": sorted(getattr(peft, "target_modules", None) or []),
@@ -110,7 +110,7 @@ def _effective_grpolab(config: TrainConfig, micro: int) -> dict[str, Any]:
         "top_p": config.top_p, "max_new_tokens": config.max_new_tokens, "dtype": config.dtype, "fp16": False,
         "optimizer_steps_per_rollout": 1,
         "checkpoint_every": config.checkpoint_every,
-        "keep_checkpoints": config.keep_checkpoints if config.checkpoint_every else None,
+        "save_total_limit": None,
         "report_to": [],  # TRL reports nowhere: grpolab's MetricsLog sends the rows to report_to's backends
         "lora": config.lora, "lora_r": config.lora_r if config.lora else None,
         "lora_alpha": config.lora_alpha if config.lora else None,

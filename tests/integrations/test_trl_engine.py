@@ -155,11 +155,11 @@ def test_a_non_finite_loss_stops_the_run_without_saving(tmp_path: Path) -> None:
 
 
 def _wait_for_checkpoint(checkpoints: Path, least: int, process: subprocess.Popen, timeout: float = 240) -> None:
-    """Wait until a complete TRL checkpoint of at least ``least`` steps exists (older ones are rotated away)."""
+    """Wait until a sealed TRL checkpoint of at least ``least`` steps exists (older ones are rotated away)."""
     deadline = time.monotonic() + timeout
 
     def done() -> bool:
-        states = checkpoints.glob("checkpoint-*/trainer_state.json")
+        states = checkpoints.glob("checkpoint-*/checksums.json")  # sealed: TRL's save and grpolab's seal done
         return any(int(p.parent.name.split("-")[1]) >= least for p in states)
 
     while not done():

@@ -23,13 +23,13 @@ CONTEXT: dict[str, dict[str, Any]] = {
     "cispo_ratio_max": {"policy_loss": "cispo", "loss_aggregation": "token_mean"},
     "lora_r": {"lora": True}, "lora_alpha": {"lora": True}, "lora_targets": {"lora": True},
     "sampler_is_cap": {"use_vllm": True}, "vllm_mode": {"use_vllm": True},
-    "keep_checkpoints": {"checkpoint_every": 2}, "micro_batch_size": {"micro_batch_size": 4},
+"micro_batch_size": {"micro_batch_size": 4},
 }
 # A value to try for a field whose default is None or has no natural neighbour: inputs, not expectations.
 OTHER: dict[str, Any] = {
     "max_new_tokens": 16, "dual_clip_c": 3.0, "sampler_is_cap": 2.0, "cispo_ratio_max": 4.0, "cispo_ratio_min": 0.5,
     "epsilon_high": 0.28, "adam_betas": (0.8, 0.95), "lora_targets": "q_proj,v_proj", "micro_batch_size": 2,
-    "device": "cpu", "seed": 3, "top_p": 0.5, "checkpoint_every": 3, "keep_checkpoints": 1,
+    "device": "cpu", "seed": 3, "top_p": 0.5, "checkpoint_every": 3,
 }
 
 

@@ -107,9 +107,10 @@ def test_checkpoints_past_step_999999_sort_by_their_number(tmp_path: Path) -> No
 
 def test_the_trl_engines_newest_checkpoint_is_found_by_its_number(tmp_path: Path) -> None:
     pytest.importorskip("trl")
-    from grpolab.train.trl_engine.run import latest_checkpoint
+    from grpolab.train.trl_engine.checkpoints import latest_checkpoint, seal
 
     for step in (999_999, 1_000_000):
         (tmp_path / "checkpoints" / f"checkpoint-{step}").mkdir(parents=True)
         (tmp_path / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+        seal(tmp_path / "checkpoints" / f"checkpoint-{step}")
     assert latest_checkpoint(tmp_path).name == "checkpoint-1000000"

@@ -87,7 +87,7 @@ def test_a_resume_with_checkpoints_and_no_saved_settings_is_refused_under_either
     from grpolab.train import train
 
     _trl_checkpoint(tmp_path / "run")
-    with pytest.raises(UserError, match="has checkpoints but no config.yaml"):
+    with pytest.raises(UserError, match=r"has checkpoints but no config\.yaml"):
         train(TrainConfig(engine="trl", **TINY), tmp_path / "run", resume=True)
     assert not (tmp_path / "run" / "config.yaml").exists()
 

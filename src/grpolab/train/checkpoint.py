@@ -33,7 +33,7 @@ from safetensors.torch import load_file, save_file
 from grpolab.devices import to_host
 from grpolab.io import fsync_dir, is_write_error, write_error
 
-__all__ = ["Checkpoint", "checkpoint_dirs", "checkpoint_settings", "load_latest", "save_checkpoint",
+__all__ = ["Checkpoint", "checkpoint_dirs", "checkpoint_settings", "file_sha256", "load_latest", "save_checkpoint",
            "verify_checkpoint"]
 
 _FILES = ("weights.safetensors", "optimizer.safetensors", "state.json")
@@ -50,7 +50,8 @@ class Checkpoint:
     path: Path
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -126,7 +127,7 @@ def _write_checkpoint(staging: Path, final: Path, step: int, weights: dict[str, 
     save_file({k: to_host(v).contiguous() for k, v in weights.items()}, str(staging / "weights.safetensors"))
     save_file(optimizer, str(staging / "optimizer.safetensors"))
     (staging / "state.json").write_text(json.dumps({**state, **_identity(state), "step": step}))
-    checksums = {name: _sha256(staging / name) for name in _FILES}
+    checksums = {name: file_sha256(staging / name) for name in _FILES}
     (staging / "checksums.json").write_text(json.dumps(checksums))
     for name in (*_FILES, "checksums.json"):
         with (staging / name).open("rb") as handle:
@@ -170,7 +171,7 @@ def verify_checkpoint(path: Path) -> bool:
 def _verify(path: Path) -> bool:
     try:
         checksums = json.loads((path / "checksums.json").read_text())
-        return all(_sha256(path / name) == checksums[name] for name in _FILES)
+        return all(file_sha256(path / name) == checksums[name] for name in _FILES)
     except (OSError, KeyError, TypeError, ValueError):  # ValueError: not JSON, not UTF-8
         return False
 

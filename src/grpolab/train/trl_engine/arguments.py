@@ -88,7 +88,6 @@ MAPPED: dict[str, Mapped] = {
     "lora_targets": Mapped(("peft_config.target_modules",), "the targets present in the model"),
     "checkpoint_every": Mapped(("save_steps",), "`save_strategy=\"steps\"`, `save_steps` = N·mu (0: "
                                                 "`save_strategy=\"no\"`); the last step is always saved"),
-    "keep_checkpoints": Mapped(("save_total_limit",)),
     "use_vllm": Mapped(("use_vllm",), "refused without CUDA or without the vllm package"),
     "vllm_mode": Mapped(("vllm_mode",)),
     "importance_sampling_level": Mapped(("importance_sampling_level",), "token / sequence (GSPO)"),
@@ -119,6 +118,8 @@ GRPOLAB_SIDE: dict[str, str] = {
     "engine": "chooses this engine",
     "report_to": "grpolab's backends get metrics.jsonl's rows (runlog.open_backends); TRL's report_to is none",
     "tensorboard": "adds tensorboard to report_to",
+    "keep_checkpoints": "grpolab keeps the newest N checkpoints, removing older ones only once the newest is sealed "
+                        "with its checksums (trl_engine.checkpoints); TRL's save_total_limit is unset",
 }
 
 REFUSED: dict[str, str] = {
@@ -218,8 +219,7 @@ def _checkpoints(config: TrainConfig) -> dict[str, Any]:
     """TRL saves every ``checkpoint_every`` grpolab steps (the last step's save is the engine's callback)."""
     if not config.checkpoint_every:
         return {"save_strategy": "no"}
-    return {"save_strategy": "steps", "save_steps": config.checkpoint_every * config.num_iterations,
-            "save_total_limit": config.keep_checkpoints}
+    return {"save_strategy": "steps", "save_steps": config.checkpoint_every * config.num_iterations}
 
 
 def _no_activation_checkpointing() -> dict[str, Any]:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from grpolab.integrations.trl import GRPOTrainer
 from grpolab.metric_keys import trl_names
 from grpolab.train.divergence import non_finite_metric
 from grpolab.train.shell import RunShell, rollout_figures, rollout_table
+from grpolab.train.trl_engine.checkpoints import prune, seal
 
 __all__ = ["RecordingGRPOTrainer", "RolloutRecord", "RunRecorder"]
 
@@ -114,6 +116,9 @@ class RunRecorder(TrainerCallback):
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.drain()  # a checkpoint's steps are in rollouts/ and durable in metrics.jsonl too
+        if self.shell.writer:  # TRL's save has returned: seal what it wrote, then rotate (trl_engine.checkpoints)
+            seal(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+            prune(self.shell.run_dir, self.shell.config.keep_checkpoints)
 
     def drain(self) -> None:
         """Wait for the rollout tables being written and fsync ``metrics.jsonl``."""

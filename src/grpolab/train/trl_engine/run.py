@@ -18,7 +18,8 @@ Departures from grpolab's engine:
   as a dataset in step order that TRL does not shuffle, drawn lazily as TRL reads them; TRL's sampling itself
   is its own (its generator and, with ``use_vllm``, vLLM's), so runs of the two engines differ completion by completion.
 * Checkpoints are TRL's (``checkpoints/checkpoint-N``, N optimiser steps, with its optimiser, scheduler and RNG
-  state); ``--resume`` continues from the newest complete one with ``resume_from_checkpoint``. The resumed run
+  state), sealed with checksums (``trl_engine.checkpoints``); ``--resume`` continues from the newest one whose
+  checksums verify with ``resume_from_checkpoint``. The resumed run
   is close to, but not bit-identical with, an uninterrupted one.
 * A run whose loss or gradient norm turns non-finite stops at that step, saves nothing more, writes
   ``summary.json`` with status ``diverged`` and ends with one line (exit code 2).
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,11 +45,11 @@ from grpolab.train.lifecycle import RunResult
 from grpolab.train.runlog import read_metrics
 from grpolab.train.shell import RunShell, step_problems
 from grpolab.train.trl_engine.arguments import check_supported, grpo_arguments, lora_config
+from grpolab.train.trl_engine.checkpoints import any_checkpoint, latest_checkpoint
 
-__all__ = ["TRLRun", "latest_checkpoint"]
+__all__ = ["TRLRun"]
 
 StepCallback = Callable[[int, dict[str, Any]], None]
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
 def _rows(task: Task, config: TrainConfig, chat: bool, steps: int) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -96,14 +96,6 @@ def verifier_reward(verifier_name: str) -> Callable[..., list[float | None]]:
     return correct
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest complete TRL checkpoint of a run (one whose ``trainer_state.json`` was written)."""
-    root = Path(run_dir) / "checkpoints"
-    found = [(int(m.group(1)), p) for p in (root.iterdir() if root.is_dir() else [])
-             if (m := _CHECKPOINT.match(p.name)) and (p / "trainer_state.json").is_file()]
-    return max(found)[1] if found else None
-
-
 def _checkpoint_step(checkpoint: Path | None, config: TrainConfig) -> int:
     if checkpoint is None:
         return 0
@@ -136,7 +128,7 @@ class TRLRun:
         self.main = self.state.is_main_process
         self.shell = RunShell(config, self.run_dir, command="grpolab train --engine trl", writer=self.main)
         try:  # under the lock: --overwrite deletes no live files
-            has_checkpoint = latest_checkpoint(self.run_dir) is not None
+            has_checkpoint = any_checkpoint(self.run_dir)
             self.shell.check_fresh(resume=resume, overwrite=overwrite, has_checkpoint=has_checkpoint)
             self._set_up(resume, has_checkpoint)
         except BaseException:

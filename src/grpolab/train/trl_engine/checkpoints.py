@@ -1,0 +1,92 @@
+"""A TRL-engine run's checkpoints (TRL's ``checkpoints/checkpoint-N``, N optimiser steps), made as safe as grpolab's
+engine makes its own (``grpolab.train.checkpoint``): sealed with ``checksums.json`` once TRL has written them,
+verified before a resume, and skipped with a warning naming them when damaged.
+
+TRL writes a checkpoint's files one by one and not atomically: a kill inside transformers' save leaves an empty
+``trainer_state.json``, a truncated ``optimizer.pt`` or ``model.safetensors``; a flipped bit goes unseen. grpolab
+seals a checkpoint after TRL's save returns (``seal``: SHA-256 of every file in it), so a checkpoint without a seal
+is one whose save never finished, and ``latest_checkpoint`` resumes from the newest checkpoint whose files match
+their seal. Under ``accelerate launch`` the main process seals what is on its disk when its save returns.
+
+Rotation is grpolab's, not TRL's (TRL's ``save_total_limit`` is unset): ``prune`` removes older checkpoints only
+after the newest is sealed, so a kill during a save always leaves the previous sealed checkpoint to resume from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+from grpolab.io import atomic_write_text
+from grpolab.train.checkpoint import file_sha256
+
+__all__ = ["SEAL", "any_checkpoint", "latest_checkpoint", "prune", "seal"]
+
+SEAL = "checksums.json"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(optimiser step, path) of every checkpoint directory, newest first (steps compared as numbers)."""
+    root = Path(run_dir) / "checkpoints"
+    found = [(int(m.group(1)), p) for p in (root.iterdir() if root.is_dir() else [])
+             if (m := _CHECKPOINT.match(p.name)) and p.is_dir()]
+    return sorted(found, reverse=True)
+
+
+def any_checkpoint(run_dir: Path) -> bool:
+    """Whether the run directory holds any TRL checkpoint, whole or not (a fresh run must not replace it)."""
+    return bool(_checkpoints(run_dir))
+
+
+def _files(checkpoint: Path) -> list[Path]:
+    return sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != SEAL)
+
+
+def seal(checkpoint: Path) -> None:
+    """Write ``checkpoint``'s ``checksums.json``: the SHA-256 of each of its files, by relative path."""
+    sums = {str(p.relative_to(checkpoint)): file_sha256(p) for p in _files(checkpoint)}
+    atomic_write_text(checkpoint / SEAL, json.dumps(sums, indent=0))
+
+
+def _problem(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from, or None when its files match its seal."""
+    try:
+        sums = json.loads((checkpoint / SEAL).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "it has no checksums.json: its save never finished"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return "its checksums.json is damaged"
+    if not isinstance(sums, dict) or "trainer_state.json" not in sums:
+        return "its checksums.json is damaged"
+    for name, digest in sums.items():
+        path = checkpoint / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if file_sha256(path) != digest:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest checkpoint whose files match their seal; each newer one that does not is skipped with a warning
+    naming it and why. None when there is none."""
+    for _, checkpoint in _checkpoints(run_dir):
+        problem = _problem(checkpoint)
+        if problem is None:
+            return checkpoint
+        warnings.warn(f"checkpoint {checkpoint} is damaged ({problem}); skipping it", UserWarning, stacklevel=2)
+    return None
+
+
+def prune(run_dir: Path, keep: int) -> None:
+    """Keep the newest ``keep`` sealed checkpoints; remove every checkpoint older than the oldest of them."""
+    sealed = [step for step, path in _checkpoints(run_dir) if (path / SEAL).is_file()][:keep]
+    if len(sealed) < keep:
+        return
+    for step, path in _checkpoints(run_dir):
+        if step < sealed[-1]:
+            shutil.rmtree(path, ignore_errors=True)
