@@ -30,8 +30,7 @@ def test_out_of_memory_is_one_line_naming_the_settings(error: BaseException, siz
     monkeypatch.setitem(cli.MEMORY_SETTINGS, "estimators", "--group-size or --max-new-tokens")
     assert cli.main(["estimators"]) == 2
     assert capsys.readouterr().err == (f"grpolab estimators: error: ran out of memory{size}; lower --group-size or "
-                                       "--max-new-tokens (or free memory), then rerun (runs resume from their last "
-                                       "checkpoint)\n")
+                                       "--max-new-tokens (or free memory), then rerun\n")
 
 
 def test_out_of_gpu_memory_is_one_line_that_says_gpu(monkeypatch: pytest.MonkeyPatch,
@@ -44,8 +43,31 @@ def test_out_of_gpu_memory_is_one_line_that_says_gpu(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(cli.MEMORY_SETTINGS, "estimators", "--group-size")
     assert cli.main(["estimators"]) == 2
     assert capsys.readouterr().err == ("grpolab estimators: error: ran out of GPU memory allocating 20.00 MiB; lower "
-                                       "--group-size (or free the GPU, or give each run its own GPU), then rerun "
-                                       "(runs resume from their last checkpoint)\n")
+                                       "--group-size (or free the GPU, or give each run its own GPU), then rerun\n")
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    ("mechanism", "lower --samples or --prompts (or --parts passk,updates, which sample nothing) (or free memory), "
+                  "then rerun\n"),
+    ("audit", "lower the files audited at once (audit a folder's tables one by one) (or free memory), then rerun\n"),
+    ("train", "(or free memory), then rerun (runs resume from their last checkpoint)\n"),
+])
+def test_each_command_names_its_own_settings(command: str, said: str, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture, tmp_path) -> None:
+    # was: mechanism and audit said "lower the sizes of its batches ... (runs resume from their last checkpoint)",
+    # settings and checkpoints neither has
+    import importlib
+
+    module = importlib.import_module(cli.COMMANDS[command][0])
+
+    def run(args):
+        raise MemoryError
+
+    monkeypatch.setattr(module, "run", run)
+    argv = {"mechanism": [str(tmp_path)], "audit": [str(tmp_path)], "train": []}[command]
+    assert cli.main([command, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"grpolab {command}: error: ran out of memory; lower ") and err.endswith(said), err
 
 
 def test_other_runtime_errors_still_raise(monkeypatch: pytest.MonkeyPatch) -> None:

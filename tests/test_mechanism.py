@@ -154,3 +154,19 @@ def test_summary_intervals_are_student_t_and_one_run_gives_none() -> None:
     assert row["mean"] == pytest.approx(0.3) and row["ci_high"] - row["mean"] == pytest.approx(half, rel=1e-5)
     one = summarise(frame.iloc[:1]).iloc[0]
     assert one["mean"] == pytest.approx(0.1) and np.isnan(one["ci_low"]) and np.isnan(one["ci_high"])
+
+
+def test_samples_that_cannot_fit_are_refused_naming_mechanisms_own_flag() -> None:
+    # was: "...; lower the completions per prompt (--group-size, --eval-samples) or --max-new-tokens", flags
+    # grpolab mechanism does not have
+    from grpolab.errors import UserError
+
+    policy = load_policy("embedded")
+    task = get_task("reverse")
+    with pytest.raises(UserError) as caught:
+        shifts.draw(policy.model, policy.tokenizer, list(task.test[:4]), verifiers.get_verifier(task.verifier),
+                    samples=10**9, seed=0, temperature=1.0, max_new_tokens=task.max_new_tokens,
+                    use_chat_template=False)
+    message = str(caught.value)
+    assert message.startswith("sampling 1000000000 completions per prompt of the 4 test prompts of up to ")
+    assert message.endswith("is available; lower --samples") and "--group-size" not in message, message

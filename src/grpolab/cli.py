@@ -40,7 +40,10 @@ MEMORY_SETTINGS: dict[str, str] = {
     "compare": "--group-sizes, --prompts-per-step, --max-new-tokens, --micro-batch-size, --eval-samples or --workers",
     "eval": "--eval-samples, --max-new-tokens or --limit",
     "gradients": "--group-size, --prompts-per-step, --max-new-tokens or --grad-analysis-sketch-dim",
+    "mechanism": "--samples or --prompts (or --parts passk,updates, which sample nothing)",
+    "audit": "the files audited at once (audit a folder's tables one by one)",
 }
+_RESUMES = ("train", "compare")  # the commands whose runs resume from their last checkpoint
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
@@ -59,10 +62,11 @@ def _out_of_memory_line(command: str, error: BaseException) -> str:
         size = f" allocating {_size(int(found[1]))}" if found[1] else f" allocating {found[2]}"
     settings = MEMORY_SETTINGS.get(command, "the sizes of its batches")
     if "cuda" in str(error).lower() or "gpu" in str(error).lower():  # torch.cuda.OutOfMemoryError's text
+        resume = " (runs resume from their last checkpoint)" if command in _RESUMES else ""
         return (f"grpolab {command}: error: ran out of GPU memory{size}; lower {settings} (or free the GPU, or give "
-                "each run its own GPU), then rerun (runs resume from their last checkpoint)")
-    return (f"grpolab {command}: error: ran out of memory{size}; lower {settings} (or free memory), then rerun "
-            "(runs resume from their last checkpoint)")
+                f"each run its own GPU), then rerun{resume}")
+    resume = " (runs resume from their last checkpoint)" if command in _RESUMES else ""
+    return f"grpolab {command}: error: ran out of memory{size}; lower {settings} (or free memory), then rerun{resume}"
 
 
 def _size(count: int) -> str:

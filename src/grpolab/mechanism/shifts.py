@@ -14,6 +14,7 @@ import torch
 
 from grpolab.devices import model_device, to_host
 from grpolab.engine.collect import ScoredBatch, collect_batch
+from grpolab.engine.fit import check_evaluation_fits
 from grpolab.engine.rollout import token_logprobs
 from grpolab.mechanism.token_classes import CONTENT, FORMAT, content_mask
 from grpolab.tasks import Problem
@@ -49,7 +50,11 @@ class FixedCompletions:
 
 def draw(model: torch.nn.Module, tokenizer, problems: Sequence[Problem], verifier: Callable, *, samples: int,
          seed: int, temperature: float, max_new_tokens: int, use_chat_template: bool) -> ScoredBatch:
-    """``samples`` completions per problem from ``model``, seeded by ``seed`` alone, scored by ``verifier``."""
+    """``samples`` completions per problem from ``model``, seeded by ``seed`` alone, scored by ``verifier``;
+    settings that cannot fit in memory are refused first in one line naming ``grpolab mechanism``'s own flags."""
+    check_evaluation_fits(model, tokenizer, [problem.prompt for problem in problems], samples=samples,
+                          max_new_tokens=max_new_tokens, use_chat_template=use_chat_template,
+                          where=f"{len(problems)} test prompts", lower="--samples")
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     return collect_batch(model, tokenizer, problems, verifier, num_samples=samples, max_new_tokens=max_new_tokens,
