@@ -141,7 +141,9 @@ def test_lr_selection_uses_validation_only_and_reports_fresh_seeds(tmp_path: Pat
                                                                for ids in rows["problem_ids"] for i in ids)
     report = (out / "report.md").read_text()
     assert report.index("## Verdict") < report.index("## Summary") < report.index("## Learning-rate selection")
-    assert "## Per-family breakdown" in report and "Primary comparison (sign vs grpo, declared before the" in report
+    assert "## Per-family breakdown" in report and "Primary comparison (sign vs grpo), G = 4: " in report
+    assert "The primary comparison sign vs grpo was declared at " in report  # recorded in compare.yaml when planned
+    assert ", before any run of this sweep trained." in report
     runs = pd.read_csv(out / "runs.csv")  # one row per run, the lr-grid runs included
     assert sorted(runs["role"]) == ["result"] * 4 + ["selection"] * 4
     grid = runs[runs["role"] == "selection"]
