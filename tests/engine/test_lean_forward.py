@@ -26,7 +26,8 @@ from grpolab.config import TrainConfig
 from grpolab.engine import lean_forward, prefix_packing
 from grpolab.engine.rollout import _positions, token_logprobs
 from grpolab.models import load_policy
-from grpolab.train.step import StepBatch, _logprobs
+from grpolab.train.batch import StepBatch
+from grpolab.train.step import _logprobs
 
 VOCAB = 32
 KEEP = 7

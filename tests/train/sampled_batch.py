@@ -8,7 +8,7 @@ import torch
 from grpolab.engine.rollout import encode_prompts, sample
 from grpolab.models import Policy, load_policy
 from grpolab.tasks import get_task
-from grpolab.train.step import StepBatch
+from grpolab.train.batch import StepBatch
 
 # Rewards [P, G] for 4 prompts x 4 samples, every group mixed (so every advantage estimator gives a gradient).
 MIXED_REWARDS = np.array([[1, 0, 0, 1], [1, 1, 0, 0], [0, 1, 1, 1], [1, 0, 1, 0]], dtype=np.float64)

@@ -21,7 +21,8 @@ from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.overlong import overlong_penalty
 from grpolab.train import train
-from grpolab.train.step import StepBatch, _logprobs, loss_mask, step_advantages, update_policy
+from grpolab.train.batch import StepBatch
+from grpolab.train.step import _logprobs, loss_mask, step_advantages, update_policy
 
 CAP = 16
 TRUNCATED_ROWS = [0, 5, 10]

@@ -20,7 +20,8 @@ from tests.train.test_update_policy import COMPLETIONS, PROMPTS, BagOfTokens, _b
 from grpolab.config import TrainConfig
 from grpolab.losses import AGGREGATION_MODES
 from grpolab.train import step
-from grpolab.train.step import StepBatch, loss_mask, update_policy
+from grpolab.train.batch import StepBatch
+from grpolab.train.step import loss_mask, update_policy
 
 MAX_LENGTH = 5
 TRUNCATED = [0, 4]  # row 0 carries an advantage, row 4 none

@@ -11,7 +11,8 @@ from tests.train.sampled_batch import sampled_arith_batch
 
 from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
-from grpolab.train.step import StepBatch, build_optimizer, update_policy
+from grpolab.train.batch import StepBatch
+from grpolab.train.step import build_optimizer, update_policy
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ import torch
 
 from grpolab.config import TrainConfig
 from grpolab.losses import AGGREGATION_MODES
-from grpolab.train.step import StepBatch, trained_rows, update_policy
+from grpolab.train.batch import StepBatch
+from grpolab.train.step import trained_rows, update_policy
 
 V = 5  # vocabulary
 PAD = 0  # the pad token; the context model gives it a large embedding, so an unmasked pad changes the logits

@@ -47,8 +47,8 @@ def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> A
     from grpolab import verifiers
     from grpolab.engine.collect import collect_batch
     from grpolab.engine.fit import check_evaluation_fits
+    from grpolab.train.batch import StepBatch
     from grpolab.train.lifecycle import load_task_for
-    from grpolab.train.step import StepBatch
     from grpolab.verifiers.process import get_process_verifier
 
     task = load_task_for(config)

@@ -4,7 +4,7 @@ The same three steps serve training (``Trainer``), evaluation (``grpolab.evaluat
 analysis (``grpolab gradients``), so all three see prompts, samples and rewards built the same way.
 Sampling itself lives in ``grpolab.engine.rollout`` (no reward logic there) and scoring in ``grpolab.rewards``;
 with a process verifier the batch also gets per-token rewards (``grpolab.process_rewards``). The trainer
-turns a ``ScoredBatch`` into the batch it trains on with ``grpolab.train.step.StepBatch.from_scored``.
+turns a ``ScoredBatch`` into the batch it trains on with ``grpolab.train.batch.StepBatch.from_scored``.
 """
 
 from __future__ import annotations

@@ -47,11 +47,12 @@ from grpolab.io import is_write_error, write_error
 from grpolab.models import Policy, load_policy
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
+from grpolab.train.batch import StepBatch
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
 from grpolab.train.divergence import divergence_reason
 from grpolab.train.lifecycle import RunResult, wrap_lora
 from grpolab.train.shell import RunShell, rollout_figures, rollout_table, step_problems, step_seed
-from grpolab.train.step import StepBatch, build_optimizer, completion_view, step_advantages, update_policy
+from grpolab.train.step import build_optimizer, completion_view, step_advantages, update_policy
 from grpolab.verifiers.process import get_process_verifier
 
 __all__ = ["RunResult", "Trainer"]

@@ -1,4 +1,4 @@
-"""``grpolab.train.step.StepBatch``: one batch from the scored rollout to the update. Joining and selecting
+"""``grpolab.train.batch.StepBatch``: one batch from the scored rollout to the update. Joining and selecting
 groups keep every field (the optional ones too), padded to the wider batch; a scored rollout converts with
 its per-token rewards; per-completion advantages are the outcome advantages themselves."""
 
@@ -14,7 +14,8 @@ from grpolab.engine.collect import ScoredBatch
 from grpolab.engine.rollout import Rollout
 from grpolab.rewards import Scores
 from grpolab.tasks import Problem
-from grpolab.train.step import StepBatch, completion_view
+from grpolab.train.batch import StepBatch
+from grpolab.train.step import completion_view
 
 
 def _rollout(rows: int, prompt_width: int, width: int, seed: int) -> Rollout:

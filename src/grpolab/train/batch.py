@@ -1,0 +1,148 @@
+"""The batch one training step trains on: ``StepBatch``. Shapes: P groups, G completions each, B = P * G, T
+completion tokens.
+
+``collect_batch`` gives a ``ScoredBatch`` (problems, rollout, scores, per-token rewards); ``StepBatch.from_scored``
+turns it into the ``StepBatch`` that dynamic sampling filters and joins, the advantages are computed on, and the
+update (``grpolab.train.step``) trains on. Every field says in its metadata how it is indexed, so that selecting
+groups and joining batches handle every field, the optional ones included. The batch stays on the host, where the
+sampler returns it and the verifiers read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from grpolab.engine.collect import ScoredBatch
+from grpolab.engine.rollout import Rollout
+from grpolab.tasks import Problem
+
+__all__ = ["StepBatch"]
+
+
+def _pad_to(tensor: torch.Tensor, width: int, *, left: bool, value: float = 0.0) -> torch.Tensor:
+    missing = width - tensor.shape[1]
+    if missing <= 0:
+        return tensor
+    pad = tensor.new_full((tensor.shape[0], missing), value)
+    return torch.cat([pad, tensor] if left else [tensor, pad], dim=1)
+
+
+def _per(axis: str, *, pad: float = 0.0) -> dict[str, Any]:
+    """Field metadata of a ``StepBatch`` field indexed by ``axis``: "group" (one entry per problem), "row" (one
+    per completion) or "left" / "right" ([B, width] tensors padded on that side with ``pad`` when joined)."""
+    return {"axis": axis, "pad": pad}
+
+
+@dataclass
+class StepBatch:
+    """The groups a step trains on (rows p*G .. p*G+G-1 belong to problem p).
+
+    Every field says in its metadata how it is indexed (``_per``), so that selecting groups and joining
+    batches handle every field, the optional ones included.
+
+    Attributes:
+        problems: the P problems.
+        prompt_ids, prompt_mask: [B, Lp] left-padded prompts.
+        completion_ids, completion_mask: [B, T] right-padded completions.
+        rewards: [P, G] float64, NaN = unscorable.
+        texts: B completion texts.
+        truncated: [B] bool.
+        entropy: [B, T] sampling entropy per token.
+        sampler_logprobs: [B, T] the sampler's log-probability of each token, or None.
+        token_rewards: [B, T] float64 per-token rewards (NaN: unrewarded) under --reward-granularity token,
+            else None.
+    """
+
+    problems: list[Problem] = field(metadata=_per("group"))
+    prompt_ids: torch.Tensor = field(metadata=_per("left"))
+    prompt_mask: torch.Tensor = field(metadata=_per("left"))
+    completion_ids: torch.Tensor = field(metadata=_per("right"))
+    completion_mask: torch.Tensor = field(metadata=_per("right"))
+    rewards: np.ndarray = field(metadata=_per("group"))
+    texts: list[str] = field(metadata=_per("row"))
+    truncated: torch.Tensor = field(metadata=_per("row"))
+    entropy: torch.Tensor = field(metadata=_per("right"))
+    sampler_logprobs: torch.Tensor | None = field(default=None, metadata=_per("right"))
+    token_rewards: torch.Tensor | None = field(default=None, metadata=_per("right", pad=float("nan")))
+
+    @classmethod
+    def make(cls, problems: list[Problem], rollout: Rollout, rewards: np.ndarray,
+             token_rewards: torch.Tensor | None = None) -> StepBatch:
+        return cls(problems, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
+                   rollout.completion_mask, rewards, list(rollout.texts), rollout.truncated, rollout.entropy,
+                   rollout.logprobs, token_rewards)
+
+    @classmethod
+    def from_scored(cls, scored: ScoredBatch) -> StepBatch:
+        """The batch to train on from a scored rollout (``grpolab.engine.collect``)."""
+        return cls.make(scored.problems, scored.rollout, scored.rewards, scored.token_rewards)
+
+    @property
+    def group_size(self) -> int:
+        return self.rewards.shape[1]
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.problems)
+
+    @property
+    def size(self) -> int:
+        return len(self.texts)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """[P, G] completion lengths in tokens."""
+        return self.completion_mask.sum(dim=1).numpy().reshape(self.rewards.shape)
+
+    def select_groups(self, groups: list[int]) -> StepBatch:
+        g = self.group_size
+        rows = [p * g + i for p in groups for i in range(g)]
+        return replace(self, **{f.name: _take(getattr(self, f.name), groups if f.metadata["axis"] == "group" else rows)
+                                for f in fields(self)})
+
+    def non_degenerate(self) -> StepBatch:
+        """Only the groups whose scorable rewards are not all equal (DAPO's dynamic-sampling filter)."""
+        keep = [p for p, row in enumerate(self.rewards) if len(set(row[~np.isnan(row)].tolist())) > 1]
+        return self.select_groups(keep)
+
+    def first(self, num_groups: int) -> StepBatch:
+        return self.select_groups(list(range(min(num_groups, self.num_groups))))
+
+    def concat(self, other: StepBatch) -> StepBatch:
+        """This batch's groups followed by ``other``'s; padded fields are padded to the wider of the two. An
+        optional field that only one of the two batches has is None in the result."""
+        return replace(self, **{f.name: _join(getattr(self, f.name), getattr(other, f.name), f.metadata)
+                                for f in fields(self)})
+
+    def sampling_entropy(self) -> float:
+        """The mean per-token entropy of the sampling distribution over the batch's completion tokens."""
+        tokens = self.completion_mask.sum().clamp(min=1)
+        return float((self.entropy * self.completion_mask).sum() / tokens)
+
+
+def _take(value: Any, index: list[int]) -> Any:
+    """``value`` at positions ``index`` of its first axis (a list, an array or a tensor; None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [value[i] for i in index]
+    return value[index]
+
+
+def _join(a: Any, b: Any, metadata: Mapping[str, Any]) -> Any:
+    """``a`` then ``b`` along the first axis; [B, width] tensors padded to the wider one (see ``_per``)."""
+    if a is None or b is None:
+        return None
+    if isinstance(a, list):
+        return a + b
+    if isinstance(a, np.ndarray):
+        return np.concatenate([a, b])
+    if metadata["axis"] in ("left", "right"):
+        width, left = max(a.shape[1], b.shape[1]), metadata["axis"] == "left"
+        a, b = (_pad_to(t, width, left=left, value=metadata["pad"]) for t in (a, b))
+    return torch.cat([a, b])
