@@ -52,7 +52,7 @@ def test_a_start_evaluation_cached_on_other_data_is_never_read(tmp_path: Path) -
     with pytest.raises(UserError, match="no run finished"):  # a sweep whose runs have not trained yet
         _no_training(SWEEP, base, out)
     stale = out / "start-evals" / "0123456789abcdef0123.json"
-    stale.parent.mkdir(exist_ok=True)
+    stale.parent.mkdir()
     stale.write_text(json.dumps({"greedy_accuracy": 0.429}))  # a start evaluated on this data
     with pytest.raises(UserError, match="no run finished"):
         _no_training(SWEEP, base, out)
@@ -62,6 +62,7 @@ def test_a_start_evaluation_cached_on_other_data_is_never_read(tmp_path: Path) -
         with pytest.raises(UserError, match="no run finished"):
             _no_training(SWEEP, base, out)
     assert not stale.exists()  # before: read as the start of every run at that seed ("42.9% -> 0.0%")
+    assert json.loads((out / "identity.json").read_text())["data"]
 
 
 def _no_training(sweep: CompareConfig, base: TrainConfig, out: Path) -> None:

@@ -6,9 +6,8 @@ has trained a step, a re-run on changed data (or a changed model directory) is r
 ``--resume`` is; before that, the new identity replaces the old one.
 
 The start evaluations the runs of one seed share (``OUT/start-evals/KEY.json``, keyed by the trainer on the
-"start" settings only) are kept with the identity they were made under (``OUT/start-evals/identity.json``): when
-it differs from the sweep's, or was never recorded, the cached entries are deleted with one warning and
-evaluated again, so a start is never read from other data (the probe's report showed a "42.9% -> 0.0%" collapse
+"start" settings only) were made under the identity ``OUT/identity.json`` held: when it differs from the sweep's
+now, or was never recorded, the cached entries are deleted with one warning and evaluated again, so a start is never read from other data (the probe's report showed a "42.9% -> 0.0%" collapse
 from a start evaluated on an older file).
 """
 
@@ -57,20 +56,18 @@ def check_sweep_identity(out: Path, base: TrainConfig) -> dict[str, str]:
         raise UserError(f"{' and '.join(named[key] for key in changed)} changed since the runs in {out} trained "
                         f"(recorded in {path}), so a resume would mix two versions in one comparison; restore "
                         "what the runs trained on, or choose a new --out")
-    _clear_stale_start_evaluations(out / START_EVALS, identity)
-    atomic_write_text(path, json.dumps(identity))
+    _clear_stale_start_evaluations(out / START_EVALS, saved, identity)
+    atomic_write_text(path, json.dumps(identity))  # the identity the runs (and their start cache) are made under
     return identity
 
 
-def _clear_stale_start_evaluations(cache: Path, identity: dict[str, str]) -> None:
-    """Delete the cached start evaluations made under another identity (or an unrecorded one); record this one."""
-    cache.mkdir(parents=True, exist_ok=True)  # the runs write their entries under the identity recorded here
-    recorded = cache / IDENTITY_FILE
-    entries = [p for p in cache.glob("*.json") if p.name != IDENTITY_FILE]
-    if entries and _read(recorded) != identity:
+def _clear_stale_start_evaluations(cache: Path, saved: dict[str, Any] | None, identity: dict[str, str]) -> None:
+    """Delete the cached start evaluations when they were made under another identity (``saved``, None when it
+    was never recorded) than the sweep's now."""
+    entries = sorted(cache.glob("*.json")) if cache.is_dir() else []
+    if entries and saved != identity:
         for entry in entries:
             entry.unlink()
         warnings.warn(f"{cache} held {len(entries)} start evaluation(s) made on other data or another model "
                       "(or before grpolab recorded which); deleted them, so each start is evaluated again",
                       UserWarning, stacklevel=3)
-    atomic_write_text(recorded, json.dumps(identity))
