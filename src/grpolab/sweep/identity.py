@@ -7,8 +7,9 @@ has trained a step, a re-run on changed data (or a changed model directory) is r
 
 The start evaluations the runs of one seed share (``OUT/start-evals/KEY.json``, keyed by the trainer on the
 "start" settings only) were made under the identity ``OUT/identity.json`` held: when it differs from the sweep's
-now, or was never recorded, the cached entries are deleted with one warning and evaluated again, so a start is never read from other data (the probe's report showed a "42.9% -> 0.0%" collapse
-from a start evaluated on an older file).
+now, or was never recorded, the cached entries are deleted with one warning and evaluated again, so a start is
+never read from other data (the probe's report showed a "42.9% -> 0.0%" collapse from a start evaluated on an
+older file).
 """
 
 from __future__ import annotations
