@@ -975,6 +975,16 @@ def test_scratch_registry_fixture_cleaned_up() -> None:
     assert "test_median_baseline" not in available()
 
 
+def test_parse_arm_reads_every_remedy_suffix_in_any_order() -> None:
+    assert adv.parse_arm("dr_grpo+mask") == ("dr_grpo", ("+mask",))
+    assert adv.parse_arm("dr_grpo+mask+dynamic") == adv.parse_arm("dr_grpo+dynamic+mask") == (
+        "dr_grpo", ("+dynamic", "+mask"))
+    assert adv.parse_arm("sign") == ("sign", ())
+    assert adv.parse_spec("dr_grpo+dynamic+mask") == ("dr_grpo", True)
+    with pytest.raises(ValueError, match=r"unknown estimator 'dr_grpo\+replay'"):
+        adv.parse_arm("dr_grpo+replay")
+
+
 def test_parse_spec_reads_the_dynamic_suffix_and_rejects_unknown_names() -> None:
     assert adv.parse_spec("dr_grpo+dynamic") == ("dr_grpo", True)
     assert adv.parse_spec("sign") == ("sign", False)

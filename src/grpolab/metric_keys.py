@@ -151,6 +151,8 @@ KEYS: tuple[MetricKey, ...] = (
     MetricKey("loss/trained_sequences", "count", "completions forwarded in the update (zero-advantage rows are "
               "skipped when beta = 0)", _own(), "TRL forwards every completion"),
     MetricKey("loss/train_tokens", "tokens", "completion tokens in the loss", _own(), _OWN_UPDATE),
+    MetricKey("loss/masked_groups", "count", "degenerate groups left out of the update by group masking",
+              _own("mask_degenerate_groups"), "the TRL engine refuses mask_degenerate_groups"),
     # perf/*: wall time
     MetricKey("perf/step_time", "s", "wall time of the step"),
     MetricKey("perf/rollout_time", "s", "wall time of sampling and scoring"),

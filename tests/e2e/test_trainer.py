@@ -127,6 +127,17 @@ def test_dynamic_sampling_counts_its_extra_completions(tmp_path) -> None:
     assert rows[-1]["rollout/completions_generated"] == 16 * (2 + sum(r["rollout/dynamic_rounds"] for r in rows))
 
 
+def test_group_masking_trains_only_the_informative_groups_and_logs_the_whole_batch(tmp_path) -> None:
+    config = TrainConfig(advantage="sign", mask_degenerate_groups=True, **{**TINY, "steps": 3})
+    Trainer(config, tmp_path / "run").run()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        masked = row["loss/masked_groups"]
+        assert row["rollout/groups"] == 4 and masked == round(row["starvation/uniform"] * 4)
+        assert row["loss/trained_sequences"] == (4 - masked) * 4  # sign gives every completion an advantage
+    assert any(row["loss/masked_groups"] > 0 for row in rows)  # the embedded model solves some groups whole
+
+
 def test_a_verifier_that_raises_is_counted_not_fatal(tmp_path, monkeypatch) -> None:
     calls = {"n": 0}
 

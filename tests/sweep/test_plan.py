@@ -31,6 +31,15 @@ def test_runs_are_planned_seed_major_with_the_estimators_settings(tmp_path: Path
     assert not any(s.ended or s.started for s in specs) and {s.variant for s in specs} == {NO_VARIANT}
 
 
+def test_remedy_suffixes_switch_their_settings_on_and_combine(tmp_path: Path) -> None:
+    specs = plan_runs(BASE, ["dr_grpo+mask", "dr_grpo+dynamic+mask", "dr_grpo"], [0], [2], tmp_path)
+    settings = [(s.config.advantage, s.config.dynamic_sampling, s.config.mask_degenerate_groups) for s in specs]
+    assert settings == [("dr_grpo", False, True), ("dr_grpo", True, True), ("dr_grpo", False, False)]
+    assert specs[0].run_dir == tmp_path / "runs" / "dr_grpo+mask-G2-seed0"
+    with pytest.raises(UserError, match=r"unknown estimator 'dr_grpo\+masks'.*\+mask"):
+        plan_runs(BASE, ["dr_grpo+masks"], [0], [2], tmp_path)
+
+
 def test_a_group_estimator_at_g1_and_an_unknown_estimator_are_refused(tmp_path: Path) -> None:
     assert len(plan_runs(BASE, ["sign"], [0], [1], tmp_path)) == 1  # sign needs no group
     with pytest.raises(UserError, match=r"estimator 'grpo' needs group sizes >= 2"):

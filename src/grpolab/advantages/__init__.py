@@ -23,6 +23,7 @@ from grpolab.advantages.registry import (
 from grpolab.advantages.registry import (
     DYNAMIC_SUFFIX,
     GRANULARITIES,
+    REMEDY_SUFFIXES,
     UNAVAILABLE,
     Estimator,
     Paper,
@@ -34,11 +35,13 @@ from grpolab.advantages.registry import (
     get,
     info,
     normalise_token_rewards,
+    parse_arm,
     parse_spec,
     register,
+    split_remedies,
     token_estimators,
 )
 
-__all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "UNAVAILABLE", "Estimator", "Paper", "available", "compute_advantages",
-           "display_colors", "display_order", "entry_for", "get", "info", "normalise_token_rewards", "parse_spec",
-           "register", "token_estimators"]
+__all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "REMEDY_SUFFIXES", "UNAVAILABLE", "Estimator", "Paper", "available",
+           "compute_advantages", "display_colors", "display_order", "entry_for", "get", "info",
+           "normalise_token_rewards", "parse_arm", "parse_spec", "register", "split_remedies", "token_estimators"]

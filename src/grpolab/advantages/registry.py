@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "UNAVAILABLE", "Estimator", "Paper", "available",
+__all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "REMEDY_SUFFIXES", "UNAVAILABLE", "Estimator", "Paper", "available",
            "compute_advantages", "display_colors", "display_order", "entry_for", "get", "info",
-           "normalise_token_rewards", "parse_spec", "register", "token_estimators"]
+           "normalise_token_rewards", "parse_arm", "parse_spec", "register", "split_remedies",
+           "token_estimators"]
 
 EstimatorFn = Callable[..., torch.Tensor]
 
@@ -156,15 +157,39 @@ def display_colors(names: Iterable[str]) -> dict[str, str]:
 DYNAMIC_SUFFIX = "+dynamic"
 
 
-def parse_spec(spec: str) -> tuple[str, bool]:
-    """``'dr_grpo+dynamic'`` -> (``'dr_grpo'``, True); ``ValueError`` listing the known names if unknown."""
-    name, dynamic = (spec[: -len(DYNAMIC_SUFFIX)], True) if spec.endswith(DYNAMIC_SUFFIX) else (spec, False)
+# The remedies for gradient starvation a comparison arm may append to an estimator (``dr_grpo+mask``,
+# ``dr_grpo+dynamic+mask``): suffix -> the training setting it switches on (docs/losses.md, "Remedies").
+REMEDY_SUFFIXES: dict[str, str] = {
+    DYNAMIC_SUFFIX: "dynamic_sampling",
+    "+mask": "mask_degenerate_groups",
+}
+
+
+def split_remedies(spec: str) -> tuple[str, tuple[str, ...]]:
+    """``'dr_grpo+dynamic+mask'`` -> (``'dr_grpo'``, (``'+dynamic'``, ``'+mask'``)): the name before the remedy
+    suffixes (``REMEDY_SUFFIXES``) and the suffixes, sorted; the name is not checked."""
+    name, found = spec, set()
+    while (suffix := next((s for s in REMEDY_SUFFIXES if name.endswith(s)), None)) is not None:
+        name, found = name[: -len(suffix)], found | {suffix}
+    return name, tuple(sorted(found))
+
+
+def parse_arm(spec: str) -> tuple[str, tuple[str, ...]]:
+    """``'dr_grpo+mask'`` -> (``'dr_grpo'``, (``'+mask'``,)); ``ValueError`` listing the known names if unknown."""
+    name, remedies = split_remedies(spec)
     if name in UNAVAILABLE:
         raise ValueError(f"estimator {name!r} is not available: {UNAVAILABLE[name]}")
     if name not in _REGISTRY:
         raise ValueError(f"unknown estimator {spec!r}; choose from {', '.join(available())} "
-                         f"(append {DYNAMIC_SUFFIX} for dynamic sampling)")
-    return name, dynamic
+                         f"(append {', '.join(REMEDY_SUFFIXES)} for a remedy: {DYNAMIC_SUFFIX} is dynamic sampling)")
+    return name, remedies
+
+
+def parse_spec(spec: str) -> tuple[str, bool]:
+    """``'dr_grpo+dynamic'`` -> (``'dr_grpo'``, True); ``ValueError`` listing the known names if unknown.
+    Other remedy suffixes are read and dropped (``parse_arm`` keeps them)."""
+    name, remedies = parse_arm(spec)
+    return name, DYNAMIC_SUFFIX in remedies
 
 
 def available() -> list[str]:

@@ -135,6 +135,10 @@ class TrainConfig:
     """DAPO dynamic sampling: drop groups with all-equal rewards and sample more prompts."""
     dynamic_max_rounds: int = setting(4, scope="training", at_least=0)
     """Extra generation rounds allowed per step with dynamic sampling."""
+    mask_degenerate_groups: bool = setting(False, scope="training",
+                                           sweep_owned="NAME+mask in --estimators (e.g. dr_grpo+mask)")
+    """Group masking (SkyRL zero_variance_filter, prime-rl filter_zero_advantages, TRL PR #7068): groups whose
+    rewards are all equal are left out of the update (loss numerator, denominator and KL); logs keep them."""
     checkpoint_every: int = setting(10, scope="training", at_least=0)
     """Save a checkpoint every N steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = setting(2, scope="training", at_least=1)
@@ -266,7 +270,9 @@ class CompareConfig:
     """The sweep of ``grpolab compare``; every run's own settings are a ``TrainConfig``."""
 
     estimators: str = setting("grpo,dr_grpo,rloo,sign", scope="sweep")
-    """Comma-separated estimators; append +dynamic for DAPO dynamic sampling (e.g. dr_grpo+dynamic)."""
+    """Comma-separated estimators; append a remedy for gradient starvation (docs/losses.md): +dynamic for DAPO
+    dynamic sampling (arXiv 2503.14476), +mask for group masking (SkyRL zero_variance_filter, prime-rl
+    filter_zero_advantages); they combine (e.g. dr_grpo+dynamic, dr_grpo+mask, dr_grpo+dynamic+mask)."""
     seeds: int = setting(5, scope="sweep")
     """Seeds per estimator: runs use seeds 0..N-1."""
     group_sizes: str = setting("2,4", scope="sweep")

@@ -22,7 +22,7 @@ import functools
 
 import numpy as np
 
-from grpolab.advantages import DYNAMIC_SUFFIX, compute_advantages
+from grpolab.advantages import compute_advantages, split_remedies
 
 __all__ = ["MAX_GROUP_SIZE", "binary_patterns", "same_update_ratio"]
 
@@ -54,8 +54,8 @@ def _advantages(name: str, group_size: int) -> np.ndarray | None:
     return whole
 
 
-def _split_suffix(name: str) -> tuple[str, str]:
-    return (name[: -len(DYNAMIC_SUFFIX)], DYNAMIC_SUFFIX) if name.endswith(DYNAMIC_SUFFIX) else (name, "")
+def _split_suffix(name: str) -> tuple[str, tuple[str, ...]]:
+    return split_remedies(name)
 
 
 def _single_positive_ratio(first: np.ndarray, second: np.ndarray) -> float | None:
@@ -77,8 +77,8 @@ def _single_positive_ratio(first: np.ndarray, second: np.ndarray) -> float | Non
 def same_update_ratio(name_a: str, name_b: str, group_size: int) -> float | None:
     """c > 0 such that estimator a's advantages are c times b's on every binary reward pattern of a group of
     ``group_size``, or None when there is no such c (or it cannot be checked: an unknown estimator, one that
-    needs hyper-parameters, G > MAX_GROUP_SIZE). ``+dynamic`` names match only names with the same suffix
-    (dynamic sampling changes which groups are trained)."""
+    needs hyper-parameters, G > MAX_GROUP_SIZE). ``+dynamic`` / ``+mask`` names match only names with the same
+    suffixes (a remedy changes which groups are trained)."""
     (base_a, suffix_a), (base_b, suffix_b) = _split_suffix(name_a), _split_suffix(name_b)
     if suffix_a != suffix_b or not 1 <= group_size <= MAX_GROUP_SIZE:
         return None

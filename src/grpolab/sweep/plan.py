@@ -3,7 +3,8 @@ directory and full training config, and what its directory says about it (planne
 diverged).
 
 An estimator spelled ``name+dynamic`` (e.g. ``dr_grpo+dynamic``) is estimator ``name`` with DAPO's dynamic
-sampling switched on (Yu et al. 2025), so it can be compared like one more estimator. A run whose
+sampling switched on (Yu et al. 2025), so it can be compared like one more estimator; ``name+mask`` likewise
+switches on group masking (``mask_degenerate_groups``), and the suffixes combine (``dr_grpo+dynamic+mask``). A run whose
 ``summary.json`` says ``"status": "diverged"`` has ended (it is never retried); a summary without a status is
 an old finished run.
 """
@@ -22,7 +23,7 @@ from grpolab.errors import UserError
 from grpolab.sweep.variants import NO_VARIANT, Variant
 from grpolab.train.settings import load_saved_config, same_run_settings
 
-__all__ = ["Cell", "RunSpec", "parse_estimator", "plan_cells", "plan_lr_grid", "plan_runs"]
+__all__ = ["Cell", "RunSpec", "parse_estimator", "plan_cells", "plan_lr_grid", "plan_runs", "remedy_settings"]
 
 
 class Cell(NamedTuple):
@@ -102,12 +103,19 @@ class RunSpec:
         return checkpoints.is_dir() and (any(checkpoints.glob("step-*")) or any(checkpoints.glob("checkpoint-*")))
 
 
-def parse_estimator(spec: str) -> tuple[str, bool]:
-    """``'dr_grpo+dynamic'`` -> (``'dr_grpo'``, True) through the registry; ``UserError`` if unknown."""
+def parse_estimator(spec: str) -> tuple[str, tuple[str, ...]]:
+    """``'dr_grpo+dynamic'`` -> (``'dr_grpo'``, (``'+dynamic'``,)) through the registry: the estimator and its
+    remedy suffixes (``advantages.REMEDY_SUFFIXES``); ``UserError`` if unknown."""
     try:
-        return advantages.parse_spec(spec)
+        return advantages.parse_arm(spec)
     except ValueError as error:
         raise UserError(f"{error} in --estimators") from None
+
+
+def remedy_settings(base: TrainConfig, remedies: Sequence[str]) -> dict[str, bool]:
+    """The settings an arm's remedy suffixes switch on (a remedy the base config already has stays on)."""
+    return {setting: (suffix in remedies) or getattr(base, setting)
+            for suffix, setting in advantages.REMEDY_SUFFIXES.items()}
 
 
 def plan_cells(estimators: Sequence[str], group_sizes: Sequence[int],
@@ -122,8 +130,8 @@ def plan_cells(estimators: Sequence[str], group_sizes: Sequence[int],
 
 
 def _run_config(base: TrainConfig, cell: Cell, seed: int, lr: float) -> TrainConfig:
-    name, dynamic = parse_estimator(cell.estimator)
-    return base.replace(**cell.variant.changes, advantage=name, dynamic_sampling=dynamic or base.dynamic_sampling,
+    name, remedies = parse_estimator(cell.estimator)
+    return base.replace(**cell.variant.changes, advantage=name, **remedy_settings(base, remedies),
                         seed=seed, group_size=cell.group_size, progress=False, lr=lr)
 
 

@@ -3,7 +3,8 @@ completion tokens.
 
 ``collect_batch`` gives a ``ScoredBatch`` (problems, rollout, scores, per-token rewards); ``StepBatch.from_scored``
 turns it into the ``StepBatch`` that dynamic sampling filters and joins, the advantages are computed on, and the
-update (``grpolab.train.step``) trains on. Every field says in its metadata how it is indexed, so that selecting
+update (``grpolab.train.step``) trains on (without its degenerate groups under group masking:
+``mask_degenerate``). Every field says in its metadata how it is indexed, so that selecting
 groups and joining batches handle every field, the optional ones included. The batch stays on the host, where the
 sampler returns it and the verifiers read it.
 """
@@ -21,7 +22,7 @@ from grpolab.engine.collect import ScoredBatch
 from grpolab.engine.rollout import Rollout
 from grpolab.tasks import Problem
 
-__all__ = ["StepBatch"]
+__all__ = ["StepBatch", "mask_degenerate"]
 
 
 def _pad_to(tensor: torch.Tensor, width: int, *, left: bool, value: float = 0.0) -> torch.Tensor:
@@ -105,10 +106,13 @@ class StepBatch:
         return replace(self, **{f.name: _take(getattr(self, f.name), groups if f.metadata["axis"] == "group" else rows)
                                 for f in fields(self)})
 
+    def informative_groups(self) -> list[int]:
+        """The groups whose scorable rewards are not all equal (the others are degenerate)."""
+        return [p for p, row in enumerate(self.rewards) if len(set(row[~np.isnan(row)].tolist())) > 1]
+
     def non_degenerate(self) -> StepBatch:
         """Only the groups whose scorable rewards are not all equal (DAPO's dynamic-sampling filter)."""
-        keep = [p for p, row in enumerate(self.rewards) if len(set(row[~np.isnan(row)].tolist())) > 1]
-        return self.select_groups(keep)
+        return self.select_groups(self.informative_groups())
 
     def first(self, num_groups: int) -> StepBatch:
         return self.select_groups(list(range(min(num_groups, self.num_groups))))
@@ -123,6 +127,19 @@ class StepBatch:
         """The mean per-token entropy of the sampling distribution over the batch's completion tokens."""
         tokens = self.completion_mask.sum().clamp(min=1)
         return float((self.entropy * self.completion_mask).sum() / tokens)
+
+
+def mask_degenerate(batch: StepBatch, advantages: torch.Tensor) -> tuple[StepBatch, torch.Tensor]:
+    """Group masking (SkyRL's ``zero_variance_filter``, prime-rl's ``filter_zero_advantages``, TRL PR #7068's
+    ``mask_zero_advantage_groups``): the batch and its advantages ([P, G], or [B, T] per token) without the
+    degenerate groups, so that the update leaves them out of the loss's numerator, its denominator and the KL
+    term. The advantages were computed on the whole batch (as those trainers do)."""
+    keep = batch.informative_groups()
+    if len(keep) == batch.num_groups:
+        return batch, advantages
+    g = batch.group_size
+    index = [p * g + i for p in keep for i in range(g)] if batch.token_rewards is not None else keep
+    return batch.select_groups(keep), advantages[index]
 
 
 def _take(value: Any, index: list[int]) -> Any:

@@ -16,6 +16,9 @@ Departures from the papers and from TRL, all deliberate:
   keeps the non-degenerate groups until P are kept or the rounds run out; it then trains on fewer
   than P groups rather than padding with degenerate ones. Its true cost is logged as
   ``rollout/completions_generated``.
+* Group masking (``mask_degenerate_groups``: SkyRL's zero_variance_filter, prime-rl's filter_zero_advantages)
+  computes the advantages on the whole batch, then drops the degenerate groups from what the update trains on
+  (out of the loss's numerator and denominator and out of the KL); the step's logs describe the whole batch.
 * The run computes on its ``device`` setting (``grpolab.devices``): the model, the sampler, the update and the
   optimiser state live there; the step's batch, the rewards and the logs stay on the host. Checkpoints hold host
   tensors, so a run resumes on any device (the restored weights and moments go to the run's device).
@@ -47,7 +50,7 @@ from grpolab.io import is_write_error, write_error
 from grpolab.models import Policy, load_policy
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
-from grpolab.train.batch import StepBatch
+from grpolab.train.batch import StepBatch, mask_degenerate
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
 from grpolab.train.divergence import divergence_reason
 from grpolab.train.lifecycle import RunResult, wrap_lora
@@ -194,7 +197,8 @@ class Trainer:
             grad_metrics = gradient_metrics_for_step(self.model, batch, advantages, self.config)
         lr = _learning_rate(self.config, step)
         update_started = time.perf_counter()
-        update = update_policy(self.model, self.optimizer, batch, advantages, self.config, lr=lr,
+        trained, trained_advantages, masked = self._trained(batch, advantages)
+        update = update_policy(self.model, self.optimizer, trained, trained_advantages, self.config, lr=lr,
                                max_length=self.max_new_tokens, reference=self.reference)
         update_time = time.perf_counter() - update_started
         self._log_rollouts(step, batch, per_completion)
@@ -202,9 +206,17 @@ class Trainer:
         metrics = {**figures, "rollout/entropy": batch.sampling_entropy(), **extra,
                    **starvation_metrics(batch.rewards, per_completion, lengths=batch.lengths,
                                         window=self.success_window),
-                   **update, **grad_metrics}
+                   **update, **masked, **grad_metrics}
         metrics.update(_perf_metrics(batch, started, rollout_time, update_time, update.get("loss/train_tokens", 0)))
         return metrics
+
+    def _trained(self, batch: StepBatch, advantages: torch.Tensor) -> tuple[StepBatch, torch.Tensor, dict[str, float]]:
+        """The batch and advantages the update trains on: all of them, or under ``mask_degenerate_groups`` those
+        of the non-degenerate groups (``batch.mask_degenerate``); the step's logs keep the whole batch."""
+        if not self.config.mask_degenerate_groups:
+            return batch, advantages, {}
+        trained, kept = mask_degenerate(batch, advantages)
+        return trained, kept, {"loss/masked_groups": float(batch.num_groups - trained.num_groups)}
 
     def _advantages(self, batch: StepBatch, step: int) -> torch.Tensor:
         """Advantages [P, G] of the outcome rewards, or [B, T] of the per-token rewards."""

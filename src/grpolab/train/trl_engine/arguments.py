@@ -126,6 +126,8 @@ REFUSED: dict[str, str] = {
     "reward_granularity": "TRL trains on one advantage per completion",
     "dynamic_sampling": "TRL has no dynamic sampling (it would resample inside its generation step)",
     "dynamic_max_rounds": "it only applies to dynamic sampling",
+    "mask_degenerate_groups": "TRL 1.16 has no group masking (its loss keeps zero-advantage groups in the "
+                              "denominator and the KL)",
     "sampler_dtype": "TRL samples with the model as loaded (or with vLLM)",
     "grad_analysis_every": "the gradient geometry needs grpolab's own update",
     "grad_analysis_params": "the gradient geometry needs grpolab's own update",
