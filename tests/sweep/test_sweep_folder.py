@@ -126,3 +126,18 @@ def test_a_rerun_on_its_own_folder_is_not_refused(tmp_path: Path) -> None:
     for _ in range(2):
         result = compare(SWEEP, base, out, report=True)
     assert not result.failed and (out / "report.md").is_file() and (out / "runs.csv").is_file()
+
+
+def test_the_cli_refuses_a_folder_of_the_users_files_in_one_line(tmp_path: Path, capsys) -> None:
+    from grpolab.cli import main
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "report.md").write_text("the user's")
+    argv = ["compare", "--out", str(out), "--estimators", "sign", "--seeds", "1", "--group-sizes", "2", "--steps", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did not write (report.md)" in err[0] and "--overwrite" in err[0]
+    assert main([*argv, "--overwrite"]) == 2  # a user's file at a name compare writes: refused even then
+    assert "at names it writes" in capsys.readouterr().err
+    assert (out / "report.md").read_text() == "the user's"

@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="gather results but skip the report")
     parser.add_argument("--large-plan", action="store_true",
                         help=f"run a plan of more than {MAX_PLAN_RUNS:,} runs (refused without it)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier comparison in --out (files grpolab did not write are kept; "
+                             "without it, a --out holding files compare did not write is refused)")
     add_config_arguments(parser, CompareConfig)
     refused = {name: f"refused: the sweep sets it for each run; use {use}" for name, use in SWEEP_OWNED.items()}
     add_config_arguments(parser, TrainConfig, defaults=COMPARE_TRAIN_DEFAULTS, help_overrides=refused)
@@ -48,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     progress = _Progress(plan=_plan_line(sweep, base, large=args.large_plan))
     with stop_signals(StopRequest()):  # SIGTERM / SIGHUP while gathering or writing the report: exit 130, one line
         try:
-            result = compare(sweep, base, Path(args.out), report=not args.no_report, on_event=progress.on_event)
+            result = compare(sweep, base, Path(args.out), report=not args.no_report, on_event=progress.on_event,
+                             overwrite=args.overwrite)
         finally:
             progress.close()
             for outcome in progress.failed:
