@@ -83,6 +83,15 @@ def test_overwrite_deletes_only_what_grpolab_wrote_at_every_depth(finished_run, 
         ["README.txt", "step-000001", "step-000002"]
 
 
+def test_overwrite_removes_what_a_killed_write_left(finished_run, capsys):
+    (finished_run / ".final.tmp-abc123").mkdir()
+    (finished_run / ".final.tmp-abc123" / "model.safetensors").write_bytes(b"half")
+    (finished_run / "metrics.jsonl.tmp").write_text('{"step": 1')
+    code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS, "--overwrite"], capsys)
+    assert code == 0, err
+    assert not (finished_run / ".final.tmp-abc123").exists() and not (finished_run / "metrics.jsonl.tmp").exists()
+
+
 def test_overwrite_refuses_a_users_file_inside_a_folder_a_run_replaces_whole(finished_run, capsys):
     (finished_run / "final" / "notes.txt").write_text("mine")
     (finished_run / "checkpoints" / "step-000002" / "why.txt").write_text("mine")

@@ -14,6 +14,7 @@ before anything is deleted. A symbolic link planted where a run writes is refuse
 from __future__ import annotations
 
 import fnmatch
+import shutil
 from pathlib import Path
 
 from grpolab.config import TrainConfig
@@ -44,6 +45,12 @@ _OURS = {
     "wandb": ("latest-run", "run-*/*", "offline-run-*/*", "debug.log", "debug-internal.log", "debug-cli.*.log"),
 }
 _REPLACED_WHOLE = ("final/*", "checkpoints/step-*/*")  # folders a run deletes and writes again
+
+
+def _staging(name: str) -> bool:
+    """What a killed write leaves in a run directory: the writable probe, ``final/``'s staging folder, a log's
+    staging file (``runlog.rewrite_jsonl``)."""
+    return name.startswith((".write-test-", ".final.tmp-")) or name in {f"{log}.tmp" for log in _LOGS}
 
 
 def refuse_planted_links(run_dir: Path) -> None:
@@ -82,7 +89,7 @@ def _foreign(run_dir: Path) -> list[str]:
     """Names in ``run_dir`` that grpolab does not write."""
     names = []
     for entry in run_dir.iterdir():
-        ours = entry.name in (*_RUN_FILES, *_RUN_DIRS, *_LOCK_FILES) or entry.name.startswith(".write-test-")
+        ours = entry.name in (*_RUN_FILES, *_RUN_DIRS, *_LOCK_FILES) or _staging(entry.name)
         if not ours or (entry.name == "config.yaml" and not _written_by_grpolab(entry)):
             names.append(entry.name)
     rollouts = run_dir / "rollouts"
@@ -156,6 +163,11 @@ def remove_run_files(run_dir: Path) -> None:
     rollouts = run_dir / "rollouts"
     for path in rollouts.glob("step-*.parquet*") if rollouts.is_dir() else []:
         path.unlink()
+    for entry in run_dir.iterdir():  # staging a killed write left (a folder made by mkdtemp: grpolab's whole)
+        if _staging(entry.name) and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif _staging(entry.name):
+            entry.unlink()
 
 
 def _remove_empty_folders(root: Path) -> None:
