@@ -141,3 +141,29 @@ def test_the_cli_refuses_a_folder_of_the_users_files_in_one_line(tmp_path: Path,
     assert main([*argv, "--overwrite"]) == 2  # a user's file at a name compare writes: refused even then
     assert "at names it writes" in capsys.readouterr().err
     assert (out / "report.md").read_text() == "the user's"
+
+
+def test_a_sweep_refuses_a_task_whose_problems_changed_since_its_runs_trained(tmp_path: Path) -> None:
+    """Data no local path names (the hub cache, a generated task) is checked through the splits' hash."""
+    out = tmp_path / "out"
+    base = TrainConfig(steps=2)
+    _finished_sweep(out, base)
+    compare(SWEEP, base, out, report=False)
+    identity = json.loads((out / "identity.json").read_text())
+    assert len(identity["splits"]) == 64
+    (out / "identity.json").write_text(json.dumps({**identity, "splits": "0" * 64}))  # made on other problems
+    with pytest.raises(UserError, match=r"the problems of task 'reverse' .* changed since the runs in"):
+        compare(SWEEP, base, out, report=False)
+
+
+def test_the_splits_hash_follows_every_problem_and_nothing_else() -> None:
+    from dataclasses import replace
+
+    from grpolab.tasks import get_task
+    from grpolab.tasks.base import splits_hash
+
+    task = get_task("arith")
+    assert splits_hash(task) == splits_hash(get_task("arith")) == task.summary()["data_sha256"]
+    changed = replace(task, test=(replace(task.test[0], reference=task.test[0].reference + "0"), *task.test[1:]))
+    assert splits_hash(changed) != splits_hash(task)
+    assert splits_hash(replace(task, verifier="exact")) == splits_hash(task)  # settings are checked elsewhere

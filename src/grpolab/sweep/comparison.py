@@ -101,7 +101,8 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
     settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base), "task": _task_summary(base)}
     # refuses other settings; saves them otherwise, with when the primary comparison was declared
     settings["primary_declaration"] = check_sweep_settings(out, settings, sweep_defaults())
-    check_sweep_identity(out, base)  # refuses changed data or model once trained; clears a stale start cache
+    # refuses changed data or model once trained; clears a stale start cache
+    check_sweep_identity(out, base, settings["task"].get("data_sha256"))
     atomic_write_text(out / "task.json", json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
     runner = _Runner(sweep, on_event)
     grid: list[RunSpec] = []

@@ -1,9 +1,10 @@
 """A sweep's data and local model are part of its identity, and so of its start-evaluation cache.
 
-``OUT/identity.json`` holds ``grpolab.train.settings.run_identity`` of the sweep's base settings: a content hash
-of a local ``--data`` file or folder and a fingerprint of a local ``--model`` directory. Once a run of the sweep
-has trained a step, a re-run on changed data (or a changed model directory) is refused in one line, as a run's
-``--resume`` is; before that, the new identity replaces the old one.
+``OUT/identity.json`` holds ``grpolab.train.settings.run_identity`` of the sweep's base settings (a content hash
+of a local ``--data`` file or folder and a fingerprint of a local ``--model`` directory) and ``splits``, the hash of
+the task's splits as the runs see them (``grpolab.tasks.base.splits_hash``: it also covers data read from the hub
+cache). Once a run of the sweep has trained a step, a re-run on changed data (or a changed model directory) is
+refused in one line, as a run's ``--resume`` is; before that, the new identity replaces the old one.
 
 The start evaluations the runs of one seed share (``OUT/start-evals/KEY.json``, keyed by the trainer on the
 "start" settings only) were made under the identity ``OUT/identity.json`` held: when it differs from the sweep's
@@ -43,17 +44,20 @@ def _trained(out: Path) -> bool:
     return any(log.stat().st_size for log in Path(out).glob("*/*/metrics.jsonl"))
 
 
-def check_sweep_identity(out: Path, base: TrainConfig) -> dict[str, str]:
-    """Refuse a sweep in ``out`` whose data or local model changed since its runs trained; record the identity,
-    and clear start evaluations cached under another one. Returns the identity."""
+def check_sweep_identity(out: Path, base: TrainConfig, splits: str | None = None) -> dict[str, str]:
+    """Refuse a sweep in ``out`` whose data or local model changed since its runs trained (``splits``: the hash of
+    the task's splits, ``Task.summary()["data_sha256"]``); record the identity, and clear start evaluations cached
+    under another one. Returns the identity."""
     out = Path(out)
-    identity = run_identity(base)
+    identity = {**run_identity(base), **({"splits": splits} if splits else {})}
     path = out / IDENTITY_FILE
     saved = _read(path)
-    if saved is not None and saved != identity and _trained(out):
-        changed = [key for key in ("data", "model") if saved.get(key) != identity.get(key)]
+    changed = [key for key in ("data", "model", "splits") if saved and key in saved and saved[key] != identity.get(key)]
+    if changed and _trained(out):
         named = {"data": f"the data {base.data or base.task_options.get('path')}",
-                 "model": f"the model directory {base.model}"}
+                 "model": f"the model directory {base.model}",
+                 "splits": f"the problems of task {base.task!r} (its data, or the grpolab that builds them)"}
+        changed = [key for key in changed if key != "splits"] or changed  # name the file when it is the cause
         raise UserError(f"{' and '.join(named[key] for key in changed)} changed since the runs in {out} trained "
                         f"(recorded in {path}), so a resume would mix two versions in one comparison; restore "
                         "what the runs trained on, or choose a new --out")

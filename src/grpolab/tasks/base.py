@@ -66,10 +66,25 @@ class Task:
     info: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def summary(self) -> dict[str, Any]:
-        """Name, verifier and split sizes, plus ``info``: what a run directory and a report record."""
+        """Name, verifier and split sizes, plus ``info``: what a run directory and a report record, and
+        ``data_sha256`` (``splits_hash``), which says whether two runs saw the same problems."""
         train = "fresh prompts every step" if self.train_stream is not None else len(self.train)
         sizes = {"train": train, "validation": len(self.validation), "test": len(self.test)}
-        return {**self.info, "task": self.name, "verifier": self.verifier, "problems": sizes}
+        return {**self.info, "task": self.name, "verifier": self.verifier, "problems": sizes,
+                "data_sha256": splits_hash(self)}
+
+
+def splits_hash(task: Task) -> str:
+    """A SHA-256 of the task's splits as a run sees them: every problem's split, id, prompt, reference and family,
+    in order (a streamed train split: the sample ``train`` holds). Equal for two loads of the same data under the
+    same settings, whatever file or hub cache it came from; any changed character changes it."""
+    digest = hashlib.sha256()
+    for split, problems in (("train", task.train), ("validation", task.validation), ("test", task.test)):
+        for problem in problems:
+            for text in (split, problem.id, problem.prompt, problem.reference, problem.family):
+                encoded = str(text).encode("utf-8", "surrogatepass")
+                digest.update(len(encoded).to_bytes(8, "big") + encoded)
+    return digest.hexdigest()
 
 
 def _hash_percent(text: str) -> int:
