@@ -2,7 +2,8 @@
 ``RAY_ADDRESS``, or on a local Ray started with ``workers`` CPUs. ``--gpus-per-run`` auto is 1 where the cluster
 has GPUs and 0 otherwise, or when every run's device is ``cpu`` (``grpolab.sweep.devices.gpus_each``). Ray gives
 each task its own ``CUDA_VISIBLE_DEVICES`` ("" for ``num_gpus=0``). A stop signal (Ctrl-C, SIGTERM, SIGHUP)
-cancels the queued and the running runs."""
+cancels the queued and the running runs. A local Ray started here ends with the sweep process, ``kill -9``
+included (``grpolab.sweep.reaper``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from grpolab.errors import UserError
 from grpolab.sweep.devices import gpus_each
 from grpolab.sweep.plan import RunSpec
+from grpolab.sweep.reaper import start_reaper
 from grpolab.sweep.signals import StopRequest, stop_signals
 from grpolab.sweep.worker import EventFn, run_one
 
@@ -27,8 +29,10 @@ def run_ray(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus_p
     except ImportError:
         raise UserError("--backend ray needs Ray: pip install 'grpolab[ray]'") from None
     if not ray.is_initialized():
-        ray.init(num_cpus=workers, include_dashboard=False, ignore_reinit_error=True,
-                 address=os.environ.get("RAY_ADDRESS"))
+        address = os.environ.get("RAY_ADDRESS")  # read first: ray.init sets it to the local cluster it starts
+        ray.init(num_cpus=workers, include_dashboard=False, ignore_reinit_error=True, address=address)
+        if not address:  # a local cluster of ours: it ends with this process (kill -9 too)
+            start_reaper()
     gpus = gpus_each(gpus_per_run, int(ray.cluster_resources().get("GPU", 0)), {spec.config.device for spec in specs})
     remote = ray.remote(num_cpus=1, num_gpus=gpus)(run_one)
     pending = {remote.remote(spec): spec for spec in specs}
