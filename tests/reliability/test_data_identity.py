@@ -80,3 +80,24 @@ def test_a_data_folder_is_hashed_by_content(tmp_path: Path) -> None:
     assert run_identity(TrainConfig(data=str(tmp_path / "copy")))["data"] == first  # content, not place or time
     _write(tmp_path / "copy" / "test.jsonl", ROWS[51:])
     assert run_identity(TrainConfig(data=str(tmp_path / "copy")))["data"] != first
+
+
+def test_record_resume_refuses_a_task_whose_problems_changed(file_run) -> None:
+    """With the task the resume loaded (``record_resume(..., task=)``), problems that differ from those in the
+    run's task.json are refused, whatever path they came from (here: the same file, one answer changed)."""
+    from grpolab.errors import UserError
+    from grpolab.train.lifecycle import load_task_for
+    from grpolab.train.settings import load_saved_config, record_resume
+
+    run, data = file_run
+    config = load_saved_config(run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        same = load_task_for(config)
+        assert json.loads((run / "task.json").read_text())["data_sha256"] == same.summary()["data_sha256"]
+        record_resume(run, config, config, 2, task=same)  # the same problems: recorded
+        _write(data, [*ROWS[:-1], {"prompt": "9+9=", "answer": "19"}])
+        changed = load_task_for(config)
+    with pytest.raises(UserError, match=rf"the problems of task 'file' differ from those {run} trained on"):
+        record_resume(run, config, config, 2, task=changed)
+    assert len((run / "resumes.jsonl").read_text().splitlines()) == 1

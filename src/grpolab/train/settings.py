@@ -34,6 +34,7 @@ __all__ = [
     "RUNTIME_ONLY",
     "check_identity",
     "check_resume",
+    "check_same_problems",
     "checked_resume_settings",
     "explicit_values",
     "load_saved_config",
@@ -209,9 +210,13 @@ def check_resume(run_dir: Path, saved: TrainConfig, config: TrainConfig) -> None
                         "settings (config.yaml), or choose a new run directory")
 
 
-def record_resume(run_dir: Path, saved: TrainConfig, config: TrainConfig, start_step: int) -> dict[str, list]:
+def record_resume(run_dir: Path, saved: TrainConfig, config: TrainConfig, start_step: int, *,
+                  task: Any = None) -> dict[str, list]:
     """Check ``config.steps`` against the steps already trained and append this resume, with what changed,
-    to ``run_dir/resumes.jsonl``; returns the changes (setting -> [saved, new])."""
+    to ``run_dir/resumes.jsonl``; returns the changes (setting -> [saved, new]). With the ``task`` the resume
+    loaded, refuses one whose problems differ from those the run recorded (``check_same_problems``)."""
+    if task is not None:
+        check_same_problems(run_dir, task)
     if config.steps != saved.steps and config.steps <= start_step:
         raise UserError(f"{run_dir} has already trained {start_step} steps; --steps must be more than that "
                         f"(or the saved {saved.steps})")
@@ -221,6 +226,22 @@ def record_resume(run_dir: Path, saved: TrainConfig, config: TrainConfig, start_
     with open_no_follow(Path(run_dir) / "resumes.jsonl", "a") as handle:
         handle.write(json.dumps(row) + "\n")
     return changed
+
+
+def check_same_problems(run_dir: Path, task: Any) -> None:
+    """Refuse to resume ``run_dir`` on ``task`` when its splits (``Task.summary()["data_sha256"]``) differ from
+    those the run recorded in its ``task.json`` (read before the resume rewrites it); a ``task.json`` written
+    before grpolab recorded them is not checked. Covers data that no local path names (the hub cache)."""
+    try:
+        recorded = json.loads((Path(run_dir) / "task.json").read_text(encoding="utf-8")).get("data_sha256")
+    except (OSError, ValueError, AttributeError):
+        return
+    now = task.summary().get("data_sha256")
+    if isinstance(recorded, str) and now != recorded:
+        raise UserError(f"the problems of task {task.name!r} differ from those {run_dir} trained on (recorded in "
+                        f"{Path(run_dir) / 'task.json'}: its data changed, or the grpolab that builds them), so a "
+                        "resume would mix two data sets in one run; restore the data the run trained on, or train "
+                        "afresh in a new --out (or with --overwrite)")
 
 
 def same_run_settings(saved: TrainConfig | None, planned: TrainConfig) -> bool:
