@@ -124,3 +124,13 @@ def test_a_directory_lock_refuses_a_planted_link_and_writes_nothing_through_it(t
     with pytest.raises(UserError, match="is a symbolic link"):
         lock.acquire()
     assert target.read_text() == "the user's" and not lock.held  # before: the owner's pid written to the target
+
+
+def test_an_atomic_write_gives_the_mode_a_plain_write_would(tmp_path):
+    plain, atomic = tmp_path / "plain.txt", tmp_path / "atomic.txt"
+    plain.write_text("x")
+    atomic_write_text(atomic, "x")  # before: 0600 (mkstemp's), so a shared results folder was unreadable to others
+    assert atomic.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+    atomic.chmod(0o640)
+    atomic_write_text(atomic, "y")
+    assert atomic.stat().st_mode & 0o777 == 0o640  # a file's own mode is kept

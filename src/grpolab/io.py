@@ -80,6 +80,7 @@ def atomic_write_with(path: str | Path, write: Callable[[Path], object], *, sync
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
         staging = Path(name)
+        os.chmod(staging, _mode(path))  # mkstemp makes 0600: give the file the mode a plain open would
         write(staging)
         if sync:
             with staging.open("rb") as handle:
@@ -94,6 +95,16 @@ def atomic_write_with(path: str | Path, write: Callable[[Path], object], *, sync
         if staging is not None:
             with contextlib.suppress(OSError):
                 staging.unlink()
+
+
+def _mode(path: Path) -> int:
+    """The old file's permission bits, or for a new file those ``open`` gives under the umask."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
