@@ -17,7 +17,9 @@ and runs estimators that share an lr in one ``compare`` (``--lr``, no selection)
   (means over the steps where it is defined) and the share of steps where it is not (a half without gradient);
 * ``gaps.csv``: the paired gap sign - dr_grpo (and reinforce - dr_grpo) per (level, P), with t intervals;
 * ``interaction.csv``: the primary analysis, the per-seed slope of the gap on log2 P, on end pass@1 (primary),
-  greedy accuracy and the step-5 evaluation (reported only);
+  greedy accuracy and the step-5 evaluation (reported only), and on the log-error ratio
+  log(1 - pass@1 of sign) - log(1 - pass@1 of dr_grpo) (added after the runs, exploratory: at the ceiling a gap
+  in points must shrink whatever its cause, a ratio of remaining errors need not);
 * ``snr.csv``: the measured SNR^2 ratio over dr_grpo against the gain, and Spearman's rho with its exact
   permutation p (the secondary question);
 * ``lr.csv``: the lr each (level, estimator, P) chose in the selection (P = 16) and the check (P = 256);
@@ -55,6 +57,7 @@ PROMPTS = (16, 64, 256)
 SELECT_AT = 16
 EARLY_STEPS = 5  # the SNR secondary: the mean cosine over steps 1..EARLY_STEPS
 EXPERIMENT = Path("experiments/batch-size")
+ERROR_FLOOR = 1 / 3200  # half of one sample of 8 x 200: the floor of 1 - pass@1 in the log-error ratio
 
 
 def _arguments() -> argparse.Namespace:
@@ -209,6 +212,7 @@ def read_runs(args: argparse.Namespace) -> pd.DataFrame:
             runs["step5_greedy"] = [s[1] for s in scores]
             runs["start_mean_p"], runs["start_p_var"] = zip(*(start_moments(*_start_counts(folder / "runs" / r))
                                                               for r in runs["run_id"]), strict=True)
+            runs["end_log_error"] = np.log(np.maximum(1 - runs["end_pass_at_1"], ERROR_FLOOR))
             runs["level"] = level
             runs["prompts"] = runs["variant"].map(_prompts)
             frames.append(runs)
@@ -245,7 +249,7 @@ def gap_table(runs: pd.DataFrame, levels: list[str]) -> pd.DataFrame:
     rows = []
     for estimator in (e for e in ESTIMATORS if e != REFERENCE):
         for level, prompts in itertools.product(levels, PROMPTS):
-            for column in ("end_pass_at_1", "end_greedy"):
+            for column in ("end_pass_at_1", "end_greedy", "end_log_error"):
                 gaps = _paired(runs, level, prompts, estimator, column)
                 if len(gaps):
                     rows.append({"estimator": estimator, "level": level, "prompts": prompts, "metric": column,
@@ -260,7 +264,7 @@ def gap_table(runs: pd.DataFrame, levels: list[str]) -> pd.DataFrame:
 def interaction_table(runs: pd.DataFrame, levels: list[str]) -> pd.DataFrame:
     rows = []
     for estimator in (e for e in ESTIMATORS if e != REFERENCE):
-        for column in ("end_pass_at_1", "end_greedy", "step5_pass_at_1"):
+        for column in ("end_pass_at_1", "end_greedy", "step5_pass_at_1", "end_log_error"):
             for level in levels:
                 gaps = pd.concat([_paired(runs, level, p, estimator, column) for p in PROMPTS])
                 slopes = seed_slopes(gaps)
@@ -324,7 +328,9 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 
 def _points(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
-    return frame.assign(**{c: (100 * frame[c]).round(2) for c in columns if c in frame})
+    """``columns`` in points (x 100), except on log-error rows, which stay natural-log ratios."""
+    scale = np.where(frame["metric"] == "end_log_error", 1.0, 100.0) if "metric" in frame else 100.0
+    return frame.assign(**{c: (scale * frame[c]).round(3) for c in columns if c in frame})
 
 
 def table(args: argparse.Namespace) -> None:
@@ -340,7 +346,9 @@ def table(args: argparse.Namespace) -> None:
              "high", "gain_end_pass_at_1", "clipped_share")
     parts = [
         "# Batch-size experiment: tables", "",
-        "Written by `python scripts/batch_size.py table --out runs/batch-size`; scores in points (pass@1 x 100).",
+        "Written by `python scripts/batch_size.py table --out runs/batch-size`; scores in points (pass@1 x 100); "
+        "end_log_error rows (exploratory, added after the runs) are natural-log ratios of remaining errors, "
+        "log(1 - pass@1) of the estimator minus that of dr_grpo.",
         "", "## Primary: per-seed slope of the gap over dr_grpo on log2 P (points per doubling)", "",
         "Student-t 95% interval over seeds; p_holm: Holm over the two levels, sign on end pass@1 only (the "
         "primary family); the other rows are reported, not tested as primaries.", "",

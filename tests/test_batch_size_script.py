@@ -110,3 +110,8 @@ def test_the_tables_recover_the_planted_interaction(tmp_path: Path) -> None:
     sign_16 = gaps[(gaps["estimator"] == "sign") & (gaps["level"] == "star-len6") & (gaps["prompts"] == 16)
                    & (gaps["metric"] == "end_pass_at_1")].iloc[0]
     assert sign_16["mean"] == pytest.approx(0.10 + 0.04 + np.mean([0, 0.01, 0.04]))
+    errors = gaps[(gaps["estimator"] == "sign") & (gaps["level"] == "star-len6") & (gaps["prompts"] == 16)
+                  & (gaps["metric"] == "end_log_error")].iloc[0]
+    dr = 0.5 + 0.01 * np.arange(3)
+    sign = dr + 0.14 + 0.01 * np.arange(3) ** 2
+    assert errors["mean"] == pytest.approx(np.mean(np.log(1 - sign) - np.log(1 - dr)))
