@@ -141,3 +141,19 @@ def test_repeats_of_the_primary_pair_are_named_not_tested() -> None:
     assert ("G = 2: sign vs grpo and sign vs rloo repeat sign vs dr_grpo, so not tested: the estimator that stands "
             "in is the same update under Adam, at the same lr.") in verdict
     assert "secondary: sign against" not in verdict  # nothing left to test at G = 2 besides the primary pair
+
+
+def test_a_pair_read_the_other_way_round_flips_its_differences_and_intervals() -> None:
+    from grpolab.report.comparisons import comparisons
+    from grpolab.report.tables import run_table
+    from grpolab.report.verdict import _pair
+
+    results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=3, sizes=(4,))
+    rows, _ = comparisons(run_table(results), config)
+    forward, backward = _pair(rows, "", 4, "sign", "grpo"), _pair(rows, "", 4, "grpo", "sign")
+    assert backward["mean_difference"] == pytest.approx(-forward["mean_difference"])
+    assert (backward["difference_low"], backward["difference_high"]) == pytest.approx(
+        (-forward["difference_high"], -forward["difference_low"]))
+    assert backward["greedy_difference_low"] == pytest.approx(-forward["greedy_difference_high"])
+    assert backward["prob_improvement"] == pytest.approx(1 - forward["prob_improvement"])
+    assert (backward["iqm_a"], backward["p_holm"]) == (forward["iqm_b"], forward["p_holm"])

@@ -70,8 +70,17 @@ def _pair(rows: list[dict[str, Any]], variant: str, size: int, a: str, b: str) -
             if row["name_a"] == a:
                 return row
             flipped = {"name_a": a, "name_b": b, "mean_a": row["mean_b"], "mean_b": row["mean_a"], "n_a": row["n_b"],
-                       "n_b": row["n_a"], "lr_a": row["lr_b"], "lr_b": row["lr_a"],
-                       "mean_difference": -row["mean_difference"]}
+                       "n_b": row["n_a"], "lr_a": row["lr_b"], "lr_b": row["lr_a"]}
+            for prefix in ("", "greedy_"):  # differences and their intervals change sign
+                if prefix + "mean_difference" in row:
+                    flipped[prefix + "mean_difference"] = -row[prefix + "mean_difference"]
+                if prefix + "difference_low" in row:
+                    flipped[prefix + "difference_low"] = -row[prefix + "difference_high"]
+                    flipped[prefix + "difference_high"] = -row[prefix + "difference_low"]
+            if "iqm_a" in row:
+                flipped.update(iqm_a=row["iqm_b"], iqm_b=row["iqm_a"], prob_improvement=1 - row["prob_improvement"],
+                               prob_improvement_low=1 - row["prob_improvement_high"],
+                               prob_improvement_high=1 - row["prob_improvement_low"])
             return {**row, **flipped}
     return None
 
