@@ -161,10 +161,15 @@ def test_each_fields_docstring_names_its_choices(cls):
 
 
 def test_device_values_follow_a_pattern_checked_from_the_metadata():
+    from grpolab.config.budget import check_budget
     from grpolab.config.checks import check_seed
     from grpolab.devices import check_name
 
-    assert config_fields.value_checks(TrainConfig) == {"device": check_name, "seed": check_seed}
+    assert config_fields.value_checks(TrainConfig) == {"device": check_name, "seed": check_seed,
+                                                        "budget": check_budget}
+    with pytest.raises(UserError, match=r"^budget must be completions=N or tokens=N with N >= 1, got 'steps=3'"):
+        TrainConfig(budget="steps=3")
+    assert TrainConfig(budget="tokens=5").budget == "tokens=5"
     for name in ("auto", "cpu", "cuda", "cuda:1"):
         assert TrainConfig(device=name).device == name
     with pytest.raises(UserError, match=r"^device must be auto, cpu, cuda or cuda:N, got 'gpu'$"):

@@ -82,6 +82,8 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path) -> None
         assert torch.equal(a, b), name
     steps = [json.loads(line)["step"] for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
+    assert (resumed.completions_generated, resumed.tokens_generated) == (straight.completions_generated,
+                                                                         straight.tokens_generated)
     assert sorted(p.name for p in (tmp_path / "killed" / "rollouts").iterdir()) == [
         f"step-{s:06d}.parquet" for s in (1, 2, 3, 4)]
 
@@ -136,6 +138,27 @@ def test_group_masking_trains_only_the_informative_groups_and_logs_the_whole_bat
         assert row["rollout/groups"] == 4 and masked == round(row["starvation/uniform"] * 4)
         assert row["loss/trained_sequences"] == (4 - masked) * 4  # sign gives every completion an advantage
     assert any(row["loss/masked_groups"] > 0 for row in rows)  # the embedded model solves some groups whole
+
+
+def test_a_completion_budget_ends_the_run_after_the_step_that_reaches_it(tmp_path) -> None:
+    config = TrainConfig(advantage="sign", budget="completions=40", **{**TINY, "steps": 10})
+    Trainer(config, tmp_path / "run").run()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["rollout/completions_generated"] for row in rows] == [16, 32, 48]  # P x G = 16 a step
+    evaluations = [json.loads(line) for line in (tmp_path / "run" / "eval.jsonl").read_text().splitlines()]
+    assert [(e["phase"], e["step"]) for e in evaluations] == [("start", 0), ("end", 3)]
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")] == ["step-000003"]
+    tokens = [row["rollout/tokens_generated"] for row in rows]
+    assert tokens == sorted(tokens) and tokens[0] > 0
+    Trainer(config, tmp_path / "run", resume=True).run()  # its budget is spent: nothing more is sampled
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_token_budget_counts_every_sampled_token(tmp_path) -> None:
+    config = TrainConfig(advantage="dr_grpo", dynamic_sampling=True, budget="tokens=200", **{**TINY, "steps": 10})
+    Trainer(config, tmp_path / "run").run()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["rollout/tokens_generated"] >= 200 and all(r["rollout/tokens_generated"] < 200 for r in rows[:-1])
 
 
 def test_a_verifier_that_raises_is_counted_not_fatal(tmp_path, monkeypatch) -> None:

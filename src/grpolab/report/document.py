@@ -1,8 +1,8 @@
 """The whole ``grpolab compare`` report: its sections in order, written as HTML and as Markdown.
 
 ``build_sections`` checks the results frame and lists the sections (verdict, summary, data, lr selection,
-families, start policy, pass@k, learning curves, dynamics, gradient clipping, equal cost, effective rank,
-configuration);
+families, start policy, pass@k, learning curves, dynamics, compute per arm, gradient clipping, equal cost,
+effective rank, configuration);
 ``write_report`` renders them to ``report.html`` and ``report.md`` with ``grpolab.render``. Figures and the
 tables that group by estimator alone see each ``--vary`` variant as an estimator ``name+variant``
 (``tables.labelled``).
@@ -20,6 +20,7 @@ from grpolab.errors import UserError
 from grpolab.io import atomic_write_bytes, atomic_write_text
 from grpolab.render import Section, render_html, render_markdown
 from grpolab.report.clipping import clipping_section
+from grpolab.report.compute import compute_section
 from grpolab.report.curves import curves_section
 from grpolab.report.data_section import data_sections
 from grpolab.report.families import families_section
@@ -62,6 +63,8 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
         curves_section(results, usable, figure_png),
         dynamics_section(shown, problem),
     ]
+    compute = compute_section(shown, config)
+    sections += [compute] if compute is not None else []
     clipping = clipping_section(usable, config)
     sections += [clipping] if clipping is not None else []
     if results["estimator"].str.contains(DYNAMIC, regex=False).any():

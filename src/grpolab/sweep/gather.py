@@ -73,13 +73,21 @@ def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | N
         results += [_result_row(columns, row) for row in evaluations]
         keys = ("run_id", "variant", "estimator", "seed", "group_size", "status")  # per step: no diverged_at_step
         steps = read_metrics(spec.run_dir / "metrics.jsonl")
-        upto = spec.config.steps if columns["status"] == "finished" else int(columns["diverged_at_step"])
+        upto = _last_step(spec, evaluations) if columns["status"] == "finished" else int(columns["diverged_at_step"])
         lost = missing_steps([row["step"] for row in steps], upto)
         if lost:
             warnings.warn(f"{spec.run_dir / 'metrics.jsonl'} lacks step(s) {spans(lost)} of its {upto}; "
                           "metrics.parquet has no rows for them", UserWarning, stacklevel=2)
         metrics += [{**{k: columns[k] for k in keys}, **row} for row in steps]
     return pd.DataFrame(results), pd.DataFrame(metrics)
+
+
+def _last_step(spec: RunSpec, evaluations: list[dict[str, Any]]) -> int:
+    """The last step of a finished run: ``steps``, or the step of its end evaluation when a compute budget
+    (``--budget``) ended it sooner."""
+    if spec.config.budget is None:
+        return spec.config.steps
+    return next((int(row["step"]) for row in reversed(evaluations) if row.get("phase") == "end"), spec.config.steps)
 
 
 def _evaluation_columns(prefix: str, row: dict[str, Any] | None) -> dict[str, Any]:

@@ -70,11 +70,13 @@ def step_problems(task: Task, config: TrainConfig, step: int, round_: int = 0) -
 
 
 def rollout_figures(rewards: np.ndarray, lengths: np.ndarray, truncated: Sequence[bool],
-                    completions_generated: int) -> dict[str, float]:
+                    completions_generated: int, tokens_generated: int | None = None) -> dict[str, float]:
     """The ``rollout/*`` figures every engine writes for the batch it trains on: rewards and lengths [P, G]
-    (a NaN reward: the verifier could not score it), ``truncated`` one flag per completion, problem-major."""
+    (a NaN reward: the verifier could not score it), ``truncated`` one flag per completion, problem-major;
+    ``rollout/tokens_generated`` where the engine counts the completion tokens it sampled."""
     scored = rewards[~np.isnan(rewards)]
-    return {
+    tokens = {} if tokens_generated is None else {"rollout/tokens_generated": float(tokens_generated)}
+    return {**tokens,
         "rollout/reward_mean": float(scored.mean()) if scored.size else 0.0,
         "rollout/accuracy": float((scored >= 0.5).mean()) if scored.size else 0.0,
         "rollout/completion_length": float(lengths.mean()) if lengths.size else 0.0,

@@ -16,6 +16,8 @@ Departures from the papers and from TRL, all deliberate:
   keeps the non-degenerate groups until P are kept or the rounds run out; it then trains on fewer
   than P groups rather than padding with degenerate ones. Its true cost is logged as
   ``rollout/completions_generated``.
+* A compute budget (``budget``: ``grpolab.config.budget``) ends the run after the step at which it has sampled
+  that many completions or tokens, with its end evaluation and checkpoint there; ``steps`` stays the bound.
 * Group masking (``mask_degenerate_groups``: SkyRL's zero_variance_filter, prime-rl's filter_zero_advantages)
   computes the advantages on the whole batch, then drops the degenerate groups from what the update trains on
   (out of the loss's numerator and denominator and out of the KL); the step's logs describe the whole batch.
@@ -41,6 +43,7 @@ import torch
 from grpolab import advantages as advantage_registry
 from grpolab import devices, verifiers
 from grpolab.config import TrainConfig
+from grpolab.config.budget import parse_budget
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.engine.collect import ScoredBatch, collect_batch
 from grpolab.engine.fit import check_training_fits
@@ -107,6 +110,8 @@ class Trainer:
         self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self.optimizer = build_optimizer(self.params, config)
         self.completions_generated = 0  # restored from the checkpoint on resume
+        self.tokens_generated = 0  # completion tokens sampled; restored from the checkpoint on resume
+        self.budget = parse_budget(config.budget) if config.budget else None
         self.success_window = SuccessWindow()  # pbar of starvation/d_iid; restored from the checkpoint
         self.start_step = self._restore() if resume else 0
         self.shell.open_logs(resume=resume, saved=saved, start_step=self.start_step)
@@ -127,6 +132,7 @@ class Trainer:
         names = {id(p): n for n, p in self.params.items()}
         restore_optimizer(self.optimizer, names, checkpoint.optimizer, checkpoint.state.get("optimizer", {}))
         self.completions_generated = int(checkpoint.state.get("completions_generated", 0))
+        self.tokens_generated = int(checkpoint.state.get("tokens_generated", 0))
         self.success_window.load_state(checkpoint.state.get("success_window", []))
         return checkpoint.step
 
@@ -134,6 +140,7 @@ class Trainer:
         names = {id(p): n for n, p in self.params.items()}
         tensors, extras = optimizer_tensors(self.optimizer, names)
         state = {"optimizer": extras, "completions_generated": self.completions_generated,
+                 "tokens_generated": self.tokens_generated,
                  "success_window": self.success_window.state(), "settings": self.config.to_dict()}
         save_checkpoint(self.run_dir, step, dict(self.params), tensors, state, keep=self.config.keep_checkpoints)
 
@@ -150,6 +157,7 @@ class Trainer:
         if not self.model.training:  # sampling keeps the mode; only a model handed over in eval mode switches
             self.model.train()
         self.completions_generated += len(scored.rollout.texts)
+        self.tokens_generated += int(scored.rollout.completion_mask.sum())
         check_scores(scored.scores, verifier_name=self.config.verifier or self.task.verifier, where=f"step {step}")
         return scored
 
@@ -202,7 +210,8 @@ class Trainer:
                                max_length=self.max_new_tokens, reference=self.reference)
         update_time = time.perf_counter() - update_started
         self._log_rollouts(step, batch, per_completion)
-        figures = rollout_figures(batch.rewards, batch.lengths, batch.truncated.tolist(), self.completions_generated)
+        figures = rollout_figures(batch.rewards, batch.lengths, batch.truncated.tolist(), self.completions_generated,
+                                  self.tokens_generated)
         metrics = {**figures, "rollout/entropy": batch.sampling_entropy(), **extra,
                    **starvation_metrics(batch.rewards, per_completion, lengths=batch.lengths,
                                         window=self.success_window),
@@ -253,18 +262,27 @@ class Trainer:
             self._evaluate(0, "start")
         metrics: dict[str, Any] = {}
         for step in range(self.start_step + 1, config.steps + 1):
+            if self._budget_spent():  # a run resumed after its budget ran out
+                break
             metrics = self.step(step)
             self.shell.record_step(step, metrics)
             self._stop_if_diverged(step, metrics)
-            if self.shell.evaluation_due(step):
+            last = step == config.steps or self._budget_spent()
+            if self.shell.evaluation_due(step) and not last:
                 self._evaluate(step, "step")
-            if step == config.steps:
+            if last:
                 self._evaluate(step, "end")
-            if step == config.steps or (config.checkpoint_every and step % config.checkpoint_every == 0):
+            if last or (config.checkpoint_every and step % config.checkpoint_every == 0):
                 self._save(step)
             if self.on_step is not None:
                 self.on_step(step, metrics)
+            if last:
+                break
         return self.shell.finish(self._current_policy(), metrics)
+
+    def _budget_spent(self) -> bool:
+        """Whether the run has sampled its ``budget`` (``grpolab.config.budget``); False without one."""
+        return self.budget is not None and self.budget.spent(self.completions_generated, self.tokens_generated)
 
     def _stop_if_diverged(self, step: int, metrics: dict[str, Any]) -> None:
         reason = divergence_reason(metrics, self.params.values())
