@@ -19,9 +19,12 @@ from grpolab.losses import (
     PolicyLossTerms,
     aggregate,
     aggregation_denominator,
+    entropy_bonus,
     importance_log_ratio,
     policy_loss,
+    rows_with_gradient,
     truncated_is_weights,
+    vespo_weights,
 )
 
 SETTINGS = settings(max_examples=20, deadline=None, database=None)
@@ -295,6 +298,105 @@ def test_cispo_refuses_the_dual_clip() -> None:
         policy_loss(LOGPROBS, OLD, ADVANTAGES, objective="cispo", dual_clip_c=3.0)
     with pytest.raises(ValueError, match="unknown objective 'ppo'"):
         policy_loss(LOGPROBS, OLD, ADVANTAGES, objective="ppo")
+
+
+# ---------------------------------------------------------------------------- TRL 1.16's SAPO, LUSPO and VESPO
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def test_sapo_hand_computed_loss_and_gradient() -> None:
+    # Ratios [1.1, 1.5, 0.5]; row 0 (A = 2 > 0) gets tau_pos 1.0, row 1 (A = -1) tau_neg 1.05.
+    # loss = -A sigmoid(tau (r - 1)) 4 / tau; d loss / d logp = -A 4 s (1 - s) r, / 6 under token_mean.
+    taus = [1.0, 1.05]
+    gate = [[_sigmoid(tau * (r - 1)) for r in RATIOS] for tau in taus]
+    loss = [[-a * g * 4 / tau for g in row] for a, tau, row in zip([2.0, -1.0], taus, gate, strict=True)]
+    grad = [[-a * 4 * g * (1 - g) * r / 6 for g, r in zip(row, RATIOS, strict=True)]
+            for a, row in zip([2.0, -1.0], gate, strict=True)]
+    terms, got = _grad({"objective": "sapo", "sapo_temperatures": (1.0, 1.05)}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    torch.testing.assert_close(terms.loss, torch.tensor(loss, dtype=F64))
+    torch.testing.assert_close(got, torch.tensor(grad, dtype=F64))
+    assert terms.loss[0, 0].item() == pytest.approx(-8 * 0.52497918747894)  # sigmoid(0.1), tau 1
+    # on-policy (r = 1) the gate's gradient is the policy gradient's: -A per token
+    _, on_policy = _grad({"objective": "sapo"}, OLD, OLD, ADVANTAGES, ONES)
+    torch.testing.assert_close(on_policy, -ADVANTAGES[:, None].expand(2, 3) / 6)
+
+
+def test_luspo_is_the_clipped_loss_times_the_length_and_trls_sum_over_sequences() -> None:
+    # Rows of 3 and 2 loss tokens: luspo = clip loss * [3, 2]; aggregated as seq_mean_token_mean it is TRL's
+    # mean_b sum_t clip loss, i.e. the clipped loss aggregated as seq_mean_token_sum.
+    options = {"epsilon_high": 0.28, "importance_sampling_level": "sequence"}
+    clip = policy_loss(SEQ_LOGPROBS, SEQ_OLD, ADVANTAGES, mask=SEQ_MASK, **options)
+    luspo = policy_loss(SEQ_LOGPROBS, SEQ_OLD, ADVANTAGES, mask=SEQ_MASK, objective="luspo", **options)
+    torch.testing.assert_close(luspo.loss, clip.loss * torch.tensor([[3.0], [2.0]], dtype=F64))
+    # sequence ratios e^0.1 (row 0, A = 2, inside 1.28) and e^0.3 = 1.35 (row 1, A = -1, unclipped above)
+    expected = (3 * -2 * math.exp(0.1) + 2 * math.exp(0.3)) / 2
+    assert aggregate(luspo.loss, SEQ_MASK, "seq_mean_token_mean").item() == pytest.approx(expected)
+    assert aggregate(clip.loss, SEQ_MASK, "seq_mean_token_sum").item() == pytest.approx(expected)
+    torch.testing.assert_close(luspo.clipped, clip.clipped)
+
+
+def test_vespo_hand_computed_weights_loss_and_gradient() -> None:
+    # Row 1's last token is padding: w = 1.1 * 1.5 * 0.5 = 0.825 (row 0), 1.1 * 1.5 = 1.65 (row 1).
+    # phi(w) = exp(lam + k ln w - lam w): row 0 (A = 2) k 2, lam 3; row 1 (A = -1) k 3, lam 2.
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=F64)
+    logprobs = OLD + torch.log(torch.tensor([RATIOS, [1.1, 1.5, 9.0]], dtype=F64))
+    phi = [math.exp(3 + 2 * math.log(0.825) - 3 * 0.825), math.exp(2 + 3 * math.log(1.65) - 2 * 1.65)]
+    assert phi[0] == pytest.approx(1.1506, abs=1e-4) and phi[1] == pytest.approx(1.2242, abs=1e-4)
+    got = vespo_weights(logprobs, OLD, ADVANTAGES[:, None], mask, 2.0, 3.0, 3.0, 2.0)
+    torch.testing.assert_close(got, torch.tensor([[phi[0]], [phi[1]]], dtype=F64))
+    terms, grad = _grad({"objective": "vespo"}, logprobs, OLD, ADVANTAGES, mask)
+    weight = torch.tensor([[2.0 * phi[0]], [-1.0 * phi[1]]], dtype=F64)  # A phi
+    torch.testing.assert_close(terms.loss, -weight * logprobs)
+    torch.testing.assert_close(grad, -weight * mask / 5)  # token_mean over 5 tokens; phi carries no gradient
+    assert vespo_weights(OLD, OLD, ADVANTAGES[:, None], mask, 2.0, 3.0, 3.0, 2.0).eq(1.0).all()  # phi(1) = 1
+
+
+def test_vespo_folds_the_tis_weights_into_w_instead_of_multiplying() -> None:
+    is_weights = torch.tensor([[2.0, 1.0, 1.0], [0.5, 1.0, 1.0]], dtype=F64)  # w x 2 (row 0), x 0.5 (row 1)
+    with_is = policy_loss(LOGPROBS, OLD, ADVANTAGES, mask=ONES, objective="vespo", is_weights=is_weights)
+    w = torch.tensor([[0.825 * 2], [0.825 * 0.5]], dtype=F64)
+    k, lam = torch.tensor([[2.0], [3.0]], dtype=F64), torch.tensor([[3.0], [2.0]], dtype=F64)
+    phi = torch.exp(lam + k * torch.log(w) - lam * w)
+    torch.testing.assert_close(with_is.loss, -phi * ADVANTAGES[:, None] * LOGPROBS)
+
+
+def test_vespo_weights_match_trls_gamma_weights() -> None:
+    trainer = pytest.importorskip("trl.trainer.grpo_trainer")
+    generator = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 5, generator=generator, dtype=F64) * 3
+    logprobs = old + torch.randn(4, 5, generator=generator, dtype=F64) * 0.3
+    advantages = torch.tensor([[1.0], [-1.0], [0.0], [-0.5]], dtype=F64)
+    mask = (torch.rand(4, 5, generator=generator) > 0.2).to(F64)
+    shape = {"k_pos": 1.5, "lambda_pos": 2.5, "k_neg": 3.5, "lambda_neg": 1.5}
+    theirs = trainer.GRPOTrainer.get_gamma_weights(advantages, logprobs - old, mask, None, **shape)
+    torch.testing.assert_close(vespo_weights(logprobs, old, advantages, mask, *shape.values()), theirs)
+
+
+@pytest.mark.parametrize("objective", ["sapo", "vespo"])
+def test_the_soft_objectives_refuse_the_dual_clip(objective: str) -> None:
+    with pytest.raises(ValueError, match=f"not to {objective}"):
+        policy_loss(LOGPROBS, OLD, ADVANTAGES, mask=ONES, objective=objective, dual_clip_c=3.0)
+
+
+# ---------------------------------------------------------------------------- entropy bonus
+
+
+def test_entropy_bonus_is_coef_times_the_entropy_aggregated_like_the_loss() -> None:
+    entropy = torch.tensor([[1.0, 2.0, 4.0], [3.0, 5.0, 7.0]], dtype=F64)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=F64)
+    assert entropy_bonus(entropy, mask, "token_mean", 0.1).item() == pytest.approx(0.1 * 15 / 5)
+    assert entropy_bonus(entropy, mask, "seq_mean_token_mean", 0.1).item() == pytest.approx(0.1 * (7 / 3 + 4) / 2)
+    assert entropy_bonus(entropy, mask, "token_mean", 0.1, denominator=10.0).item() == pytest.approx(0.15)
+
+
+def test_the_entropy_bonus_gives_every_row_with_a_loss_token_a_gradient() -> None:
+    advantages = torch.tensor([1.0, 0.0, 0.0])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    assert rows_with_gradient(advantages, mask).tolist() == [True, False, False]
+    assert rows_with_gradient(advantages, mask, entropy_coef=0.01).tolist() == [True, True, False]
 
 
 # ---------------------------------------------------------------------------- dual clip

@@ -10,6 +10,17 @@
   capped at ``-A c`` (c > 1), so that a token whose ratio has run far above 1 stops pushing.
 * ``cispo``: CISPO (MiniMax-M1, arXiv 2506.13585): ``-sg(clip(r, r_min, r_max)) A log pi``, the clipped
   importance weight with its gradient stopped, times the log-probability; no token loses its gradient.
+* ``sapo``: SAPO (Gao et al. 2025, "Soft Adaptive Policy Optimization", arXiv 2511.20347), as TRL 1.16 computes it:
+  ``-A * sigmoid(tau (r - 1)) * 4 / tau`` with tau = tau_pos where A > 0, else tau_neg; a smooth gate in place of
+  the clip, whose gradient at r = 1 is the policy gradient's (-A grad log pi).
+* ``luspo``: LUSPO (arXiv 2602.05261, "Length-Unbiased Sequence Policy Optimization"), as TRL 1.16 computes it: the
+  clipped surrogate of each token times its sequence's loss-token count |y|; aggregated as ``seq_mean_token_mean``
+  (GSPO's) this is TRL's ``mean_b sum_t loss`` exactly (the paper pairs it with the sequence ratio).
+* ``vespo``: VESPO (arXiv 2602.10693, "Variational Sequence-Level Soft Policy Optimization"), as TRL 1.16 computes it:
+  ``-sg(phi(w)) A log pi`` with the sequence weight ``w = exp(sum_t clamp(logp - old, -20, 20))`` (times the TIS
+  weights' product when given, which then do not multiply the loss), clamped to [1e-8, e^20], and the Gamma
+  weight ``phi(w) = exp(lam + k log w - lam w)`` (phi(1) = 1), (k, lam) = (k_pos, lam_pos) where A >= 0, else
+  (k_neg, lam_neg). It takes the token ratios whatever ``importance_sampling_level`` says.
 
 The ratio r is per token, ``exp(logp - old)``, or per sequence (``importance_sampling_level="sequence"``,
 GSPO: Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071): ``s = exp(mean_t(logp -
@@ -23,13 +34,17 @@ et al. 2025 ("Your Efficient RL Framework Secretly Brings You Off-Policy RL Trai
 trainer's. An optional k3 KL penalty to a frozen reference (GRPO, Shao et al. 2024, arXiv 2402.03300) is added
 after the correction, as TRL does.
 
+``entropy_bonus`` is the entropy regularisation of verl's ``entropy_coeff`` and TRL's ``entropy_coef``: the loss
+less ``coef`` times the mean entropy of the trained tokens, aggregated like the loss (verl's ``agg_loss``; TRL takes
+the token mean whatever its ``loss_type``, the same under ``token_mean``).
+
 ``rows_with_gradient`` says which rows of a batch the loss gives a gradient, from the loss's own terms, so that
 the update forwards only those (the others add an exactly 0 gradient): every term is multiplied by the mask, so a
 row without a loss token has none; the policy term of either objective is ``-A`` times a finite factor (the
 ratio, its clip, the dual-clip cap ``-A c``, the CISPO weight times log pi, the IS weight), so a row whose
 advantage is 0 on every loss token has none from it; the KL term has a gradient on every token when beta > 0.
-A term added to ``policy_loss`` whose gradient does not vanish with A (an entropy bonus, say) must be added
-there too; ``tests/train/test_row_skipping.py`` checks that skipping rows equals training all of them under
+The entropy bonus (``entropy_bonus``) has a gradient on every token, so with ``entropy_coef`` > 0 every row with a
+loss token has one; ``tests/train/test_row_skipping.py`` checks that skipping rows equals training all of them under
 every loss option.
 
 ``aggregate`` reduces ``loss[B, T]`` under ``mask[B, T]`` to a scalar in one of four named modes:
@@ -56,6 +71,8 @@ Departures from the papers:
   loss value is ``-w A log pi``, not comparable in size with the clipped surrogate's; only its gradient is.
 * The dual clip, the CISPO weight and the TIS weight take the sequence ratio as they take the token ratio; the
   papers define them per token.
+* SAPO, LUSPO and VESPO follow TRL 1.16's code (``GRPOTrainer._compute_loss``, ``get_gamma_weights``) rather than
+  re-deriving the papers; VESPO sums the TIS weights' logs over the loss tokens only (TRL: over every position).
 """
 
 from __future__ import annotations
@@ -66,11 +83,12 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["AGGREGATION_MODES", "IMPORTANCE_SAMPLING_LEVELS", "POLICY_OBJECTIVES", "PolicyLossTerms", "aggregate",
-           "aggregation_denominator", "importance_log_ratio", "policy_loss", "rows_with_gradient",
-           "truncated_is_weights"]
+           "aggregation_denominator", "entropy_bonus", "importance_log_ratio", "policy_loss", "rows_with_gradient",
+           "truncated_is_weights", "vespo_weights"]
 
 AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum")
-POLICY_OBJECTIVES = ("clip", "cispo")
+POLICY_OBJECTIVES = ("clip", "cispo", "sapo", "luspo", "vespo")
+_LOG_W_MIN = math.log(1e-8)  # VESPO's clamp of log w (TRL 1.16's, from the paper's code)
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 
@@ -142,6 +160,8 @@ def policy_loss(
     cispo_ratio_min: float | None = None,
     cispo_ratio_max: float = math.inf,
     is_weights: torch.Tensor | None = None,
+    sapo_temperatures: tuple[float, float] = (1.0, 1.05),
+    vespo_shape: tuple[float, float, float, float] = (2.0, 3.0, 3.0, 2.0),
 ) -> PolicyLossTerms:
     """The per-token policy loss of ``objective`` (see the module docstring for formulas and papers).
 
@@ -153,26 +173,41 @@ def policy_loss(
             ``epsilon_high=None`` means symmetric clipping.
         ref_logprobs: [B, T] log-probabilities under the frozen reference policy, needed when beta > 0.
         beta: weight of the k3 KL penalty exp(ref - logp) - (ref - logp) - 1.
-        objective: ``clip`` (PPO) or ``cispo``.
-        importance_sampling_level: ``token`` or ``sequence`` (GSPO; needs ``mask``).
-        mask: [B, T] the tokens that count, for the sequence ratio's mean.
+        objective: one of ``POLICY_OBJECTIVES`` (module docstring).
+        importance_sampling_level: ``token`` or ``sequence`` (GSPO; needs ``mask``); ``vespo`` ignores it.
+        mask: [B, T] the tokens that count, for the sequence ratio's mean (and ``luspo``'s and ``vespo``'s sums).
         dual_clip_c: ``clip`` only: cap the loss of A < 0 tokens at -A c (c > 1); None = off.
         cispo_ratio_min, cispo_ratio_max: ``cispo`` clips the weight to [r_min, r_max]; None = no lower bound.
-        is_weights: [B, T] weights (no grad) multiplying the policy term, e.g. ``truncated_is_weights``.
+        is_weights: [B, T] weights (no grad) multiplying the policy term, e.g. ``truncated_is_weights`` (``vespo``
+            folds them into its sequence weight instead).
+        sapo_temperatures: ``sapo``'s (tau_pos, tau_neg).
+        vespo_shape: ``vespo``'s (k_pos, lambda_pos, k_neg, lambda_neg).
     """
     _check_choice("objective", objective, POLICY_OBJECTIVES)
+    if dual_clip_c is not None and objective not in ("clip", "luspo"):
+        raise ValueError(f"the dual clip applies to the clipped objective, not to {objective}")
+    if objective in ("luspo", "vespo") and mask is None:
+        raise ValueError(f"objective {objective!r} needs the completion mask to sum over")
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)  # [B, 1], broadcast over T
     ratio = torch.exp(importance_log_ratio(logprobs, old_logprobs, level=importance_sampling_level, mask=mask))
-    if objective == "cispo":
-        if dual_clip_c is not None:
-            raise ValueError("the dual clip applies to the clipped objective, not to cispo")
+    if objective == "vespo":
+        phi = vespo_weights(logprobs, old_logprobs, advantages, mask, *vespo_shape, is_weights=is_weights)
+        loss = -phi * advantages * logprobs
+        is_weights = None  # folded into w
+        low = high = dual = torch.zeros_like(loss).detach()
+    elif objective == "cispo":
         loss, low, high = _cispo(ratio, logprobs, advantages, cispo_ratio_min, cispo_ratio_max)
         dual = torch.zeros_like(loss)
-    else:
+    elif objective == "sapo":
+        loss = _sapo(ratio, advantages, *sapo_temperatures)
+        low = high = dual = torch.zeros_like(loss).detach()
+    elif objective in ("clip", "luspo"):
         high_range = epsilon_low if epsilon_high is None else epsilon_high
         loss, low, high = _clipped_surrogate(ratio, advantages, 1.0 - epsilon_low, 1.0 + high_range)
         loss, dual = _dual_clip(loss, advantages, dual_clip_c)
+        if objective == "luspo":
+            loss = loss * mask.to(loss.dtype).sum(dim=1, keepdim=True)  # |y_i|, a constant
     if is_weights is not None:
         loss = loss * is_weights.detach()
     loss, kl = _add_kl(loss, logprobs, ref_logprobs, beta)
@@ -180,24 +215,60 @@ def policy_loss(
                            clipped_dual=dual)
 
 
-def rows_with_gradient(advantages: torch.Tensor, mask: torch.Tensor, *, beta: float = 0.0) -> torch.Tensor:
+def rows_with_gradient(advantages: torch.Tensor, mask: torch.Tensor, *, beta: float = 0.0,
+                       entropy_coef: float = 0.0) -> torch.Tensor:
     """[B] bool: the rows whose loss under ``policy_loss`` (any objective, ratio level, dual clip, IS weights) and
     ``aggregate`` (any mode) can have a non-zero gradient; the others' is exactly 0 (see the module docstring).
 
     A row has a gradient when it has a loss token (``mask``) and some term has one there: the policy term
-    where A != 0, the KL term (beta > 0) everywhere. This is where a new term of ``policy_loss`` changes the rule.
+    where A != 0, the KL term (beta > 0) and the entropy bonus (``entropy_coef`` != 0) everywhere. This is where a
+    new term of the loss changes the rule.
 
     Args:
         advantages: [B] (one per completion) or [B, T] (per token; only the tokens ``mask`` keeps count).
         mask: [B, T] the tokens that count in the loss.
         beta: the KL weight passed to ``policy_loss``.
+        entropy_coef: the weight of ``entropy_bonus``.
     """
     tokens = mask > 0  # [B, T]
-    if beta > 0:
+    if beta > 0 or entropy_coef != 0:
         return tokens.any(dim=1)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)  # [B, 1], broadcast over T
     return ((advantages != 0) & tokens).any(dim=1)
+
+
+def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, mode: str, coef: float, *,
+                  denominator: float | None = None) -> torch.Tensor:
+    """``coef`` times the entropy [B, T] of the trained tokens aggregated like the loss (``aggregate``'s ``mode``
+    and ``denominator``): the scalar to subtract from the loss (verl ``entropy_coeff``, TRL ``entropy_coef``)."""
+    return coef * aggregate(entropy, mask, mode, denominator=denominator)
+
+
+def vespo_weights(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                  k_pos: float, lambda_pos: float, k_neg: float, lambda_neg: float, *,
+                  is_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """VESPO's Gamma weight phi(w) [B, 1] (or [B, T] under per-token advantages), without gradient: w the sequence
+    importance weight, ``phi(w) = exp(lam + k log w - lam w)`` (module docstring; TRL 1.16 ``get_gamma_weights``)."""
+    with torch.no_grad():
+        mask = mask.to(logprobs.dtype)
+        token = torch.clamp(logprobs.detach() - old_logprobs, -20.0, 20.0)
+        log_w = (token * mask).sum(dim=1, keepdim=True)  # [B, 1]
+        if is_weights is not None:
+            log_is = torch.clamp(torch.log(is_weights.detach().to(logprobs.dtype)), _LOG_W_MIN, 20.0)
+            log_w = log_w + (log_is * mask).sum(dim=1, keepdim=True)
+        log_w = torch.clamp(log_w, _LOG_W_MIN, 20.0)
+        nonneg = advantages >= 0
+        k = torch.where(nonneg, k_pos, k_neg)
+        lam = torch.where(nonneg, lambda_pos, lambda_neg).clamp(min=1e-4)
+        phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))
+        return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _sapo(ratio: torch.Tensor, advantages: torch.Tensor, tau_pos: float, tau_neg: float) -> torch.Tensor:
+    """SAPO's ``-A sigmoid(tau (r - 1)) 4 / tau`` [B, T], tau = tau_pos where A > 0, else tau_neg."""
+    tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
+    return -advantages * torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
 
 
 def _clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, lower: float,

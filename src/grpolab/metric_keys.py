@@ -125,7 +125,8 @@ KEYS: tuple[MetricKey, ...] = (
     MetricKey("sampled/*", "as starvation/*", "starvation/* of every group sampled, before dynamic sampling's "
               "filter", _own("dynamic_sampling"), "the TRL engine refuses dynamic_sampling"),
     # loss/*: the update
-    MetricKey("loss/total", "loss", "the minimised loss of the last iteration: policy term plus beta * KL",
+    MetricKey("loss/total", "loss", "the minimised loss of the last iteration: policy term plus beta * KL, less the "
+              "entropy bonus",
               trl=("loss",)),
     MetricKey("loss/kl", "nats/token", "mean per-token KL to the reference policy (k3)",
               {"grpolab": ALWAYS, "trl": "beta > 0"}, trl=("kl",)),
@@ -133,6 +134,9 @@ KEYS: tuple[MetricKey, ...] = (
               "(the loss's forward pass)", _trl(),
               "grpolab's update does not compute it; its rollout/entropy is the sampling entropy",
               trl=("entropy",)),
+    MetricKey("loss/entropy_bonus", "loss", "entropy_coef times the trained tokens' entropy aggregated like the "
+              "loss: what the entropy bonus subtracted from loss/total in the last iteration",
+              _own("entropy_coef > 0"), "TRL logs the entropy and entropy_coef (trl/entropy_coef), not the bonus"),
     MetricKey("loss/clip_fraction", "share", "share of trained tokens whose ratio was clipped",
               trl=("clip_ratio/region_mean",)),
     MetricKey("loss/clip_fraction_low", "share", "share of trained tokens clipped by the lower bound",

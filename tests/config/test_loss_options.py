@@ -23,7 +23,13 @@ def test_defaults_are_todays_loss() -> None:
     ("changes", "message"),
     [
         ({"importance_sampling_level": "seq"}, "importance_sampling_level must be token or sequence, got 'seq'"),
-        ({"policy_loss": "ppo"}, "policy_loss must be clip or cispo, got 'ppo'"),
+        ({"policy_loss": "ppo"}, "policy_loss must be clip, cispo, sapo, luspo or vespo, got 'ppo'"),
+        ({"dual_clip_c": 3.0, "policy_loss": "sapo"}, "sapo has none: drop --dual-clip-c"),
+        ({"policy_loss": "vespo", "importance_sampling_level": "sequence"},
+         "drop --importance-sampling-level sequence"),
+        ({"sapo_temperature_neg": 0.0}, "sapo_temperature_pos and sapo_temperature_neg must be > 0"),
+        ({"top_entropy_quantile": 1.5}, "top_entropy_quantile must be in [0, 1]"),
+        ({"entropy_coef": -0.1}, "entropy_coef must be >= 0"),
         ({"dual_clip_c": 1.0}, "dual_clip_c must be > 1"),
         ({"dual_clip_c": 3.0, "policy_loss": "cispo"}, "drop --dual-clip-c or use --policy-loss clip"),
         ({"policy_loss": "cispo", "cispo_ratio_max": 0.9}, "need cispo_ratio_min < 1 < cispo_ratio_max"),
@@ -64,7 +70,23 @@ PAPERS = {
     "overlong_buffer": "2503.14476",
     "overlong_penalty": "2503.14476",
     "sampler_is_cap": "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training",  # TIS, a blog post
+    "sapo_temperature_pos": "2511.20347",  # SAPO
+    "sapo_temperature_neg": "2511.20347",
+    "vespo_k_pos": "2602.10693",  # VESPO
+    "vespo_lambda_neg": "2602.10693",
+    "entropy_target": "2505.22312",  # Skywork-OR1's adaptive entropy control
+    "top_entropy_quantile": "2506.01939",  # Beyond the 80/20 Rule
+    "off_policy_mask_threshold": "2512.02556",  # DeepSeek-V3.2
 }
+
+
+@pytest.mark.parametrize(("objective", "paper"), [("sapo", "2511.20347"), ("luspo", "2602.05261"),
+                                                  ("vespo", "2602.10693")])
+def test_policy_loss_help_names_the_trl_losses_papers(objective: str, paper: str) -> None:
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    text = " ".join(next(a for a in parser._actions if a.dest == "policy_loss").help.split())
+    assert objective in text and paper in text
 
 
 @pytest.mark.parametrize(("name", "paper"), PAPERS.items())

@@ -67,6 +67,22 @@ def test_entropy_in_chunks_equals_the_plain_entropy() -> None:
     torch.testing.assert_close(entropy(logits, temperature=0.7, chunk_rows=8), expected, atol=1e-4, rtol=0)
 
 
+def test_entropy_has_the_plain_entropys_gradient_where_the_logits_require_one() -> None:
+    # The update's entropy bonus differentiates it; without grad the chunked path returns no graph.
+    logits = torch.randn(5, 11, dtype=torch.float64)
+    leaf = logits.clone().requires_grad_(True)
+    got = entropy(leaf, temperature=0.7)
+    got.sum().backward()
+    plain_leaf = logits.clone().requires_grad_(True)
+    log_probs = torch.log_softmax(plain_leaf.float() / 0.7, dim=-1)
+    (-(log_probs.exp() * log_probs).sum(dim=-1)).sum().backward()
+    torch.testing.assert_close(leaf.grad, plain_leaf.grad)
+    assert leaf.grad.abs().max() > 0
+    torch.testing.assert_close(got.detach(), entropy(logits, temperature=0.7, chunk_rows=2))
+    with torch.no_grad():
+        assert entropy(leaf).grad_fn is None
+
+
 def test_autograd_keeps_no_float32_copy_of_the_logits() -> None:
     """What the backward keeps, counted by autograd's saved-tensor hooks: the bfloat16 logits and [M] vectors,
     against the plain form's float32 log-softmax [M, V] (twice the bytes of the bfloat16 logits)."""

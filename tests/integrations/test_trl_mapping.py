@@ -30,6 +30,7 @@ OTHER: dict[str, Any] = {
     "max_new_tokens": 16, "dual_clip_c": 3.0, "sampler_is_cap": 2.0, "cispo_ratio_max": 4.0, "cispo_ratio_min": 0.5,
     "epsilon_high": 0.28, "adam_betas": (0.8, 0.95), "lora_targets": "q_proj,v_proj", "micro_batch_size": 2,
     "device": "cpu", "seed": 3, "top_p": 0.5, "checkpoint_every": 3,
+    "top_entropy_quantile": 0.2, "entropy_target": 0.3, "off_policy_mask_threshold": 0.5,
 }
 
 

@@ -20,7 +20,7 @@ from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.overlong import overlong_penalty
-from grpolab.train import train
+from grpolab.train import step, train
 from grpolab.train.batch import StepBatch
 from grpolab.train.step import _logprobs, loss_mask, step_advantages, update_policy
 
@@ -139,9 +139,10 @@ def test_tis_without_sampler_logprobs_is_refused(setup) -> None:
 
 
 @pytest.mark.parametrize("changes", [{"importance_sampling_level": "sequence"}, {"policy_loss": "cispo"},
-                                     {"dual_clip_c": 3.0}])
+                                     {"dual_clip_c": 3.0}, {"policy_loss": "sapo"}, {"policy_loss": "vespo"}])
 def test_on_policy_first_iteration_equals_the_plain_update(setup, changes: dict) -> None:
-    # With one iteration the ratio is 1: GSPO, CISPO and the dual clip all give the plain policy gradient.
+    # With one iteration the ratio is 1: GSPO, CISPO, the dual clip, SAPO (its gate's slope at r = 1 is 1) and
+    # VESPO (phi(1) = 1) all give the plain policy gradient.
     policy, batch = setup
     option, _ = _step(policy, batch, _config(**changes))
     plain, _ = _step(policy, batch, _config())
@@ -149,13 +150,61 @@ def test_on_policy_first_iteration_equals_the_plain_update(setup, changes: dict)
 
 
 @pytest.mark.parametrize("changes", [{"importance_sampling_level": "sequence"}, {"policy_loss": "cispo"},
-                                     {"dual_clip_c": 1.001}])
+                                     {"dual_clip_c": 1.001}, {"policy_loss": "sapo"}, {"policy_loss": "vespo"}])
 def test_off_policy_second_iteration_differs_from_the_plain_update(setup, changes: dict) -> None:
     # On the second iteration the ratio is no longer 1, and each option's update leaves the plain one.
     policy, batch = setup
     option, _ = _step(policy, batch, _config(num_iterations=2, lr=0.1, epsilon_low=0.01, **changes))
     plain, _ = _step(policy, batch, _config(num_iterations=2, lr=0.1, epsilon_low=0.01))
     assert _relative_gap(option, plain) > 1e-3
+
+
+def test_luspo_under_gspo_aggregation_is_the_clipped_sum_over_each_sequence(setup) -> None:
+    # TRL's luspo: mean over sequences of the summed token losses = the clipped loss under seq_mean_token_sum.
+    policy, batch = setup
+    luspo, luspo_metrics = _step(policy, batch, _config(policy_loss="luspo", loss_aggregation="seq_mean_token_mean"))
+    summed, summed_metrics = _step(policy, batch, _config(loss_aggregation="seq_mean_token_sum"))
+    assert _relative_gap(luspo, summed) < 1e-5
+    assert luspo_metrics["loss/total"] == pytest.approx(summed_metrics["loss/total"], rel=1e-5)
+    plain, _ = _step(policy, batch, _config(loss_aggregation="seq_mean_token_mean"))
+    assert _relative_gap(luspo, plain) > 1e-2  # the length weighting is not nothing
+
+
+def test_entropy_bonus_subtracts_coef_times_the_token_mean_entropy(setup) -> None:
+    policy, batch = setup
+    config = _config(entropy_coef=0.1)
+    rows = list(range(batch.size))
+    with torch.no_grad():
+        _, entropy = step._unpacked_logprobs(policy.model, batch, rows, config, with_entropy=True)
+    mask = loss_mask(batch, config)
+    bonus = 0.1 * float((entropy * mask).sum() / mask.sum())
+    _, with_bonus = _step(policy, batch, config)
+    _, without = _step(policy, batch, _config())
+    assert with_bonus["loss/entropy_bonus"] == pytest.approx(bonus, rel=1e-4) and bonus > 0
+    assert with_bonus["loss/total"] == pytest.approx(without["loss/total"] - bonus, rel=1e-4, abs=1e-5)
+    assert with_bonus["loss/trained_sequences"] == batch.size
+    assert "loss/entropy_bonus" not in without
+
+
+def test_entropy_bonus_alone_raises_the_entropy(setup) -> None:
+    # Zero advantages: without the bonus nothing moves; with it every row is trained and the entropy rises.
+    policy, batch = setup
+    zero = torch.zeros(batch.rewards.shape)
+    still, _ = _step(policy, batch, _config(lr=0.05), zero)
+    assert still.abs().max() == 0
+    config = _config(lr=1e-3, entropy_coef=1.0)
+    model = copy.deepcopy(policy.model).train()
+    optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
+    rows, mask = list(range(batch.size)), loss_mask(batch, config)
+
+    def mean_entropy() -> float:
+        with torch.no_grad():
+            _, entropy = step._unpacked_logprobs(model, batch, rows, config, with_entropy=True)
+        return float((entropy * mask).sum() / mask.sum())
+
+    before = mean_entropy()
+    update_policy(model, optimizer, batch, zero, config, lr=config.lr, max_length=CAP)
+    assert mean_entropy() > before * 1.01  # +3.7% at lr 1e-3 (larger steps overshoot)
 
 
 @pytest.mark.parametrize("changes", [{}, {"importance_sampling_level": "sequence"},

@@ -33,9 +33,10 @@ PER_TOKEN[2, 1] = -0.5
 PER_TOKEN[4, 3] = 1.0  # the last token of row 4 (truncated)
 PER_TOKEN[5, 0] = -1.0
 
-# Every loss option of TrainConfig and its values; dual_clip_c only applies to the clipped objective.
+# Every loss option of TrainConfig and its values; dual_clip_c only applies to the clipped objectives (clip, luspo),
+# vespo takes the token ratios only. The entropy bonus gives every row with a loss token a gradient.
 OPTIONS = {
-    "policy_loss": ("clip", "cispo"),
+    "policy_loss": ("clip", "cispo", "sapo", "luspo", "vespo"),
     "importance_sampling_level": ("token", "sequence"),
     "dual_clip_c": (None, 1.5),
     "beta": (0.0, 0.1),
@@ -43,6 +44,7 @@ OPTIONS = {
     "sampler_is_cap": (None, 1.2),
     "loss_aggregation": AGGREGATION_MODES,
     "num_iterations": (1, 2),
+    "entropy_coef": (0.0, 0.05),
 }
 # Two parameter updates of the forward's cumulative sums: the rounding of each gradient sum passes into the next
 # iteration's forward, so k allows both iterations' gaps with a margin.
@@ -73,10 +75,11 @@ def _run(batch: StepBatch, advantages: torch.Tensor, config: TrainConfig):
 def _settings() -> list[dict]:
     """Combinations of ``OPTIONS`` (and the advantage's form) such that every three values of three options
     appear together in one of them: the full product would take a dozen seconds. Greedy over the product in a
-    fixed shuffled order; cispo has no dual clip."""
+    fixed shuffled order; only clip and luspo have the dual clip, and vespo no sequence ratio."""
     options = {**OPTIONS, "advantages": ("outcome", "per_token")}
     combos = [dict(zip(options, values, strict=True)) for values in itertools.product(*options.values())]
-    combos = [c for c in combos if not (c["policy_loss"] == "cispo" and c["dual_clip_c"] is not None)]
+    combos = [c for c in combos if not (c["policy_loss"] not in ("clip", "luspo") and c["dual_clip_c"] is not None)
+              and not (c["policy_loss"] == "vespo" and c["importance_sampling_level"] == "sequence")]
     random.Random(0).shuffle(combos)
 
     def triples(combo: dict) -> set:
@@ -107,8 +110,8 @@ def test_skipping_rows_equals_training_every_row_under_every_loss_option(monkeyp
             whole, whole_metrics = _run(batch, advantages, config)
         mask = loss_mask(batch, config)
         with_tokens = [row for row in range(batch.size) if mask[row].any()]
-        if config.beta > 0:
-            assert skipped_rows == with_tokens, label  # the KL term has a gradient on every loss token
+        if config.beta > 0 or config.entropy_coef > 0:
+            assert skipped_rows == with_tokens, label  # the KL term and the bonus have a gradient on every token
         else:
             assert len(skipped_rows) < len(with_tokens), label  # the check is not vacuous
         assert (sum(skipped.forwarded) < sum(whole.forwarded)) == (len(skipped_rows) < batch.size), label

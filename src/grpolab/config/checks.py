@@ -72,6 +72,14 @@ def _validate_engine(config: Any) -> None:
     if config.use_vllm and config.engine != "trl":
         raise UserError("use_vllm is not supported by engine grpolab (it samples with its own decoder); "
                         "add --engine trl or drop --use-vllm")
+    if config.engine == "trl":
+        return
+    trl_only = [("entropy_target", config.entropy_target is not None, "drop --entropy-target"),
+                ("top_entropy_quantile", config.top_entropy_quantile < 1, "drop --top-entropy-quantile")]
+    for name, off_default, fix in trl_only:
+        if off_default:
+            raise UserError(f"{name} is not supported by engine grpolab (TRL 1.16's option; not implemented in "
+                            f"grpolab's update): add --engine trl or {fix}")
 
 
 # setting -> an example of its value, for the error message
@@ -114,15 +122,28 @@ def _validate_loss_options(config: Any) -> None:
     fields' choices)."""
     if config.dual_clip_c is not None and config.dual_clip_c <= 1:
         raise UserError(f"dual_clip_c must be > 1 (Ye et al. use 3), got {config.dual_clip_c}")
-    if config.dual_clip_c is not None and config.policy_loss == "cispo":
-        raise UserError("dual_clip_c caps the clipped objective's loss; cispo has none: drop --dual-clip-c "
-                        "or use --policy-loss clip")
+    if config.dual_clip_c is not None and config.policy_loss in ("cispo", "sapo", "vespo"):
+        raise UserError(f"dual_clip_c caps the clipped objective's loss; {config.policy_loss} has none: drop "
+                        "--dual-clip-c or use --policy-loss clip")
     if config.cispo_ratio_max <= 1 or (config.cispo_ratio_min is not None and config.cispo_ratio_min >= 1):
         raise UserError(f"need cispo_ratio_min < 1 < cispo_ratio_max, got {config.cispo_ratio_min}, "
                         f"{config.cispo_ratio_max}")
     if config.sampler_is_cap is not None and config.sampler_is_cap <= 0:
         raise UserError(f"sampler_is_cap must be > 0 (TRL's default is 3), got {config.sampler_is_cap}")
+    _validate_trl_losses(config)
     _validate_overlong(config)
+
+
+def _validate_trl_losses(config: Any) -> None:
+    """The options of TRL 1.16's losses (sapo, vespo, the entropy terms): bounds beyond the fields' own."""
+    if min(config.sapo_temperature_pos, config.sapo_temperature_neg) <= 0:
+        raise UserError("sapo_temperature_pos and sapo_temperature_neg must be > 0 (TRL: 1.0 and 1.05), got "
+                        f"{config.sapo_temperature_pos} and {config.sapo_temperature_neg}")
+    if config.policy_loss == "vespo" and config.importance_sampling_level != "token":
+        raise UserError("vespo computes its own sequence weight from the token ratios: drop "
+                        "--importance-sampling-level sequence")
+    if config.top_entropy_quantile > 1:
+        raise UserError(f"top_entropy_quantile must be in [0, 1] (1 = every token), got {config.top_entropy_quantile}")
 
 
 def _validate_overlong(config: Any) -> None:

@@ -186,9 +186,13 @@ class TrainConfig:
     importance_sampling_level: str = setting("token", scope="training", choices=("token", "sequence"))
     """Importance ratio: token (PPO/GRPO) or sequence (GSPO: exp of the mean token log-ratio, clipped per
     sequence; Zheng et al. 2025, Group Sequence Policy Optimization, arXiv 2507.18071)."""
-    policy_loss: str = setting("clip", scope="training", choices=("clip", "cispo"))
-    """Policy objective: clip (PPO's clipped surrogate, arXiv 1707.06347) or cispo (clipped IS weight with
-    stop-gradient times the log-prob; MiniMax-M1, arXiv 2506.13585; bounds --cispo-ratio-min/max)."""
+    policy_loss: str = setting("clip", scope="training", choices=("clip", "cispo", "sapo", "luspo", "vespo"))
+    """Policy objective: clip (PPO's clipped surrogate, arXiv 1707.06347), cispo (clipped IS weight with
+    stop-gradient times the log-prob; MiniMax-M1, arXiv 2506.13585; bounds --cispo-ratio-min/max), sapo (a
+    sigmoid gate of temperature --sapo-temperature-pos/neg in place of the clip; arXiv 2511.20347), luspo (the
+    clipped loss times the sequence length, GSPO's aggregation made length-unbiased; arXiv 2602.05261) or vespo
+    (a Gamma weight --vespo-k-*/--vespo-lambda-* of the sequence importance weight times A log pi; arXiv
+    2602.10693); sapo, luspo and vespo as TRL 1.16 computes them (docs/losses.md)."""
     cispo_ratio_min: float | None = setting(None, scope="training", at_least=0)
     """CISPO: lower bound of the IS weight (None = none, as MiniMax-M1 ran it; arXiv 2506.13585)."""
     cispo_ratio_max: float = setting(5.0, scope="training")
@@ -207,6 +211,33 @@ class TrainConfig:
     sampler_is_cap: float | None = setting(None, scope="training")
     """Truncated importance sampling: weight each token's loss by min(pi_trainer / pi_sampler, cap), cap > 0
     (None = off; Yao et al. 2025, Your Efficient RL Framework Secretly Brings You Off-Policy RL Training, TIS)."""
+    sapo_temperature_pos: float = setting(1.0, scope="training", at_least=0)
+    """SAPO: the gate's temperature on positive-advantage tokens, > 0 (TRL's 1.0; arXiv 2511.20347)."""
+    sapo_temperature_neg: float = setting(1.05, scope="training", at_least=0)
+    """SAPO: the gate's temperature on the other tokens, > 0 (TRL's 1.05; arXiv 2511.20347)."""
+    vespo_k_pos: float = setting(2.0, scope="training", at_least=0)
+    """VESPO: power k of the Gamma weight where A >= 0 (TRL's 2; arXiv 2602.10693)."""
+    vespo_lambda_pos: float = setting(3.0, scope="training", at_least=0)
+    """VESPO: decay lambda of the Gamma weight where A >= 0 (TRL's 3; arXiv 2602.10693)."""
+    vespo_k_neg: float = setting(3.0, scope="training", at_least=0)
+    """VESPO: power k of the Gamma weight where A < 0 (TRL's 3; arXiv 2602.10693)."""
+    vespo_lambda_neg: float = setting(2.0, scope="training", at_least=0)
+    """VESPO: decay lambda of the Gamma weight where A < 0 (TRL's 2; arXiv 2602.10693)."""
+    entropy_coef: float = setting(0.0, scope="training", at_least=0)
+    """Entropy bonus: subtract coef x the mean entropy of the trained tokens, aggregated like the loss, from the
+    loss (0 = off; verl entropy_coeff, TRL entropy_coef). Every completion with a loss token is then trained."""
+    entropy_target: float | None = setting(None, scope="training", at_least=0)
+    """Engine trl: adaptive entropy control (Skywork-OR1, arXiv 2505.22312; TRL use_adaptive_entropy): the bonus
+    applies while the entropy is at most this many nats/token, its coefficient starting at --entropy-coef and
+    moving by --entropy-coef-delta each optimiser step within [0, 1] (None = a fixed coefficient)."""
+    entropy_coef_delta: float = setting(0.005, scope="training", at_least=0)
+    """Engine trl with --entropy-target: the adaptive coefficient's step (TRL's 0.005; arXiv 2505.22312)."""
+    top_entropy_quantile: float = setting(1.0, scope="training", at_least=0)
+    """Engine trl: keep in the policy loss only the top rho in [0, 1] of tokens by entropy (1 = all; Wang et al.
+    2025, Beyond the 80/20 Rule, arXiv 2506.01939, recommend 0.2)."""
+    off_policy_mask_threshold: float | None = setting(None, scope="training", at_least=0)
+    """Off-policy sequence masking: drop negative-advantage completions whose mean per-token KL(sampler || policy)
+    exceeds this (None = off; DeepSeek-V3.2, arXiv 2512.02556, eq. 9; TRL 1.16 off_policy_mask_threshold)."""
     # Training engine. Scope "training": the start evaluation is grpolab's own in both engines (the same
     # evaluate() on the same starting policy), so runs that differ only in the engine share it; everything
     # after step 0 (sampling, loss, optimiser) is the engine's.

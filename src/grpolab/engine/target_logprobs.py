@@ -75,9 +75,18 @@ def target_logprobs(logits: torch.Tensor, targets: torch.Tensor, *, temperature:
     return _TargetLogprobs.apply(logits, targets, float(temperature), chunk_rows)
 
 
-@torch.no_grad()
 def entropy(logits: torch.Tensor, *, temperature: float = 1.0, chunk_rows: int | None = None) -> torch.Tensor:
-    """[M] float32 entropy (nats) of ``softmax(logits / temperature)`` per row of logits [M, V], in chunks."""
+    """[M] float32 entropy (nats) of ``softmax(logits / temperature)`` per row of logits [M, V], in chunks; with
+    autograd to the logits where they require it (the update's entropy bonus: its float32 [M, V] log-softmax is
+    then kept for the backward pass, unchunked)."""
+    if torch.is_grad_enabled() and logits.requires_grad:
+        log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
+        return -(log_probs.exp() * log_probs).sum(dim=-1)
+    with torch.no_grad():
+        return _entropy_chunked(logits, temperature, chunk_rows)
+
+
+def _entropy_chunked(logits: torch.Tensor, temperature: float, chunk_rows: int | None) -> torch.Tensor:
     rows, vocab = logits.shape
     out = torch.empty(rows, dtype=torch.float32, device=logits.device)
     for part in _chunks(rows, vocab, chunk_rows):

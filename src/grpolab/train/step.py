@@ -45,6 +45,7 @@ from grpolab.losses import (
     PolicyLossTerms,
     aggregate,
     aggregation_denominator,
+    entropy_bonus,
     policy_loss,
     rows_with_gradient,
     truncated_is_weights,
@@ -135,6 +136,24 @@ def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config:
                                          completion_mask, temperature=config.temperature)
     if packed is not None:
         return packed
+    return _unpacked_logprobs(model, batch, rows, config)[0]
+
+
+def _logprobs_and_entropy(model: torch.nn.Module, batch: StepBatch, rows: list[int],
+                          config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``_logprobs`` and, under the entropy bonus (``entropy_coef`` > 0), the entropy [len(rows), T] of the
+    policy at each completion token (with autograd, 0 past each row's end); the bonus needs the whole
+    distribution, so those rows are forwarded without prefix packing."""
+    if config.entropy_coef <= 0:
+        return _logprobs(model, batch, rows, config), None
+    return _unpacked_logprobs(model, batch, rows, config, with_entropy=True)
+
+
+def _unpacked_logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config: TrainConfig, *,
+                       with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``_logprobs`` without prefix packing, and the entropy [len(rows), T] under ``with_entropy`` (else None)."""
+    prompt_mask, completion_mask = batch.prompt_mask[rows], batch.completion_mask[rows]
+    device = model_device(model)
     width = completion_mask.shape[1]
     start = min(int((prompt_mask.sum(dim=0) == 0).cumprod(dim=0).sum()), prompt_mask.shape[1] - 1)
     columns = completion_mask.any(dim=0).nonzero()
@@ -142,8 +161,10 @@ def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config:
     ids = torch.cat([batch.prompt_ids[rows, start:], batch.completion_ids[rows, :used]], dim=1).to(device)
     mask = torch.cat([prompt_mask[:, start:], completion_mask[:, :used]], dim=1).to(device)
     with _autocast(config, device):
-        logprobs, _ = token_logprobs(model, ids, mask, used, temperature=config.temperature)
-    return F.pad(logprobs.float(), (0, width - used))
+        logprobs, entropy = token_logprobs(model, ids, mask, used, temperature=config.temperature,
+                                           with_entropy=with_entropy)
+    pad = (0, width - used)
+    return F.pad(logprobs.float(), pad), None if entropy is None else F.pad(entropy.float(), pad)
 
 
 @torch.no_grad()
@@ -183,7 +204,7 @@ class MicroBatch:
 class LossTotals:
     """Sums over the micro-batches of one optimizer step: the aggregated loss, and the masked per-token sums
     of the KL to the reference, of the clipped indicators (any bound, and each bound), of the sampler KL and
-    of the TIS weights; ``is_weight_max`` is a maximum, not a sum."""
+    of the TIS weights, and the entropy bonus subtracted; ``is_weight_max`` is a maximum, not a sum."""
 
     loss: float = 0.0
     kl: float = 0.0
@@ -194,6 +215,7 @@ class LossTotals:
     clipped_dual: float = 0.0
     is_weight: float = 0.0
     is_weight_max: float = 0.0
+    entropy_bonus: float = 0.0
 
     def __add__(self, other: LossTotals) -> LossTotals:
         sums = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
@@ -257,6 +279,8 @@ def loss_option_metrics(totals: LossTotals, batch: StepBatch, mask: torch.Tensor
         metrics["loss/clip_fraction_dual"] = totals.clipped_dual / share
     if config.mask_truncated_completions:
         metrics["loss/masked_truncated"] = 1.0 - float(mask.sum()) / max(float(batch.completion_mask.sum()), 1.0)
+    if config.entropy_coef > 0:
+        metrics["loss/entropy_bonus"] = totals.entropy_bonus
     if config.sampler_is_cap is not None and tokens > 0:
         metrics["loss/is_weight_mean"] = totals.is_weight / tokens
         metrics["loss/is_weight_max"] = totals.is_weight_max
@@ -277,7 +301,8 @@ def trained_rows(batch: StepBatch, advantages: torch.Tensor, config: TrainConfig
     """The rows the update forwards: those the loss gives a gradient (``grpolab.losses.rows_with_gradient``,
     decided by the loss's own terms); the others contribute an exactly 0 gradient."""
     mask = loss_mask(batch, config)
-    carries = rows_with_gradient(_row_advantages(advantages, mask), mask, beta=config.beta)  # [B]
+    carries = rows_with_gradient(_row_advantages(advantages, mask), mask, beta=config.beta,
+                                 entropy_coef=config.entropy_coef)  # [B]
     return torch.nonzero(carries).flatten().tolist()
 
 
@@ -302,18 +327,24 @@ def _micro_step(model: torch.nn.Module, batch: StepBatch, micro: MicroBatch,
                 config: TrainConfig) -> dict[str, torch.Tensor]:
     """Forward ``micro``'s rows, backpropagate their share of the loss (gradients accumulate) and return
     their sums: ``LossTotals``' fields as 0-dim tensors on the model's device (no host round trip)."""
-    logprobs = _logprobs(model, batch, micro.rows, config)
+    logprobs, entropy = _logprobs_and_entropy(model, batch, micro.rows, config)
     before = micro.old_logprobs if micro.old_logprobs is not None else logprobs.detach()  # the sampling policy
     is_weights = _is_weights(before, micro, config)
     terms = _policy_loss_terms(logprobs, before, micro, config, is_weights)
     loss = aggregate(terms.loss, micro.mask, config.loss_aggregation, denominator=micro.denominator)
-    loss.backward()
     zero = micro.mask.new_zeros(())
+    bonus = zero
+    if entropy is not None:
+        bonus = entropy_bonus(entropy, micro.mask, config.loss_aggregation, config.entropy_coef,
+                              denominator=micro.denominator)
+        loss = loss - bonus
+    loss.backward()
     sampler = zero
     if micro.sampler_logprobs is not None:
         sampler = (sampler_kl(micro.sampler_logprobs, before) * micro.mask).sum()
     return {"loss": loss.detach(), "kl": (terms.kl * micro.mask).sum(), "clipped": (terms.clipped * micro.mask).sum(),
-            "sampler_kl": sampler, **_option_sums(terms, is_weights, micro.mask, zero)}
+            "sampler_kl": sampler, "entropy_bonus": bonus.detach(),
+            **_option_sums(terms, is_weights, micro.mask, zero)}
 
 
 def _policy_loss_terms(logprobs: torch.Tensor, old_logprobs: torch.Tensor, micro: MicroBatch,
@@ -325,6 +356,8 @@ def _policy_loss_terms(logprobs: torch.Tensor, old_logprobs: torch.Tensor, micro
         ref_logprobs=micro.ref_logprobs, beta=config.beta, objective=config.policy_loss,
         importance_sampling_level=config.importance_sampling_level, mask=micro.mask, dual_clip_c=config.dual_clip_c,
         cispo_ratio_min=config.cispo_ratio_min, cispo_ratio_max=config.cispo_ratio_max, is_weights=is_weights,
+        sapo_temperatures=(config.sapo_temperature_pos, config.sapo_temperature_neg),
+        vespo_shape=(config.vespo_k_pos, config.vespo_lambda_pos, config.vespo_k_neg, config.vespo_lambda_neg),
     )
 
 

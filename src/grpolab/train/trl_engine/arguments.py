@@ -92,7 +92,25 @@ MAPPED: dict[str, Mapped] = {
     "vllm_mode": Mapped(("vllm_mode",)),
     "importance_sampling_level": Mapped(("importance_sampling_level",), "token / sequence (GSPO)"),
     "policy_loss": Mapped(("loss_type", "epsilon_high"), "cispo: `loss_type=\"cispo\"` with `epsilon_high` = "
-                                                         "cispo_ratio_max (token-mean aggregation only)"),
+                                                         "cispo_ratio_max (token-mean aggregation only); sapo, "
+                                                         "luspo (seq_mean_token_mean only) and vespo (token_mean "
+                                                         "only): the `loss_type` of that name"),
+    "sapo_temperature_pos": Mapped(("sapo_temperature_pos",), "read under sapo"),
+    "sapo_temperature_neg": Mapped(("sapo_temperature_neg",), "read under sapo"),
+    "vespo_k_pos": Mapped(("vespo_k_pos",), "read under vespo"),
+    "vespo_lambda_pos": Mapped(("vespo_lambda_pos",), "read under vespo"),
+    "vespo_k_neg": Mapped(("vespo_k_neg",), "read under vespo"),
+    "vespo_lambda_neg": Mapped(("vespo_lambda_neg",), "read under vespo"),
+    "entropy_coef": Mapped(("entropy_coef",), "token_mean aggregation only: TRL's bonus is the token mean of each "
+                                              "micro-batch whatever its `loss_type`"),
+    "entropy_target": Mapped(("use_adaptive_entropy", "entropy_target"),
+                             "`use_adaptive_entropy=True` (Skywork-OR1), `entropy_coef_min` 0 and `entropy_coef_max` "
+                             "1 (TRL's); refused by engine grpolab"),
+    "entropy_coef_delta": Mapped(("entropy_coef_delta",), "read under entropy_target"),
+    "top_entropy_quantile": Mapped(("top_entropy_quantile",), "refused by engine grpolab"),
+    "off_policy_mask_threshold": Mapped(("off_policy_mask_threshold",),
+                                        "KL against vLLM's log-probs with `--use-vllm`, else against the "
+                                        "sampling policy's"),
     "cispo_ratio_max": Mapped(("epsilon_high",), "under cispo"),
     "cispo_ratio_min": Mapped((), "TRL's CISPO has no lower bound: only unset is accepted"),
     "dual_clip_c": Mapped(("delta",), "TRL's two-sided clip: the same loss for c >= 1 + epsilon_high, refused below"),
@@ -175,6 +193,13 @@ def _check_loss_options(config: TrainConfig) -> None:
          "TRL's CISPO has no lower bound on the IS weight; drop --cispo-ratio-min"),
         (config.dual_clip_c is not None and config.dual_clip_c < 1 + config.clip_high, "dual_clip_c",
          "TRL's two-sided clip (delta) equals the dual clip only from 1 + epsilon_high up; raise it"),
+        (config.policy_loss in ("sapo", "luspo") and config.loss_aggregation != "seq_mean_token_mean",
+         f"policy_loss {config.policy_loss}", f"TRL's {config.policy_loss} averages over sequences as grpolab's "
+         f"{config.policy_loss} does under --loss-aggregation seq_mean_token_mean; add it"),
+        (config.policy_loss == "vespo" and config.loss_aggregation != "token_mean", "policy_loss vespo",
+         "TRL's VESPO aggregates over tokens only; add --loss-aggregation token_mean"),
+        ((config.entropy_coef > 0 or config.entropy_target is not None) and config.loss_aggregation != "token_mean",
+         "entropy_coef", "TRL's entropy bonus is a token mean whatever the loss; add --loss-aggregation token_mean"),
         (config.sampler_is_cap is not None and not config.use_vllm, "sampler_is_cap",
          "without vLLM TRL samples with the trained model itself, so there is no sampler mismatch to correct; "
          "add --use-vllm or drop it"),
@@ -185,11 +210,27 @@ def _check_loss_options(config: TrainConfig) -> None:
 
 
 def _loss(config: TrainConfig) -> dict[str, Any]:
-    """``loss_type`` and the ratio bounds: the clipped surrogate (aggregation as set) or CISPO."""
+    """``loss_type`` and the ratio bounds: the clipped surrogate (aggregation as set), CISPO, or TRL's sapo / luspo
+    / vespo with their parameters; the entropy terms."""
+    options = {"sapo_temperature_pos": config.sapo_temperature_pos, "sapo_temperature_neg": config.sapo_temperature_neg,
+               "vespo_k_pos": config.vespo_k_pos, "vespo_lambda_pos": config.vespo_lambda_pos,
+               "vespo_k_neg": config.vespo_k_neg, "vespo_lambda_neg": config.vespo_lambda_neg, **_entropy(config),
+               "off_policy_mask_threshold": config.off_policy_mask_threshold}
     if config.policy_loss == "cispo":
-        return {"loss_type": "cispo", "epsilon": config.epsilon_low, "epsilon_high": config.cispo_ratio_max}
-    return {"loss_type": _LOSS_TYPES[config.loss_aggregation], "epsilon": config.epsilon_low,
-            "epsilon_high": config.clip_high, "delta": config.dual_clip_c}
+        return {"loss_type": "cispo", "epsilon": config.epsilon_low, "epsilon_high": config.cispo_ratio_max, **options}
+    loss_type = config.policy_loss if config.policy_loss != "clip" else _LOSS_TYPES[config.loss_aggregation]
+    return {"loss_type": loss_type, "epsilon": config.epsilon_low, "epsilon_high": config.clip_high,
+            "delta": config.dual_clip_c, **options}
+
+
+def _entropy(config: TrainConfig) -> dict[str, Any]:
+    """The entropy bonus (fixed, or Skywork-OR1's adaptive control under ``entropy_target``) and the top-entropy
+    token selection of "Beyond the 80/20 Rule"."""
+    adaptive = config.entropy_target is not None
+    return {"entropy_coef": config.entropy_coef, "use_adaptive_entropy": adaptive,
+            "entropy_target": config.entropy_target if adaptive else 0.2,
+            "entropy_coef_delta": config.entropy_coef_delta, "entropy_coef_min": 0.0, "entropy_coef_max": 1.0,
+            "top_entropy_quantile": config.top_entropy_quantile}
 
 
 def _sampler_correction(config: TrainConfig) -> dict[str, Any]:
