@@ -12,7 +12,7 @@ import grpolab.sweep
 from grpolab.io import atomic_write_with
 
 
-def _compare(sweep, base, out, *, report=True, on_event=None):
+def _compare(sweep, base, out, **options):
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
