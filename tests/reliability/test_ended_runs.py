@@ -198,3 +198,21 @@ def test_a_compare_that_cannot_count_a_result_run_fails(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match=rf"run {specs[1].run_dir} finished but neither"):
         result = compare(sweep, BASE, tmp_path, report=False)
     assert [outcome["run_id"] for outcome in result.failed] == [specs[1].run_id]
+
+
+def test_the_compare_command_exits_non_zero_when_a_run_cannot_be_counted(tmp_path: Path, capsys) -> None:
+    from grpolab.cli import main
+    from grpolab.sweep.plan import plan_runs
+
+    specs = plan_runs(TrainConfig(steps=4, lr=1e-4), ["sign"], [0, 1], [2], tmp_path)
+    for spec in specs:
+        finish(spec, 0.5)
+    argv = ["compare", "--out", str(tmp_path), "--estimators", "sign", "--seeds", "2", "--group-sizes", "2", "--lrs",
+            "1e-4", "--steps", "4", "--no-report"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(argv) == 0  # nothing to train, every run counted
+        (specs[1].run_dir / "summary.json").write_text(json.dumps({"status": "finished"}))
+        _tear_last_line(specs[1].run_dir / "eval.jsonl")
+        assert main(argv) == 1  # before: 0, the run silently left out of the comparison
+    capsys.readouterr()
