@@ -21,6 +21,7 @@ from grpolab.losses import (
     aggregation_denominator,
     entropy_bonus,
     importance_log_ratio,
+    off_policy_mask,
     policy_loss,
     rows_with_gradient,
     truncated_is_weights,
@@ -379,6 +380,40 @@ def test_vespo_weights_match_trls_gamma_weights() -> None:
 def test_the_soft_objectives_refuse_the_dual_clip(objective: str) -> None:
     with pytest.raises(ValueError, match=f"not to {objective}"):
         policy_loss(LOGPROBS, OLD, ADVANTAGES, mask=ONES, objective=objective, dual_clip_c=3.0)
+
+
+# ---------------------------------------------------------------------------- off-policy sequence masking
+
+
+def test_off_policy_mask_hand_computed() -> None:
+    # Mean per-token log pi_sampler - log pi over the mask: row 0 1.0 (but A > 0: kept), row 1 0.5 > 0.3 (A < 0:
+    # dropped), row 2 (0.2 + 0.0) / 2 = 0.1 <= 0.3 (kept; its padding's 9.0 does not count).
+    logprobs = torch.zeros(3, 3, dtype=F64)
+    sampling = torch.tensor([[1.0, 1.0, 1.0], [0.5, 0.5, 0.5], [0.2, 0.0, 9.0]], dtype=F64)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=F64)
+    advantages = torch.tensor([[2.0], [-1.0], [-1.0]], dtype=F64)
+    keep = off_policy_mask(advantages, logprobs, sampling, mask, 0.3)
+    torch.testing.assert_close(keep, torch.tensor([[1.0], [0.0], [1.0]], dtype=F64))
+    terms = policy_loss(logprobs, logprobs, advantages[:, 0], mask=mask, off_policy_threshold=0.3,
+                        sampling_logprobs=sampling)
+    torch.testing.assert_close(terms.loss, -advantages * keep * torch.ones(3, 3, dtype=F64))  # ratio 1
+    torch.testing.assert_close(terms.off_policy_masked, torch.tensor([[0.0] * 3, [1.0] * 3, [0.0] * 3], dtype=F64))
+    # without the sampler's log-probs the KL is against old_logprobs: on-policy it is 0 and nothing is dropped
+    on_policy = policy_loss(logprobs, logprobs, advantages[:, 0], mask=mask, off_policy_threshold=0.3)
+    assert on_policy.off_policy_masked.sum() == 0
+
+
+def test_off_policy_mask_matches_trls() -> None:
+    trainer = pytest.importorskip("trl.trainer.grpo_trainer")
+    generator = torch.Generator().manual_seed(1)
+    logprobs = -torch.rand(6, 4, generator=generator, dtype=F64) * 2
+    sampling = logprobs + torch.randn(6, 4, generator=generator, dtype=F64) * 0.5
+    mask = (torch.rand(6, 4, generator=generator) > 0.25).to(F64)
+    advantages = torch.tensor([[1.0], [-1.0], [-0.5], [0.0], [-2.0], [-1.0]], dtype=F64)
+    theirs = trainer.GRPOTrainer.get_off_policy_mask(advantages, logprobs, sampling, mask, 0.1)
+    ours = off_policy_mask(advantages, logprobs, sampling, mask, 0.1)
+    torch.testing.assert_close(ours, theirs)
+    assert 0 < ours.sum() < 6  # some kept, some dropped
 
 
 # ---------------------------------------------------------------------------- entropy bonus

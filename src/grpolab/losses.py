@@ -31,7 +31,10 @@ an advantage that is constant along the sequence this is exactly GSPO's gradient
 ``is_weights`` multiplies the policy term token by token: the truncated importance-sampling correction of Yao
 et al. 2025 ("Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", TIS),
 ``min(pi_trainer / pi_sampler, cap)`` (``truncated_is_weights``), for a sampler whose numerics differ from the
-trainer's. An optional k3 KL penalty to a frozen reference (GRPO, Shao et al. 2024, arXiv 2402.03300) is added
+trainer's. ``off_policy_threshold`` is DeepSeek-V3.2's off-policy sequence masking (arXiv 2512.02556, eq. 9; TRL
+1.16's ``off_policy_mask_threshold``): a completion with A < 0 whose mean per-token KL(sampler || policy),
+``mean_t(log pi_sampler - log pi)``, exceeds the threshold contributes no policy term (``off_policy_mask``).
+An optional k3 KL penalty to a frozen reference (GRPO, Shao et al. 2024, arXiv 2402.03300) is added
 after the correction, as TRL does.
 
 ``entropy_bonus`` is the entropy regularisation of verl's ``entropy_coeff`` and TRL's ``entropy_coef``: the loss
@@ -83,8 +86,8 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["AGGREGATION_MODES", "IMPORTANCE_SAMPLING_LEVELS", "POLICY_OBJECTIVES", "PolicyLossTerms", "aggregate",
-           "aggregation_denominator", "entropy_bonus", "importance_log_ratio", "policy_loss", "rows_with_gradient",
-           "truncated_is_weights", "vespo_weights"]
+           "aggregation_denominator", "entropy_bonus", "importance_log_ratio", "off_policy_mask", "policy_loss",
+           "rows_with_gradient", "truncated_is_weights", "vespo_weights"]
 
 AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum")
 POLICY_OBJECTIVES = ("clip", "cispo", "sapo", "luspo", "vespo")
@@ -104,6 +107,7 @@ class PolicyLossTerms:
         clipped_low, clipped_high: the same split by bound: the ratio below 1 - eps_low (``clip``, A < 0) or
             below r_min (``cispo``); above 1 + eps_high (``clip``, A > 0) or above r_max (``cispo``).
         clipped_dual: 1.0 where the dual clip capped a negative-advantage token's loss at -A c, else 0.0.
+        off_policy_masked: 1.0 where the off-policy mask dropped the token's policy term, else 0.0.
     """
 
     loss: torch.Tensor
@@ -112,6 +116,7 @@ class PolicyLossTerms:
     clipped_low: torch.Tensor | None = None
     clipped_high: torch.Tensor | None = None
     clipped_dual: torch.Tensor | None = None
+    off_policy_masked: torch.Tensor | None = None
 
 
 def importance_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, *, level: str = "token",
@@ -162,6 +167,8 @@ def policy_loss(
     is_weights: torch.Tensor | None = None,
     sapo_temperatures: tuple[float, float] = (1.0, 1.05),
     vespo_shape: tuple[float, float, float, float] = (2.0, 3.0, 3.0, 2.0),
+    off_policy_threshold: float | None = None,
+    sampling_logprobs: torch.Tensor | None = None,
 ) -> PolicyLossTerms:
     """The per-token policy loss of ``objective`` (see the module docstring for formulas and papers).
 
@@ -182,12 +189,15 @@ def policy_loss(
             folds them into its sequence weight instead).
         sapo_temperatures: ``sapo``'s (tau_pos, tau_neg).
         vespo_shape: ``vespo``'s (k_pos, lambda_pos, k_neg, lambda_neg).
+        off_policy_threshold: drop the policy term of A < 0 completions whose mean KL(sampler || policy) exceeds
+            it (``off_policy_mask``; needs ``mask``); None = off.
+        sampling_logprobs: [B, T] the sampler's log-probs for that KL; default ``old_logprobs``.
     """
     _check_choice("objective", objective, POLICY_OBJECTIVES)
     if dual_clip_c is not None and objective not in ("clip", "luspo"):
         raise ValueError(f"the dual clip applies to the clipped objective, not to {objective}")
-    if objective in ("luspo", "vespo") and mask is None:
-        raise ValueError(f"objective {objective!r} needs the completion mask to sum over")
+    if (objective in ("luspo", "vespo") or off_policy_threshold is not None) and mask is None:
+        raise ValueError(f"objective {objective!r} and the off-policy mask need the completion mask to sum over")
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)  # [B, 1], broadcast over T
     ratio = torch.exp(importance_log_ratio(logprobs, old_logprobs, level=importance_sampling_level, mask=mask))
@@ -208,11 +218,16 @@ def policy_loss(
         loss, dual = _dual_clip(loss, advantages, dual_clip_c)
         if objective == "luspo":
             loss = loss * mask.to(loss.dtype).sum(dim=1, keepdim=True)  # |y_i|, a constant
+    dropped = torch.zeros_like(loss).detach()
+    if off_policy_threshold is not None:
+        sampling = old_logprobs if sampling_logprobs is None else sampling_logprobs
+        keep = off_policy_mask(advantages, logprobs, sampling, mask, off_policy_threshold)
+        loss, dropped = loss * keep, (1.0 - keep).expand_as(loss)
     if is_weights is not None:
         loss = loss * is_weights.detach()
     loss, kl = _add_kl(loss, logprobs, ref_logprobs, beta)
     return PolicyLossTerms(loss=loss, kl=kl.detach(), clipped=low + high, clipped_low=low, clipped_high=high,
-                           clipped_dual=dual)
+                           clipped_dual=dual, off_policy_masked=dropped)
 
 
 def rows_with_gradient(advantages: torch.Tensor, mask: torch.Tensor, *, beta: float = 0.0,
@@ -243,6 +258,18 @@ def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, mode: str, coef: fl
     """``coef`` times the entropy [B, T] of the trained tokens aggregated like the loss (``aggregate``'s ``mode``
     and ``denominator``): the scalar to subtract from the loss (verl ``entropy_coeff``, TRL ``entropy_coef``)."""
     return coef * aggregate(entropy, mask, mode, denominator=denominator)
+
+
+def off_policy_mask(advantages: torch.Tensor, logprobs: torch.Tensor, sampling_logprobs: torch.Tensor,
+                    mask: torch.Tensor, threshold: float) -> torch.Tensor:
+    """DeepSeek-V3.2's off-policy sequence mask [B, 1] (or [B, T] under per-token advantages [B, T]), without
+    gradient: 1 where A >= 0 or the completion's mean per-token ``log pi_sampler - log pi`` over ``mask`` is at most
+    ``threshold``, else 0 (TRL 1.16 ``get_off_policy_mask``; NaN log-probs count as 0)."""
+    with torch.no_grad():
+        mask = mask.to(logprobs.dtype)
+        kl = torch.nan_to_num(sampling_logprobs.to(logprobs.dtype) - logprobs.detach(), nan=0.0)
+        mean_kl = (kl * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1.0)  # [B, 1]
+        return ((advantages >= 0) | (mean_kl <= threshold)).to(logprobs.dtype)
 
 
 def vespo_weights(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,

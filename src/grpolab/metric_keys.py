@@ -145,6 +145,9 @@ KEYS: tuple[MetricKey, ...] = (
               "the weight cap)", trl=("clip_ratio/high_mean", "cispo_clip_ratio")),
     MetricKey("loss/clip_fraction_dual", "share", "share of tokens whose loss the dual clip capped",
               _own("dual_clip_c"), _OWN_OPTION),
+    MetricKey("loss/off_policy_masked", "share", "share of trained tokens whose policy term the off-policy sequence "
+              "mask dropped (A < 0 and the completion's mean KL(sampler || policy) above the threshold)",
+              _own("off_policy_mask_threshold"), "TRL 1.16 masks the same sequences but logs no such figure"),
     MetricKey("loss/masked_truncated", "share", "share of completion tokens masked because truncated",
               _own("mask_truncated_completions"), _OWN_OPTION),
     MetricKey("loss/is_weight_mean", "ratio", "mean truncated importance-sampling weight",

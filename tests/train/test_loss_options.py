@@ -170,6 +170,27 @@ def test_luspo_under_gspo_aggregation_is_the_clipped_sum_over_each_sequence(setu
     assert _relative_gap(luspo, plain) > 1e-2  # the length weighting is not nothing
 
 
+def test_off_policy_mask_equals_zeroing_the_dropped_completions_advantages(setup) -> None:
+    # Threshold 0: every A < 0 completion whose mean log pi_sampler - log pi is above 0 loses its policy term,
+    # which under token_mean (same denominator) is the update with those advantages set to 0.
+    policy, batch = setup
+    advantages = compute_advantages("grpo", batch.rewards)
+    with torch.no_grad():
+        trainer = _logprobs(policy.model, batch, list(range(batch.size)), _config())
+    mask = loss_mask(batch, _config())
+    kl = ((batch.sampler_logprobs - trainer) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+    dropped = (advantages.reshape(-1) < 0) & (kl > 0)
+    assert 0 < int(dropped.sum()) < int((advantages < 0).sum())  # the check is not vacuous
+    masked, metrics = _step(policy, batch, _config(off_policy_mask_threshold=0.0), advantages)
+    by_hand, _ = _step(policy, batch, _config(), torch.where(dropped.reshape(advantages.shape), 0.0, advantages))
+    assert _relative_gap(masked, by_hand) < 1e-5
+    share = float((mask[dropped]).sum() / mask.sum())
+    assert metrics["loss/off_policy_masked"] == pytest.approx(share, rel=1e-6)
+    kept, kept_metrics = _step(policy, batch, _config(off_policy_mask_threshold=1e6), advantages)
+    plain, _ = _step(policy, batch, _config(), advantages)
+    assert _relative_gap(kept, plain) < 1e-6 and kept_metrics["loss/off_policy_masked"] == 0
+
+
 def test_entropy_bonus_subtracts_coef_times_the_token_mean_entropy(setup) -> None:
     policy, batch = setup
     config = _config(entropy_coef=0.1)

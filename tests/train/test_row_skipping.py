@@ -45,6 +45,7 @@ OPTIONS = {
     "loss_aggregation": AGGREGATION_MODES,
     "num_iterations": (1, 2),
     "entropy_coef": (0.0, 0.05),
+    "off_policy_mask_threshold": (None, 0.35),  # mean sampler KL per row: -0.23, -0.08, 0.42, -0.29, 0.98, 0.28
 }
 # Two parameter updates of the forward's cumulative sums: the rounding of each gradient sum passes into the next
 # iteration's forward, so k allows both iterations' gaps with a margin.

@@ -204,7 +204,8 @@ class MicroBatch:
 class LossTotals:
     """Sums over the micro-batches of one optimizer step: the aggregated loss, and the masked per-token sums
     of the KL to the reference, of the clipped indicators (any bound, and each bound), of the sampler KL and
-    of the TIS weights, and the entropy bonus subtracted; ``is_weight_max`` is a maximum, not a sum."""
+    of the TIS weights, the entropy bonus subtracted and the tokens the off-policy mask dropped; ``is_weight_max``
+    is a maximum, not a sum."""
 
     loss: float = 0.0
     kl: float = 0.0
@@ -216,6 +217,7 @@ class LossTotals:
     is_weight: float = 0.0
     is_weight_max: float = 0.0
     entropy_bonus: float = 0.0
+    off_policy_masked: float = 0.0
 
     def __add__(self, other: LossTotals) -> LossTotals:
         sums = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
@@ -281,6 +283,8 @@ def loss_option_metrics(totals: LossTotals, batch: StepBatch, mask: torch.Tensor
         metrics["loss/masked_truncated"] = 1.0 - float(mask.sum()) / max(float(batch.completion_mask.sum()), 1.0)
     if config.entropy_coef > 0:
         metrics["loss/entropy_bonus"] = totals.entropy_bonus
+    if config.off_policy_mask_threshold is not None:
+        metrics["loss/off_policy_masked"] = totals.off_policy_masked / share
     if config.sampler_is_cap is not None and tokens > 0:
         metrics["loss/is_weight_mean"] = totals.is_weight / tokens
         metrics["loss/is_weight_max"] = totals.is_weight_max
@@ -358,6 +362,7 @@ def _policy_loss_terms(logprobs: torch.Tensor, old_logprobs: torch.Tensor, micro
         cispo_ratio_min=config.cispo_ratio_min, cispo_ratio_max=config.cispo_ratio_max, is_weights=is_weights,
         sapo_temperatures=(config.sapo_temperature_pos, config.sapo_temperature_neg),
         vespo_shape=(config.vespo_k_pos, config.vespo_lambda_pos, config.vespo_k_neg, config.vespo_lambda_neg),
+        off_policy_threshold=config.off_policy_mask_threshold, sampling_logprobs=micro.sampler_logprobs,
     )
 
 
@@ -376,7 +381,7 @@ def _option_sums(terms: PolicyLossTerms, is_weights: torch.Tensor | None, mask: 
     """The masked sums of each bound's clipped indicator and of the TIS weights, and the weights' maximum over the
     masked tokens (0 without any: the weights are >= 0), as 0-dim device tensors."""
     sums = {f"clipped_{bound}": (getattr(terms, f"clipped_{bound}") * mask).sum() for bound in ("low", "high", "dual")}
-    sums.update(is_weight=zero, is_weight_max=zero)
+    sums.update(is_weight=zero, is_weight_max=zero, off_policy_masked=(terms.off_policy_masked * mask).sum())
     if is_weights is not None and mask.numel():
         sums.update(is_weight=(is_weights * mask).sum(),
                     is_weight_max=torch.where(mask > 0, is_weights.float(), 0.0).max())
