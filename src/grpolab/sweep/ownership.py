@@ -22,10 +22,11 @@ __all__ = ["check_sweep_dir"]
 
 _LOCKS = (".grpolab.lock", ".grpolab.lock.owner")
 _FOLDERS = ("runs", "selection", "start-evals")  # run directories guard themselves (train.ownership)
-# what a comparison (and ``grpolab mechanism`` into the same folder) writes at the top of --out
-_FILES = ("compare.yaml", "task.json", "identity.json", "results.parquet", "metrics.parquet", "selection.parquet",
-          "runs.csv", "report.html", "report.md", "mechanism.csv", "mechanism_runs.csv", "mechanism.md",
-          "mechanism.png")
+# what a comparison (and ``grpolab mechanism`` into the same folder) writes at the top of --out; compare.json:
+# the settings file of sweeps made before compare.yaml
+_FILES = ("compare.yaml", "compare.json", "task.json", "identity.json", "results.parquet", "metrics.parquet",
+          "selection.parquet", "runs.csv", "report.html", "report.md", "mechanism.csv", "mechanism_runs.csv",
+          "mechanism.md", "mechanism.png")
 _OWN_DEEPER = ("figures/*.png", "mechanism/*/mechanism*.csv", "mechanism/*/mechanism.md", "mechanism/*/mechanism.png",
                "start-evals/*.json")
 _STAGING = (".*.tmp",)  # what an atomic write killed mid-way leaves
