@@ -74,6 +74,7 @@ PAPERS = {
     "sapo_temperature_neg": "2511.20347",
     "vespo_k_pos": "2602.10693",  # VESPO
     "vespo_lambda_neg": "2602.10693",
+    "entropy_coef": "1707.06347",  # PPO's entropy bonus
     "entropy_target": "2505.22312",  # Skywork-OR1's adaptive entropy control
     "top_entropy_quantile": "2506.01939",  # Beyond the 80/20 Rule
     "off_policy_mask_threshold": "2512.02556",  # DeepSeek-V3.2

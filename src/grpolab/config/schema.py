@@ -225,7 +225,8 @@ class TrainConfig:
     """VESPO: decay lambda of the Gamma weight where A < 0 (TRL's 2; arXiv 2602.10693)."""
     entropy_coef: float = setting(0.0, scope="training", at_least=0)
     """Entropy bonus: subtract coef x the mean entropy of the trained tokens, aggregated like the loss, from the
-    loss (0 = off; verl entropy_coeff, TRL entropy_coef). Every completion with a loss token is then trained."""
+    loss (0 = off; PPO's entropy bonus, arXiv 1707.06347 eq. 9; verl entropy_coeff, TRL entropy_coef). Every
+    completion with a loss token is then trained."""
     entropy_target: float | None = setting(None, scope="training", at_least=0)
     """Engine trl: adaptive entropy control (Skywork-OR1, arXiv 2505.22312; TRL use_adaptive_entropy): the bonus
     applies while the entropy is at most this many nats/token, its coefficient starting at --entropy-coef and
