@@ -106,6 +106,9 @@ KEYS: tuple[MetricKey, ...] = (
               "TRL's sampler and trainer are one model in one precision here; TRL logs no such figure"),
     MetricKey("rollout/dynamic_rounds", "count", "extra sampling rounds of DAPO's dynamic sampling",
               _own("dynamic_sampling"), "the TRL engine refuses dynamic_sampling"),
+    MetricKey("rollout/curriculum_replaced", "count", "prompts of the step the difficulty curriculum replaced "
+              "(their recent groups were all wrong or all right)", _own("curriculum"),
+              "the TRL engine refuses curriculum"),
     MetricKey("rollout/overlong_penalty", "reward", "mean overlong penalty of the batch's completions",
               _own("overlong_buffer"), _OWN_OPTION),
     # starvation/*: degeneracy of the batch's groups (grpolab.diagnostics.starvation_metrics)

@@ -36,7 +36,8 @@ def test_unknown_scope_is_refused():
 def test_derived_sets_come_from_metadata():
     assert {"progress", "threads", "workers", "backend"} <= RUNTIME_ONLY
     assert RESUME_MAY_CHANGE == {"steps"} | config_fields.runtime_only(TrainConfig)
-    assert set(SWEEP_OWNED) == {"advantage", "group_size", "seed", "dynamic_sampling", "mask_degenerate_groups"}
+    assert set(SWEEP_OWNED) == {"advantage", "group_size", "seed", "dynamic_sampling", "mask_degenerate_groups",
+                                "curriculum"}
     assert all(use for use in SWEEP_OWNED.values())
 
 
@@ -76,7 +77,7 @@ FREE_TEXT = {
         "report_to": "a comma-separated list of backends, checked together with tensorboard by report_backends",
     },
     CompareConfig: {
-        "estimators": "comma-separated estimator names, each optionally with remedy suffixes (+dynamic, +mask)",
+        "estimators": "comma-separated estimator names, each optionally with remedy suffixes (+dynamic, +mask, ...)",
         "group_sizes": "comma-separated integers (checked by group_size_list)",
         "lrs": "comma-separated numbers (checked by lr_list)",
         "vary": "FIELD=V1,V2;... over any training setting",

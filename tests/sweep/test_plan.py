@@ -32,9 +32,12 @@ def test_runs_are_planned_seed_major_with_the_estimators_settings(tmp_path: Path
 
 
 def test_remedy_suffixes_switch_their_settings_on_and_combine(tmp_path: Path) -> None:
-    specs = plan_runs(BASE, ["dr_grpo+mask", "dr_grpo+dynamic+mask", "dr_grpo"], [0], [2], tmp_path)
-    settings = [(s.config.advantage, s.config.dynamic_sampling, s.config.mask_degenerate_groups) for s in specs]
-    assert settings == [("dr_grpo", False, True), ("dr_grpo", True, True), ("dr_grpo", False, False)]
+    specs = plan_runs(BASE, ["dr_grpo+mask", "dr_grpo+dynamic+mask", "dr_grpo", "sign+curriculum"], [0], [2],
+                      tmp_path)
+    settings = [(s.config.advantage, s.config.dynamic_sampling, s.config.mask_degenerate_groups, s.config.curriculum)
+                for s in specs]
+    assert settings == [("dr_grpo", False, True, False), ("dr_grpo", True, True, False),
+                        ("dr_grpo", False, False, False), ("sign", False, False, True)]
     assert specs[0].run_dir == tmp_path / "runs" / "dr_grpo+mask-G2-seed0"
     with pytest.raises(UserError, match=r"unknown estimator 'dr_grpo\+masks'.*\+mask"):
         plan_runs(BASE, ["dr_grpo+masks"], [0], [2], tmp_path)

@@ -162,6 +162,7 @@ DYNAMIC_SUFFIX = "+dynamic"
 REMEDY_SUFFIXES: dict[str, str] = {
     DYNAMIC_SUFFIX: "dynamic_sampling",
     "+mask": "mask_degenerate_groups",
+    "+curriculum": "curriculum",
 }
 
 

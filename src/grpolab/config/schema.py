@@ -144,6 +144,13 @@ class TrainConfig:
     """Compute budget, completions=N or tokens=N: the run stops after the step at which it has sampled N
     completions (or completion tokens), extra dynamic-sampling rounds included; --steps stays the upper bound.
     With grpolab compare it holds every arm's compute equal (docs/remedies.md). None = no budget."""
+    curriculum: bool = setting(False, scope="training",
+                               sweep_owned="NAME+curriculum in --estimators (e.g. dr_grpo+curriculum)")
+    """Difficulty curriculum (prime-rl DifficultyPoolSampler / AdvRangeGate, ROLL difficulty_mask, NeMo-RL #1475):
+    prompts whose groups of the last --curriculum-window steps were all wrong or all right are skipped and a
+    fresh train prompt is drawn in their place; only a task with a fixed train split (docs/remedies.md)."""
+    curriculum_window: int = setting(4, scope="training", at_least=1)
+    """W: the steps of recent success the curriculum reads."""
     checkpoint_every: int = setting(10, scope="training", at_least=0)
     """Save a checkpoint every N steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = setting(2, scope="training", at_least=1)
@@ -309,7 +316,8 @@ class CompareConfig:
     estimators: str = setting("grpo,dr_grpo,rloo,sign", scope="sweep")
     """Comma-separated estimators; append a remedy for gradient starvation (docs/remedies.md): +dynamic for DAPO
     dynamic sampling (arXiv 2503.14476), +mask for group masking (SkyRL zero_variance_filter, prime-rl
-    filter_zero_advantages); they combine (e.g. dr_grpo+dynamic, dr_grpo+mask, dr_grpo+dynamic+mask)."""
+    filter_zero_advantages), +curriculum for the difficulty curriculum (prime-rl DifficultyPoolSampler); they
+    combine (e.g. dr_grpo+dynamic, dr_grpo+mask, dr_grpo+dynamic+mask)."""
     seeds: int = setting(5, scope="sweep")
     """Seeds per estimator: runs use seeds 0..N-1."""
     group_sizes: str = setting("2,4", scope="sweep")

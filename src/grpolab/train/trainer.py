@@ -18,6 +18,8 @@ Departures from the papers and from TRL, all deliberate:
   ``rollout/completions_generated``.
 * A compute budget (``budget``: ``grpolab.config.budget``) ends the run after the step at which it has sampled
   that many completions or tokens, with its end evaluation and checkpoint there; ``steps`` stays the bound.
+* The difficulty curriculum (``curriculum``: ``grpolab.train.curriculum``) replaces the prompts whose recent
+  groups were all wrong or all right before sampling; its per-prompt history is saved in the checkpoint.
 * Group masking (``mask_degenerate_groups``: SkyRL's zero_variance_filter, prime-rl's filter_zero_advantages)
   computes the advantages on the whole batch, then drops the degenerate groups from what the update trains on
   (out of the loss's numerator and denominator and out of the KL); the step's logs describe the whole batch.
@@ -55,6 +57,7 @@ from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
 from grpolab.train.batch import StepBatch, mask_degenerate
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
+from grpolab.train.curriculum import DifficultyCurriculum, check_curriculum
 from grpolab.train.divergence import divergence_reason
 from grpolab.train.lifecycle import RunResult, wrap_lora
 from grpolab.train.shell import RunShell, rollout_figures, rollout_table, step_problems, step_seed
@@ -96,6 +99,7 @@ class Trainer:
             torch.set_num_threads(config.threads)
         _check_estimator(config)
         self.task = self.shell.load_task(task)
+        check_curriculum(config, self.task)
         self.verifier = verifiers.get_verifier(config.verifier or self.task.verifier)
         self.process_verifier = (get_process_verifier(config.verifier or self.task.verifier)
                                  if config.reward_granularity == "token" else None)
@@ -113,6 +117,8 @@ class Trainer:
         self.tokens_generated = 0  # completion tokens sampled; restored from the checkpoint on resume
         self.budget = parse_budget(config.budget) if config.budget else None
         self.success_window = SuccessWindow()  # pbar of starvation/d_iid; restored from the checkpoint
+        self.curriculum = DifficultyCurriculum(config.curriculum_window) if config.curriculum else None
+        self.curriculum_replaced = 0  # settled prompts the curriculum replaced in the current step
         self.start_step = self._restore() if resume else 0
         self.shell.open_logs(resume=resume, saved=saved, start_step=self.start_step)
 
@@ -134,6 +140,8 @@ class Trainer:
         self.completions_generated = int(checkpoint.state.get("completions_generated", 0))
         self.tokens_generated = int(checkpoint.state.get("tokens_generated", 0))
         self.success_window.load_state(checkpoint.state.get("success_window", []))
+        if self.curriculum is not None:
+            self.curriculum.load_state(checkpoint.state.get("curriculum", {}))
         return checkpoint.step
 
     def _save(self, step: int) -> None:
@@ -142,12 +150,14 @@ class Trainer:
         state = {"optimizer": extras, "completions_generated": self.completions_generated,
                  "tokens_generated": self.tokens_generated,
                  "success_window": self.success_window.state(), "settings": self.config.to_dict()}
+        if self.curriculum is not None:
+            state["curriculum"] = self.curriculum.state()
         save_checkpoint(self.run_dir, step, dict(self.params), tensors, state, keep=self.config.keep_checkpoints)
 
     # ------------------------------------------------------------------ one step
 
     def _sample_round(self, step: int, round_: int) -> ScoredBatch:
-        problems: list[Problem] = step_problems(self.task, self.config, step, round_)
+        problems = self._problems(step, round_)
         generator = torch.Generator().manual_seed(step_seed(self.config.seed, step, round_))
         scored = collect_batch(self.model, self.policy.tokenizer, problems, self.verifier,
                                num_samples=self.config.group_size, max_new_tokens=self.max_new_tokens,
@@ -158,11 +168,22 @@ class Trainer:
             self.model.train()
         self.completions_generated += len(scored.rollout.texts)
         self.tokens_generated += int(scored.rollout.completion_mask.sum())
+        if self.curriculum is not None:
+            self.curriculum.record(step, scored.problems, scored.rewards)
         check_scores(scored.scores, verifier_name=self.config.verifier or self.task.verifier, where=f"step {step}")
         return scored
 
+    def _problems(self, step: int, round_: int) -> list[Problem]:
+        """The prompts of ``step`` / ``round_``: the run's draw, less the curriculum's settled prompts."""
+        if self.curriculum is None:
+            return step_problems(self.task, self.config, step, round_)
+        problems, replaced = self.curriculum.problems(self.task, self.config, step, round_)
+        self.curriculum_replaced += replaced
+        return problems
+
     def _collect(self, step: int) -> tuple[StepBatch, dict[str, float]]:
         """Sample (with dynamic sampling: several rounds) and return the batch to train on."""
+        self.curriculum_replaced = 0
         scored = self._sample_round(step, 0)
         scores = scored.scores
         extra: dict[str, float] = {"rollout/verifier_errors": scores.errors,
@@ -172,6 +193,8 @@ class Trainer:
         if self.config.dynamic_sampling:
             batch, seen, rounds = self._dynamic_fill(step, batch)
             extra["rollout/dynamic_rounds"] = rounds
+        if self.curriculum is not None:
+            extra["rollout/curriculum_replaced"] = self.curriculum_replaced
         self.success_window.add(success_rates(seen))  # everything sampled, before any filter
         if self.config.dynamic_sampling:
             # the starvation of everything sampled, before the filter removed the degenerate groups

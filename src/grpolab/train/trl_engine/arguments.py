@@ -147,6 +147,9 @@ REFUSED: dict[str, str] = {
     "mask_degenerate_groups": "TRL 1.16 has no group masking (its loss keeps zero-advantage groups in the "
                               "denominator and the KL)",
     "budget": "TRL's trainer runs --steps steps; it cannot stop on a count of sampled completions or tokens",
+    "curriculum": "TRL's dataset holds every step's prompts before the run starts; the curriculum draws them from "
+                  "recent success",
+    "curriculum_window": "it only applies to the curriculum",
     "sampler_dtype": "TRL samples with the model as loaded (or with vLLM)",
     "grad_analysis_every": "the gradient geometry needs grpolab's own update",
     "grad_analysis_params": "the gradient geometry needs grpolab's own update",
