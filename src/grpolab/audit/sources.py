@@ -32,6 +32,7 @@ so two dataset rows with the same prompt stay two groups.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -401,7 +402,13 @@ def _batches_of(
 def text_block_bytes(path: Path, least: int = TEXT_BLOCK_BYTES) -> int:
     """The block size to read a CSV or JSONL file with: ``least``, or more when a line is longer (pyarrow cannot
     read a row that straddles two blocks). One pass over the file in blocks of ``least`` bytes, so the memory is
-    bounded by the longest line, not the file."""
+    bounded by the longest line, not the file; remembered while the file's size and time are unchanged."""
+    stat = Path(path).stat()
+    return _block_bytes(str(path), stat.st_size, stat.st_mtime_ns, least)
+
+
+@functools.lru_cache(maxsize=256)
+def _block_bytes(path: str, size: int, mtime_ns: int, least: int) -> int:
     longest = current = 0
     with open(path, "rb") as file:
         while block := file.read(least):
