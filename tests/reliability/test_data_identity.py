@@ -101,3 +101,14 @@ def test_record_resume_refuses_a_task_whose_problems_changed(file_run) -> None:
     with pytest.raises(UserError, match=rf"the problems of task 'file' differ from those {run} trained on"):
         record_resume(run, config, config, 2, task=changed)
     assert len((run / "resumes.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_resume_refuses_problems_that_differ_from_the_runs_task_json(file_run, capsys) -> None:
+    """The engines pass the task they loaded to ``record_resume``: a run whose task.json names other problems (what
+    hub data that changed in the cache gives, which no local path shows) is refused before anything is written."""
+    run, data = file_run
+    summary = json.loads((run / "task.json").read_text())
+    (run / "task.json").write_text(json.dumps({**summary, "data_sha256": "0" * 64}))
+    code, err = run_cli(["train", "--out", str(run), "--resume", "--steps", "3", "--data", str(data), *FLAGS[:2]],
+                        capsys)
+    assert_one_line_error(code, err, "the problems of task 'file' differ from those", "task.json")

@@ -115,3 +115,16 @@ def test_a_run_never_writes_through_a_planted_symlink(finished_run, tmp_path, ca
                              "1"], capsys)
         assert_one_line_error(code, err, f"{run / name} is a symbolic link", "remove the link")
         assert target.read_text() == "the user's file\n", name
+
+
+
+def test_the_writable_probe_never_writes_through_a_planted_symlink(finished_run, tmp_path, capsys):
+    import os
+
+    target = tmp_path / "outside"
+    target.write_text("the user's file\n")
+    (finished_run / f".write-test-{os.getpid()}").symlink_to(target)  # the probe's name in this process
+    code, err = run_cli(["train", "--out", str(finished_run), "--resume", "--steps", "3", "--no-progress", "--threads",
+                         "1"], capsys)
+    assert code == 0, err
+    assert target.read_text() == "the user's file\n"  # before: emptied by the probe's write_text("")

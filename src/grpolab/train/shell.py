@@ -105,7 +105,8 @@ def prepare_run_dir(run_dir: Path) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".write-test-{os.getpid()}"  # per process: two starting writers must not collide
-        probe.write_text("")
+        probe.unlink(missing_ok=True)  # a killed writer's probe, or a link planted there (its target untouched)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL))  # a new file, never a link's target
         probe.unlink()
     except OSError as error:
         raise UserError(f"cannot write to output directory {run_dir} ({error.strerror}); choose a writable --out") \
@@ -194,7 +195,8 @@ class RunShell:
         config, run_dir = self.config, self.run_dir
         if start_step:  # before training (and before an extension drops summary.json): no gap in the logs
             check_logs_reach(run_dir, config, start_step)
-        self.resumed_changes = {} if saved is None else record_resume(run_dir, saved, config, start_step)
+        self.resumed_changes = {} if saved is None else record_resume(run_dir, saved, config, start_step,
+                                                                      task=self.task)
         extended = "steps" in self.resumed_changes
         if extended:  # a finished run that is extended is no longer finished
             (run_dir / "summary.json").unlink(missing_ok=True)
