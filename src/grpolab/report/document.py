@@ -32,11 +32,11 @@ from grpolab.report.sections import (
     pass_at_k_section,
     present,
     rank_section,
-    start_section,
     summary_sections,
     usable_metrics,
 )
 from grpolab.report.selection import selection_section
+from grpolab.report.start import start_section
 from grpolab.report.tables import labelled, run_table
 from grpolab.report.verdict import verdict_section
 

@@ -1,13 +1,13 @@
 """The sections of the ``grpolab compare`` report, one function each, after arXiv 2605.07689.
 
 Summary; final accuracy per estimator (paper Fig. 1); statistics of every pairwise comparison (no claim
-without its p-value and n); the start policy's per-prompt success rates and D_real vs D_iid (Fig. 2);
-pass@k (Fig. 3); training reward and all-wrong / degenerate fractions (Fig. 4), also against completions
+without its p-value and n); pass@k (Fig. 3); training reward and all-wrong / degenerate fractions (Fig. 4), also against completions
 generated when an estimator uses dynamic sampling (``+dynamic``), with an equal-cost table; the gradient's
 effective rank when ``grad/effective_rank`` was tracked. Each function returns a ``Section`` with its
 figures already rendered to PNG; a section whose inputs are missing (no metrics, missing columns) says so
 in a note instead of failing. The numbers come from ``grpolab.report.tables``, the figures from
-``grpolab.report.figures``; ``grpolab.report.document`` puts the sections in order.
+``grpolab.report.figures``; ``grpolab.report.document`` puts the sections in order. The start policy's section
+(Fig. 2) is ``grpolab.report.start``, the learning curves ``grpolab.report.curves``.
 """
 
 from __future__ import annotations
@@ -22,20 +22,16 @@ from matplotlib.figure import Figure
 
 from grpolab import advantages
 from grpolab.advantages import display_order, entry_for
-from grpolab.diagnostics.starvation import success_histogram
 from grpolab.render import Section
 from grpolab.report import figures as figs
 from grpolab.report.comparisons import comparisons, equivalence_margin, permutation_floor_notes, reading
 from grpolab.report.tables import (
     ALPHA,
     N_RESAMPLES,
-    START_STEPS,
     equal_cost_table,
-    jensen_table,
     labelled,
     run_table,
     summary_table,
-    variance_table,
 )
 
 METRICS_KEYS = ("run_id", "estimator", "group_size", "step")
@@ -224,88 +220,6 @@ def summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Sect
     table = [("Pairwise comparisons of final accuracy", _stats_display(rows))] if rows else []
     statistics = Section("Statistics", [text] if rows else [text, "No test could be run."], table, bullets=notes)
     return [summary_section, accuracy, statistics]
-
-
-def _start_histogram(results: pd.DataFrame) -> tuple[dict | None, int, str]:
-    """Pooled success-rate histogram of the start evaluations -> (histogram or None, prompts, n label)."""
-    starts = results[results["phase"] == "start"]
-    counts = [
-        (np.asarray(s, dtype=int), int(n))
-        for s, n in zip(starts["successes"], starts["n"], strict=True)
-        if s is not None and np.asarray(s).size
-    ]
-    if not counts:
-        return None, 0, "?"
-    c = np.concatenate([s for s, _ in counts])
-    n = np.concatenate([np.full(s.size, value) for s, value in counts])
-    label = ", ".join(str(v) for v in sorted(set(n.tolist())))
-    return success_histogram(c, n), int(np.median([s.size for s, _ in counts])), label
-
-
-def _jensen_display(jensen: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "G": jensen["group_size"],
-            f"D_real, training (first {START_STEPS} steps)": jensen["d_real_train"].map(_num),
-            "D_iid, training": jensen["d_iid_train"].map(_num),
-            "Gap, training": jensen["gap_train"].map(_num),
-            "D_real, start eval (unbiased)": jensen["d_real_eval"].map(_num),
-            "D_iid, start eval": jensen["d_iid_eval"].map(_num),
-            "Gap, start eval": jensen["gap_eval"].map(_num),
-        }
-    )
-
-
-def _variance_display(table: pd.DataFrame) -> pd.DataFrame:
-    variant = {"Variant": table["variant"]} if (table["variant"] != "").any() else {}
-    return pd.DataFrame({
-        **variant,
-        "G": table["group_size"],
-        "pbar (start)": table["p_bar"].map(_pct),
-        "E[p(1-p)], unbiased": table["mean_p_variance"].map(_num),
-        "SNR² ratio, 4 E[p(1-p)] / (1 - 1/G)": table["snr_ratio"].map(lambda v: f"{v:.2f}"),
-        "pbar formula, 4 pbar(1 - pbar) / (1 - 1/G)": table["snr_ratio_pbar"].map(lambda v: f"{v:.2f}"),
-    })
-
-
-def start_section(results: pd.DataFrame, metrics: pd.DataFrame) -> Section:
-    histogram, prompts, n_label = _start_histogram(results)
-    jensen = jensen_table(results, metrics)
-    text = (
-        "A group of G completions that are all right or all wrong has a group-centred advantage of 0: "
-        "the prompt gives no gradient. D_real is the share of such groups; D_iid = pbar^G + (1 - pbar)^G "
-        "is what independent prompts of the mean success rate pbar would give. D_real >= D_iid "
-        "(Jensen's inequality); the more bimodal the success rates (mass at 0 and 1), the larger the gap. "
-        f"Training values average the first {START_STEPS} training steps; start-eval values use the "
-        "unbiased estimator (C(c, G) + C(n - c, G)) / C(n, G) on the start evaluation's counts."
-    )
-    section = Section(
-        "Starting policy and the Jensen gap",
-        [text],
-        [("Degenerate-group fraction of the start policy", _jensen_display(jensen))],
-    )
-    section.tables.append(("The variance view's predicted SNR² of sign over a group-centred estimator",
-                           _variance_display(variance_table(results))))
-    section.paragraphs.append(
-        "The variance view (grpolab.diagnostics.variance) predicts sign's SNR² over a group-centred estimator "
-        "(dr_grpo) as 4 E[p_i (1 - p_i)] / (1 - 1/G) over the batch's prompts; above 1 it favours sign. "
-        "E[p_i (1 - p_i)] is estimated without bias from the start evaluation's per-prompt counts (k (n - k) / "
-        "(n (n - 1)) per prompt). The pbar column, 4 pbar (1 - pbar) / (1 - 1/G), ignores the spread of the "
-        "success rates over prompts and overstates the ratio on a bimodal start."
-    )
-    section.figures.append(
-        (
-            "start_policy",
-            "Left: per-prompt success rates of the start policy. Right: "
-            "D_real vs D_iid per group size, the Jensen gap annotated (absolute, relative).",
-            figure_png(figs.figure_start_policy(histogram, jensen, prompts, n_label)),
-        )
-    )
-    if histogram is None:
-        section.notes.append("No start evaluation with per-prompt counts: the histogram is missing.")
-    if jensen["d_real_train"].isna().all():
-        section.notes.append("No starvation/degenerate metric: D_real from training groups is not shown.")
-    return section
 
 
 def pass_at_k_section(runs: pd.DataFrame) -> Section:
