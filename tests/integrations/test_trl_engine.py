@@ -252,3 +252,31 @@ def test_a_diverged_trl_run_keeps_its_last_good_checkpoint(tmp_path: Path, monke
     assert not (tmp_path / "run" / "final").exists()
     assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint-*")] == ["checkpoint-1"]
     assert [row["step"] for row in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1]
+
+
+@pytest.mark.parametrize(("changes", "logged"), [
+    ({"policy_loss": "vespo", "entropy_coef": 0.01, "off_policy_mask_threshold": 0.5, "top_entropy_quantile": 0.5,
+      "num_iterations": 2}, "trl/vespo/phi_seq_mean"),
+    ({"policy_loss": "sapo", "loss_aggregation": "seq_mean_token_mean"}, "trl/entropy"),
+    ({"policy_loss": "luspo", "loss_aggregation": "seq_mean_token_mean"}, "trl/clip_ratio/region_mean"),
+])
+def test_trls_own_losses_train_through_the_engine(tmp_path: Path, changes: dict, logged: str) -> None:
+    """TRL 1.16's sapo, luspo, vespo and its entropy options reach GRPOTrainer and train (the mapping:
+    test_trl_mapping.py); TRL logs the loss's own figure and, under the entropy bonus, its coefficient."""
+    from grpolab.train import train
+
+    train(TrainConfig(**{**TINY, "checkpoint_every": 0, **changes}), tmp_path / "run")
+    rows = [row for row in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss/total" in row]
+    assert [row["step"] for row in rows] == [1, 2] and all(logged in row for row in rows)
+    assert all(row.get("trl/entropy_coef") == pytest.approx(0.01) for row in rows) == ("entropy_coef" in changes)
+
+
+def test_trls_adaptive_entropy_moves_its_coefficient(tmp_path: Path) -> None:
+    """--entropy-target above the embedded model's entropy: TRL raises the coefficient by --entropy-coef-delta
+    at each optimiser step (Skywork-OR1's adaptive control)."""
+    from grpolab.train import train
+
+    train(TrainConfig(**{**TINY, "checkpoint_every": 0, "entropy_coef": 0.01, "entropy_target": 50.0,
+                         "entropy_coef_delta": 0.02}), tmp_path / "run")
+    rows = [row for row in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss/total" in row]
+    assert [row["trl/entropy_coef"] for row in rows] == pytest.approx([0.03, 0.05])
