@@ -30,6 +30,8 @@ def test_defaults_are_todays_loss() -> None:
         ({"sapo_temperature_neg": 0.0}, "sapo_temperature_pos and sapo_temperature_neg must be > 0"),
         ({"top_entropy_quantile": 1.5}, "top_entropy_quantile must be in [0, 1]"),
         ({"entropy_coef": -0.1}, "entropy_coef must be >= 0"),
+        ({"entropy_target": 0.3}, "entropy_target is not supported by engine grpolab"),
+        ({"top_entropy_quantile": 0.2}, "top_entropy_quantile is not supported by engine grpolab"),
         ({"dual_clip_c": 1.0}, "dual_clip_c must be > 1"),
         ({"dual_clip_c": 3.0, "policy_loss": "cispo"}, "drop --dual-clip-c or use --policy-loss clip"),
         ({"policy_loss": "cispo", "cispo_ratio_max": 0.9}, "need cispo_ratio_min < 1 < cispo_ratio_max"),

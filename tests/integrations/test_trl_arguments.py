@@ -53,6 +53,11 @@ def test_an_unclassified_field_is_refused_when_set(monkeypatch: pytest.MonkeyPat
     ({"policy_loss": "cispo", "cispo_ratio_min": 0.5}, "cispo_ratio_min"),
     ({"dual_clip_c": 1.1}, "dual_clip_c"),
     ({"sampler_is_cap": 2.0}, "sampler_is_cap"),
+    ({"policy_loss": "sapo"}, "policy_loss sapo"),
+    ({"policy_loss": "luspo", "loss_aggregation": "seq_mean_token_sum_norm"}, "policy_loss luspo"),
+    ({"policy_loss": "vespo", "loss_aggregation": "seq_mean_token_mean"}, "policy_loss vespo"),
+    ({"entropy_coef": 0.01, "loss_aggregation": "seq_mean_token_mean"}, "entropy_coef"),
+    ({"entropy_target": 0.3, "loss_aggregation": "seq_mean_token_sum_norm"}, "entropy_coef"),
 ])
 def test_refused_settings_name_the_setting_and_the_engine(changes: dict[str, Any], setting: str) -> None:
     with pytest.raises(UserError) as error:
