@@ -167,3 +167,25 @@ def test_the_splits_hash_follows_every_problem_and_nothing_else() -> None:
     changed = replace(task, test=(replace(task.test[0], reference=task.test[0].reference + "0"), *task.test[1:]))
     assert splits_hash(changed) != splits_hash(task)
     assert splits_hash(replace(task, verifier="exact")) == splits_hash(task)  # settings are checked elsewhere
+
+
+@pytest.mark.parametrize("name", ["runs.csv", "results.parquet", ".grpolab.lock.owner", "runs", "runs/sign-G2-seed0"])
+def test_compare_never_writes_through_a_planted_symlink(tmp_path: Path, name: str) -> None:
+    out = tmp_path / "out"
+    base = TrainConfig(steps=2)
+    _finished_sweep(out, base)
+    compare(SWEEP, base, out, report=False)
+    target = tmp_path / "outside"
+    target.mkdir() if name.startswith("runs") else target.write_text("the user's")
+    before = sorted(p.name for p in target.iterdir()) if target.is_dir() else target.read_text()
+    path = out / name
+    if path.is_dir():
+        import shutil
+
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    path.symlink_to(target)
+    with pytest.raises(UserError, match=rf"{path} is a symbolic link"):
+        compare(SWEEP, base, out, report=False)  # before: the tables and lock owner written to the link's target
+    assert (sorted(p.name for p in target.iterdir()) if target.is_dir() else target.read_text()) == before

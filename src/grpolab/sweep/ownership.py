@@ -63,6 +63,9 @@ def check_sweep_dir(out: Path, *, overwrite: bool = False) -> None:
     refuse_links(out, (*_LOCKS, *_FOLDERS, *_FILES, "figures", "mechanism"))
     if not out.is_dir():
         return
+    for folder in ("runs", "selection"):  # a run directory that is a link would be trained (written) elsewhere
+        if (out / folder).is_dir():
+            refuse_links(out / folder, sorted(p.name for p in (out / folder).iterdir()))
     foreign = _foreign(out)
     if foreign and not overwrite:
         raise UserError(f"{out} holds files grpolab compare did not write ({', '.join(foreign[:4])}), which a "
