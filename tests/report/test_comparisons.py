@@ -100,3 +100,12 @@ def test_a_variant_with_a_kl_term_gets_no_same_update_claim() -> None:
     rows, _ = comparisons(runs, config)
     assert {r["variant"]: r["role"] for r in rows} == {"beta=0": "same_update", "beta=0.04": "primary",
                                                        "max_grad_norm=0": "same_update"}
+
+
+def test_the_equivalence_margin_comes_from_the_sweep_settings() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(4,))
+    default, = [r for r in comparisons(run_table(results), config)[0] if r["tested"]]
+    wide, = [r for r in comparisons(run_table(results), {**config, "compare": {"equivalence_margin": 0.6}})[0]
+             if r["tested"]]
+    assert default["margin"] == 0.05 and wide["margin"] == 0.6
+    assert wide["tost_p"] < default["tost_p"]  # a wider margin is easier to be within

@@ -138,3 +138,10 @@ def test_a_damaged_compare_yaml_is_named_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "compare.yaml").write_text("")
     with pytest.raises(UserError, match=r"compare\.yaml is empty"):
         check_sweep_settings(tmp_path, settings, sweep_defaults())
+
+
+@pytest.mark.parametrize("margin", [0.0, -0.1, 1.5, float("nan")])
+def test_the_equivalence_margin_is_a_share_of_the_score(margin: float) -> None:
+    with pytest.raises(UserError, match="equivalence_margin must lie in"):
+        CompareConfig(equivalence_margin=margin)
+    assert CompareConfig().equivalence_margin == 0.05
