@@ -5,18 +5,22 @@ error in one line), so that one run cannot end the sweep. The warnings a run rai
 (``warnings``) to the sweep process, which shows each distinct one once (``show_worker_warnings``), as one line
 on the command line: printed by the worker they were two lines with a source path, once per run.
 
-A local worker (``init_worker``) starts a watchdog thread that ends it when the sweep process is gone (killed
-with ``kill -9``, say): an orphaned worker would otherwise keep its run's lock and memory. Its
-``CUDA_VISIBLE_DEVICES`` is not set here but in the environment it is started with
-(``grpolab.sweep.local.worker_pool``), so that it holds before the worker's interpreter imports anything: torch
-reads the variable once, when CUDA is first asked about, and the modules a spawned worker imports first (the
-sweep script's own, re-imported as ``__mp_main__``, too) may ask.
+A local worker (``init_worker``) ends when the sweep process is gone (killed with ``kill -9``, say): on Linux the
+kernel kills it at once (``PR_SET_PDEATHSIG``), and a watchdog thread ends it within a second where that is not
+available; an orphaned worker would otherwise keep its run's lock and memory. Its ``CUDA_VISIBLE_DEVICES`` is not
+set here but in the environment it is started with (``grpolab.sweep.local.worker_pool``), so that it holds before
+the worker's interpreter imports anything: torch reads the variable once, when CUDA is first asked about, and the
+modules a spawned worker imports first (the sweep script's own, re-imported as ``__mp_main__``, too) may ask.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
+import ctypes
 import os
+import signal
+import sys
 import threading
 import time
 import warnings
@@ -87,6 +91,7 @@ def init_worker(progress_queue: Any, parent_pid: int, poll_seconds: float = 1.0)
     """Set up a local worker: its progress queue and the watchdog on ``parent_pid``."""
     global _progress_queue
     _progress_queue = progress_queue
+    _die_with_parent(parent_pid)
     watchdog = threading.Thread(target=_exit_when_orphaned, args=(parent_pid, poll_seconds), daemon=True,
                                 name="grpolab-parent-watchdog")
     watchdog.start()
@@ -97,3 +102,18 @@ def _exit_when_orphaned(parent_pid: int, poll_seconds: float) -> None:
     while os.getppid() == parent_pid:
         time.sleep(poll_seconds)
     os._exit(1)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """On Linux, have the kernel SIGKILL this process the moment its parent ends (``prctl(PR_SET_PDEATHSIG)``):
+    the watchdog thread needs the interpreter to run, and workers of a sweep OOM-killed in a memory cgroup lived
+    on for 15-30 s. The parent may have ended before the request: checked after it."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0 \
+                and os.getppid() != parent_pid:
+            os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
