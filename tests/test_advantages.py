@@ -981,8 +981,9 @@ def test_parse_arm_reads_every_remedy_suffix_in_any_order() -> None:
         "dr_grpo", ("+dynamic", "+mask"))
     assert adv.parse_arm("sign") == ("sign", ())
     assert adv.parse_spec("dr_grpo+dynamic+mask") == ("dr_grpo", True)
-    with pytest.raises(ValueError, match=r"unknown estimator 'dr_grpo\+replay'"):
-        adv.parse_arm("dr_grpo+replay")
+    assert adv.parse_arm("sign+replay+curriculum") == ("sign", ("+curriculum", "+replay"))
+    with pytest.raises(ValueError, match=r"unknown estimator 'dr_grpo\+replays'"):
+        adv.parse_arm("dr_grpo+replays")
 
 
 def test_parse_spec_reads_the_dynamic_suffix_and_rejects_unknown_names() -> None:

@@ -109,6 +109,10 @@ KEYS: tuple[MetricKey, ...] = (
     MetricKey("rollout/curriculum_replaced", "count", "prompts of the step the difficulty curriculum replaced "
               "(their recent groups were all wrong or all right)", _own("curriculum"),
               "the TRL engine refuses curriculum"),
+    MetricKey("rollout/replayed_groups", "count", "degenerate groups of the step replaced by stored informative "
+              "groups of earlier steps", _own("replay"), "the TRL engine refuses replay"),
+    MetricKey("rollout/replay_age", "steps", "mean age of the replayed groups (0 when none)", _own("replay"),
+              "the TRL engine refuses replay"),
     MetricKey("rollout/overlong_penalty", "reward", "mean overlong penalty of the batch's completions",
               _own("overlong_buffer"), _OWN_OPTION),
     # starvation/*: degeneracy of the batch's groups (grpolab.diagnostics.starvation_metrics)

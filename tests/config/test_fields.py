@@ -37,7 +37,7 @@ def test_derived_sets_come_from_metadata():
     assert {"progress", "threads", "workers", "backend"} <= RUNTIME_ONLY
     assert RESUME_MAY_CHANGE == {"steps"} | config_fields.runtime_only(TrainConfig)
     assert set(SWEEP_OWNED) == {"advantage", "group_size", "seed", "dynamic_sampling", "mask_degenerate_groups",
-                                "curriculum"}
+                                "curriculum", "replay"}
     assert all(use for use in SWEEP_OWNED.values())
 
 

@@ -39,6 +39,7 @@ def test_remedy_suffixes_switch_their_settings_on_and_combine(tmp_path: Path) ->
     assert settings == [("dr_grpo", False, True, False), ("dr_grpo", True, True, False),
                         ("dr_grpo", False, False, False), ("sign", False, False, True)]
     assert specs[0].run_dir == tmp_path / "runs" / "dr_grpo+mask-G2-seed0"
+    assert plan_runs(BASE, ["dr_grpo+replay"], [0], [2], tmp_path)[0].config.replay
     with pytest.raises(UserError, match=r"unknown estimator 'dr_grpo\+masks'.*\+mask"):
         plan_runs(BASE, ["dr_grpo+masks"], [0], [2], tmp_path)
 

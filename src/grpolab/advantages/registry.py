@@ -163,6 +163,7 @@ REMEDY_SUFFIXES: dict[str, str] = {
     DYNAMIC_SUFFIX: "dynamic_sampling",
     "+mask": "mask_degenerate_groups",
     "+curriculum": "curriculum",
+    "+replay": "replay",
 }
 
 

@@ -151,6 +151,12 @@ class TrainConfig:
     fresh train prompt is drawn in their place; only a task with a fixed train split (docs/remedies.md)."""
     curriculum_window: int = setting(4, scope="training", at_least=1)
     """W: the steps of recent success the curriculum reads."""
+    replay: bool = setting(False, scope="training", sweep_owned="NAME+replay in --estimators (e.g. dr_grpo+replay)")
+    """Replay (TRL's GRPOWithReplayBuffer, verl's replay buffer): degenerate groups are replaced by informative
+    groups of the last --replay-max-age steps; their importance ratio is not corrected unless --sampler-is-cap
+    is set (docs/remedies.md)."""
+    replay_max_age: int = setting(4, scope="training", at_least=1)
+    """The oldest a replayed group may be, in steps."""
     checkpoint_every: int = setting(10, scope="training", at_least=0)
     """Save a checkpoint every N steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = setting(2, scope="training", at_least=1)
@@ -316,8 +322,8 @@ class CompareConfig:
     estimators: str = setting("grpo,dr_grpo,rloo,sign", scope="sweep")
     """Comma-separated estimators; append a remedy for gradient starvation (docs/remedies.md): +dynamic for DAPO
     dynamic sampling (arXiv 2503.14476), +mask for group masking (SkyRL zero_variance_filter, prime-rl
-    filter_zero_advantages), +curriculum for the difficulty curriculum (prime-rl DifficultyPoolSampler); they
-    combine (e.g. dr_grpo+dynamic, dr_grpo+mask, dr_grpo+dynamic+mask)."""
+    filter_zero_advantages), +curriculum for the difficulty curriculum (prime-rl DifficultyPoolSampler), +replay
+    for replay of informative groups (TRL GRPOWithReplayBuffer); they combine (e.g. dr_grpo+dynamic+mask)."""
     seeds: int = setting(5, scope="sweep")
     """Seeds per estimator: runs use seeds 0..N-1."""
     group_sizes: str = setting("2,4", scope="sweep")

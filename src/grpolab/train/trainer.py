@@ -20,6 +20,9 @@ Departures from the papers and from TRL, all deliberate:
   that many completions or tokens, with its end evaluation and checkpoint there; ``steps`` stays the bound.
 * The difficulty curriculum (``curriculum``: ``grpolab.train.curriculum``) replaces the prompts whose recent
   groups were all wrong or all right before sampling; its per-prompt history is saved in the checkpoint.
+* Replay (``replay``: ``grpolab.train.replay``) replaces a step's degenerate groups by informative groups of
+  earlier steps before the advantages; the step's logs then describe the batch trained. Its buffer is saved
+  in the checkpoint.
 * Group masking (``mask_degenerate_groups``: SkyRL's zero_variance_filter, prime-rl's filter_zero_advantages)
   computes the advantages on the whole batch, then drops the degenerate groups from what the update trains on
   (out of the loss's numerator and denominator and out of the KL); the step's logs describe the whole batch.
@@ -60,6 +63,7 @@ from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_opt
 from grpolab.train.curriculum import DifficultyCurriculum, check_curriculum
 from grpolab.train.divergence import divergence_reason
 from grpolab.train.lifecycle import RunResult, wrap_lora
+from grpolab.train.replay import ReplayBuffer
 from grpolab.train.shell import RunShell, rollout_figures, rollout_table, step_problems, step_seed
 from grpolab.train.step import build_optimizer, completion_view, step_advantages, update_policy
 from grpolab.verifiers.process import get_process_verifier
@@ -119,6 +123,7 @@ class Trainer:
         self.success_window = SuccessWindow()  # pbar of starvation/d_iid; restored from the checkpoint
         self.curriculum = DifficultyCurriculum(config.curriculum_window) if config.curriculum else None
         self.curriculum_replaced = 0  # settled prompts the curriculum replaced in the current step
+        self.replay = ReplayBuffer(config.replay_max_age) if config.replay else None
         self.start_step = self._restore() if resume else 0
         self.shell.open_logs(resume=resume, saved=saved, start_step=self.start_step)
 
@@ -142,6 +147,8 @@ class Trainer:
         self.success_window.load_state(checkpoint.state.get("success_window", []))
         if self.curriculum is not None:
             self.curriculum.load_state(checkpoint.state.get("curriculum", {}))
+        if self.replay is not None:
+            self.replay.load_state(checkpoint.state.get("replay", []))
         return checkpoint.step
 
     def _save(self, step: int) -> None:
@@ -152,6 +159,8 @@ class Trainer:
                  "success_window": self.success_window.state(), "settings": self.config.to_dict()}
         if self.curriculum is not None:
             state["curriculum"] = self.curriculum.state()
+        if self.replay is not None:
+            state["replay"] = self.replay.state()
         save_checkpoint(self.run_dir, step, dict(self.params), tensors, state, keep=self.config.keep_checkpoints)
 
     # ------------------------------------------------------------------ one step
@@ -195,6 +204,9 @@ class Trainer:
             extra["rollout/dynamic_rounds"] = rounds
         if self.curriculum is not None:
             extra["rollout/curriculum_replaced"] = self.curriculum_replaced
+        if self.replay is not None:  # the success window below reads ``seen``: what was sampled, not replayed
+            batch, replayed = self.replay.refill(step, batch)
+            extra.update(replayed)
         self.success_window.add(success_rates(seen))  # everything sampled, before any filter
         if self.config.dynamic_sampling:
             # the starvation of everything sampled, before the filter removed the degenerate groups

@@ -150,6 +150,8 @@ REFUSED: dict[str, str] = {
     "curriculum": "TRL's dataset holds every step's prompts before the run starts; the curriculum draws them from "
                   "recent success",
     "curriculum_window": "it only applies to the curriculum",
+    "replay": "TRL 1.16 removed GRPOWithReplayBuffer; its GRPOTrainer trains on the groups it has just sampled",
+    "replay_max_age": "it only applies to replay",
     "sampler_dtype": "TRL samples with the model as loaded (or with vLLM)",
     "grad_analysis_every": "the gradient geometry needs grpolab's own update",
     "grad_analysis_params": "the gradient geometry needs grpolab's own update",
