@@ -49,3 +49,10 @@ def test_a_grid_whose_every_run_diverged_is_refused_without_training(tmp_path: P
         compare(sweep, BASE, tmp_path, report=False)
     assert not (tmp_path / "runs").exists()  # no reported run was started at an lr nobody chose
     assert isinstance(cell, Cell)
+
+
+def test_a_curriculum_arm_on_a_streamed_task_is_refused_before_any_run(tmp_path: Path) -> None:
+    sweep = CompareConfig(estimators="sign,dr_grpo+curriculum", seeds=1, group_sizes="2", lrs="", workers=1)
+    with pytest.raises(UserError, match=r"^the curriculum needs a task with a fixed train split, but task 'reverse'"):
+        compare(sweep, BASE, tmp_path / "out", report=False)
+    assert not (tmp_path / "out" / "runs").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 
 from grpolab.config import TrainConfig
@@ -52,3 +54,21 @@ def test_a_run_saved_with_other_settings_is_not_a_result(tmp_path: Path) -> None
     results, _ = collect_results(specs)
     assert set(results["run_id"]) == {specs[0].run_id}
     assert specs[0].finished and not specs[1].ended  # so the sweep tries it again, and reports the refusal
+
+
+def test_a_run_its_budget_ended_early_is_complete_up_to_its_end_evaluation(tmp_path: Path) -> None:
+    spec = plan_runs(BASE.replace(steps=10, budget="completions=32"), ["sign"], [0], [2], tmp_path)[0]
+    finish(spec, 0.5)
+    rows = [{"step": 0, "phase": "start", "split": "test", "greedy_accuracy": 0.0},
+            {"step": 2, "phase": "end", "split": "test", "greedy_accuracy": 0.5}]
+    (spec.run_dir / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (spec.run_dir / "metrics.jsonl").write_text('{"step": 1, "loss/total": 0.1}\n{"step": 2, "loss/total": 0.1}\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "lacks step(s) 3-10" warning: the budget ended it at step 2
+        results, metrics = collect_results([spec])
+    assert metrics["step"].tolist() == [1, 2] and results["phase"].tolist() == ["start", "end"]
+    (spec.run_dir / "metrics.jsonl").write_text('{"step": 1, "loss/total": 0.1}\n')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        collect_results([spec])
+    assert any("lacks step(s) 2 of its 2" in str(w.message) for w in caught)

@@ -27,7 +27,7 @@ from grpolab.sweep.devices import check_gpus
 from grpolab.sweep.gather import collect_results, runs_table, write_table, write_tables
 from grpolab.sweep.identity import check_sweep_identity
 from grpolab.sweep.ownership import check_sweep_dir
-from grpolab.sweep.plan import Cell, RunSpec, plan_cells, plan_lr_grid, plan_runs
+from grpolab.sweep.plan import Cell, RunSpec, parse_estimator, plan_cells, plan_lr_grid, plan_runs
 from grpolab.sweep.run import run_sweep
 from grpolab.sweep.select import Selection, extend_grids, select_lrs
 from grpolab.sweep.settings import adopt_saved_settings, check_sweep_settings, sweep_defaults, sweep_train_settings
@@ -98,7 +98,8 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
         base.replace(**variant.changes)
     if sweep.backend == "local":  # GPUs this machine lacks, or that contradict the runs' devices
         check_gpus(sweep.gpus_per_run, {base.replace(**variant.changes).device for variant in variants})
-    settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base), "task": _task_summary(base)}
+    settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base),
+                "task": _task_summary(base, sweep.estimator_list)}
     # refuses other settings; saves them otherwise, with when the primary comparison was declared
     settings["primary_declaration"] = check_sweep_settings(out, settings, sweep_defaults())
     # refuses changed data or model once trained; clears a stale start cache
@@ -159,11 +160,16 @@ def _select(base: TrainConfig, sweep: CompareConfig, cells: list[Cell], out: Pat
     return grid, selection
 
 
-def _task_summary(base: TrainConfig) -> dict[str, Any]:
-    """The task every run trains on, built once here so that bad data fails before any run starts."""
+def _task_summary(base: TrainConfig, estimators: list[str]) -> dict[str, Any]:
+    """The task every run trains on, built once here so that bad data fails before any run starts (and a
+    ``+curriculum`` arm on a task that streams its prompts, before any run trains)."""
+    from grpolab.train.curriculum import check_curriculum
     from grpolab.train.lifecycle import load_task_for
 
-    return load_task_for(base).summary()
+    task = load_task_for(base)
+    if any("+curriculum" in parse_estimator(name)[1] for name in estimators):
+        check_curriculum(base.replace(curriculum=True), task)
+    return task.summary()
 
 
 def _gather(out: Path, sweep: CompareConfig, settings: dict[str, Any], grid: list[RunSpec], specs: list[RunSpec],
