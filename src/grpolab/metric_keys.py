@@ -138,9 +138,8 @@ KEYS: tuple[MetricKey, ...] = (
     MetricKey("loss/kl", "nats/token", "mean per-token KL to the reference policy (k3)",
               {"grpolab": ALWAYS, "trl": "beta > 0"}, trl=("kl",)),
     MetricKey("loss/entropy", "nats/token", "mean entropy of the trained tokens under the policy being updated "
-              "(the loss's forward pass)", _trl(),
-              "grpolab's update does not compute it; its rollout/entropy is the sampling entropy",
-              trl=("entropy",)),
+              "(the loss's forward pass; grpolab's update computes it only for the entropy bonus, its rollout/entropy "
+              "is the sampling entropy)", {"grpolab": "entropy_coef > 0", "trl": ALWAYS}, trl=("entropy",)),
     MetricKey("loss/entropy_bonus", "loss", "entropy_coef times the trained tokens' entropy aggregated like the "
               "loss: what the entropy bonus subtracted from loss/total in the last iteration",
               _own("entropy_coef > 0"), "TRL logs the entropy and entropy_coef (trl/entropy_coef), not the bonus"),

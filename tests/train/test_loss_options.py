@@ -202,9 +202,10 @@ def test_entropy_bonus_subtracts_coef_times_the_token_mean_entropy(setup) -> Non
     _, with_bonus = _step(policy, batch, config)
     _, without = _step(policy, batch, _config())
     assert with_bonus["loss/entropy_bonus"] == pytest.approx(bonus, rel=1e-4) and bonus > 0
+    assert with_bonus["loss/entropy"] == pytest.approx(bonus / 0.1, rel=1e-4)  # token_mean: the same mean
     assert with_bonus["loss/total"] == pytest.approx(without["loss/total"] - bonus, rel=1e-4, abs=1e-5)
     assert with_bonus["loss/trained_sequences"] == batch.size
-    assert "loss/entropy_bonus" not in without
+    assert "loss/entropy_bonus" not in without and "loss/entropy" not in without
 
 
 def test_entropy_bonus_alone_raises_the_entropy(setup) -> None:

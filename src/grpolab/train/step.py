@@ -204,8 +204,8 @@ class MicroBatch:
 class LossTotals:
     """Sums over the micro-batches of one optimizer step: the aggregated loss, and the masked per-token sums
     of the KL to the reference, of the clipped indicators (any bound, and each bound), of the sampler KL and
-    of the TIS weights, the entropy bonus subtracted and the tokens the off-policy mask dropped; ``is_weight_max``
-    is a maximum, not a sum."""
+    of the TIS weights, the entropy bonus subtracted, the tokens the off-policy mask dropped and the entropy (under
+    the bonus); ``is_weight_max`` is a maximum, not a sum."""
 
     loss: float = 0.0
     kl: float = 0.0
@@ -218,6 +218,7 @@ class LossTotals:
     is_weight_max: float = 0.0
     entropy_bonus: float = 0.0
     off_policy_masked: float = 0.0
+    entropy: float = 0.0
 
     def __add__(self, other: LossTotals) -> LossTotals:
         sums = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
@@ -283,6 +284,8 @@ def loss_option_metrics(totals: LossTotals, batch: StepBatch, mask: torch.Tensor
         metrics["loss/masked_truncated"] = 1.0 - float(mask.sum()) / max(float(batch.completion_mask.sum()), 1.0)
     if config.entropy_coef > 0:
         metrics["loss/entropy_bonus"] = totals.entropy_bonus
+        if tokens > 0:
+            metrics["loss/entropy"] = totals.entropy / tokens
     if config.off_policy_mask_threshold is not None:
         metrics["loss/off_policy_masked"] = totals.off_policy_masked / share
     if config.sampler_is_cap is not None and tokens > 0:
@@ -337,8 +340,9 @@ def _micro_step(model: torch.nn.Module, batch: StepBatch, micro: MicroBatch,
     terms = _policy_loss_terms(logprobs, before, micro, config, is_weights)
     loss = aggregate(terms.loss, micro.mask, config.loss_aggregation, denominator=micro.denominator)
     zero = micro.mask.new_zeros(())
-    bonus = zero
+    bonus = entropy_sum = zero
     if entropy is not None:
+        entropy_sum = (entropy.detach() * micro.mask).sum()
         bonus = entropy_bonus(entropy, micro.mask, config.loss_aggregation, config.entropy_coef,
                               denominator=micro.denominator)
         loss = loss - bonus
@@ -347,7 +351,7 @@ def _micro_step(model: torch.nn.Module, batch: StepBatch, micro: MicroBatch,
     if micro.sampler_logprobs is not None:
         sampler = (sampler_kl(micro.sampler_logprobs, before) * micro.mask).sum()
     return {"loss": loss.detach(), "kl": (terms.kl * micro.mask).sum(), "clipped": (terms.clipped * micro.mask).sum(),
-            "sampler_kl": sampler, "entropy_bonus": bonus.detach(),
+            "sampler_kl": sampler, "entropy_bonus": bonus.detach(), "entropy": entropy_sum,
             **_option_sums(terms, is_weights, micro.mask, zero)}
 
 
