@@ -85,3 +85,23 @@ def test_a_trl_run_seals_its_checkpoints_and_resumes_past_a_damaged_one(tmp_path
     assert [row["step"] for row in read_metrics(run / "metrics.jsonl")] == [1, 2]  # step 2 trained again
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     assert latest_checkpoint(run).name == "checkpoint-2"  # saved again, sealed
+
+
+def test_a_trl_checkpoint_records_the_data_it_trained_on_and_a_resume_refuses_changed_data(tmp_path: Path) -> None:
+    from grpolab.errors import UserError
+    from grpolab.train.lifecycle import start_evaluation_key
+    from grpolab.train.settings import check_identity
+    from grpolab.train.trl_engine.checkpoints import record_identity
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"prompt": "1+1=", "answer": "2"}\n')
+    config = TrainConfig(engine="trl", task="file", verifier="exact", data=str(data))
+    checkpoint = _checkpoint(tmp_path, 1)
+    record_identity(checkpoint, config)
+    seal(checkpoint)
+    check_identity(checkpoint, config)  # unchanged: resumes
+    key = start_evaluation_key(config)
+    data.write_text('{"prompt": "1+1=", "answer": "3"}\n')  # one answer edited, same size
+    with pytest.raises(UserError, match=r"changed since .* wrote its checkpoint checkpoint-1"):
+        check_identity(checkpoint, config)
+    assert start_evaluation_key(config) != key  # a cached start evaluation of the old data is not reused

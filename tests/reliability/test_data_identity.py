@@ -13,7 +13,7 @@ import pytest
 from tests.reliability.conftest import assert_one_line_error, run_cli
 
 from grpolab.config import TrainConfig
-from grpolab.train.settings import run_identity
+from grpolab.train.identity import run_identity
 
 ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)]
 FLAGS = ["--task", "file", "--verifier", "exact", "--steps", "2", "--prompts-per-step", "2", "--group-size", "2",

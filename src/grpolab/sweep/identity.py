@@ -1,6 +1,6 @@
 """A sweep's data and local model are part of its identity, and so of its start-evaluation cache.
 
-``OUT/identity.json`` holds ``grpolab.train.settings.run_identity`` of the sweep's base settings (a content hash
+``OUT/identity.json`` holds ``grpolab.train.identity.run_identity`` of the sweep's base settings (a content hash
 of a local ``--data`` file or folder and a fingerprint of a local ``--model`` directory) and ``splits``, the hash of
 the task's splits as the runs see them (``grpolab.tasks.base.splits_hash``: it also covers data read from the hub
 cache). Once a run of the sweep has trained a step, a re-run on changed data (or a changed model directory) is
@@ -23,7 +23,7 @@ from typing import Any
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
-from grpolab.train.settings import run_identity
+from grpolab.train.identity import run_identity
 
 __all__ = ["IDENTITY_FILE", "START_EVALS", "check_sweep_identity"]
 

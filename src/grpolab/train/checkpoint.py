@@ -8,7 +8,7 @@ checkpoint or none, and a write that fails (a full disk) removes its temporary d
 with one line; ``load_latest`` verifies the checksums and skips a damaged checkpoint with a warning naming it.
 ``state.json`` also holds the settings the run was trained under (``"settings"``), so that a run's
 ``config.yaml`` can be checked against them, or restored from them (``checkpoint_settings``), and the identity
-of the data and local model they name (``"identity"``, ``grpolab.train.settings.run_identity``), so that a resume
+of the data and local model they name (``"identity"``, ``grpolab.train.identity.run_identity``), so that a resume
 on changed data is refused.
 
 No pickle is written or read: tensors go through safetensors, everything else through JSON. There is
@@ -142,7 +142,7 @@ def _identity(state: dict[str, Any]) -> dict[str, Any]:
     """``{"identity": ...}`` of the data and local model that the state's settings name (``run_identity``)."""
     if not isinstance(state.get("settings"), dict):
         return {}
-    from grpolab.train.settings import run_identity
+    from grpolab.train.identity import run_identity
 
     return {"identity": run_identity(state["settings"])}
 

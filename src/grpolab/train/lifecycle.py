@@ -23,9 +23,10 @@ from grpolab.config import TrainConfig
 from grpolab.config.fields import names_in_scope
 from grpolab.errors import UserError
 from grpolab.evaluation import EvalResult, evaluate
-from grpolab.io import atomic_write_text, fsync_dir, is_write_error, write_error
+from grpolab.io import atomic_write_text, fsync_dir, is_write_error, open_no_follow, write_error
 from grpolab.models import Policy
 from grpolab.tasks import Task, get_task, with_validation
+from grpolab.train.identity import run_identity
 from grpolab.train.runlog import (
     evaluation_key,
     missing_steps,
@@ -188,8 +189,10 @@ _START_FIELDS = names_in_scope(TrainConfig, "start")
 
 
 def start_evaluation_key(config: TrainConfig) -> str:
-    """A digest of the settings a start evaluation depends on (the fields of scope "start")."""
+    """A digest of what a start evaluation depends on: the fields of scope "start", and the content of the local
+    data and model they name (``run_identity``), so that a cached entry never outlives a changed data file."""
     settings = {name: value for name, value in config.to_dict().items() if name in _START_FIELDS}
+    settings["identity"] = run_identity(config)
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
@@ -234,8 +237,9 @@ def _read_cached_evaluation(cache: Path) -> dict[str, Any] | None:
 
 
 def append_evaluation(run_dir: Path, row: dict[str, Any]) -> None:
-    """Append one evaluation row to the run's ``eval.jsonl``, flushed and fsynced."""
-    with (run_dir / "eval.jsonl").open("a") as handle:
+    """Append one evaluation row to the run's ``eval.jsonl``, flushed and fsynced (never through a link planted
+    there: ``open_no_follow``)."""
+    with open_no_follow(run_dir / "eval.jsonl", "a") as handle:
         handle.write(json.dumps(row) + "\n")
         handle.flush()
         os.fsync(handle.fileno())

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import shlex
 import time
@@ -41,7 +40,6 @@ __all__ = [
     "record_resume",
     "refuse_run_code",
     "resume_config",
-    "run_identity",
     "same_run_settings",
 ]
 
@@ -127,9 +125,7 @@ def checked_resume_settings(run_dir: Path, config: TrainConfig) -> TrainConfig |
     or, when it is missing, the checkpoint's own (``config`` must then give them again). None for a run with
     neither (nothing to resume). Refuses a resume whose ``config`` differs from them beyond what may change."""
     from grpolab.train.checkpoint import checkpoint_settings
-    from grpolab.train.ownership import refuse_planted_links
 
-    refuse_planted_links(Path(run_dir))  # before anything is read or written there
     saved = load_saved_config(run_dir)
     found = checkpoint_settings(run_dir)
     if found is not None:
@@ -252,65 +248,6 @@ def same_run_settings(saved: TrainConfig | None, planned: TrainConfig) -> bool:
     return not _changes(saved.to_dict(), planned.to_dict(), names)
 
 
-# ---------------------------------------------------------------------------- what the settings name
-
-
-def run_identity(settings: TrainConfig | dict[str, Any]) -> dict[str, str]:
-    """What a run's settings name but cannot vouch for: ``data``, a SHA-256 of the content of a local data file
-    or folder (``data``, or a ``path`` in ``task_options``), and ``model``, a fingerprint of a local model
-    directory; a key only for what is a local path (a built-in task's data is its settings; a hub name is
-    not fingerprinted).
-
-    Why content for the data and names + sizes + modification times for the model: a data file is small (MB)
-    and is edited in place by hand, often keeping its size and within a second ("4" -> "5" in one answer), which
-    only its content shows; a model's weights are large (270 MB for SmolLM2-135M, 15 GB for a 7B model, so
-    seconds to minutes of hashing at every start and checkpoint) and are changed by rewriting them
-    (``save_pretrained``, a copy, a download), which always gives a new modification time. An in-place edit
-    that keeps a weight file's size and restores its modification time is not seen."""
-    values = settings.to_dict() if isinstance(settings, TrainConfig) else dict(settings)
-    identity: dict[str, str] = {}
-    data = values.get("data") or (values.get("task_options") or {}).get("path")
-    if isinstance(data, str) and Path(data).exists():
-        identity["data"] = _content_hash(Path(data))
-    model = values.get("model")
-    if isinstance(model, str) and Path(model).is_dir():
-        identity["model"] = _fingerprint(Path(model))
-    return identity
-
-
-def _files(root: Path) -> list[Path]:
-    """``root`` itself (a file), or the files below it, by name; hidden names (caches, .git) are left out."""
-    if root.is_file():
-        return [root]
-    return sorted(p for p in root.rglob("*") if p.is_file()
-                  and not any(part.startswith(".") for part in p.relative_to(root).parts))
-
-
-# (file, inode, size, mtime, ctime) of every file -> content hash: hashed once per process while no file is
-# written (any write moves ctime, which utime cannot set back)
-_HASHED: dict[tuple, str] = {}
-
-
-def _content_hash(root: Path) -> str:
-    files = _files(root)
-    stamp = tuple((str(p), s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for p in files for s in [p.stat()])
-    if stamp not in _HASHED:
-        digest = hashlib.sha256()
-        for path in files:
-            digest.update(str(path.relative_to(root) if path != root else path.name).encode() + b"\0")
-            with path.open("rb") as handle:
-                for block in iter(lambda h=handle: h.read(1 << 20), b""):
-                    digest.update(block)
-            digest.update(b"\0")
-        _HASHED[stamp] = digest.hexdigest()
-    return _HASHED[stamp]
-
-
-def _fingerprint(root: Path) -> str:
-    listing = [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in _files(root)]
-    return hashlib.sha256(json.dumps(listing).encode()).hexdigest()
-
-
 def check_identity(checkpoint: Path, config: TrainConfig) -> None:
     """Refuse to resume from ``checkpoint`` when the data or local model that ``config`` names changed since it
     was written (its ``state.json`` ``"identity"``; a checkpoint written before it recorded one is not checked)."""
@@ -320,6 +257,8 @@ def check_identity(checkpoint: Path, config: TrainConfig) -> None:
         return
     if not isinstance(recorded, dict):
         return
+    from grpolab.train.identity import run_identity
+
     now = run_identity(config)
     run_dir = checkpoint.parent.parent
     for key, what in (("data", f"the data {config.data or config.task_options.get('path')}"),

@@ -46,7 +46,7 @@ from grpolab.train.lifecycle import (
     write_task_summary,
 )
 from grpolab.train.lock import DirectoryLock
-from grpolab.train.ownership import check_fresh_run_dir, remove_run_files
+from grpolab.train.ownership import check_fresh_run_dir, refuse_planted_links, remove_run_files
 from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends
 from grpolab.train.settings import checked_resume_settings, record_resume
 
@@ -167,6 +167,7 @@ class RunShell:
     def resume_settings(self, *, has_checkpoint: bool) -> TrainConfig | None:
         """The settings the run was trained under, checked against this command's (``checked_resume_settings``);
         refuses a run with checkpoints whose settings are lost, rather than train it under the flags' defaults."""
+        refuse_planted_links(self.run_dir)  # before anything is read or written there
         saved = checked_resume_settings(self.run_dir, self.config)
         if saved is None and has_checkpoint:
             raise UserError(f"{self.run_dir} has checkpoints but no config.yaml, so the settings it was trained under "

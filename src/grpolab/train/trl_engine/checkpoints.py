@@ -6,7 +6,8 @@ TRL writes a checkpoint's files one by one and not atomically: a kill inside tra
 ``trainer_state.json``, a truncated ``optimizer.pt`` or ``model.safetensors``; a flipped bit goes unseen. grpolab
 seals a checkpoint after TRL's save returns (``seal``: SHA-256 of every file in it), so a checkpoint without a seal
 is one whose save never finished, and ``latest_checkpoint`` resumes from the newest checkpoint whose files match
-their seal. Under ``accelerate launch`` the main process seals what is on its disk when its save returns.
+their seal. Under ``accelerate launch`` the main process seals what is on its disk when its save returns. Each
+checkpoint also holds ``state.json`` with the identity of the run's data and local model (``record_identity``).
 
 Rotation is grpolab's, not TRL's (TRL's ``save_total_limit`` is unset): ``prune`` removes older checkpoints only
 after the newest is sealed, so a kill during a save always leaves the previous sealed checkpoint to resume from.
@@ -20,10 +21,12 @@ import shutil
 import warnings
 from pathlib import Path
 
+from grpolab.config import TrainConfig
 from grpolab.io import atomic_write_text
 from grpolab.train.checkpoint import file_sha256
+from grpolab.train.identity import run_identity
 
-__all__ = ["SEAL", "any_checkpoint", "latest_checkpoint", "prune", "seal"]
+__all__ = ["SEAL", "any_checkpoint", "latest_checkpoint", "prune", "record_identity", "seal"]
 
 SEAL = "checksums.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -44,6 +47,12 @@ def any_checkpoint(run_dir: Path) -> bool:
 
 def _files(checkpoint: Path) -> list[Path]:
     return sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != SEAL)
+
+
+def record_identity(checkpoint: Path, config: TrainConfig) -> None:
+    """Write ``state.json`` with the identity of the data and local model the run trains on (``run_identity``), as
+    grpolab's own checkpoints hold it, so that a resume refuses changed data (``settings.check_identity``)."""
+    atomic_write_text(checkpoint / "state.json", json.dumps({"identity": run_identity(config)}))
 
 
 def seal(checkpoint: Path) -> None:

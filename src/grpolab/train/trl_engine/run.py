@@ -43,6 +43,7 @@ from grpolab.rewards import check_scores, score_batch
 from grpolab.tasks import Task
 from grpolab.train.lifecycle import RunResult
 from grpolab.train.runlog import read_metrics
+from grpolab.train.settings import check_identity
 from grpolab.train.shell import RunShell, step_problems
 from grpolab.train.trl_engine.arguments import check_supported, grpo_arguments, lora_config
 from grpolab.train.trl_engine.checkpoints import any_checkpoint, latest_checkpoint
@@ -146,6 +147,8 @@ class TRLRun:
         self.max_new_tokens = self.shell.max_new_tokens
         self.policy = load_policy(config.model)
         self.checkpoint = latest_checkpoint(self.run_dir) if resume else None
+        if self.checkpoint is not None:  # the data or local model changed since: refused (as grpolab's engine does)
+            check_identity(self.checkpoint, config)
         self.start_step = _checkpoint_step(self.checkpoint, config)
         # report_to's backends get metrics.jsonl's rows, as in the grpolab engine (TRL's report_to is none)
         self.shell.open_logs(resume=resume, saved=saved, start_step=self.start_step)
