@@ -13,6 +13,7 @@ and runs estimators that share an lr in one ``compare`` (``--lr``, no selection)
 ``table`` reads each grid's ``runs.csv`` (end pass@1 and greedy accuracy per run) and ``metrics.parquet``
 (``loss/clipped`` and ``grad/half_batch_cosine`` per step) and writes
 
+* ``runs.csv``: one row per run (the inputs of every other table);
 * ``cells.csv``: one row per (level, P, estimator): means over seeds, the lr, the clipped share, the cosine
   (means over the steps where it is defined) and the share of steps where it is not (a half without gradient);
 * ``gaps.csv``: the paired gap sign - dr_grpo (and reinforce - dr_grpo) per (level, P), with t intervals;
@@ -57,6 +58,9 @@ PROMPTS = (16, 64, 256)
 SELECT_AT = 16
 EARLY_STEPS = 5  # the SNR secondary: the mean cosine over steps 1..EARLY_STEPS
 EXPERIMENT = Path("experiments/batch-size")
+RUN_COLUMNS = ("level", "prompts", "estimator", "seed", "lr", "start_pass_at_1", "start_p_var", "end_pass_at_1",
+               "end_greedy", "step5_pass_at_1", "step5_greedy", "clipped", "cosine_early", "cosine_all",
+               "cosine_undefined")
 ERROR_FLOOR = 1 / 3200  # half of one sample of 8 x 200: the floor of 1 - pass@1 in the log-error ratio
 
 
@@ -340,7 +344,9 @@ def table(args: argparse.Namespace) -> None:
     snr, spearman = snr_table(cells)
     lrs = lr_table(args)
     args.dest.mkdir(parents=True, exist_ok=True)
-    for name, frame in (("cells", cells), ("gaps", gaps), ("interaction", interaction), ("snr", snr), ("lr", lrs)):
+    per_run = runs[list(RUN_COLUMNS)].sort_values(["level", "prompts", "estimator", "seed"])
+    for name, frame in (("runs", per_run), ("cells", cells), ("gaps", gaps), ("interaction", interaction),
+                        ("snr", snr), ("lr", lrs)):
         frame.to_csv(args.dest / f"{name}.csv", index=False)
     score = ("start_pass_at_1", "end_pass_at_1", "end_pass_at_1_sd", "end_greedy", "step5_pass_at_1", "mean", "low",
              "high", "gain_end_pass_at_1", "clipped_share")
