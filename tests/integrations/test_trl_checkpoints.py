@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,9 @@ def test_a_trl_run_seals_its_checkpoints_and_resumes_past_a_damaged_one(tmp_path
                 max_new_tokens=8, checkpoint_every=1, keep_checkpoints=2, progress=False, threads=1, lr=1e-3,
                 eval_start=False)
     run = tmp_path / "run"
-    train(TrainConfig(**tiny), run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # no deprecation noise from grpolab's calls or TRL's loop
+        train(TrainConfig(**tiny), run)
     assert latest_checkpoint(run).name == "checkpoint-2"  # sealed by the run, and whole
     assert (run / "checkpoints" / "checkpoint-1" / "checksums.json").is_file()  # keep_checkpoints 2: both kept
     (run / "checkpoints" / "checkpoint-2" / "trainer_state.json").write_text("")  # a kill inside TRL's save

@@ -27,8 +27,10 @@ Departures from grpolab's engine:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -203,7 +205,8 @@ class TRLRun:
             self.trainer = self._trainer()
             if self.start_step == 0 and self.config.eval_start:
                 self._evaluate(0, "start")
-            self.trainer.train(resume_from_checkpoint=str(self.checkpoint) if self.checkpoint else None)
+            with _without_trls_deprecation_warning():
+                self.trainer.train(resume_from_checkpoint=str(self.checkpoint) if self.checkpoint else None)
             if self.recorder.diverged is not None:
                 self._diverged(*self.recorder.diverged)
             if not self._ended():
@@ -239,6 +242,16 @@ class TRLRun:
         error = self.shell.diverged(step, reason, self.recorder.last_metrics)
         self.state.wait_for_everyone()
         raise error
+
+
+@contextlib.contextmanager
+def _without_trls_deprecation_warning() -> Iterator[None]:
+    """Silence the one deprecation warning TRL 1.16's own code raises at every generation (its
+    ``unwrap_model_for_generation`` reads transformers' ``is_gradient_checkpointing``); grpolab's calls use the new
+    names, and every other warning passes."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def _last_row(run_dir: Path) -> dict[str, Any]:
