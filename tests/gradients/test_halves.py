@@ -126,3 +126,18 @@ def test_the_training_hook_can_measure_the_halves_alone(policy, batch) -> None:
     assert "grad/half_batch_cosine" in both and "grad/effective_rank" not in alone and "grad/dim" in both
     assert model.training and all(p.grad is None for p in model.parameters())
     model.eval()
+
+
+def test_a_run_logs_the_cosine_alone_on_every_step(tmp_path) -> None:
+    from grpolab.train import train
+    from grpolab.train.runlog import read_metrics
+
+    config = TrainConfig(advantage="sign", steps=2, prompts_per_step=4, group_size=2, eval_start=False,
+                         eval_samples=0, eval_limit=4, checkpoint_every=0, progress=False, threads=1,
+                         grad_analysis_every=1, grad_analysis_parts="half_batch")
+    train(config, tmp_path / "run")
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        assert [key for key in row if key.startswith("grad/")] == ["grad/half_batch_cosine"]
+        assert -1.0 <= row["grad/half_batch_cosine"] <= 1.0  # sign: every completion carries gradient
