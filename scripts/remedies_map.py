@@ -39,10 +39,14 @@ import pandas as pd
 
 from grpolab.stats import holm_correction, paired_interval, paired_t_test
 
-LEVELS = {  # the sign map's (scripts/sign_map.py); star-len4 and plus are cut for compute (README.md)
+LEVELS = {  # the sign map's (scripts/sign_map.py)
     "star-len6": {"markers": "*", "lengths": [6, 6]},
     "mixed": {"markers": "+*", "lengths": [3, 6]},
+    "star-len4": {"markers": "*", "lengths": [4, 4]},
+    "plus": {"markers": "+", "lengths": [3, 6]},
 }
+PREREGISTERED = ("star-len6", "mixed")  # the levels kept by the cut; the other two are families of their own
+RESTORED = " (restored levels)"
 GROUP_SIZES = (2, 4)
 STEPS, PROMPTS = 20, 16
 REMEDIES = ("dr_grpo+dynamic", "dr_grpo+mask", "dr_grpo+replay")
@@ -88,8 +92,171 @@ def run(args: argparse.Namespace) -> None:
         subprocess.run(command, check=False)
 
 
+# ---------------------------------------------------------------- statistics
+
+
+def family_of(base: str, level: str) -> str:
+    """The Holm family of a test: the pre-registered levels' own, or the restored levels' (README.md)."""
+    return base if level in PREREGISTERED else base + RESTORED
+
+
+def comparisons() -> list[tuple[str, str, str]]:
+    """(family, arm, versus) of the pre-registered tests within one cell: primary, each remedy vs dr_grpo and vs
+    sign; secondary, sign vs dr_grpo, then reinforce and pkpo vs dr_grpo and vs sign."""
+    primary = [("primary", arm, versus) for arm in REMEDIES for versus in REFERENCES]
+    secondary = [("secondary", "sign", "dr_grpo")]
+    secondary += [("secondary", arm, versus) for arm in ("reinforce", "pkpo") for versus in REFERENCES]
+    return primary + secondary
+
+
+def paired_difference(cell: pd.DataFrame, arm: str, versus: str, metric: str) -> dict[str, float]:
+    """Mean over seeds of ``metric`` of ``arm`` - that of ``versus`` (the seeds both ran), with its Student-t 95%
+    interval and the two-sided paired t p; ``cell`` has columns estimator, seed and ``metric``."""
+    wide = cell.pivot_table(index="seed", columns="estimator", values=metric)
+    if arm not in wide or versus not in wide:
+        return {"mean": np.nan, "low": np.nan, "high": np.nan, "p": np.nan, "n": 0}
+    pairs = wide[[arm, versus]].dropna()
+    if len(pairs) < 2:
+        return {"mean": np.nan, "low": np.nan, "high": np.nan, "p": np.nan, "n": len(pairs)}
+    a, b = pairs[arm].to_numpy(dtype=float), pairs[versus].to_numpy(dtype=float)
+    mean, low, high = paired_interval(a, b)
+    return {"mean": float(mean), "low": float(low), "high": float(high), "p": paired_t_test(a, b)[2],
+            "n": len(pairs)}
+
+
+def reading(difference: float, p_holm: float, arm: str, versus: str) -> str:
+    """What one test says at Holm p < ALPHA, never more."""
+    if not np.isfinite(p_holm) or p_holm >= ALPHA:
+        return "no evidence either way"
+    return f"{arm} above {versus}" if difference > 0 else f"{versus} above {arm}"
+
+
+def tests_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (metric, cell, comparison): the paired difference, its interval, raw p and, on end pass@1,
+    Holm p within its family (over every cell); greedy accuracy is reported, not tested (no Holm)."""
+    rows = []
+    for metric in ("end_pass_at_1", "end_greedy"):
+        for (level, group_size), cell in runs.groupby(["level", "group_size"], sort=False):
+            for family, arm, versus in comparisons():
+                tested = family_of(family, level) if metric == "end_pass_at_1" else "reported"
+                rows.append({"metric": metric, "family": tested,
+                             "level": level, "group_size": int(group_size), "arm": arm, "versus": versus,
+                             **paired_difference(cell, arm, versus, metric)})
+    tests = pd.DataFrame(rows)
+    tests["p_holm"] = np.nan
+    for family in ("primary", "secondary", "primary" + RESTORED, "secondary" + RESTORED):
+        chosen = (tests["family"] == family) & tests["p"].notna()
+        if chosen.any():
+            tests.loc[chosen, "p_holm"] = holm_correction(tests.loc[chosen, "p"].to_numpy())
+    tests["reading"] = [reading(r.mean, r.p_holm, r.arm, r.versus) if r.family != "reported" else ""
+                        for r in tests.itertuples()]
+    return tests
+
+
+def verdict(tests: pd.DataFrame, remedy: str, families: tuple[str, ...] = ("primary",)) -> str:
+    """The pre-registered verdict on "sign beats filtering" for one remedy, from its tests vs sign in
+    ``families`` (each already Holm-corrected within itself)."""
+    rows = tests[tests["family"].isin(families) & (tests["arm"] == remedy) & (tests["versus"] == "sign")]
+    significant = rows[rows["p_holm"] < ALPHA]
+    sign_wins, remedy_wins = int((significant["mean"] < 0).sum()), int((significant["mean"] > 0).sum())
+    if sign_wins and remedy_wins:
+        return "mixed"
+    if sign_wins:
+        return "supported"
+    if remedy_wins:
+        return "contradicted"
+    return "untested at this n"
+
+
+# ---------------------------------------------------------------- reading the runs
+
+
+def read_sweep(folder: Path, level: str) -> pd.DataFrame:
+    """The result runs of one sweep, with the lr, bracketing, end scores, completions sampled and steps run."""
+    runs = pd.read_csv(folder / "runs.csv")
+    runs = runs[runs["role"] == "result"]
+    metrics = pd.read_parquet(folder / "metrics.parquet", columns=["run_id", "step", "rollout/completions_generated"])
+    spent = metrics.groupby("run_id").agg(steps_run=("step", "max"),
+                                          completions=("rollout/completions_generated", "max"))
+    runs = runs.join(spent, on="run_id")
+    runs.insert(0, "level", level)
+    return runs[["level", "group_size", "estimator", "seed", "lr", "bracketed", "status", "steps_run", "completions",
+                 "end_pass_at_1", "end_greedy"]]
+
+
+def read_runs(args: argparse.Namespace) -> pd.DataFrame:
+    frames = [read_sweep(args.out / f"{level}-G{g}", level) for level, g in _cells(args)
+              if (args.out / f"{level}-G{g}" / "runs.csv").is_file()]
+    if not frames:
+        raise SystemExit(f"no finished sweep under {args.out}")
+    return pd.concat(frames, ignore_index=True)
+
+
+def cells_table(runs: pd.DataFrame) -> pd.DataFrame:
+    grouped = runs.groupby(["level", "group_size", "estimator"], sort=False)
+    cells = grouped.agg(lr=("lr", "first"), bracketed=("bracketed", "all"), seeds=("seed", "count"),
+                        end_pass_at_1=("end_pass_at_1", "mean"), end_pass_at_1_sd=("end_pass_at_1", "std"),
+                        end_greedy=("end_greedy", "mean"), completions=("completions", "mean"),
+                        completions_max=("completions", "max"), steps_run=("steps_run", "mean")).reset_index()
+    order = {arm: i for i, arm in enumerate(ARMS)}
+    return cells.sort_values(["group_size", "level", "estimator"], key=lambda c: c.map(order) if c.name ==
+                             "estimator" else c, kind="stable").reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _number(value: float, digits: int) -> str:
+    """A table cell: blank for NaN, 0 for float noise below 1e-12, small p values in g format."""
+    if pd.isna(value):
+        return ""
+    if abs(value) < 1e-12:
+        return "0"
+    if abs(value) < 1e-3:
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".")
+
+
+def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
+    shown = frame.copy()
+    for column in shown.columns:
+        if shown[column].dtype.kind == "f":
+            shown[column] = shown[column].map(lambda v: _number(v, digits))
+    header = "| " + " | ".join(shown.columns) + " |\n|" + "---|" * len(shown.columns) + "\n"
+    return header + "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in shown.itertuples(index=False))
+
+
 def table(args: argparse.Namespace) -> None:
-    raise SystemExit("table: not written yet")
+    runs = read_runs(args)
+    cells, tests = cells_table(runs), tests_table(runs)
+    args.dest.mkdir(parents=True, exist_ok=True)
+    runs.to_csv(args.dest / "runs.csv", index=False)
+    cells.to_csv(args.dest / "cells.csv", index=False)
+    tests.to_csv(args.dest / "tests.csv", index=False)
+    shown = ["level", "group_size", "arm", "versus", "mean", "low", "high", "p", "p_holm", "reading"]
+    pass_at_1 = tests[tests["metric"] == "end_pass_at_1"]
+    lines = ["# The remedies map: tables", "",
+             "Written by `python scripts/remedies_map.py table --out runs/remedies` from the sweeps of",
+             "`python scripts/remedies_map.py run --out runs/remedies`; design and statistics: README.md.",
+             "Differences are in points of pass@1 (arm - versus, paired by seed) with Student-t 95% intervals;",
+             "p_holm is Holm over the family the section names.", "",
+             "## Per arm: lr, end scores (means over seeds) and the compute spent", "", _markdown(cells)]
+    titles = {"primary": "each remedy vs dr_grpo and vs sign", "secondary": "sign, reinforce and pkpo"}
+    for family in ("primary", "secondary", "primary" + RESTORED, "secondary" + RESTORED):
+        rows = pass_at_1[pass_at_1["family"] == family]
+        if len(rows):
+            title = titles[family.removesuffix(RESTORED)]
+            lines += [f"## {family.capitalize()}: {title}, end pass@1 (Holm over its {len(rows)} tests)", "",
+                      _markdown(rows[shown])]
+    lines += ["## Reported, not tested: the same differences on greedy accuracy", "",
+              _markdown(tests[tests["metric"] == "end_greedy"][shown[:-3]]),
+              "## Verdict on \"sign beats filtering\" per remedy (the rule of README.md)", ""]
+    for label, families in (("pre-registered levels", ("primary",)), ("restored levels", ("primary" + RESTORED,)),
+                            ("all four, as a reading of both", ("primary", "primary" + RESTORED))):
+        if all(pass_at_1["family"].eq(family).any() for family in families):
+            lines += [f"- `{remedy}`, {label}: {verdict(tests, remedy, families)}" for remedy in REMEDIES]
+    (args.dest / "table.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.dest}/runs.csv, cells.csv, tests.csv, table.md")
 
 
 def main() -> None:
