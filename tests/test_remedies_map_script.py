@@ -1,0 +1,155 @@
+"""scripts/remedies_map.py's analysis on synthetic sweeps: the paired-by-seed difference with its t interval and p
+(against values computed by hand), Holm within each pre-registered family (and not across families), the
+reading and verdict rules of experiments/remedies/README.md, and the per-run rows read from a sweep."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("remedies_map", ROOT / "scripts" / "remedies_map.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+script = _script()
+
+
+def _cell(values: dict[str, list[float]], metric: str = "end_pass_at_1") -> pd.DataFrame:
+    rows = [{"estimator": arm, "seed": seed, metric: value}
+            for arm, column in values.items() for seed, value in enumerate(column)]
+    return pd.DataFrame(rows)
+
+
+def test_the_paired_difference_matches_the_hand_computed_t_interval_and_p() -> None:
+    # d = 0.1, 0.2, 0.1, 0.2: mean 0.15, sd sqrt(0.01 / 3), se 0.05 / sqrt(3), t = 3 sqrt(3), df 3.
+    cell = _cell({"a": [0.5, 0.6, 0.7, 0.8], "b": [0.4, 0.4, 0.6, 0.6]}).sample(frac=1.0, random_state=3)
+    found = script.paired_difference(cell, "a", "b", "end_pass_at_1")
+    half = 3.1824463 * 0.05 / math.sqrt(3)  # t_{3, 0.975} x se
+    # Student t with 3 df: F(t) = 1/2 + (x / (1 + x^2) + atan x) / pi with x = t / sqrt 3 = 3
+    p = 2 * (0.5 - (3 / 10 + math.atan(3)) / math.pi)
+    assert found["n"] == 4
+    assert found["mean"] == pytest.approx(0.15, abs=1e-9)
+    assert found["low"] == pytest.approx(0.15 - half, abs=1e-6)
+    assert found["high"] == pytest.approx(0.15 + half, abs=1e-6)
+    assert found["p"] == pytest.approx(p, abs=1e-6)
+    assert found["p"] == pytest.approx(0.0138468, abs=1e-6)
+
+
+def test_the_difference_pairs_by_seed_and_uses_only_the_seeds_both_arms_ran() -> None:
+    cell = _cell({"a": [0.75, 0.25, 0.5], "b": [0.5, 0.0]})  # seed 2 ran in a only; binary-exact values
+    found = script.paired_difference(cell, "a", "b", "end_pass_at_1")
+    assert found["n"] == 2
+    assert found["mean"] == 0.25
+    assert found["p"] == 0.0  # every pair differs by the same nonzero amount
+    missing = script.paired_difference(cell, "a", "pkpo", "end_pass_at_1")
+    assert missing["n"] == 0 and math.isnan(missing["mean"])
+
+
+def _runs(levels: tuple[str, ...], seeds: int = 5) -> pd.DataFrame:
+    generator = np.random.default_rng(7)
+    rows = []
+    for level in levels:
+        for group_size in (2, 4):
+            for shift, arm in enumerate(script.ARMS):
+                for seed in range(seeds):
+                    rows.append({"level": level, "group_size": group_size, "estimator": arm, "seed": seed,
+                                 "end_pass_at_1": 0.3 + 0.05 * shift + generator.normal(0, 0.05),
+                                 "end_greedy": 0.3 + generator.normal(0, 0.05)})
+    return pd.DataFrame(rows)
+
+
+def _holm_by_hand(p: list[float]) -> list[float]:
+    m, order = len(p), sorted(range(len(p)), key=lambda i: p[i])
+    adjusted, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def test_holm_runs_within_each_family_and_never_across_families() -> None:
+    tests = script.tests_table(_runs(("star-len6", "mixed", "plus")))
+    sizes = tests.groupby("family").size().to_dict()
+    # 6 primary and 5 secondary tests per cell; 4 pre-registered cells, 2 restored; greedy on all 6 cells
+    assert sizes == {"primary": 24, "secondary": 20, "primary (restored levels)": 12,
+                     "secondary (restored levels)": 10, "reported": 66}
+    for family in ("primary", "secondary", "primary (restored levels)", "secondary (restored levels)"):
+        rows = tests[tests["family"] == family]
+        np.testing.assert_allclose(rows["p_holm"], _holm_by_hand(list(rows["p"])), atol=1e-12)
+    assert tests.loc[tests["family"] == "reported", "p_holm"].isna().all()
+
+
+def test_holm_matches_a_hand_computed_family() -> None:
+    # one cell of three seeds; only the dr_grpo+dynamic arm differs from dr_grpo, by 0.1, 0.2, 0.3 points
+    base = [0.2, 0.4, 0.6]
+    values = {arm: list(base) for arm in script.ARMS}
+    values["dr_grpo+dynamic"] = [0.3, 0.6, 0.9]
+    cell = _cell(values).assign(level="star-len6", group_size=2, end_greedy=0.5)
+    tests = script.tests_table(cell)
+    primary = tests[tests["family"] == "primary"].set_index(["arm", "versus"])
+    # dynamic - dr_grpo and dynamic - sign: d = 0.1, 0.2, 0.3, t = 0.2 / (0.1 / sqrt 3) = 2 sqrt 3, df 2:
+    # p = 1 - t / sqrt(t^2 + 2) (Student t with 2 df); the 4 other differences are 0 on every seed: p = 1
+    t = 2 * math.sqrt(3)
+    p_dynamic = 1 - t / math.sqrt(t * t + 2)
+    for versus in ("dr_grpo", "sign"):
+        assert primary.loc[("dr_grpo+dynamic", versus), "p"] == pytest.approx(p_dynamic, abs=1e-9)
+        # Holm over the 6: p_(1) x 6, then max(p_(1) x 6, p_(2) x 5) = 6 p_dynamic, then min(1, 4 x 1) = 1
+        assert primary.loc[("dr_grpo+dynamic", versus), "p_holm"] == pytest.approx(6 * p_dynamic, abs=1e-9)
+    for arm in ("dr_grpo+mask", "dr_grpo+replay"):
+        assert primary.loc[(arm, "dr_grpo"), "p"] == 1.0
+        assert primary.loc[(arm, "sign"), "p_holm"] == 1.0
+    assert 6 * p_dynamic == pytest.approx(0.4451, abs=1e-4)  # not significant: "no evidence either way"
+    assert set(primary["reading"]) == {"no evidence either way"}
+
+
+def test_the_reading_needs_a_holm_p_below_alpha_and_names_the_side() -> None:
+    assert script.reading(0.1, 0.01, "sign", "dr_grpo") == "sign above dr_grpo"
+    assert script.reading(-0.1, 0.01, "sign", "dr_grpo") == "dr_grpo above sign"
+    assert script.reading(0.3, 0.05, "sign", "dr_grpo") == "no evidence either way"
+    assert script.reading(0.3, math.nan, "sign", "dr_grpo") == "no evidence either way"
+
+
+def _verdict_tests(differences: list[tuple[float, float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"family": "primary", "arm": "dr_grpo+mask", "versus": "sign", "mean": mean, "p_holm": p}
+                         for mean, p in differences]
+                        + [{"family": "primary", "arm": "dr_grpo+mask", "versus": "dr_grpo", "mean": 0.5,
+                            "p_holm": 0.0}])
+
+
+@pytest.mark.parametrize(("differences", "expected"), [
+    ([(-0.2, 0.01), (0.1, 0.3)], "supported"),
+    ([(0.2, 0.01), (-0.1, 0.3)], "contradicted"),
+    ([(0.2, 0.01), (-0.1, 0.02)], "mixed"),
+    ([(0.2, 0.05), (-0.1, 0.5)], "untested at this n"),
+])
+def test_the_verdict_follows_the_preregistered_rule(differences, expected) -> None:
+    # the remedy-vs-dr_grpo row (significant) never enters the verdict on sign
+    assert script.verdict(_verdict_tests(differences), "dr_grpo+mask") == expected
+
+
+def test_a_sweep_is_read_as_its_result_runs_with_the_compute_they_spent(tmp_path: Path) -> None:
+    pd.DataFrame([
+        {"role": "selection", "run_id": "s", "estimator": "sign", "seed": 1000, "group_size": 2, "lr": 1e-3,
+         "bracketed": True, "status": "finished", "steps": 20, "end_pass_at_1": 0.9, "end_greedy": 0.9},
+        {"role": "result", "run_id": "d", "estimator": "dr_grpo+dynamic", "seed": 0, "group_size": 2, "lr": 3e-4,
+         "bracketed": True, "status": "finished", "steps": 20, "end_pass_at_1": 0.4, "end_greedy": 0.5},
+    ]).to_csv(tmp_path / "runs.csv", index=False)
+    metrics = pd.DataFrame({"run_id": ["s", "d", "d", "d"], "step": [1, 1, 2, 3],
+                            "rollout/completions_generated": [32.0, 160.0, 416.0, 672.0]})
+    metrics.to_parquet(tmp_path / "metrics.parquet")
+    runs = script.read_sweep(tmp_path, "mixed")
+    assert runs.to_dict("records") == [{"level": "mixed", "group_size": 2, "estimator": "dr_grpo+dynamic", "seed": 0,
+                                        "lr": 3e-4, "bracketed": True, "status": "finished", "steps_run": 3,
+                                        "completions": 672.0, "end_pass_at_1": 0.4, "end_greedy": 0.5}]
+    assert script.budget(2) == 640 and script.budget(4) == 1280
