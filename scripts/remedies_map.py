@@ -221,7 +221,10 @@ def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
     shown = frame.copy()
     for column in shown.columns:
         if shown[column].dtype.kind == "f":
-            shown[column] = shown[column].map(lambda v: _number(v, digits))
+            if column in ("p", "p_holm"):  # 3 significant digits, so that 0.0503 never shows as 0.05
+                shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.3g}")
+            else:
+                shown[column] = shown[column].map(lambda v: _number(v, digits))
     header = "| " + " | ".join(shown.columns) + " |\n|" + "---|" * len(shown.columns) + "\n"
     return header + "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in shown.itertuples(index=False))
 
@@ -238,8 +241,8 @@ def table(args: argparse.Namespace) -> None:
     lines = ["# The remedies map: tables", "",
              "Written by `python scripts/remedies_map.py table --out runs/remedies` from the sweeps of",
              "`python scripts/remedies_map.py run --out runs/remedies`; design and statistics: README.md.",
-             "Differences are in points of pass@1 (arm - versus, paired by seed) with Student-t 95% intervals;",
-             "p_holm is Holm over the family the section names.", "",
+             "Differences are in pass@1 (a fraction: 0.1 is 10 points; arm - versus, paired by seed) with",
+             "Student-t 95% intervals; p_holm is Holm over the family the section names.", "",
              "## Per arm: lr, end scores (means over seeds) and the compute spent", "", _markdown(cells)]
     titles = {"primary": "each remedy vs dr_grpo and vs sign", "secondary": "sign, reinforce and pkpo"}
     for family in ("primary", "secondary", "primary" + RESTORED, "secondary" + RESTORED):
