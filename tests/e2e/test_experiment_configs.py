@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from grpolab.cli import main
-from grpolab.config import TrainConfig, load_config_file
+from grpolab.config import CompareConfig, TrainConfig, load_config_file
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 REDUCED = ["--seeds", "1", "--selection-seeds", "1", "--steps", "1", "--prompts-per-step", "2",
@@ -21,6 +21,14 @@ REDUCED = ["--seeds", "1", "--selection-seeds", "1", "--steps", "1", "--prompts-
 
 
 CONFIGS = sorted(EXPERIMENTS.glob("*/*.yaml"))
+
+
+def _reduced_vary(settings: dict) -> list[str]:
+    """A ``prompts_per_step`` axis shrunk to as many small values (its budget), any other axis as it is."""
+    name, _, values = str(settings.get("vary", "")).partition("=")
+    if name.strip() != "prompts_per_step":
+        return []
+    return ["--vary", "prompts_per_step=" + ",".join(str(2 + i) for i in range(len(values.split(","))))]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -31,17 +39,18 @@ def test_compare_config_runs_reduced(config: Path, tmp_path: Path) -> None:
     defaults = TrainConfig()
     estimators = settings["estimators"].split(",")
     # one lr of the grid (the selection itself is tested on `embedded`), or the config's one lr
-    lrs = settings["lrs"].split(",")[1:2] if "lrs" in settings else []
+    grid = settings.get("lrs", None if "lr" in settings else CompareConfig().lrs)  # no lr given: the default grid
+    lrs = grid.split(",")[1:2] if grid else []
     task_options = {**settings.get("task_options", {}), "max_new_tokens": 8}
     out = tmp_path / "out"
-    code = main(["compare", "--config", str(config), "--out", str(out), *REDUCED,
+    code = main(["compare", "--config", str(config), "--out", str(out), *REDUCED, *_reduced_vary(settings),
                  *(["--lrs", ",".join(lrs)] if lrs else []),
                  "--task-options", pd.Series([task_options]).to_json(orient="values")[1:-1]])
     assert code == 0
     results = pd.read_parquet(out / "results.parquet")
     variants = len(settings["vary"].split("=", 1)[1].split(",")) if settings.get("vary") else 1  # one axis
     assert set(results["estimator"]) == set(estimators)
-    assert set(results["lr"]) == ({float(lr) for lr in lrs} if lrs else {float(settings["lr"])})
+    assert set(results["lr"]) == ({float(lr) for lr in lrs} if lrs else {float(settings.get("lr", defaults.lr))})
     assert set(results["phase"]) == {"start", "end"}
     assert set(results["model"]) == {settings.get("model", defaults.model)}
     assert set(results["task"]) == {settings.get("task", defaults.task)}

@@ -1,8 +1,9 @@
 """The sections of the ``grpolab compare`` report, one function each, after arXiv 2605.07689.
 
 Summary; final accuracy per estimator (paper Fig. 1); statistics of every pairwise comparison (no claim
-without its p-value and n); pass@k (Fig. 3); training reward and all-wrong / degenerate fractions (Fig. 4), also against completions
-generated when an estimator uses dynamic sampling (``+dynamic``), with an equal-cost table; the gradient's
+without its p-value and n); pass@k (Fig. 3); training reward and all-wrong / degenerate fractions (Fig. 4), also
+against completions generated when an estimator uses dynamic sampling (``+dynamic``), with an equal-cost table; the
+gradient's
 effective rank when ``grad/effective_rank`` was tracked. Each function returns a ``Section`` with its
 figures already rendered to PNG; a section whose inputs are missing (no metrics, missing columns) says so
 in a note instead of failing. The numbers come from ``grpolab.report.tables``, the figures from
