@@ -328,13 +328,16 @@ def lora_config(config: TrainConfig, model: Any) -> Any:
 
 
 def render_markdown() -> str:
-    """The mapping as ``docs/integrations.md`` holds it (a test keeps the two equal)."""
+    """The mapping as ``docs/integrations.md`` holds it (a test keeps the two equal), in the schema's field order."""
+    order = {f.name: i for i, f in enumerate(dataclasses.fields(TrainConfig))}  # the schema's, whatever the dicts'
+    mapped, side, refused = (sorted(table.items(), key=lambda item: order.get(item[0], len(order)))
+                             for table in (MAPPED, GRPOLAB_SIDE, REFUSED))
     lines = ["| grpolab setting | TRL 1.16 arguments | how |", "|---|---|---|"]
-    for name, entry in MAPPED.items():
+    for name, entry in mapped:
         targets = ", ".join(f"`{t}`" for t in entry.targets) or "-"
         lines.append(f"| `{name}` | {targets} | {entry.how} |")
     lines += ["", "Kept on grpolab's side:", ""]
-    lines += [f"- `{name}`: {why}" for name, why in GRPOLAB_SIDE.items()]
+    lines += [f"- `{name}`: {why}" for name, why in side]
     lines += ["", "Refused under `--engine trl` at any value but the default:", ""]
-    lines += [f"- `{name}`: {why}" for name, why in REFUSED.items()]
+    lines += [f"- `{name}`: {why}" for name, why in refused]
     return "\n".join(lines) + "\n"
