@@ -27,7 +27,7 @@ from grpolab.engine import lean_forward, prefix_packing
 from grpolab.engine.rollout import _positions, token_logprobs
 from grpolab.models import load_policy
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import _logprobs
+from grpolab.train.step import UpdateSettings, _logprobs
 
 VOCAB = 32
 KEEP = 7
@@ -176,7 +176,7 @@ def test_update_log_probs_skip_unused_columns_exactly(embedded, monkeypatch) -> 
                       entropy=torch.zeros(6, 7))
     rows = [2, 3]  # leading prompt columns are padding in both, the last completion columns too
     with torch.no_grad():
-        trimmed = _logprobs(embedded, batch, rows, TrainConfig())
+        trimmed = _logprobs(embedded, batch, rows, UpdateSettings.of(TrainConfig()))
         full, _ = token_logprobs(embedded, ids[rows], mask[rows], 7)
     valid = mask[rows, completion].bool()
     assert trimmed.shape == full.shape
@@ -275,7 +275,7 @@ def test_the_update_packs_with_the_padded_values() -> None:
                       truncated=torch.zeros(9, dtype=torch.bool), entropy=torch.zeros(9, 6))
     rows = [1, 2, 3, 4, 7]
     with torch.no_grad():
-        update = _logprobs(model, batch, rows, TrainConfig(temperature=0.7))
+        update = _logprobs(model, batch, rows, UpdateSettings.of(TrainConfig(temperature=0.7)))
         reference = _padded(model, prompt_ids[rows], prompt_mask[rows], completion_ids[rows], completion_mask[rows])
     valid = completion_mask[rows].bool()
     positions = prompt_ids.shape[1] + completion_ids.shape[1]

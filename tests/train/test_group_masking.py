@@ -15,7 +15,7 @@ from tests.train.test_update_policy import COMPLETIONS, PROMPTS, BagOfTokens, _b
 from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.train.batch import StepBatch, mask_degenerate
-from grpolab.train.step import update_policy
+from grpolab.train.step import UpdateSettings, update_policy
 
 G = 2
 MAX_LENGTH = 5
@@ -42,7 +42,8 @@ def _updated(batch: StepBatch, advantages: torch.Tensor, **settings) -> tuple[di
     model = BagOfTokens()
     optimizer = torch.optim.SGD(list(model.parameters()), lr=1.0)
     reference = BagOfTokens(seed=1) if config.beta > 0 else None
-    metrics = update_policy(model, optimizer, batch, advantages, config, lr=1.0, max_length=MAX_LENGTH,
+    metrics = update_policy(model, optimizer, batch, advantages, UpdateSettings.of(config),
+                            lr=1.0, max_length=MAX_LENGTH,
                             reference=reference)
     return {name: p.detach().clone() for name, p in model.named_parameters()}, metrics
 

@@ -22,7 +22,7 @@ from grpolab.errors import UserError
 from grpolab.overlong import overlong_penalty
 from grpolab.train import step, train
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import _logprobs, loss_mask, step_advantages, update_policy
+from grpolab.train.step import UpdateSettings, _logprobs, loss_mask, step_advantages, update_policy
 
 CAP = 16
 TRUNCATED_ROWS = [0, 5, 10]
@@ -48,7 +48,8 @@ def _step(policy, batch: StepBatch, config: TrainConfig, advantages: torch.Tenso
     optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
     if advantages is None:
         advantages = compute_advantages(config.advantage, batch.rewards)
-    metrics = update_policy(model, optimizer, batch, advantages, config, lr=config.lr, max_length=CAP)
+    metrics = update_policy(model, optimizer, batch, advantages, UpdateSettings.of(config),
+                            lr=config.lr, max_length=CAP)
     change = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before, strict=True)])
     return change, metrics
 
@@ -62,8 +63,8 @@ def _relative_gap(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def test_loss_mask_drops_exactly_the_truncated_rows(setup) -> None:
     _, batch = setup
-    assert torch.equal(loss_mask(batch, _config()), batch.completion_mask.float())
-    masked = loss_mask(batch, _config(mask_truncated_completions=True))
+    assert torch.equal(loss_mask(batch, UpdateSettings.of(_config())), batch.completion_mask.float())
+    masked = loss_mask(batch, UpdateSettings.of(_config(mask_truncated_completions=True)))
     kept = [row for row in range(batch.size) if row not in TRUNCATED_ROWS]
     assert (masked[TRUNCATED_ROWS] == 0).all()
     assert torch.equal(masked[kept], batch.completion_mask[kept].float())
@@ -105,7 +106,7 @@ def test_mask_truncated_under_token_mean_rescales_the_kept_rows_only(setup) -> N
 def _with_trainer_logprobs(policy, batch: StepBatch, shift: float) -> StepBatch:
     """The batch with sampler log-probs = the trainer's own (pre-update) log-probs + ``shift`` on every token."""
     with torch.no_grad():
-        trainer = _logprobs(policy.model.eval(), batch, list(range(batch.size)), _config())
+        trainer = _logprobs(policy.model.eval(), batch, list(range(batch.size)), UpdateSettings.of(_config()))
     return replace(batch, sampler_logprobs=(trainer + shift) * batch.completion_mask)
 
 
@@ -176,8 +177,8 @@ def test_off_policy_mask_equals_zeroing_the_dropped_completions_advantages(setup
     policy, batch = setup
     advantages = compute_advantages("grpo", batch.rewards)
     with torch.no_grad():
-        trainer = _logprobs(policy.model, batch, list(range(batch.size)), _config())
-    mask = loss_mask(batch, _config())
+        trainer = _logprobs(policy.model, batch, list(range(batch.size)), UpdateSettings.of(_config()))
+    mask = loss_mask(batch, UpdateSettings.of(_config()))
     kl = ((batch.sampler_logprobs - trainer) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
     dropped = (advantages.reshape(-1) < 0) & (kl > 0)
     assert 0 < int(dropped.sum()) < int((advantages < 0).sum())  # the check is not vacuous
@@ -196,8 +197,8 @@ def test_entropy_bonus_subtracts_coef_times_the_token_mean_entropy(setup) -> Non
     config = _config(entropy_coef=0.1)
     rows = list(range(batch.size))
     with torch.no_grad():
-        _, entropy = step._unpacked_logprobs(policy.model, batch, rows, config, with_entropy=True)
-    mask = loss_mask(batch, config)
+        _, entropy = step._unpacked_logprobs(policy.model, batch, rows, UpdateSettings.of(config), with_entropy=True)
+    mask = loss_mask(batch, UpdateSettings.of(config))
     bonus = 0.1 * float((entropy * mask).sum() / mask.sum())
     _, with_bonus = _step(policy, batch, config)
     _, without = _step(policy, batch, _config())
@@ -217,15 +218,15 @@ def test_entropy_bonus_alone_raises_the_entropy(setup) -> None:
     config = _config(lr=1e-3, entropy_coef=1.0)
     model = copy.deepcopy(policy.model).train()
     optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
-    rows, mask = list(range(batch.size)), loss_mask(batch, config)
+    rows, mask = list(range(batch.size)), loss_mask(batch, UpdateSettings.of(config))
 
     def mean_entropy() -> float:
         with torch.no_grad():
-            _, entropy = step._unpacked_logprobs(model, batch, rows, config, with_entropy=True)
+            _, entropy = step._unpacked_logprobs(model, batch, rows, UpdateSettings.of(config), with_entropy=True)
         return float((entropy * mask).sum() / mask.sum())
 
     before = mean_entropy()
-    update_policy(model, optimizer, batch, zero, config, lr=config.lr, max_length=CAP)
+    update_policy(model, optimizer, batch, zero, UpdateSettings.of(config), lr=config.lr, max_length=CAP)
     assert mean_entropy() > before * 1.01  # +3.7% at lr 1e-3 (larger steps overshoot)
 
 
@@ -240,7 +241,8 @@ def test_clip_metrics_split_by_bound(setup, changes: dict) -> None:
                          **changes)
     model = copy.deepcopy(policy.model).train()
     optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
-    metrics = update_policy(model, optimizer, batch, compute_advantages("grpo", batch.rewards), config,
+    metrics = update_policy(model, optimizer, batch, compute_advantages("grpo", batch.rewards),
+                            UpdateSettings.of(config),
                             lr=config.lr, max_length=CAP)
     low, high = metrics["loss/clip_fraction_low"], metrics["loss/clip_fraction_high"]
     assert low + high == pytest.approx(metrics["loss/clip_fraction"])

@@ -21,7 +21,7 @@ from grpolab.config import TrainConfig
 from grpolab.losses import AGGREGATION_MODES
 from grpolab.train import step
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import loss_mask, update_policy
+from grpolab.train.step import UpdateSettings, loss_mask, update_policy
 
 MAX_LENGTH = 5
 TRUNCATED = [0, 4]  # row 0 carries an advantage, row 4 none
@@ -59,7 +59,7 @@ def _sampled_batch() -> StepBatch:
     truncated = torch.zeros(batch.size, dtype=torch.bool)
     truncated[TRUNCATED] = True
     with torch.no_grad():
-        sampler = step._logprobs(BagOfTokens(seed=2), batch, list(range(batch.size)), TrainConfig())
+        sampler = step._logprobs(BagOfTokens(seed=2), batch, list(range(batch.size)), UpdateSettings.of(TrainConfig()))
     return replace(batch, truncated=truncated, sampler_logprobs=sampler)
 
 
@@ -68,7 +68,8 @@ def _run(batch: StepBatch, advantages: torch.Tensor, config: TrainConfig):
     model = BagOfTokens()
     optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
     reference = BagOfTokens(seed=1) if config.beta > 0 else None
-    metrics = update_policy(model, optimizer, batch, advantages, config, lr=config.lr, max_length=MAX_LENGTH,
+    metrics = update_policy(model, optimizer, batch, advantages, UpdateSettings.of(config),
+                            lr=config.lr, max_length=MAX_LENGTH,
                             reference=reference)
     return model, metrics
 
@@ -104,12 +105,12 @@ def test_skipping_rows_equals_training_every_row_under_every_loss_option(monkeyp
         advantages = {"outcome": OUTCOME, "per_token": PER_TOKEN}[settings.pop("advantages")]
         config = TrainConfig(lr=2.0, max_grad_norm=0.0, micro_batch_size=4, **settings)
         label = f"{settings}, advantages {tuple(advantages.shape)}"
-        skipped_rows = step.trained_rows(batch, advantages, config)
+        skipped_rows = step.trained_rows(batch, advantages, UpdateSettings.of(config))
         skipped, skipped_metrics = _run(batch, advantages, config)
         with monkeypatch.context() as patch:
-            patch.setattr(step, "trained_rows", lambda batch, advantages, config: list(range(batch.size)))
+            patch.setattr(step, "trained_rows", lambda batch, advantages, settings: list(range(batch.size)))
             whole, whole_metrics = _run(batch, advantages, config)
-        mask = loss_mask(batch, config)
+        mask = loss_mask(batch, UpdateSettings.of(config))
         with_tokens = [row for row in range(batch.size) if mask[row].any()]
         if config.beta > 0 or config.entropy_coef > 0:
             assert skipped_rows == with_tokens, label  # the KL term and the bonus have a gradient on every token

@@ -22,7 +22,7 @@ import torch
 from grpolab.config import TrainConfig
 from grpolab.losses import AGGREGATION_MODES
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import trained_rows, update_policy
+from grpolab.train.step import UpdateSettings, trained_rows, update_policy
 
 V = 5  # vocabulary
 PAD = 0  # the pad token; the context model gives it a large embedding, so an unmasked pad changes the logits
@@ -79,7 +79,8 @@ def _update(model: torch.nn.Module, batch: StepBatch, advantages: torch.Tensor, 
     """One update with plain SGD and no gradient clipping; (metrics, the gradient of every parameter)."""
     config = TrainConfig(**{"max_grad_norm": 0.0, **settings})
     optimizer = torch.optim.SGD(list(model.parameters()), lr=0.0)
-    metrics = update_policy(model, optimizer, batch, advantages, config, lr=0.0, max_length=max_length)
+    metrics = update_policy(model, optimizer, batch, advantages, UpdateSettings.of(config),
+                            lr=0.0, max_length=max_length)
     return metrics, {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
@@ -224,8 +225,8 @@ def test_per_token_rows_whose_advantage_is_zero_on_every_completion_token_are_sk
     advantages = torch.zeros(6, 4)
     advantages[1, 1:] = 3.0  # row 1 has one token: everything here is padding
     advantages[4, 3] = 1.0  # row 4's last token
-    assert trained_rows(batch, advantages, TrainConfig()) == [4]
-    assert trained_rows(batch, advantages, TrainConfig(beta=0.1)) == list(range(6))
+    assert trained_rows(batch, advantages, UpdateSettings.of(TrainConfig())) == [4]
+    assert trained_rows(batch, advantages, UpdateSettings.of(TrainConfig(beta=0.1))) == list(range(6))
 
 
 def test_with_a_kl_term_every_row_is_forwarded() -> None:
@@ -233,7 +234,8 @@ def test_with_a_kl_term_every_row_is_forwarded() -> None:
     model, reference = BagOfTokens(), BagOfTokens(seed=1)
     config = TrainConfig(beta=0.1, max_grad_norm=0.0, micro_batch_size=64)
     optimizer = torch.optim.SGD(list(model.parameters()), lr=0.0)
-    metrics = update_policy(model, optimizer, batch, torch.zeros(2, 3), config, lr=0.0, max_length=MAX_LENGTH,
+    metrics = update_policy(model, optimizer, batch, torch.zeros(2, 3), UpdateSettings.of(config),
+                            lr=0.0, max_length=MAX_LENGTH,
                             reference=reference)
     assert metrics["loss/trained_sequences"] == 6 and metrics["loss/kl"] > 0
     assert model.forwarded == [6] and model.bias.grad.abs().max() > 0  # the KL term alone has a gradient

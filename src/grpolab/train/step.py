@@ -2,7 +2,8 @@
 optimizer and the policy update (the starvation metrics are ``grpolab.diagnostics.starvation_metrics``). Shapes:
 P groups, G completions each, B = P * G, T completion tokens.
 
-``update_policy`` trains on the ``StepBatch``: it cuts the trained rows
+``update_policy`` trains on the ``StepBatch`` under ``UpdateSettings`` (the config's fields the update reads, and
+only those; the advantages and the optimizer still take the ``TrainConfig``): it cuts the trained rows
 into ``MicroBatch``es (``micro_batch_size`` rows each; the loss of each is normalised by the whole batch's
 denominator, so their gradients add up to the whole batch's) and sums their ``LossTotals``.
 
@@ -54,8 +55,51 @@ from grpolab.overlong import overlong_penalty, shape_rewards
 from grpolab.process_rewards import completion_advantages, token_advantages
 from grpolab.train.batch import StepBatch
 
-__all__ = ["LossTotals", "MicroBatch", "build_optimizer", "completion_view", "loss_mask",
+__all__ = ["LossTotals", "MicroBatch", "UpdateSettings", "build_optimizer", "completion_view", "loss_mask",
            "loss_option_metrics", "sampler_kl", "step_advantages", "trained_rows", "update_policy"]
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """The settings the update reads, and only those (``UpdateSettings.of`` takes them from a ``TrainConfig``; each
+    field means what the config's field of the same name means, docs/configuration.md). The loop: the iterations,
+    the micro-batch rows, the clip norm, the autocast dtype and the sampling temperature the log-probs are taken
+    at. The loss (``grpolab.losses``, docs/losses.md): its objective and aggregation, the clip bounds, the KL
+    weight, the entropy bonus and the options of each objective. The masks and weights: DAPO's truncation mask,
+    the TIS cap against the sampler and the off-policy mask. The overlong buffer only for its metric (the
+    penalty itself enters the rewards in ``step_advantages``). No defaults: the config's are the only ones."""
+
+    num_iterations: int
+    micro_batch_size: int
+    max_grad_norm: float
+    dtype: str
+    temperature: float
+    policy_loss: str
+    loss_aggregation: str
+    epsilon_low: float
+    epsilon_high: float | None
+    beta: float
+    entropy_coef: float
+    importance_sampling_level: str
+    dual_clip_c: float | None
+    cispo_ratio_min: float | None
+    cispo_ratio_max: float | None
+    sapo_temperature_pos: float
+    sapo_temperature_neg: float
+    vespo_k_pos: float
+    vespo_lambda_pos: float
+    vespo_k_neg: float
+    vespo_lambda_neg: float
+    mask_truncated_completions: bool
+    sampler_is_cap: float | None
+    off_policy_mask_threshold: float | None
+    overlong_buffer: int | None
+    overlong_penalty: float
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> UpdateSettings:
+        """The update's settings from a run's config."""
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
 
 
 def step_advantages(batch: StepBatch, config: TrainConfig, *, max_length: int | None = None) -> torch.Tensor:
@@ -87,11 +131,11 @@ def _outcome_rewards(batch: StepBatch, config: TrainConfig, max_length: int | No
                          penalty=config.overlong_penalty)
 
 
-def loss_mask(batch: StepBatch, config: TrainConfig) -> torch.Tensor:
+def loss_mask(batch: StepBatch, settings: UpdateSettings) -> torch.Tensor:
     """[B, T] float mask of the tokens that count in the loss: the completion tokens, less those of truncated
     completions under ``mask_truncated_completions`` (DAPO's overlong filtering)."""
     mask = batch.completion_mask.float()
-    if config.mask_truncated_completions:
+    if settings.mask_truncated_completions:
         mask = mask * (~batch.truncated.bool()).float().unsqueeze(1)
     return mask
 
@@ -117,13 +161,13 @@ def build_optimizer(params: dict[str, torch.nn.Parameter], config: TrainConfig) 
 _FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
-def _autocast(config: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
-    if config.dtype == "bfloat16":
+def _autocast(settings: UpdateSettings, device: torch.device) -> contextlib.AbstractContextManager:
+    if settings.dtype == "bfloat16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
-def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config: TrainConfig) -> torch.Tensor:
+def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], settings: UpdateSettings) -> torch.Tensor:
     """[len(rows), T] log-probs of the rows' completions, 0 where the completion mask is 0. Llama-family
     models forward each prompt once with its rows' completions packed behind it (``prefix_packing``).
     Otherwise only the columns some of these rows use are forwarded: leading prompt columns that are
@@ -131,25 +175,25 @@ def _logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config:
     valid position's logits) and the masked tail is returned as 0."""
     prompt_mask, completion_mask = batch.prompt_mask[rows], batch.completion_mask[rows]
     device = model_device(model)
-    with _autocast(config, device):
+    with _autocast(settings, device):
         packed = prefix_packing.logprobs(model, batch.prompt_ids[rows], prompt_mask, batch.completion_ids[rows],
-                                         completion_mask, temperature=config.temperature)
+                                         completion_mask, temperature=settings.temperature)
     if packed is not None:
         return packed
-    return _unpacked_logprobs(model, batch, rows, config)[0]
+    return _unpacked_logprobs(model, batch, rows, settings)[0]
 
 
 def _logprobs_and_entropy(model: torch.nn.Module, batch: StepBatch, rows: list[int],
-                          config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+                          settings: UpdateSettings) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``_logprobs`` and, under the entropy bonus (``entropy_coef`` > 0), the entropy [len(rows), T] of the
     policy at each completion token (with autograd, 0 past each row's end); the bonus needs the whole
     distribution, so those rows are forwarded without prefix packing."""
-    if config.entropy_coef <= 0:
-        return _logprobs(model, batch, rows, config), None
-    return _unpacked_logprobs(model, batch, rows, config, with_entropy=True)
+    if settings.entropy_coef <= 0:
+        return _logprobs(model, batch, rows, settings), None
+    return _unpacked_logprobs(model, batch, rows, settings, with_entropy=True)
 
 
-def _unpacked_logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config: TrainConfig, *,
+def _unpacked_logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], settings: UpdateSettings, *,
                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``_logprobs`` without prefix packing, and the entropy [len(rows), T] under ``with_entropy`` (else None)."""
     prompt_mask, completion_mask = batch.prompt_mask[rows], batch.completion_mask[rows]
@@ -160,16 +204,17 @@ def _unpacked_logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int]
     used = int(columns.max()) + 1 if len(columns) else 1
     ids = torch.cat([batch.prompt_ids[rows, start:], batch.completion_ids[rows, :used]], dim=1).to(device)
     mask = torch.cat([prompt_mask[:, start:], completion_mask[:, :used]], dim=1).to(device)
-    with _autocast(config, device):
-        logprobs, entropy = token_logprobs(model, ids, mask, used, temperature=config.temperature,
+    with _autocast(settings, device):
+        logprobs, entropy = token_logprobs(model, ids, mask, used, temperature=settings.temperature,
                                            with_entropy=with_entropy)
     pad = (0, width - used)
     return F.pad(logprobs.float(), pad), None if entropy is None else F.pad(entropy.float(), pad)
 
 
 @torch.no_grad()
-def _frozen_logprobs(model: torch.nn.Module, batch: StepBatch, chunks: list[list[int]], config: TrainConfig) -> dict:
-    return {tuple(rows): _logprobs(model, batch, rows, config) for rows in chunks}
+def _frozen_logprobs(model: torch.nn.Module, batch: StepBatch, chunks: list[list[int]],
+                     settings: UpdateSettings) -> dict:
+    return {tuple(rows): _logprobs(model, batch, rows, settings) for rows in chunks}
 
 
 @dataclass(frozen=True)
@@ -240,22 +285,22 @@ def _device_totals(parts: list[dict[str, torch.Tensor]]) -> LossTotals:
 
 def update_policy(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: StepBatch, advantages: torch.Tensor,
-    config: TrainConfig, *, lr: float, max_length: int, reference: torch.nn.Module | None = None,
+    settings: UpdateSettings, *, lr: float, max_length: int, reference: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
     """``num_iterations`` optimizer steps on ``batch`` with advantages [P, G] (outcome) or [B, T] (per token);
     returns ``loss/*`` metrics. Only the rows the loss gives a gradient are forwarded (``trained_rows``)."""
-    mask = loss_mask(batch, config)
-    rows = trained_rows(batch, advantages, config)
-    micro_batches = _micro_batches(model, batch, advantages, rows, config, max_length=max_length,
+    mask = loss_mask(batch, settings)
+    rows = trained_rows(batch, advantages, settings)
+    micro_batches = _micro_batches(model, batch, advantages, rows, settings, max_length=max_length,
                                    reference=reference)
     for group in optimizer.param_groups:
         group["lr"] = lr
     params = [p for group in optimizer.param_groups for p in group["params"]]
     totals = LossTotals()
-    for _ in range(config.num_iterations):
+    for _ in range(settings.num_iterations):
         _zero_grads(params)
-        totals = _device_totals([_micro_step(model, batch, micro, config) for micro in micro_batches])
-        grad_norm = _clip(params, config.max_grad_norm)
+        totals = _device_totals([_micro_step(model, batch, micro, settings) for micro in micro_batches])
+        grad_norm = _clip(params, settings.max_grad_norm)
         optimizer.step()
     tokens = float(mask[rows].sum()) if rows else 0.0
     metrics = {
@@ -263,14 +308,14 @@ def update_policy(
         "loss/clip_fraction": totals.clipped / max(tokens, 1.0), "loss/grad_norm": grad_norm,
         "loss/lr": lr, "loss/trained_sequences": float(len(rows)), "loss/train_tokens": tokens,
     }
-    metrics["loss/clipped"] = float(0 < config.max_grad_norm < grad_norm)  # loss/grad_norm is the pre-clip norm
+    metrics["loss/clipped"] = float(0 < settings.max_grad_norm < grad_norm)  # loss/grad_norm is the pre-clip norm
     if batch.sampler_logprobs is not None and tokens > 0:
         metrics["rollout/sampler_kl"] = totals.sampler_kl / tokens
-    metrics.update(loss_option_metrics(totals, batch, mask, config, tokens=tokens, max_length=max_length))
+    metrics.update(loss_option_metrics(totals, batch, mask, settings, tokens=tokens, max_length=max_length))
     return metrics
 
 
-def loss_option_metrics(totals: LossTotals, batch: StepBatch, mask: torch.Tensor, config: TrainConfig, *,
+def loss_option_metrics(totals: LossTotals, batch: StepBatch, mask: torch.Tensor, settings: UpdateSettings, *,
                         tokens: float, max_length: int) -> dict[str, float]:
     """What the loss options did in the last iteration (docs/losses.md): shares of the trained tokens clipped by
     each bound, the share of completion tokens masked for truncation, the TIS weights' mean and maximum and the
@@ -278,22 +323,22 @@ def loss_option_metrics(totals: LossTotals, batch: StepBatch, mask: torch.Tensor
     share = max(tokens, 1.0)
     metrics = {"loss/clip_fraction_low": totals.clipped_low / share,
                "loss/clip_fraction_high": totals.clipped_high / share}
-    if config.dual_clip_c is not None:
+    if settings.dual_clip_c is not None:
         metrics["loss/clip_fraction_dual"] = totals.clipped_dual / share
-    if config.mask_truncated_completions:
+    if settings.mask_truncated_completions:
         metrics["loss/masked_truncated"] = 1.0 - float(mask.sum()) / max(float(batch.completion_mask.sum()), 1.0)
-    if config.entropy_coef > 0:
+    if settings.entropy_coef > 0:
         metrics["loss/entropy_bonus"] = totals.entropy_bonus
         if tokens > 0:
             metrics["loss/entropy"] = totals.entropy / tokens
-    if config.off_policy_mask_threshold is not None:
+    if settings.off_policy_mask_threshold is not None:
         metrics["loss/off_policy_masked"] = totals.off_policy_masked / share
-    if config.sampler_is_cap is not None and tokens > 0:
+    if settings.sampler_is_cap is not None and tokens > 0:
         metrics["loss/is_weight_mean"] = totals.is_weight / tokens
         metrics["loss/is_weight_max"] = totals.is_weight_max
-    if config.overlong_buffer is not None and batch.size:
-        penalty = overlong_penalty(batch.lengths, max_length=max_length, buffer=config.overlong_buffer,
-                                   penalty=config.overlong_penalty)
+    if settings.overlong_buffer is not None and batch.size:
+        penalty = overlong_penalty(batch.lengths, max_length=max_length, buffer=settings.overlong_buffer,
+                                   penalty=settings.overlong_penalty)
         metrics["rollout/overlong_penalty"] = float(penalty.mean())
     return metrics
 
@@ -304,24 +349,24 @@ def _row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return advantages.float() if per_token else advantages.reshape(-1).float()
 
 
-def trained_rows(batch: StepBatch, advantages: torch.Tensor, config: TrainConfig) -> list[int]:
+def trained_rows(batch: StepBatch, advantages: torch.Tensor, settings: UpdateSettings) -> list[int]:
     """The rows the update forwards: those the loss gives a gradient (``grpolab.losses.rows_with_gradient``,
     decided by the loss's own terms); the others contribute an exactly 0 gradient."""
-    mask = loss_mask(batch, config)
-    carries = rows_with_gradient(_row_advantages(advantages, mask), mask, beta=config.beta,
-                                 entropy_coef=config.entropy_coef)  # [B]
+    mask = loss_mask(batch, settings)
+    carries = rows_with_gradient(_row_advantages(advantages, mask), mask, beta=settings.beta,
+                                 entropy_coef=settings.entropy_coef)  # [B]
     return torch.nonzero(carries).flatten().tolist()
 
 
 def _micro_batches(model: torch.nn.Module, batch: StepBatch, advantages: torch.Tensor, rows: list[int],
-                   config: TrainConfig, *, max_length: int, reference: torch.nn.Module | None) -> list[MicroBatch]:
+                   settings: UpdateSettings, *, max_length: int, reference: torch.nn.Module | None) -> list[MicroBatch]:
     """``rows`` cut into micro-batches of ``micro_batch_size``, with their frozen log-probs computed once."""
-    mask = loss_mask(batch, config)
+    mask = loss_mask(batch, settings)
     flat = _row_advantages(advantages, mask)  # [B] or [B, T]
-    denominator = aggregation_denominator(mask, config.loss_aggregation, max_length=max_length)
-    chunks = [rows[i : i + config.micro_batch_size] for i in range(0, len(rows), config.micro_batch_size)]
-    old = _frozen_logprobs(model, batch, chunks, config) if config.num_iterations > 1 else None
-    ref = _frozen_logprobs(reference, batch, chunks, config) if reference is not None else None
+    denominator = aggregation_denominator(mask, settings.loss_aggregation, max_length=max_length)
+    chunks = [rows[i : i + settings.micro_batch_size] for i in range(0, len(rows), settings.micro_batch_size)]
+    old = _frozen_logprobs(model, batch, chunks, settings) if settings.num_iterations > 1 else None
+    ref = _frozen_logprobs(reference, batch, chunks, settings) if reference is not None else None
     sampler, device = batch.sampler_logprobs, model_device(model)
     return [MicroBatch(rows=chunk, advantages=flat[chunk].to(device), mask=mask[chunk].to(device),
                        denominator=denominator, old_logprobs=None if old is None else old[tuple(chunk)],
@@ -331,19 +376,19 @@ def _micro_batches(model: torch.nn.Module, batch: StepBatch, advantages: torch.T
 
 
 def _micro_step(model: torch.nn.Module, batch: StepBatch, micro: MicroBatch,
-                config: TrainConfig) -> dict[str, torch.Tensor]:
+                settings: UpdateSettings) -> dict[str, torch.Tensor]:
     """Forward ``micro``'s rows, backpropagate their share of the loss (gradients accumulate) and return
     their sums: ``LossTotals``' fields as 0-dim tensors on the model's device (no host round trip)."""
-    logprobs, entropy = _logprobs_and_entropy(model, batch, micro.rows, config)
+    logprobs, entropy = _logprobs_and_entropy(model, batch, micro.rows, settings)
     before = micro.old_logprobs if micro.old_logprobs is not None else logprobs.detach()  # the sampling policy
-    is_weights = _is_weights(before, micro, config)
-    terms = _policy_loss_terms(logprobs, before, micro, config, is_weights)
-    loss = aggregate(terms.loss, micro.mask, config.loss_aggregation, denominator=micro.denominator)
+    is_weights = _is_weights(before, micro, settings)
+    terms = _policy_loss_terms(logprobs, before, micro, settings, is_weights)
+    loss = aggregate(terms.loss, micro.mask, settings.loss_aggregation, denominator=micro.denominator)
     zero = micro.mask.new_zeros(())
     bonus = entropy_sum = zero
     if entropy is not None:
         entropy_sum = (entropy.detach() * micro.mask).sum()
-        bonus = entropy_bonus(entropy, micro.mask, config.loss_aggregation, config.entropy_coef,
+        bonus = entropy_bonus(entropy, micro.mask, settings.loss_aggregation, settings.entropy_coef,
                               denominator=micro.denominator)
         loss = loss - bonus
     loss.backward()
@@ -356,28 +401,28 @@ def _micro_step(model: torch.nn.Module, batch: StepBatch, micro: MicroBatch,
 
 
 def _policy_loss_terms(logprobs: torch.Tensor, old_logprobs: torch.Tensor, micro: MicroBatch,
-                       config: TrainConfig, is_weights: torch.Tensor | None = None) -> PolicyLossTerms:
+                       settings: UpdateSettings, is_weights: torch.Tensor | None = None) -> PolicyLossTerms:
     """The per-token policy loss [b, T] of a micro-batch under the config's loss settings (docs/losses.md): the
     one place the update calls ``grpolab.losses``' policy loss."""
     return policy_loss(
-        logprobs, old_logprobs, micro.advantages, epsilon_low=config.epsilon_low, epsilon_high=config.epsilon_high,
-        ref_logprobs=micro.ref_logprobs, beta=config.beta, objective=config.policy_loss,
-        importance_sampling_level=config.importance_sampling_level, mask=micro.mask, dual_clip_c=config.dual_clip_c,
-        cispo_ratio_min=config.cispo_ratio_min, cispo_ratio_max=config.cispo_ratio_max, is_weights=is_weights,
-        sapo_temperatures=(config.sapo_temperature_pos, config.sapo_temperature_neg),
-        vespo_shape=(config.vespo_k_pos, config.vespo_lambda_pos, config.vespo_k_neg, config.vespo_lambda_neg),
-        off_policy_threshold=config.off_policy_mask_threshold, sampling_logprobs=micro.sampler_logprobs,
+        logprobs, old_logprobs, micro.advantages, epsilon_low=settings.epsilon_low, epsilon_high=settings.epsilon_high,
+        ref_logprobs=micro.ref_logprobs, beta=settings.beta, objective=settings.policy_loss,
+        importance_sampling_level=settings.importance_sampling_level, mask=micro.mask, dual_clip_c=settings.dual_clip_c,
+        cispo_ratio_min=settings.cispo_ratio_min, cispo_ratio_max=settings.cispo_ratio_max, is_weights=is_weights,
+        sapo_temperatures=(settings.sapo_temperature_pos, settings.sapo_temperature_neg),
+        vespo_shape=(settings.vespo_k_pos, settings.vespo_lambda_pos, settings.vespo_k_neg, settings.vespo_lambda_neg),
+        off_policy_threshold=settings.off_policy_mask_threshold, sampling_logprobs=micro.sampler_logprobs,
     )
 
 
-def _is_weights(before: torch.Tensor, micro: MicroBatch, config: TrainConfig) -> torch.Tensor | None:
+def _is_weights(before: torch.Tensor, micro: MicroBatch, settings: UpdateSettings) -> torch.Tensor | None:
     """TIS weights [b, T] under ``sampler_is_cap``: the trainer's pre-update log-probs ``before`` against the
     sampler's; else None."""
-    if config.sampler_is_cap is None:
+    if settings.sampler_is_cap is None:
         return None
     if micro.sampler_logprobs is None:
         raise UserError("sampler_is_cap needs the sampler's log-probs, and this batch has none; drop --sampler-is-cap")
-    return truncated_is_weights(before, micro.sampler_logprobs, config.sampler_is_cap)
+    return truncated_is_weights(before, micro.sampler_logprobs, settings.sampler_is_cap)
 
 
 def _option_sums(terms: PolicyLossTerms, is_weights: torch.Tensor | None, mask: torch.Tensor,

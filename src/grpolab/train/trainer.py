@@ -65,7 +65,7 @@ from grpolab.train.divergence import divergence_reason
 from grpolab.train.lifecycle import RunResult, wrap_lora
 from grpolab.train.replay import ReplayBuffer
 from grpolab.train.shell import RunShell, rollout_figures, rollout_table, step_problems, step_seed
-from grpolab.train.step import build_optimizer, completion_view, step_advantages, update_policy
+from grpolab.train.step import UpdateSettings, build_optimizer, completion_view, step_advantages, update_policy
 from grpolab.verifiers.process import get_process_verifier
 
 __all__ = ["RunResult", "Trainer"]
@@ -241,8 +241,8 @@ class Trainer:
         lr = _learning_rate(self.config, step)
         update_started = time.perf_counter()
         trained, trained_advantages, masked = self._trained(batch, advantages)
-        update = update_policy(self.model, self.optimizer, trained, trained_advantages, self.config, lr=lr,
-                               max_length=self.max_new_tokens, reference=self.reference)
+        update = update_policy(self.model, self.optimizer, trained, trained_advantages, UpdateSettings.of(self.config),
+                               lr=lr, max_length=self.max_new_tokens, reference=self.reference)
         update_time = time.perf_counter() - update_started
         self._log_rollouts(step, batch, per_completion)
         figures = rollout_figures(batch.rewards, batch.lengths, batch.truncated.tolist(), self.completions_generated,
