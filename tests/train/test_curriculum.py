@@ -65,17 +65,33 @@ def test_a_streamed_task_is_refused_in_one_line() -> None:
     with pytest.raises(UserError, match=r"^the curriculum needs a task with a fixed train split, but task 'reverse'"):
         check_curriculum(TrainConfig(curriculum=True), get_task("reverse"))
     check_curriculum(TrainConfig(), get_task("reverse"))  # no curriculum: nothing to refuse
+    check_curriculum(TrainConfig(curriculum=True), get_task("reverse", train_pool=16))  # a fixed pool: accepted
+
+
+def test_on_a_reverse_pool_the_replacements_come_from_the_pool() -> None:
+    task = get_task("reverse", train_pool=16)
+    config = TrainConfig(curriculum=True, curriculum_window=2, prompts_per_step=4, seed=3)
+    curriculum = DifficultyCurriculum(2)
+    drawn = step_problems(task, config, 5)
+    curriculum.record(4, drawn, np.array([[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]))
+    problems, replaced = curriculum.problems(task, config, 5)
+    assert replaced == 3 and problems[2] == drawn[2]
+    assert {p.id for p in problems} <= {p.id for p in task.train}
 
 
 class _Stop(Exception):
     pass
 
 
-def test_a_resumed_curriculum_run_repeats_an_uninterrupted_one(tmp_path) -> None:
-    config = TrainConfig(task="arith", model="embedded-arith", advantage="dr_grpo", curriculum=True,
-                         curriculum_window=3, prompts_per_step=8, group_size=4, steps=6, checkpoint_every=2,
-                         eval_start=False, eval_limit=8, eval_samples=0, progress=False, threads=1, lr=1e-3,
-                         task_limit=16)
+ARITH = {"task": "arith", "model": "embedded-arith", "task_limit": 16}
+REVERSE_POOL = {"task": "reverse", "model": "embedded", "task_options": {"train_pool": 16}}
+
+
+@pytest.mark.parametrize("setting", [ARITH, REVERSE_POOL], ids=["arith", "reverse-pool"])
+def test_a_resumed_curriculum_run_repeats_an_uninterrupted_one(tmp_path, setting) -> None:
+    config = TrainConfig(advantage="dr_grpo", curriculum=True, curriculum_window=3, prompts_per_step=8, group_size=4,
+                         steps=6, checkpoint_every=2, eval_start=False, eval_limit=8, eval_samples=0, progress=False,
+                         threads=1, lr=1e-3, **setting)
     straight = Trainer(config, tmp_path / "straight")
     straight.run()
 

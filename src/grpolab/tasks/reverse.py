@@ -22,6 +22,11 @@ are fixed samples of their buckets; training prompts are drawn fresh every step 
 a stream keyed by (seed, step, round), so there is no pool small enough to memorise. The ``sft`` bucket
 is where the embedded model's supervised data came from; it is never used by the task. Palindromes are
 left out everywhere (reversing and copying them give the same answer).
+
+A fixed train pool (``train_pool=N``, ``pool_seed``): the train split is instead a fixed sample of N prompts of
+the train bucket, drawn like the test and validation samples (from ``pool_seed``), and the task has no train
+stream: steps draw from the pool, so prompts recur, which a curriculum by recent success
+(``grpolab.train.curriculum``) needs. The default (no pool) is the stream above, unchanged.
 """
 
 from __future__ import annotations
@@ -131,25 +136,54 @@ def _checked_lengths(lengths: object) -> tuple[int, int]:
     return int(lengths[0]), int(lengths[1])
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _train_pool(size: object, pool_seed: object, bounds: tuple[int, int], markers: str) -> tuple[Problem, ...]:
+    """The fixed train split: ``size`` distinct train-bucket prompts drawn from ``pool_seed``."""
+    if not _is_int(size) or size < 1:
+        raise UserError(f"reverse: train_pool must be a positive int (the number of fixed train prompts) or null "
+                        f"(fresh prompts every step); got {size!r}")
+    if not _is_int(pool_seed):
+        raise UserError(f"reverse: pool_seed must be an int; got {pool_seed!r}")
+    available = bucket_size("train", bounds, markers)
+    if size > available:
+        raise UserError(f"reverse: train_pool {size:,} is more than the about {available:,} train prompts that "
+                        f"lengths {bounds} with markers {markers!r} make; lower train_pool or widen lengths")
+    return tuple(draw(random.Random(f"reverse-train-pool:{pool_seed}"), "train", size, bounds, markers,
+                      f"reverse-pool{pool_seed}"))
+
+
 def make_task(*, num_test: int = 200, num_validation: int = 200, lengths: object = (3, 6),
-              markers: str = MARKERS, **_: object) -> Task:
+              markers: str = MARKERS, train_pool: int | None = None, pool_seed: int | None = None,
+              **_: object) -> Task:
     """The ``reverse`` task. Test and validation splits are the same for every run (so runs with different
-    seeds are evaluated on the same prompts); the run's seed keys only the training stream."""
+    seeds are evaluated on the same prompts); the run's seed keys only the training stream. With ``train_pool``
+    N, the train split is a fixed sample of N train-bucket prompts drawn from ``pool_seed`` (0 when not given;
+    the run's seed does not change it) and there is no stream."""
     bounds = _checked_lengths(lengths)
     if not isinstance(markers, str) or not markers or set(markers) - set(MARKERS):
         raise UserError(f"reverse: markers must be a non-empty string of '+' and '*'; got {markers!r}")
     for name, size in (("num_test", num_test), ("num_validation", num_validation)):
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        if not _is_int(size) or size < 1:
             raise UserError(f"reverse: {name} must be a positive int; got {size!r}")
-    stream = _TrainStream(bounds, markers)
+    if train_pool is None and pool_seed is not None:
+        raise UserError("reverse: pool_seed keys the fixed train pool, and there is none; give train_pool too, "
+                        "or drop pool_seed")
+    if train_pool is None:
+        stream = _TrainStream(bounds, markers)
+        train, train_stream = tuple(stream(0, 0, 0, 64)), stream  # a preview of the stream; training draws fresh
+    else:
+        train, train_stream = _train_pool(train_pool, 0 if pool_seed is None else pool_seed, bounds, markers), None
     return Task(
         name="reverse",
-        train=tuple(stream(0, 0, 0, 64)),  # a preview of the stream; training draws fresh problems
+        train=train,
         test=tuple(draw(random.Random("reverse-test"), "test", num_test, bounds, markers, "reverse-test")),
         validation=tuple(draw(random.Random("reverse-validation"), "validation", num_validation, bounds, markers,
                               "reverse-validation")),
         verifier="exact",
         max_new_tokens=bounds[1] + 1,  # the answer, then EOS
         use_chat_template=False,
-        train_stream=stream,
+        train_stream=train_stream,
     )

@@ -21,7 +21,8 @@ per-prompt history is saved in the checkpoint: ``state`` / ``load_state``):
 
 Departures: the sources pick by pass rate over longer histories or pools (prime-rl) or mask in the loss (ROLL);
 here a prompt is skipped outright for W steps after it was last seen settled, and only a task with a fixed
-train split can have a curriculum (a task that streams fresh prompts never sees a prompt twice).
+train split can have a curriculum (a task that streams fresh prompts never sees a prompt twice; ``reverse``
+has one with its ``train_pool`` option).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def check_curriculum(config: TrainConfig, task: Task) -> None:
     """Refuse a curriculum on a task that streams its train prompts (one line)."""
     if config.curriculum and task.train_stream is not None:
         raise UserError(f"the curriculum needs a task with a fixed train split, but task {config.task!r} draws "
-                        "fresh prompts every step; use a task such as arith or gsm8k, or drop --curriculum "
-                        "(+curriculum)")
+                        "fresh prompts every step; use a task such as arith or gsm8k, give reverse a fixed pool "
+                        "(--task-options '{\"train_pool\": 64}'), or drop --curriculum (+curriculum)")
 
 
 class DifficultyCurriculum:
