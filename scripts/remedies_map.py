@@ -2,13 +2,18 @@
 
     python scripts/remedies_map.py run --out runs/remedies     # one grpolab compare per (level, G), --workers 1
     python scripts/remedies_map.py table --out runs/remedies   # experiments/remedies/*.csv and table.md
+    python scripts/remedies_map.py run --map curriculum     # its curriculum column: runs/remedies-curriculum
+    python scripts/remedies_map.py table --map curriculum   # experiments/remedies-curriculum/*.csv and table.md
 
 The design and the statistics were fixed before the runs in experiments/remedies/README.md. ``run`` drives
 ``grpolab compare --config experiments/remedies/compare.yaml`` once per (difficulty level, G): the embedded
 ``reverse`` task at the sign map's levels (``scripts/sign_map.py`` ``LEVELS``), with ``--budget
 completions=N``, N = steps x P x G, so that every arm samples the completions that 20 steps of ``dr_grpo``
 sample (``dr_grpo+dynamic`` runs fewer steps). A finished sweep is skipped, so an interrupted ``run`` resumes.
-``dr_grpo+curriculum`` is not an arm: ``reverse`` streams its prompts and grpolab refuses the curriculum there.
+``dr_grpo+curriculum`` is not an arm of that map: ``reverse`` streams its prompts and grpolab refuses the
+curriculum there. ``--map curriculum`` is its column, pre-registered in experiments/remedies-curriculum/README.md:
+the same levels with a fixed train pool (task option ``train_pool``), arms ``dr_grpo``, ``dr_grpo+curriculum`` and
+``sign``, the same budget, lr selection and statistics (a ``Map`` says what differs).
 
 ``table`` reads each sweep's ``runs.csv`` (end pass@1 and greedy accuracy per result run) and
 ``metrics.parquet`` (completions sampled and steps run) and writes
@@ -17,9 +22,9 @@ sample (``dr_grpo+dynamic`` runs fewer steps). A finished sweep is skipped, so a
 * ``cells.csv``: one row per (level, G, arm): the lr and whether it is bracketed, the means over seeds of end
   pass@1, greedy accuracy, completions and steps;
 * ``tests.csv``: the paired differences (arm - versus, same seed) with Student-t 95% intervals, raw p and Holm p
-  within each family (primary: each remedy vs dr_grpo and vs sign per cell; secondary: sign vs dr_grpo,
-  reinforce and pkpo vs dr_grpo and vs sign), on end pass@1, and the same on greedy accuracy (reported, not
-  tested: no Holm);
+  within each family (primary: each remedy vs dr_grpo and vs sign per cell; secondary: sign vs dr_grpo, and
+  in the remedies map reinforce and pkpo vs dr_grpo and vs sign), on end pass@1, and the same on greedy accuracy
+  (reported, not tested: no Holm);
 * ``table.md``: all of it, in Markdown, and the pre-registered verdict per remedy.
 
 The paired tests are ``grpolab.stats.paired_t_test`` and ``paired_interval``; Holm is
@@ -33,6 +38,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -57,16 +63,44 @@ EXPERIMENT = Path("experiments/remedies")
 ALPHA = 0.05
 
 
+class Map(NamedTuple):  # a NamedTuple, not a dataclass: the tests load this script without registering it
+    """One map: its folder (compare.yaml, README.md with the pre-registration, the tables), arms, tested
+    comparisons per cell, the levels of its pre-registered families and the task options added to every level."""
+
+    name: str
+    folder: Path
+    arms: tuple[str, ...]
+    remedies: tuple[str, ...]  # primary family: each vs every reference
+    secondary: tuple[tuple[str, str], ...]  # (arm, versus)
+    preregistered: tuple[str, ...]  # the other levels' tests are families of their own (RESTORED)
+    task_options: dict
+
+
+REMEDIES_MAP = Map("remedies", EXPERIMENT, ARMS, REMEDIES,
+                   (("sign", "dr_grpo"), *((arm, versus) for arm in ("reinforce", "pkpo") for versus in REFERENCES)),
+                   PREREGISTERED, {})
+POOL = 64  # the curriculum column's train pool: 4 x P, each prompt drawn about 5 times in 20 steps
+CURRICULUM_MAP = Map("curriculum", Path("experiments/remedies-curriculum"), ("dr_grpo", "dr_grpo+curriculum", "sign"),
+                     ("dr_grpo+curriculum",), (("sign", "dr_grpo"),), tuple(LEVELS), {"train_pool": POOL})
+MAPS = {m.name: m for m in (REMEDIES_MAP, CURRICULUM_MAP)}
+
+
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["run", "table"])
-    parser.add_argument("--out", type=Path, default=Path("runs/remedies"), help="folder of the sweeps")
-    parser.add_argument("--dest", type=Path, default=EXPERIMENT, help="where table writes")
+    parser.add_argument("--map", choices=list(MAPS), default="remedies",
+                        help="the remedies map, or its curriculum column on a fixed train pool")
+    parser.add_argument("--out", type=Path, default=None, help="folder of the sweeps (runs/remedies[-curriculum])")
+    parser.add_argument("--dest", type=Path, default=None, help="where table writes (the map's experiments folder)")
     parser.add_argument("--levels", default=",".join(LEVELS), help="comma-separated level names")
     parser.add_argument("--group-sizes", default=",".join(map(str, GROUP_SIZES)), help="comma-separated G")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--extra", default="", help="more compare flags, e.g. '--seeds 2' (smoke tests)")
-    return parser.parse_args()
+    args = parser.parse_args()
+    args.map = MAPS[args.map]
+    args.out = args.out or Path("runs") / args.map.folder.name
+    args.dest = args.dest or args.map.folder
+    return args
 
 
 def _cells(args: argparse.Namespace) -> list[tuple[str, int]]:
@@ -86,7 +120,8 @@ def run(args: argparse.Namespace) -> None:
             print(f"done already: {out}", flush=True)
             continue
         command = [str(Path(sys.executable).with_name("grpolab")), "compare", "--config",
-                   str(EXPERIMENT / "compare.yaml"), "--task-options", json.dumps(LEVELS[level]),
+                   str(args.map.folder / "compare.yaml"),
+                   "--task-options", json.dumps({**LEVELS[level], **args.map.task_options}),
                    "--group-sizes", str(group_size), "--budget", f"completions={budget(group_size)}",
                    "--out", str(out), "--workers", str(args.workers), "--no-report", *args.extra.split()]
         print("$", " ".join(command[1:]), flush=True)
@@ -96,18 +131,17 @@ def run(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- statistics
 
 
-def family_of(base: str, level: str) -> str:
+def family_of(base: str, level: str, map_: Map = REMEDIES_MAP) -> str:
     """The Holm family of a test: the pre-registered levels' own, or the restored levels' (README.md)."""
-    return base if level in PREREGISTERED else base + RESTORED
+    return base if level in map_.preregistered else base + RESTORED
 
 
-def comparisons() -> list[tuple[str, str, str]]:
+def comparisons(map_: Map = REMEDIES_MAP) -> list[tuple[str, str, str]]:
     """(family, arm, versus) of the pre-registered tests within one cell: primary, each remedy vs dr_grpo and vs
-    sign; secondary, sign vs dr_grpo, then reinforce and pkpo vs dr_grpo and vs sign."""
-    primary = [("primary", arm, versus) for arm in REMEDIES for versus in REFERENCES]
-    secondary = [("secondary", "sign", "dr_grpo")]
-    secondary += [("secondary", arm, versus) for arm in ("reinforce", "pkpo") for versus in REFERENCES]
-    return primary + secondary
+    sign; secondary, the map's own (the remedies map: sign vs dr_grpo, then reinforce and pkpo vs dr_grpo and vs
+    sign)."""
+    primary = [("primary", arm, versus) for arm in map_.remedies for versus in REFERENCES]
+    return primary + [("secondary", arm, versus) for arm, versus in map_.secondary]
 
 
 def paired_difference(cell: pd.DataFrame, arm: str, versus: str, metric: str) -> dict[str, float]:
@@ -132,14 +166,14 @@ def reading(difference: float, p_holm: float, arm: str, versus: str) -> str:
     return f"{arm} above {versus}" if difference > 0 else f"{versus} above {arm}"
 
 
-def tests_table(runs: pd.DataFrame) -> pd.DataFrame:
+def tests_table(runs: pd.DataFrame, map_: Map = REMEDIES_MAP) -> pd.DataFrame:
     """One row per (metric, cell, comparison): the paired difference, its interval, raw p and, on end pass@1,
     Holm p within its family (over every cell); greedy accuracy is reported, not tested (no Holm)."""
     rows = []
     for metric in ("end_pass_at_1", "end_greedy"):
         for (level, group_size), cell in runs.groupby(["level", "group_size"], sort=False):
-            for family, arm, versus in comparisons():
-                tested = family_of(family, level) if metric == "end_pass_at_1" else "reported"
+            for family, arm, versus in comparisons(map_):
+                tested = family_of(family, level, map_) if metric == "end_pass_at_1" else "reported"
                 rows.append({"metric": metric, "family": tested,
                              "level": level, "group_size": int(group_size), "arm": arm, "versus": versus,
                              **paired_difference(cell, arm, versus, metric)})
@@ -172,34 +206,43 @@ def verdict(tests: pd.DataFrame, remedy: str, families: tuple[str, ...] = ("prim
 # ---------------------------------------------------------------- reading the runs
 
 
-def read_sweep(folder: Path, level: str) -> pd.DataFrame:
-    """The result runs of one sweep, with the lr, bracketing, end scores, completions sampled and steps run."""
+REPLACED = "rollout/curriculum_replaced"
+
+
+def read_sweep(folder: Path, level: str, map_: Map = REMEDIES_MAP) -> pd.DataFrame:
+    """The result runs of one sweep, with the lr, bracketing, end scores, completions sampled and steps run; in
+    the curriculum column also the curriculum's replacements per step (mean over the run's steps)."""
     runs = pd.read_csv(folder / "runs.csv")
     runs = runs[runs["role"] == "result"]
-    metrics = pd.read_parquet(folder / "metrics.parquet", columns=["run_id", "step", "rollout/completions_generated"])
+    curriculum = map_ is CURRICULUM_MAP
+    columns = ["run_id", "step", "rollout/completions_generated", *([REPLACED] if curriculum else [])]
+    metrics = pd.read_parquet(folder / "metrics.parquet", columns=columns)
     spent = metrics.groupby("run_id").agg(steps_run=("step", "max"),
-                                          completions=("rollout/completions_generated", "max"))
+                                          completions=("rollout/completions_generated", "max"),
+                                          **({"replaced_per_step": (REPLACED, "mean")} if curriculum else {}))
     runs = runs.join(spent, on="run_id")
     runs.insert(0, "level", level)
     return runs[["level", "group_size", "estimator", "seed", "lr", "bracketed", "status", "steps_run", "completions",
-                 "end_pass_at_1", "end_greedy"]]
+                 *(["replaced_per_step"] if curriculum else []), "end_pass_at_1", "end_greedy"]]
 
 
 def read_runs(args: argparse.Namespace) -> pd.DataFrame:
-    frames = [read_sweep(args.out / f"{level}-G{g}", level) for level, g in _cells(args)
+    frames = [read_sweep(args.out / f"{level}-G{g}", level, args.map) for level, g in _cells(args)
               if (args.out / f"{level}-G{g}" / "runs.csv").is_file()]
     if not frames:
         raise SystemExit(f"no finished sweep under {args.out}")
     return pd.concat(frames, ignore_index=True)
 
 
-def cells_table(runs: pd.DataFrame) -> pd.DataFrame:
+def cells_table(runs: pd.DataFrame, map_: Map = REMEDIES_MAP) -> pd.DataFrame:
     grouped = runs.groupby(["level", "group_size", "estimator"], sort=False)
     cells = grouped.agg(lr=("lr", "first"), bracketed=("bracketed", "all"), seeds=("seed", "count"),
                         end_pass_at_1=("end_pass_at_1", "mean"), end_pass_at_1_sd=("end_pass_at_1", "std"),
                         end_greedy=("end_greedy", "mean"), completions=("completions", "mean"),
-                        completions_max=("completions", "max"), steps_run=("steps_run", "mean")).reset_index()
-    order = {**{arm: i for i, arm in enumerate(ARMS)}, **{level: i for i, level in enumerate(BY_START_P)}}
+                        completions_max=("completions", "max"), steps_run=("steps_run", "mean"),
+                        **({"replaced_per_step": ("replaced_per_step", "mean")} if "replaced_per_step" in runs
+                           else {})).reset_index()
+    order = {**{arm: i for i, arm in enumerate(map_.arms)}, **{level: i for i, level in enumerate(BY_START_P)}}
     return cells.sort_values(["group_size", "level", "estimator"], key=lambda c: c if c.name == "group_size" else
                              c.map(order), kind="stable").reset_index(drop=True)
 
@@ -231,21 +274,24 @@ def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
 
 
 def table(args: argparse.Namespace) -> None:
-    runs = read_runs(args)
-    cells, tests = cells_table(runs), tests_table(runs)
+    runs, map_ = read_runs(args), args.map
+    cells, tests = cells_table(runs, map_), tests_table(runs, map_)
     args.dest.mkdir(parents=True, exist_ok=True)
     runs.to_csv(args.dest / "runs.csv", index=False)
     cells.to_csv(args.dest / "cells.csv", index=False)
     tests.to_csv(args.dest / "tests.csv", index=False)
     shown = ["level", "group_size", "arm", "versus", "mean", "low", "high", "p", "p_holm", "reading"]
     pass_at_1 = tests[tests["metric"] == "end_pass_at_1"]
-    lines = ["# The remedies map: tables", "",
-             "Written by `python scripts/remedies_map.py table --out runs/remedies` from the sweeps of",
-             "`python scripts/remedies_map.py run --out runs/remedies`; design and statistics: README.md.",
+    flags = f"--out {args.out}" if map_ is REMEDIES_MAP else f"--map {map_.name} --out {args.out}"
+    title = "The remedies map" if map_ is REMEDIES_MAP else "The remedies map's curriculum column"
+    lines = [f"# {title}: tables", "",
+             f"Written by `python scripts/remedies_map.py table {flags}` from the sweeps of",
+             f"`python scripts/remedies_map.py run {flags}`; design and statistics: README.md.",
              "Differences are in pass@1 (a fraction: 0.1 is 10 points; arm - versus, paired by seed) with",
              "Student-t 95% intervals; p_holm is Holm over the family the section names.", "",
              "## Per arm: lr, end scores (means over seeds) and the compute spent", "", _markdown(cells)]
-    titles = {"primary": "each remedy vs dr_grpo and vs sign", "secondary": "sign, reinforce and pkpo"}
+    titles = {"primary": "each remedy vs dr_grpo and vs sign",
+              "secondary": "sign, reinforce and pkpo" if map_ is REMEDIES_MAP else "sign vs dr_grpo"}
     for family in ("primary", "secondary", "primary" + RESTORED, "secondary" + RESTORED):
         rows = pass_at_1[pass_at_1["family"] == family]
         if len(rows):
@@ -258,7 +304,7 @@ def table(args: argparse.Namespace) -> None:
     for label, families in (("pre-registered levels", ("primary",)), ("restored levels", ("primary" + RESTORED,)),
                             ("all four, as a reading of both", ("primary", "primary" + RESTORED))):
         if all(pass_at_1["family"].eq(family).any() for family in families):
-            lines += [f"- `{remedy}`, {label}: {verdict(tests, remedy, families)}" for remedy in REMEDIES]
+            lines += [f"- `{remedy}`, {label}: {verdict(tests, remedy, families)}" for remedy in map_.remedies]
     (args.dest / "table.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {args.dest}/runs.csv, cells.csv, tests.csv, table.md")
 

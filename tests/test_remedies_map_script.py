@@ -1,11 +1,14 @@
 """scripts/remedies_map.py's analysis on synthetic sweeps: the paired-by-seed difference with its t interval and p
 (against values computed by hand), Holm within each pre-registered family (and not across families), the
-reading and verdict rules of experiments/remedies/README.md, and the per-run rows read from a sweep."""
+reading and verdict rules of experiments/remedies/README.md, and the per-run rows read from a sweep; and the
+curriculum column (``--map curriculum``): its families, its pool and its replacements per step."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +156,51 @@ def test_a_sweep_is_read_as_its_result_runs_with_the_compute_they_spent(tmp_path
                                         "lr": 3e-4, "bracketed": True, "status": "finished", "steps_run": 3,
                                         "completions": 672.0, "end_pass_at_1": 0.4, "end_greedy": 0.5}]
     assert script.budget(2) == 640 and script.budget(4) == 1280
+
+
+# ---------------------------------------------------------------- the curriculum column (--map curriculum)
+
+
+def _curriculum_runs(seeds: int = 5) -> pd.DataFrame:
+    generator = np.random.default_rng(11)
+    return pd.DataFrame([{"level": level, "group_size": group_size, "estimator": arm, "seed": seed,
+                          "end_pass_at_1": 0.4 + 0.05 * shift + generator.normal(0, 0.05),
+                          "end_greedy": 0.4 + generator.normal(0, 0.05)}
+                         for level in script.LEVELS for group_size in (2, 4)
+                         for shift, arm in enumerate(script.CURRICULUM_MAP.arms) for seed in range(seeds)])
+
+
+def test_the_curriculum_column_tests_its_preregistered_families_over_all_four_levels() -> None:
+    tests = script.tests_table(_curriculum_runs(), script.CURRICULUM_MAP)
+    # primary: dr_grpo+curriculum vs dr_grpo and vs sign in 8 cells; secondary: sign vs dr_grpo; no restored levels
+    assert tests.groupby("family").size().to_dict() == {"primary": 16, "secondary": 8, "reported": 24}
+    primary = tests[tests["family"] == "primary"]
+    assert set(zip(primary["arm"], primary["versus"], strict=True)) == {("dr_grpo+curriculum", "dr_grpo"),
+                                                          ("dr_grpo+curriculum", "sign")}
+    np.testing.assert_allclose(primary["p_holm"], _holm_by_hand(list(primary["p"])), atol=1e-12)
+    assert set(tests.loc[tests["family"] == "secondary", "arm"]) == {"sign"}
+
+
+def test_the_curriculum_column_runs_every_level_on_its_fixed_pool(tmp_path: Path, monkeypatch) -> None:
+    commands = []
+    monkeypatch.setattr(script.subprocess, "run", lambda command, check: commands.append(command))
+    monkeypatch.setattr(sys, "argv", ["remedies_map.py", "run", "--map", "curriculum", "--out", str(tmp_path)])
+    script.run(script._arguments())
+    assert len(commands) == 8  # 4 levels x G = 2, 4
+    first = commands[0]
+    assert first[first.index("--config") + 1] == "experiments/remedies-curriculum/compare.yaml"
+    assert json.loads(first[first.index("--task-options") + 1]) == {"markers": "*", "lengths": [6, 6],
+                                                                     "train_pool": 64}
+    assert first[first.index("--budget") + 1] == "completions=640"
+    plain = script.MAPS["remedies"]
+    assert plain.task_options == {} and "dr_grpo+curriculum" not in plain.arms  # the streaming map: unchanged
+
+
+def test_a_curriculum_sweep_is_read_with_its_replacements_per_step(tmp_path: Path) -> None:
+    pd.DataFrame([{"role": "result", "run_id": "c", "estimator": "dr_grpo+curriculum", "seed": 0, "group_size": 2,
+                   "lr": 1e-3, "bracketed": True, "status": "finished", "steps": 2, "end_pass_at_1": 0.5,
+                   "end_greedy": 0.5}]).to_csv(tmp_path / "runs.csv", index=False)
+    pd.DataFrame({"run_id": ["c", "c"], "step": [1, 2], "rollout/completions_generated": [32.0, 64.0],
+                  "rollout/curriculum_replaced": [0.0, 3.0]}).to_parquet(tmp_path / "metrics.parquet")
+    row = script.read_sweep(tmp_path, "plus", script.CURRICULUM_MAP).to_dict("records")[0]
+    assert row["replaced_per_step"] == 1.5 and row["steps_run"] == 2 and row["completions"] == 64.0
