@@ -41,18 +41,41 @@ def _dyadic_rewards(nan: bool = True) -> st.SearchStrategy[np.ndarray]:
     return shapes.flatmap(lambda shape: hnp.arrays(np.float64, shape, elements=st.sampled_from(values)))
 
 
-def _lengths(name: str, rewards: object) -> dict[str, np.ndarray]:
-    """``lengths=`` for an estimator that needs them (``opo``): 1 + |reward| tokens, so that they move with the
-    rewards under permutations and differ between right and wrong completions; {} for the others."""
-    if not info(name).needs_lengths:
-        return {}
+def _extras(name: str, rewards: object) -> dict[str, object]:
+    """The inputs besides the rewards that an estimator needs: ``lengths=`` for ``opo``, 1 + |reward| tokens (so
+    that they move with the rewards under permutations and differ between right and wrong completions), and
+    ``token_statistics=`` for a per-token estimator (``optimal_token_baseline``): one token per completion, whose
+    statistics depend on its reward the same way (``_one_token_statistics``); {} for the others."""
     values = np.asarray(rewards.tolist() if isinstance(rewards, torch.Tensor) else rewards, dtype=np.float64)
-    return {"lengths": 1.0 + np.abs(np.nan_to_num(values))}
+    if info(name).needs_lengths:
+        return {"lengths": 1.0 + np.abs(np.nan_to_num(values))}
+    if info(name).needs_token_statistics:
+        return {"token_statistics": _one_token_statistics(values)}
+    return {}
+
+
+# One token per completion: a right one drawn at pi = 0.5 with sum pi^2 = 0.5 (W = 1 - 2 pi + sum pi^2 = 0.5), any
+# other at pi = 0.25 with sum pi^2 = 0.3 (W = 0.8). The optimal token baseline is then a W-weighted group mean.
+W_RIGHT, W_OTHER = 0.5, 0.8
+
+
+def _one_token_statistics(rewards: np.ndarray) -> adv.TokenStatistics:
+    right = torch.from_numpy(np.nan_to_num(rewards, nan=0.0) == 1.0).reshape(-1, 1)  # [B, 1]
+    def value(if_right: float, otherwise: float) -> torch.Tensor:
+        return torch.where(right, torch.tensor(if_right, dtype=torch.float64), otherwise)
+
+    return adv.TokenStatistics(torch.ones(right.shape), value(math.log(0.5), math.log(0.25)), value(0.5, 0.3))
+
+
+def _result(name: str, rewards: object, **hyperparameters: object) -> torch.Tensor:
+    """``compute_advantages`` with ``_extras``, per completion: a per-token estimator's [P * G, 1] as [P, G]."""
+    result = compute_advantages(name, rewards, **{**_extras(name, rewards), **hyperparameters})
+    shape = np.asarray(rewards.tolist() if isinstance(rewards, torch.Tensor) else rewards, dtype=np.float64).shape
+    return result.reshape(shape) if info(name).needs_token_statistics else result
 
 
 def _advantages(name: str, rewards: np.ndarray, **hyperparameters: object) -> np.ndarray:
-    hyperparameters = {**_lengths(name, rewards), **hyperparameters}
-    return compute_advantages(name, rewards, **hyperparameters).numpy()
+    return _result(name, rewards, **hyperparameters).numpy()
 
 
 # ---------------------------------------------------------------------------- hand-computed tables
@@ -186,6 +209,11 @@ HAND_TABLES: list[tuple[str, dict, list[list[float]]]] = [
     # row 2: constant -> 0;  row 3: constant -> 0.
     ("opo", {"lengths": [[2, 1, 1, 1], [1, 2, 3, 4], [1, 1, 1, 1], [5, 5, 5, 5]]},
      [[0.6, -0.4, -0.4, -0.4], [0.7, 0.7, -0.3, -0.3], [0] * 4, [0] * 4]),
+    # optimal_token_baseline, one token per completion (``_one_token_statistics``): b = sum r W / (sum W + 1e-8),
+    # W = 0.5 for a right completion, 0.8 for a wrong one; A = r - b. Its per-token table: tests/test_token_baseline.py.
+    ("optimal_token_baseline", {},
+     [[1 - 0.5 / (2.9 + 1e-8), *[-0.5 / (2.9 + 1e-8)] * 3], [*[1 - 1 / (2.6 + 1e-8)] * 2, *[-1 / (2.6 + 1e-8)] * 2],
+      [1 - 2 / (2 + 1e-8)] * 4, [0] * 4]),
     # batch_std: the dr_grpo values over the sample std of all 16 rewards (7 ones): mean 7/16,
     # squares 7 * (9/16)^2 + 9 * (7/16)^2 = 1008/256 = 3.9375, / 15 = 0.2625; eps 1e-4.
     (
@@ -394,7 +422,7 @@ def _loop_gpg(rewards: list[list[float]], f_norm: float = 1.0) -> list[list[floa
 def _loop(name: str, rewards: np.ndarray, **hyperparameters: object) -> np.ndarray:
     """The plain per-group Python loop; NaN rewards get 0."""
     rows = rewards.tolist()
-    hyperparameters = {**_lengths(name, rewards), **hyperparameters}
+    hyperparameters = {**_extras(name, rewards), **hyperparameters}
     if name == "reinforce_pp":
         out = _loop_reinforce_pp(rows, **hyperparameters)
     elif name == "batch_std":
@@ -450,7 +478,10 @@ EQUIVALENCE_CASES = [
 
 
 def test_equivalence_cases_cover_every_estimator() -> None:
-    assert {name for name, _ in EQUIVALENCE_CASES} == set(ALL)
+    # the per-token estimators' plain loop runs over tokens: tests/test_token_baseline.py
+    per_token = {name for name in ALL if info(name).needs_token_statistics}
+    assert per_token == {"optimal_token_baseline"}
+    assert {name for name, _ in EQUIVALENCE_CASES} == set(ALL) - per_token
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -596,12 +627,13 @@ def test_opo_baseline_is_length_weighted(rewards: np.ndarray, seed: int) -> None
     np.testing.assert_allclose(_advantages("opo", rewards, lengths=equal), _advantages("dr_grpo", rewards), atol=1e-12)
 
 
-def test_unavailable_estimators_say_what_they_need() -> None:
-    for call in (lambda: info("optimal_token_baseline"), lambda: compute_advantages("optimal_token_baseline", [[1, 0]]),
-                 lambda: adv.parse_spec("optimal_token_baseline+dynamic")):
-        with pytest.raises(ValueError, match=r"'optimal_token_baseline' is not available: .*per-token policy"):
+def test_unavailable_estimators_say_what_they_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(adv.UNAVAILABLE, "test_needs_more", "it needs per-token policy quantities")
+    for call in (lambda: info("test_needs_more"), lambda: compute_advantages("test_needs_more", [[1, 0]]),
+                 lambda: adv.parse_spec("test_needs_more+dynamic")):
+        with pytest.raises(ValueError, match=r"'test_needs_more' is not available: it needs per-token policy"):
             call()
-    assert "optimal_token_baseline" not in available()
+    assert "test_needs_more" not in available()
 
 
 # ---------------------------------------------------------------------------- grpo std conventions
@@ -678,7 +710,7 @@ def test_eps_zero_on_constant_groups_gives_zero_not_an_error(name: str) -> None:
 @pytest.mark.parametrize("name", ALL)
 @given(rewards=_binary_rewards())
 def test_never_nan_shape_kept_and_nan_gets_zero(name: str, rewards: np.ndarray) -> None:
-    result = compute_advantages(name, rewards, **_lengths(name, rewards))
+    result = _result(name, rewards)
     assert result.shape == rewards.shape
     assert result.dtype == torch.float64
     assert torch.isfinite(result).all()
@@ -689,7 +721,7 @@ def test_never_nan_shape_kept_and_nan_gets_zero(name: str, rewards: np.ndarray) 
 @pytest.mark.parametrize("name", [n for n in ALL if not info(n).binary_only])
 @given(rewards=_dyadic_rewards())
 def test_non_binary_rewards_finite(name: str, rewards: np.ndarray) -> None:
-    result = compute_advantages(name, rewards, **_lengths(name, rewards))
+    result = _result(name, rewards)
     assert result.shape == rewards.shape and torch.isfinite(result).all()
 
 
@@ -712,10 +744,9 @@ def test_non_binary_rewards_finite(name: str, rewards: np.ndarray) -> None:
     ids=lambda value: str(getattr(value, "dtype", type(value).__name__)),
 )
 def test_input_types_and_dtype_rules(rewards: object, expected_dtype: torch.dtype) -> None:
-    lengths = {"lengths": [[2, 1, 1]]}  # only opo reads them
-    reference = {name: compute_advantages(name, np.array([[1.0, 0.0, 0.0]]), **lengths) for name in ALL}
+    reference = {name: _result(name, np.array([[1.0, 0.0, 0.0]])) for name in ALL}
     for name in ALL:
-        result = compute_advantages(name, rewards, **lengths)
+        result = _result(name, rewards)
         assert isinstance(result, torch.Tensor)
         assert result.dtype == expected_dtype and result.shape == (1, 3), name
         torch.testing.assert_close(result.to(torch.float64), reference[name], rtol=1e-2, atol=1e-2)

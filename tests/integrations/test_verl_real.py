@@ -42,7 +42,8 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage
 
 # What `import verl` registered (through the entry point), before any test registers anything.
 REGISTERED_AT_IMPORT = sorted(name for name in ADV_ESTIMATOR_REGISTRY if name.startswith("grpolab_"))
-EXPECTED_NAMES = sorted(f"grpolab_{name}" for name in registry.available())
+EXPECTED_NAMES = sorted(f"grpolab_{name}" for name in registry.available()
+                        if not registry.info(name).needs_token_statistics)  # verl computes that one itself
 SIZES = {"ragged": RAGGED_SIZES, "all-single": (1,) * 5, "equal": (4,) * 6}
 PARITY = [  # grpolab name, verl name, norm_adv_by_std_in_grpo for verl
     ("grpo", "grpo", True),
@@ -241,3 +242,55 @@ def test_main_ppo_starts(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "adv_estimator" in result.stdout and "norm_adv_by_std_in_grpo" in result.stdout
+
+
+def _otb_statistics(mask: torch.Tensor, seed: int, vocab: int = 11) -> tuple[torch.Tensor, torch.Tensor]:
+    """A policy's log-probabilities of drawn tokens and sum of pi^2 [B, T]: random logits, a token drawn from each."""
+    gen = torch.Generator().manual_seed(seed)
+    probs = torch.softmax(2 * torch.randn(*mask.shape, vocab, generator=gen), dim=-1)  # [B, T, V]
+    drawn = torch.multinomial(probs.reshape(-1, vocab), 1, generator=gen).view(mask.shape)
+    logprobs = probs.gather(-1, drawn.unsqueeze(-1)).squeeze(-1).log() * mask
+    return logprobs, (probs**2).sum(-1) * mask
+
+
+def _with_a_lone_longest_response(batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch`` with the first group's first response the only one of full length (the others at most one token
+    shorter), its outcome reward moved to its new last token, so that verl's zero tail acts on it."""
+    mask, rewards = batch["response_mask"].clone(), batch["token_level_rewards"]
+    outcome, width = rewards.sum(-1), mask.shape[1]
+    rows = np.flatnonzero(batch["index"] == batch["index"][np.argsort(batch["index"], kind="stable")[0]])
+    mask[rows[0]] = 1.0
+    mask[rows[1:], width - 1] = 0.0
+    lengths = mask.sum(-1).long()
+    moved = torch.zeros_like(rewards)
+    moved[torch.arange(len(lengths)), lengths - 1] = outcome
+    return {**batch, "response_mask": mask, "token_level_rewards": moved}
+
+
+@pytest.mark.parametrize("sizes", [(4,) * 6, (2,) * 8, (3,) * 5, (8,) * 3], ids=lambda s: f"{len(s)}x{s[0]}")
+@pytest.mark.parametrize("seed", range(3))
+def test_optimal_token_baseline_equals_verls(default_algorithm: DictConfig, sizes: tuple[int, ...],
+                                             seed: int) -> None:
+    """grpolab's ``optimal_token_baseline`` against verl's, through verl's ``compute_advantage`` with the actor's
+    ``old_log_probs`` and ``sum_pi_squared`` in the DataProto, to 1e-6 on every token. Both run in float64 (verl
+    computes in its inputs' dtype), so that float32 rounding of the cumulative weights is not what is compared.
+    Every batch has a group with one longest response, so the zero tail is compared too."""
+    batch = _with_a_lone_longest_response(make_batch(sizes, seed=seed))
+    mask = batch["response_mask"].double()
+    logprobs, squares = (t.double() for t in _otb_statistics(mask, seed))
+    config = default_algorithm.copy()
+    with open_dict(config):
+        config.merge_with({"adv_estimator": "optimal_token_baseline"})
+    data = DataProto.from_dict(tensors={"token_level_rewards": batch["token_level_rewards"].double(),
+                                        "response_mask": mask, "old_log_probs": logprobs, "sum_pi_squared": squares},
+                               non_tensors={"uid": batch["index"]})
+    verls = compute_advantage(data, adv_estimator="optimal_token_baseline", gamma=config.gamma, lam=config.lam,
+                              num_repeat=1, config=config).batch["advantages"]
+    order = np.argsort(batch["index"], kind="stable")  # rows group by group, as grpolab takes them
+    rewards = batch["token_level_rewards"].double().sum(-1)[order].view(len(sizes), sizes[0])  # [P, G]
+    statistics = registry.TokenStatistics(mask[order], logprobs[order], squares[order])
+    mine = registry.compute_advantages("optimal_token_baseline", rewards, token_statistics=statistics)
+    torch.testing.assert_close(mine, verls[order], atol=1e-6, rtol=0)
+    assert (mine.abs() > 1e-3).any()  # not vacuous
+    lengths = mask.sum(-1)[order].view(len(sizes), sizes[0])
+    assert ((lengths == lengths.max(dim=1, keepdim=True).values).sum(dim=1) == 1).any()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tests.reliability.conftest import assert_one_line_error, run_cli
 
-from grpolab.advantages import available, compute_advantages
+from grpolab.advantages import TokenStatistics, available, compute_advantages, info
 from grpolab.rewards import score_batch
 
 TINY = ["--steps", "2", "--prompts-per-step", "4", "--eval-limit", "4", "--eval-samples", "0", "--no-eval-start",
@@ -365,13 +365,15 @@ def test_finite_float64_rewards_that_overflow_float32_are_refused(name: str) -> 
 
 @pytest.mark.parametrize("shape", [(0, 4), (3, 0), (0, 0)])
 def test_empty_groups_and_batches_keep_their_shape(shape: tuple[int, int]) -> None:
+    rows = shape[0] * shape[1]
+    statistics = TokenStatistics.uniform(rows)  # one token per completion; only optimal_token_baseline reads them
     for name in available():
         try:
-            result = compute_advantages(name, np.zeros(shape), lengths=np.zeros(shape))  # only opo reads lengths
+            result = compute_advantages(name, np.zeros(shape), lengths=np.zeros(shape), token_statistics=statistics)
         except ValueError as error:  # G = 0 < 2 for a group estimator
             assert "G >= 2" in str(error), name
             continue
-        assert result.shape == shape, name
+        assert result.shape == ((rows, 1) if info(name).needs_token_statistics else shape), name
 
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])

@@ -14,6 +14,9 @@ Input rules (enforced here for every estimator):
   completion: ``compute_advantages(name, rewards, lengths=...)``. Without them it raises a ``ValueError``;
   they must be finite and >= 0 where the reward is scored. Other estimators ignore ``lengths``, so a caller
   may always pass them.
+* An estimator flagged ``needs_token_statistics`` (``optimal_token_baseline``) gives each token its own advantage:
+  it also takes the sampling policy's per-token statistics (``token_statistics=``, a ``TokenStatistics``) and
+  returns [P * G, T]. Without them it raises a ``ValueError``; other estimators ignore them.
 * A few estimators that users ask for cannot be expressed as ``fn(rewards[P, G])`` at all (``UNAVAILABLE``);
   naming one raises a ``ValueError`` that says what it needs, instead of "unknown estimator".
 """
@@ -71,6 +74,8 @@ class Estimator:
         paper: the paper that defines it (None for a user's own estimator).
         granularities: the reward granularities it has a form for (see ``GRANULARITIES``).
         needs_lengths: the estimator also takes ``lengths[P, G]``, tokens per completion (``opo``).
+        needs_token_statistics: the estimator also takes ``statistics``, the sampling policy's per-token
+            ``TokenStatistics``, and returns per-token advantages [P * G, T] (``optimal_token_baseline``).
     """
 
     name: str
@@ -83,25 +88,19 @@ class Estimator:
     paper: Paper | None = None
     granularities: tuple[str, ...] = ("outcome",)
     needs_lengths: bool = False
+    needs_token_statistics: bool = False
 
 
 _REGISTRY: dict[str, Estimator] = {}
 
 # Estimators that users ask for but that the registry's interface cannot give, with what they need instead.
-UNAVAILABLE = {
-    "optimal_token_baseline": (
-        "verl's optimal token baseline (arXiv 2602.07078) needs per-token policy quantities (the sampled "
-        "tokens' log-probabilities and the sum of pi^2 over the vocabulary) that grpolab's estimators, "
-        "fn(rewards[P, G]), never receive; use it in verl as algorithm.adv_estimator=optimal_token_baseline "
-        "(docs/estimators.md)"
-    ),
-}
+UNAVAILABLE: dict[str, str] = {}
 
 
 def register(
     name: str, *, needs_group: bool = False, binary_only: bool = False, zero_sum: bool = False,
     order: int = 100, color: str | None = None, paper: Paper | None = None,
-    granularities: tuple[str, ...] = ("outcome",), needs_lengths: bool = False,
+    granularities: tuple[str, ...] = ("outcome",), needs_lengths: bool = False, needs_token_statistics: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator that registers ``fn`` under ``name``; a name can be registered only once. ``order`` and
     ``color`` are display metadata (reports, figures); estimators without a colour get a spare one."""
@@ -114,7 +113,7 @@ def register(
         if name in _REGISTRY:
             raise ValueError(f"advantage estimator {name!r} is already registered; pick another name")
         _REGISTRY[name] = Estimator(name, fn, needs_group, binary_only, zero_sum, order, color, paper,
-                                    tuple(granularities), needs_lengths)
+                                    tuple(granularities), needs_lengths, needs_token_statistics)
         return fn
 
     return decorator
@@ -219,21 +218,26 @@ def get(name: str) -> EstimatorFn:
     return lambda rewards, **hyperparameters: compute_advantages(name, rewards, **hyperparameters)
 
 
-def compute_advantages(name: str, rewards: Any, *, lengths: Any = None, **hyperparameters: Any) -> torch.Tensor:
-    """Advantages[P, G] of estimator ``name`` for ``rewards[P, G]``.
+def compute_advantages(name: str, rewards: Any, *, lengths: Any = None, token_statistics: Any = None,
+                       **hyperparameters: Any) -> torch.Tensor:
+    """Advantages[P, G] of estimator ``name`` for ``rewards[P, G]`` ([P * G, T] per token for an estimator flagged
+    ``needs_token_statistics``).
 
     Args:
         name: a registered estimator (see ``available()``).
         rewards: [P, G] torch tensor, numpy array or nested list; NaN (or None in a list) = unscorable.
         lengths: [P, G] tokens per completion, required by the estimators flagged ``needs_lengths`` (``opo``)
             and ignored by the others.
+        token_statistics: the sampling policy's per-token ``TokenStatistics`` of the P * G completions, required
+            by the estimators flagged ``needs_token_statistics`` and ignored by the others.
         **hyperparameters: the estimator's keyword hyper-parameters (e.g. ``k`` for ``passk``).
 
     Returns:
-        A float tensor of the same shape (the input's floating dtype, else float32); finite everywhere,
-        0 where the reward was NaN.
+        A float tensor of the rewards' shape, or [P * G, T] (the input's floating dtype, else float32); finite
+        everywhere, 0 where the reward was NaN.
     """
-    return _run(info(name), rewards, hyperparameters, granularity="outcome", lengths=lengths)
+    return _run(info(name), rewards, hyperparameters, granularity="outcome", lengths=lengths,
+                token_statistics=token_statistics)
 
 
 def normalise_token_rewards(name: str, rewards: torch.Tensor, **hyperparameters: Any) -> torch.Tensor:
@@ -248,19 +252,22 @@ def normalise_token_rewards(name: str, rewards: torch.Tensor, **hyperparameters:
 
 
 def _run(estimator: Estimator, rewards: Any, hyperparameters: dict[str, Any], *, granularity: str,
-         lengths: Any = None) -> torch.Tensor:
+         lengths: Any = None, token_statistics: Any = None) -> torch.Tensor:
     name = estimator.name
     values, out_dtype, device = _as_float64(rewards, name)
     _validate(values, estimator, granularity)
     if estimator.needs_lengths:
         hyperparameters = {**hyperparameters, "lengths": _lengths(lengths, values, name)}
+    if estimator.needs_token_statistics:
+        hyperparameters = {**hyperparameters, "statistics": _statistics(token_statistics, values, name)}
     try:
         advantages = estimator.fn(values, **hyperparameters)
     except TypeError as error:
         raise ValueError(
             f"advantage estimator {name!r}: bad hyper-parameters {hyperparameters}: {error}"
         ) from None
-    advantages = torch.where(torch.isnan(values), torch.zeros_like(advantages), advantages)
+    if advantages.shape == values.shape:  # per-token estimators zero their unscorable rows themselves
+        advantages = torch.where(torch.isnan(values), torch.zeros_like(advantages), advantages)
     result = advantages.to(dtype=out_dtype, device=device)
     if not torch.isfinite(result).all():  # also catches finite float64 values that overflow a float32 output
         raise ValueError(f"advantage estimator {name!r} produced non-finite {out_dtype} advantages for rewards "
@@ -300,6 +307,16 @@ def _lengths(lengths: Any, rewards: torch.Tensor, name: str) -> torch.Tensor:
         raise ValueError(f"advantage estimator {name!r}: lengths must be finite token counts >= 0 where the reward "
                          f"is scored, got values such as {bad}")
     return values
+
+
+def _statistics(statistics: Any, rewards: torch.Tensor, name: str) -> Any:
+    """``statistics`` checked against the rewards' P * G rows, as float64 on the rewards' device."""
+    if statistics is None:
+        raise ValueError(f"advantage estimator {name!r} gives each token its own baseline from the sampling policy's "
+                         "per-token probabilities: pass token_statistics= (grpolab's own engine computes them; "
+                         "--engine trl cannot, and verl users run verl's own optimal_token_baseline)")
+    checked = statistics.checked(rewards.numel(), name)
+    return type(checked)(*(t.to(rewards.device) for t in (checked.mask, checked.logprobs, checked.sum_pi_squared)))
 
 
 def _validate(rewards: torch.Tensor, estimator: Estimator, granularity: str) -> None:

@@ -49,7 +49,8 @@ def estimator_rows() -> list[tuple[str, ...]]:
 
 def hyperparameters(entry: advantages.Estimator) -> str:
     """``k=2, baseline='loo_minus_one'``: the estimator's keyword hyper-parameters and their defaults (the keys of
-    ``--advantage-kwargs``), then ``lengths (from the trainer)`` for an estimator that needs completion lengths."""
+    ``--advantage-kwargs``), then ``lengths (from the trainer)`` for an estimator that needs completion lengths, and
+    ``per-token policy statistics (from the trainer)`` for one that needs them."""
     try:
         parameters = list(inspect.signature(entry.fn).parameters.values())[1:]  # after the rewards
     except (TypeError, ValueError):  # a callable without a signature
@@ -58,6 +59,8 @@ def hyperparameters(entry: advantages.Estimator) -> str:
              if p.kind is p.KEYWORD_ONLY and p.default is not p.empty and p.name != "lengths"]
     if entry.needs_lengths:
         names.append("lengths (from the trainer)")
+    if entry.needs_token_statistics:
+        names.append("per-token policy statistics (from the trainer)")
     return ", ".join(names)
 
 

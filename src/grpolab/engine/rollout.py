@@ -44,10 +44,11 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from grpolab.devices import model_device, to_host
 from grpolab.engine import fast_decode, lean_forward, memory
 from grpolab.engine.target_logprobs import entropy as vocab_entropy
+from grpolab.engine.target_logprobs import sum_pi_squared as vocab_sum_pi_squared
 from grpolab.engine.target_logprobs import target_logprobs
 from grpolab.errors import UserError
 
-__all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "sample", "token_logprobs"]
+__all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "sample", "token_logprobs", "token_statistics"]
 
 ENGINES = ("auto", "lean", "hf")
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -427,6 +428,29 @@ def token_logprobs(
     per-call Python), others through their transformers forward. Returns (logprobs, entropy [B, T] or None).
     """
     t = num_completion_tokens
+    flat = _completion_logits(model, input_ids, attention_mask, t)
+    rows = input_ids.shape[0]
+    logprobs = target_logprobs(flat, input_ids[:, -t:].reshape(-1), temperature=temperature).view(rows, t)
+    entropy = vocab_entropy(flat, temperature=temperature).view(rows, t) if with_entropy else None
+    return logprobs, entropy
+
+
+@torch.no_grad()
+def token_statistics(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     num_completion_tokens: int, *, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log-probabilities [B, T] of the last T tokens of ``input_ids`` and the sum over the vocabulary of pi^2
+    [B, T] at each of them, from one forward without autograd (the optimal token baseline's inputs,
+    ``grpolab.advantages.token_baseline``)."""
+    t = num_completion_tokens
+    flat = _completion_logits(model, input_ids, attention_mask, t)
+    rows = input_ids.shape[0]
+    logprobs = target_logprobs(flat, input_ids[:, -t:].reshape(-1), temperature=temperature).view(rows, t)
+    return logprobs, vocab_sum_pi_squared(flat, temperature=temperature).view(rows, t)
+
+
+def _completion_logits(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       t: int) -> torch.Tensor:
+    """[B * T, V] logits predicting the last T tokens of ``input_ids`` (only the last T + 1 positions computed)."""
     positions = _positions(attention_mask)
     if lean_forward.supports(model):
         logits = lean_forward.logits(model, input_ids, attention_mask, positions, t + 1)
@@ -434,8 +458,4 @@ def token_logprobs(
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                        logits_to_keep=t + 1, use_cache=False).logits
     logits = logits[:, :-1, :]  # [B, T, V], position i predicts token i + 1
-    rows = logits.shape[0]
-    flat = logits.reshape(rows * t, -1)
-    logprobs = target_logprobs(flat, input_ids[:, -t:].reshape(-1), temperature=temperature).view(rows, t)
-    entropy = vocab_entropy(flat, temperature=temperature).view(rows, t) if with_entropy else None
-    return logprobs, entropy
+    return logits.reshape(logits.shape[0] * t, -1)

@@ -20,14 +20,15 @@ dtype) and one float32 chunk, against the logits plus three to four [M, V] float
 backward): 581 MiB against 1,347 MiB, 1.5 against 3.5 [M, V] float32 tensors. The values are those of
 the plain form up to the float32 summation order of the logsumexp (``tests/engine/test_target_logprobs.py``).
 
-``entropy`` gives the sampling entropy per row in the same chunks, without autograd.
+``entropy`` gives the sampling entropy per row in the same chunks, without autograd, and ``sum_pi_squared`` the sum
+of the squared probabilities over the vocabulary (the optimal token baseline's path-variance proxy), likewise.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["CHUNK_BYTES", "entropy", "target_logprobs"]
+__all__ = ["CHUNK_BYTES", "entropy", "sum_pi_squared", "target_logprobs"]
 
 CHUNK_BYTES = 128 * 2**20
 """The float32 temporary of one chunk of rows: [chunk, V] x 4 bytes at most this (at least one row)."""
@@ -92,4 +93,16 @@ def _entropy_chunked(logits: torch.Tensor, temperature: float, chunk_rows: int |
     for part in _chunks(rows, vocab, chunk_rows):
         log_probs = torch.log_softmax(logits[part].to(torch.float32, copy=True).div_(temperature), dim=-1)
         out[part] = -(log_probs.exp() * log_probs).sum(dim=-1)
+    return out
+
+
+@torch.no_grad()
+def sum_pi_squared(logits: torch.Tensor, *, temperature: float = 1.0, chunk_rows: int | None = None) -> torch.Tensor:
+    """[M] float32 sum over the vocabulary of pi^2, pi = ``softmax(logits / temperature)`` per row of logits [M, V]:
+    exp(logsumexp(2 z) - 2 logsumexp(z)) with z = logits / temperature, in chunks, without autograd."""
+    rows, vocab = logits.shape
+    out = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    for part in _chunks(rows, vocab, chunk_rows):
+        scaled = logits[part].to(torch.float32, copy=True).div_(temperature)
+        out[part] = torch.exp(torch.logsumexp(2 * scaled, dim=-1) - 2 * torch.logsumexp(scaled, dim=-1))
     return out

@@ -61,8 +61,15 @@ def resolve_advantage(advantage: str | AdvantageFn) -> tuple[str, AdvantageFn]:
         return getattr(advantage, "__name__", "custom"), advantage
     if not isinstance(advantage, str):
         raise TypeError(f"advantage must be a registry name or a callable, got {type(advantage).__name__}")
-    advantage_registry.info(advantage)  # ValueError listing the known names
+    if advantage_registry.info(advantage).needs_token_statistics:  # info: ValueError listing the known names
+        raise ValueError(per_token_refusal(advantage))
     return advantage, advantage_registry.get(advantage)
+
+
+def per_token_refusal(advantage: str) -> str:
+    """Why TRL cannot run an estimator with a per-token baseline (one line)."""
+    return (f"advantage {advantage!r} gives each token its own advantage from the sampling policy's per-token "
+            "probabilities, and TRL's GRPOTrainer takes one advantage per completion; use --engine grpolab")
 
 
 def group_rewards(

@@ -20,6 +20,7 @@ import torch
 
 from grpolab.engine.collect import ScoredBatch
 from grpolab.engine.rollout import Rollout
+from grpolab.process_rewards import is_per_token
 from grpolab.tasks import Problem
 
 __all__ = ["StepBatch", "mask_degenerate"]
@@ -138,7 +139,8 @@ def mask_degenerate(batch: StepBatch, advantages: torch.Tensor) -> tuple[StepBat
     if len(keep) == batch.num_groups:
         return batch, advantages
     g = batch.group_size
-    index = [p * g + i for p in keep for i in range(g)] if batch.token_rewards is not None else keep
+    per_token = is_per_token(advantages, batch.completion_mask)
+    index = [p * g + i for p in keep for i in range(g)] if per_token else keep
     return batch.select_groups(keep), advantages[index]
 
 

@@ -29,6 +29,8 @@ as trainers that sample with vLLM report it.
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -36,11 +38,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from grpolab.advantages import compute_advantages
+from grpolab.advantages import TokenStatistics, compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.devices import model_device
 from grpolab.engine import prefix_packing
-from grpolab.engine.rollout import token_logprobs
+from grpolab.engine.rollout import token_logprobs, token_statistics
 from grpolab.errors import UserError
 from grpolab.losses import (
     PolicyLossTerms,
@@ -52,11 +54,12 @@ from grpolab.losses import (
     truncated_is_weights,
 )
 from grpolab.overlong import overlong_penalty, shape_rewards
-from grpolab.process_rewards import completion_advantages, token_advantages
+from grpolab.process_rewards import completion_advantages, is_per_token, token_advantages
 from grpolab.train.batch import StepBatch
 
 __all__ = ["LossTotals", "MicroBatch", "UpdateSettings", "build_optimizer", "completion_view", "loss_mask",
-           "loss_option_metrics", "sampler_kl", "step_advantages", "trained_rows", "update_policy"]
+           "loss_option_metrics", "policy_token_statistics", "sampler_kl", "step_advantages", "trained_rows",
+           "update_policy"]
 
 
 @dataclass(frozen=True)
@@ -102,18 +105,21 @@ class UpdateSettings:
         return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
 
 
-def step_advantages(batch: StepBatch, config: TrainConfig, *, max_length: int | None = None) -> torch.Tensor:
+def step_advantages(batch: StepBatch, config: TrainConfig, *, max_length: int | None = None,
+                    statistics: TokenStatistics | None = None) -> torch.Tensor:
     """The advantages of a batch under the config's estimator: [P, G] of the outcome rewards, or [B, T] of the
-    per-token rewards (``--reward-granularity token``). With ``overlong_buffer`` the outcome rewards first get
-    DAPO's overlong penalty against the token cap ``max_length`` (``grpolab.overlong``). Raises a ``UserError``
-    when the estimator refuses the rewards or the advantages overflow float32 (the loss's dtype)."""
+    per-token rewards (``--reward-granularity token``) or of an estimator with a per-token baseline (``statistics``:
+    ``policy_token_statistics``). With ``overlong_buffer`` the outcome rewards first get DAPO's overlong penalty
+    against the token cap ``max_length`` (``grpolab.overlong``). Raises a ``UserError`` when the estimator refuses
+    the rewards or the advantages overflow float32 (the loss's dtype)."""
     try:
         if batch.token_rewards is not None:
             advantages = token_advantages(config.advantage, batch.token_rewards, batch.completion_mask,
                                           batch.group_size, **config.advantage_kwargs)
         else:
             advantages = compute_advantages(config.advantage, _outcome_rewards(batch, config, max_length),
-                                            lengths=batch.lengths, **config.advantage_kwargs)
+                                            lengths=batch.lengths, token_statistics=statistics,
+                                            **config.advantage_kwargs)
         if not torch.isfinite(advantages.float()).all():
             raise ValueError(f"advantages up to {advantages.abs().max().item():.3g} overflow float32")
     except ValueError as error:
@@ -142,8 +148,8 @@ def loss_mask(batch: StepBatch, settings: UpdateSettings) -> torch.Tensor:
 
 def completion_view(batch: StepBatch, advantages: torch.Tensor) -> torch.Tensor:
     """Per-completion advantages [P, G] for logs and starvation metrics: the outcome advantages themselves, or
-    under per-token rewards the mean over each completion's tokens (``process_rewards.completion_advantages``)."""
-    if batch.token_rewards is None:
+    per token the mean over each completion's tokens (``process_rewards.completion_advantages``)."""
+    if not is_per_token(advantages, batch.completion_mask):
         return advantages
     return completion_advantages(advantages, batch.completion_mask, batch.rewards.shape)
 
@@ -196,6 +202,16 @@ def _logprobs_and_entropy(model: torch.nn.Module, batch: StepBatch, rows: list[i
 def _unpacked_logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], settings: UpdateSettings, *,
                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``_logprobs`` without prefix packing, and the entropy [len(rows), T] under ``with_entropy`` (else None)."""
+    return _unpacked_forward(model, batch, rows, settings,
+                             functools.partial(token_logprobs, with_entropy=with_entropy))
+
+
+def _unpacked_forward(model: torch.nn.Module, batch: StepBatch, rows: list[int], settings: UpdateSettings,
+                      forward: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``forward(model, ids, mask, used, temperature=)`` (``token_logprobs`` or ``token_statistics``) on the rows'
+    used columns: leading prompt columns that are padding in every row and trailing completion columns past every
+    row's end are cut; its two [len(rows), used] results come back float32, 0-padded to the batch's T columns."""
     prompt_mask, completion_mask = batch.prompt_mask[rows], batch.completion_mask[rows]
     device = model_device(model)
     width = completion_mask.shape[1]
@@ -205,16 +221,30 @@ def _unpacked_logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int]
     ids = torch.cat([batch.prompt_ids[rows, start:], batch.completion_ids[rows, :used]], dim=1).to(device)
     mask = torch.cat([prompt_mask[:, start:], completion_mask[:, :used]], dim=1).to(device)
     with _autocast(settings, device):
-        logprobs, entropy = token_logprobs(model, ids, mask, used, temperature=settings.temperature,
-                                           with_entropy=with_entropy)
+        first, second = forward(model, ids, mask, used, temperature=settings.temperature)
     pad = (0, width - used)
-    return F.pad(logprobs.float(), pad), None if entropy is None else F.pad(entropy.float(), pad)
+    return F.pad(first.float(), pad), None if second is None else F.pad(second.float(), pad)
 
 
 @torch.no_grad()
 def _frozen_logprobs(model: torch.nn.Module, batch: StepBatch, chunks: list[list[int]],
                      settings: UpdateSettings) -> dict:
     return {tuple(rows): _logprobs(model, batch, rows, settings) for rows in chunks}
+
+
+@torch.no_grad()
+def policy_token_statistics(model: torch.nn.Module, batch: StepBatch, settings: UpdateSettings) -> TokenStatistics:
+    """The sampling policy's ``TokenStatistics`` of the batch (the optimal token baseline's inputs): every row
+    forwarded once without autograd, ``micro_batch_size`` rows at a time and without prefix packing (it needs the
+    whole distribution at each token), at the sampling temperature. On the host, like the batch."""
+    logprobs, squares = [], []
+    for start in range(0, batch.size, settings.micro_batch_size):
+        rows = list(range(start, min(start + settings.micro_batch_size, batch.size)))
+        part = _unpacked_forward(model, batch, rows, settings, token_statistics)
+        logprobs.append(part[0])
+        squares.append(part[1])
+    mask = batch.completion_mask.float()
+    return TokenStatistics(mask, torch.cat(logprobs).cpu() * mask, torch.cat(squares).cpu() * mask)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ import torch
 
 from grpolab import advantages as advantage_registry
 from grpolab import devices, verifiers
+from grpolab.advantages import TokenStatistics
 from grpolab.config import TrainConfig
 from grpolab.config.budget import parse_budget
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
@@ -65,7 +66,14 @@ from grpolab.train.divergence import divergence_reason
 from grpolab.train.lifecycle import RunResult, wrap_lora
 from grpolab.train.replay import ReplayBuffer
 from grpolab.train.shell import RunShell, rollout_figures, rollout_table, step_problems, step_seed
-from grpolab.train.step import UpdateSettings, build_optimizer, completion_view, step_advantages, update_policy
+from grpolab.train.step import (
+    UpdateSettings,
+    build_optimizer,
+    completion_view,
+    policy_token_statistics,
+    step_advantages,
+    update_policy,
+)
 from grpolab.verifiers.process import get_process_verifier
 
 __all__ = ["RunResult", "Trainer"]
@@ -265,9 +273,16 @@ class Trainer:
     def _advantages(self, batch: StepBatch, step: int) -> torch.Tensor:
         """Advantages [P, G] of the outcome rewards, or [B, T] of the per-token rewards."""
         try:
-            return step_advantages(batch, self.config, max_length=self.max_new_tokens)
+            return step_advantages(batch, self.config, max_length=self.max_new_tokens,
+                                   statistics=self._token_statistics(batch))
         except UserError as error:  # e.g. a user verifier's non-binary rewards under a binary-only estimator
             raise UserError(f"step {step}: {error}; pick a matching --verifier / --advantage") from None
+
+    def _token_statistics(self, batch: StepBatch) -> TokenStatistics | None:
+        """The sampling policy's per-token statistics of the batch, for an estimator with a per-token baseline."""
+        if not advantage_registry.info(self.config.advantage).needs_token_statistics:
+            return None
+        return policy_token_statistics(self.model, batch, UpdateSettings.of(self.config))
 
     def _log_rollouts(self, step: int, batch: StepBatch, advantages: torch.Tensor) -> None:
         g = batch.group_size
@@ -350,7 +365,9 @@ def _check_estimator(config: TrainConfig) -> None:
                         f"--group-size {config.group_size}; raise it or use a fixed-reference estimator such as sign")
     try:  # bad --advantage-kwargs fail here, not after the model has loaded
         advantage_registry.compute_advantages(config.advantage, np.zeros((1, config.group_size)),
-                                              lengths=np.ones((1, config.group_size)), **config.advantage_kwargs)
+                                              lengths=np.ones((1, config.group_size)),
+                                              token_statistics=TokenStatistics.uniform(config.group_size),
+                                              **config.advantage_kwargs)
     except ValueError as error:
         raise UserError(f"{error}; fix --advantage-kwargs") from None
 

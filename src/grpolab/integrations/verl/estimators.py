@@ -33,8 +33,9 @@ which every prompt has one response is refused by estimators that need groups. E
 counterpart (``sign``, ``passk``, ``pkpo``, ``maxrl``, ...) are grpolab's under both conventions. grpolab's
 ``passk`` (arXiv 2508.10751) and ``pkpo`` (arXiv 2505.15201) are different estimators from verl's ``grpo_passk``
 (arXiv 2503.19595, best response only), so they are not compared with it. ``opo`` gets each response's length
-as ``response_mask.sum(-1)``, as verl's does, under both conventions. verl's ``optimal_token_baseline`` needs
-per-token policy quantities that grpolab's estimators never receive, so it has no ``grpolab_`` twin.
+as ``response_mask.sum(-1)``, as verl's does, under both conventions. grpolab's ``optimal_token_baseline`` is verl's
+(``tests/integrations/test_verl_real.py`` matches them to 1e-6), so it has no ``grpolab_`` twin: verl computes it
+from its actor's per-token statistics.
 
 Use: ``import verl`` registers every name through the ``verl.plugins`` entry point once grpolab is
 installed (``grpolab.integrations.verl.plugin``); then set ``algorithm.adv_estimator=grpolab_sign``.
@@ -60,6 +61,7 @@ __all__ = [
     "CONVENTIONS",
     "PREFIX",
     "VERL_COUNTERPARTS",
+    "adaptable",
     "group_by_index",
     "make_adv_estimator",
     "outcome_advantages",
@@ -134,7 +136,10 @@ def _config_value(config: Any, key: str, default: Any) -> Any:
 
 def make_adv_estimator(name: str, *, conventions: str = "verl", **hyperparameters: Any) -> VerlEstimator:
     """A verl-style estimator for grpolab estimator ``name`` (hyper-parameters fixed here or in config)."""
-    advantage_registry.info(name)
+    if advantage_registry.info(name).needs_token_statistics:
+        raise UserError(f"grpolab's {name!r} has no grpolab_ twin in verl: verl computes it itself, from its actor's "
+                        f"per-token statistics; set algorithm.adv_estimator={name} with "
+                        "actor.calculate_sum_pi_squared=True")
     _check_conventions(conventions)
 
     def estimator(
@@ -177,6 +182,13 @@ def _verl_core_algos() -> Any:
     return core_algos
 
 
+def adaptable() -> list[str]:
+    """The grpolab estimators that get a ``grpolab_`` twin in verl: every registered one but those with a per-token
+    baseline (``optimal_token_baseline``), which verl computes itself."""
+    return [name for name in advantage_registry.available()
+            if not advantage_registry.info(name).needs_token_statistics]
+
+
 def register_all(
     names: Iterable[str] | None = None,
     *,
@@ -186,7 +198,7 @@ def register_all(
     """Register grpolab estimators with verl as ``grpolab_<name>``; return the registered names.
 
     Args:
-        names: grpolab estimator names (default: all of ``grpolab.advantages.available()``).
+        names: grpolab estimator names (default: ``adaptable()``).
         advantage_kwargs: per-estimator hyper-parameters, e.g. ``{"passk": {"k": 4}}``.
         conventions: "verl" (default: verl's epsilon and single-response rule, see the module docstring)
             or "grpolab".
@@ -198,7 +210,7 @@ def register_all(
     table = core_algos.ADV_ESTIMATOR_REGISTRY
     kwargs = advantage_kwargs or {}
     registered = []
-    for name in names if names is not None else advantage_registry.available():
+    for name in names if names is not None else adaptable():
         estimator = make_adv_estimator(name, conventions=conventions, **kwargs.get(name, {}))
         key = estimator.__name__
         existing = table.get(key)

@@ -32,6 +32,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from grpolab import advantages as advantage_registry
 from grpolab import devices
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
@@ -183,6 +184,10 @@ def check_supported(config: TrainConfig) -> None:
         why = REFUSED.get(name, "the TRL engine has no mapping for it yet")
         raise UserError(f"{name} {value!r} is not supported by engine trl ({why}); drop {_flag(name)} "
                         "or use --engine grpolab")
+    if advantage_registry.info(config.advantage).needs_token_statistics:
+        from grpolab.integrations.trl import per_token_refusal  # imports trl: only on this refusal
+
+        raise UserError(per_token_refusal(config.advantage))
     if config.loss_aggregation not in _LOSS_TYPES:
         raise UserError(f"loss_aggregation {config.loss_aggregation!r} is not supported by engine trl (TRL has no "
                         f"such loss); use one of {', '.join(_LOSS_TYPES)} or --engine grpolab")
