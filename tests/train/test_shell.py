@@ -108,3 +108,17 @@ def test_evaluations_are_due_every_eval_every_steps_before_the_end() -> None:
     shell = RunShell(TrainConfig(steps=6, eval_every=2), Path("."), command="test", writer=False)
     assert [s for s in range(1, 7) if shell.evaluation_due(s)] == [2, 4]
     assert not RunShell(TrainConfig(steps=6, eval_every=0), Path("."), command="t", writer=False).evaluation_due(2)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"advantage": "gpro"}, "unknown advantage estimator 'gpro'"),
+    ({"advantage": "grpo", "group_size": 1}, "needs groups of G >= 2"),
+    ({"advantage": "pkpo", "advantage_kwargs": {"k": 9}}, "fix --advantage-kwargs"),
+])
+def test_a_refused_estimator_leaves_no_run_directory(changes: dict, message: str, tmp_path: Path) -> None:
+    """A typo in the estimator or its settings fails before the run directory is made (was: an empty directory)."""
+    from grpolab.train.trainer import Trainer
+
+    with pytest.raises(ValueError, match=message):
+        Trainer(TrainConfig(**{**TINY, **changes}), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -95,6 +95,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.on_step = on_step
         self.start_eval_cache = start_eval_cache  # shared start evaluations (a sweep's runs at one seed)
+        _check_estimator(config)  # before the run directory exists: a refused estimator leaves nothing behind
         self.shell = RunShell(config, self.run_dir, command="grpolab train")  # locked until run() ends
         try:  # under the lock: --overwrite deletes no live files
             self.shell.check_fresh(resume=resume, overwrite=overwrite, has_checkpoint=_has_checkpoint(self.run_dir))
@@ -109,7 +110,6 @@ class Trainer:
         saved = self.shell.resume_settings(has_checkpoint=_has_checkpoint(self.run_dir)) if resume else None
         if config.threads:
             torch.set_num_threads(config.threads)
-        _check_estimator(config)
         self.task = self.shell.load_task(task)
         check_curriculum(config, self.task)
         self.verifier = verifiers.get_verifier(config.verifier or self.task.verifier)
