@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from tests.reliability._diverge import force_divergence
 
 from grpolab.cli import main
 from grpolab.train.lock import DirectoryLock
@@ -25,7 +26,7 @@ TINY_FLAGS = ["--steps", "2", "--prompts-per-step", "4", "--eval-limit", "8", "-
 ONE_LR = ["--lrs", "1e-3"]  # one lr: no selection phase
 
 
-def test_compare_writes_tables_and_report(tmp_path: Path) -> None:
+def test_compare_writes_tables_and_report(tmp_path: Path, in_process_workers: None) -> None:
     out = tmp_path / "cmp"
     code = main(["compare", "--estimators", "sign,dr_grpo", "--seeds", "2", "--group-sizes", "2",
                  "--workers", "2", "--out", str(out), *ONE_LR, *TINY_FLAGS])
@@ -42,7 +43,8 @@ def test_compare_writes_tables_and_report(tmp_path: Path) -> None:
     assert not (out / "compare.json").exists(), "the settings are saved once, in compare.yaml"
 
 
-def test_a_compare_rerun_with_other_settings_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_compare_rerun_with_other_settings_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                        in_process_workers: None) -> None:
     out = tmp_path / "cmp"
     sweep = ["compare", "--estimators", "sign", "--seeds", "1", "--group-sizes", "2", "--workers", "1",
              "--out", str(out), "--no-report", "--lrs", "1e-4"]
@@ -119,7 +121,7 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(tmp_path: Path) -> N
     assert results["run_id"].nunique() == 6
 
 
-def test_lr_selection_uses_validation_only_and_reports_fresh_seeds(tmp_path: Path) -> None:
+def test_lr_selection_uses_validation_only_and_reports_fresh_seeds(tmp_path: Path, in_process_workers: None) -> None:
     out = tmp_path / "cmp"
     code = main(["compare", "--estimators", "sign,grpo", "--seeds", "2", "--group-sizes", "4", "--workers", "2",
                  "--lrs", "1e-5,3e-3", "--lr-bracket-rounds", "0", "--selection-seeds", "1", "--out", str(out),
@@ -157,7 +159,7 @@ def test_lr_selection_uses_validation_only_and_reports_fresh_seeds(tmp_path: Pat
     assert reported["end_unscorable"].between(0, 1).all()
 
 
-def test_one_lr_runs_without_selection_and_lr_beside_lrs_is_refused(tmp_path: Path) -> None:
+def test_one_lr_runs_without_selection_and_lr_beside_lrs_is_refused(tmp_path: Path, in_process_workers: None) -> None:
     out = tmp_path / "cmp"
     code = main(["compare", "--estimators", "sign", "--seeds", "1", "--group-sizes", "2", "--lr", "3e-4",
                  "--out", str(out), "--no-report", *TINY_FLAGS])
@@ -178,8 +180,8 @@ def _cells_of(selection: pd.DataFrame) -> pd.DataFrame:
                          "rounds": selection.groupby(["estimator", "group_size"])["round"].max()})
 
 
-def test_a_best_lr_at_the_edge_of_the_grid_is_extended_or_said_to_be(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture) -> None:
+def test_a_best_lr_at_the_edge_of_the_grid_is_extended_or_said_to_be(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                   in_process_workers: None) -> None:
     """The acceptance case: ``--lrs 1e-5,3e-5`` on the embedded default never reports an edge lr silently."""
     sweep = ["compare", "--estimators", "sign,dr_grpo", "--seeds", "1", "--group-sizes", "2", "--workers", "2",
              "--selection-seeds", "1", "--lrs", "1e-5,3e-5", "--no-report", *TINY_FLAGS]
@@ -208,7 +210,8 @@ def test_a_best_lr_at_the_edge_of_the_grid_is_extended_or_said_to_be(tmp_path: P
     assert "0 run(s) trained" in said and not re.search(r"[1-9]\d* run\(s\) trained", said), said
 
 
-def test_vary_adds_an_axis_with_its_own_runs_and_rows(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_vary_adds_an_axis_with_its_own_runs_and_rows(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                     in_process_workers: None) -> None:
     out = tmp_path / "cmp"
     argv = ["compare", "--estimators", "sign,dr_grpo", "--seeds", "1", "--group-sizes", "2", "--workers", "2",
             "--out", str(out), "--no-report", "--lrs", "1e-3", "--vary", "max_grad_norm=0,1", *TINY_FLAGS]
@@ -235,18 +238,20 @@ def test_vary_adds_an_axis_with_its_own_runs_and_rows(tmp_path: Path, capsys: py
     assert "primary must name two different estimators" in capsys.readouterr().err
 
 
-def test_a_diverged_selection_run_disqualifies_its_lr_and_is_never_retried(tmp_path: Path) -> None:
-    """The lr 3e-3 run diverges at step 3, forced (``tests/reliability/_diverge.py``, in the spawned workers too):
-    a large lr diverged on one CPU and trained on another."""
+def test_a_diverged_selection_run_disqualifies_its_lr_and_is_never_retried(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        in_process_workers: None) -> None:
+    """The lr 3e-3 run diverges at step 3, forced (``tests/reliability/_diverge.py``): a large lr diverged on one
+    CPU and trained on another. The runs train in this process (``in_process_workers``): what is tested is how
+    the sweep treats a diverged run, not the workers."""
     out = tmp_path / "cmp"
-    argv = [sys.executable, str(Path(__file__).parents[1] / "reliability" / "_diverge.py"), "compare",
-            "--estimators", "sign", "--seeds", "1", "--group-sizes", "2", "--workers", "2", "--selection-seeds", "1",
-            "--lrs", "1e-3,3e-3", "--lr-bracket-rounds", "0", "--out", str(out), "--no-report", *TINY_FLAGS,
-            "--steps", "8", "--prompts-per-step", "2"]
-    env = {**os.environ, "GRPOLAB_TEST_DIVERGE_LR": "3e-3", "GRPOLAB_TEST_DIVERGE_STEP": "3"}
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, check=False)
-    assert done.returncode == 1, done.stderr[-2000:]  # a run of the sweep diverged: not ok
-    said = done.stderr.replace("\n", " ")
+    argv = ["compare", "--estimators", "sign", "--seeds", "1", "--group-sizes", "2", "--workers", "2",
+            "--selection-seeds", "1", "--lrs", "1e-3,3e-3", "--lr-bracket-rounds", "0", "--out", str(out),
+            "--no-report", *TINY_FLAGS, "--steps", "8", "--prompts-per-step", "2"]
+    force_divergence(monkeypatch, 3e-3, 3)
+    assert main(argv) == 1  # a run of the sweep diverged: not ok
+    stderr = capsys.readouterr().err
+    said = stderr.replace("\n", " ")
     assert "run sign-G2-lr0.003-seed1000 failed" in said and "diverged at step 3" in said, said
     summary = out / "selection" / "sign-G2-lr0.003-seed1000" / "summary.json"
     assert json.loads(summary.read_text())["status"] == "diverged"
@@ -256,6 +261,5 @@ def test_a_diverged_selection_run_disqualifies_its_lr_and_is_never_retried(tmp_p
     assert selection.loc[1e-3, "selected"] and selection.loc[1e-3, "status"] == "finished"
     assert set(pd.read_parquet(out / "results.parquet")["lr"]) == {1e-3}
     written = summary.stat().st_mtime_ns
-    again = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, check=False)
-    assert again.returncode == 0, again.stderr[-2000:]  # the re-run trains nothing: a diverged run has ended
-    assert summary.stat().st_mtime_ns == written and "0 run(s) trained" in again.stderr
+    assert main(argv) == 0, capsys.readouterr().err[-2000:]  # the re-run trains nothing: a diverged run has ended
+    assert summary.stat().st_mtime_ns == written and "0 run(s) trained" in capsys.readouterr().err

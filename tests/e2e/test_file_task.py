@@ -45,7 +45,7 @@ def test_missing_column_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Ca
     assert err.count("\n") == 0 and "column 'questio'" in err and "its columns are question, answer" in err
 
 
-def test_compare_on_the_same_file_names_it_in_the_report(tmp_path: Path) -> None:
+def test_compare_on_the_same_file_names_it_in_the_report(tmp_path: Path, in_process_workers: None) -> None:
     out = tmp_path / "cmp"
     code = main(["compare", *FILE_FLAGS, *TINY[:-1], "--estimators", "sign", "--seeds", "1", "--group-sizes", "2",
                  "--workers", "1", "--out", str(out)])
