@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from grpolab.sweep import compare
 
-    file_values = load_config_file(args.config) if args.config else {}
+    file_values = _config_file_values(args.config) if args.config else {}
     compare_values, train_values = split_file_values(file_values, CompareConfig, TrainConfig)
     refuse_sweep_owned(explicit_values(args, TrainConfig, train_values))
     sweep: CompareConfig = config_from_args(args, CompareConfig, file_values=compare_values)
@@ -64,6 +64,17 @@ def run(args: argparse.Namespace) -> int:
         if result.report is not None:
             _print_summary(result)
     return 1 if result.failed else 0
+
+
+def _config_file_values(path: str) -> dict[str, Any]:
+    """--config's settings; a comparison's saved compare.yaml reruns as it was made (``settings_to_rerun``)."""
+    from grpolab.config.files import SAVED_HEADER
+    from grpolab.sweep.settings import settings_to_rerun
+
+    values = load_config_file(path)
+    with open(path, encoding="utf-8") as handle:  # load_config_file read it: it exists and is UTF-8
+        saved = handle.readline().strip() == SAVED_HEADER
+    return settings_to_rerun(values, saved=saved)
 
 
 def _plan_line(sweep: CompareConfig, base: TrainConfig, *, large: bool) -> str:

@@ -12,6 +12,9 @@
   primary stays the same. A primary changed once a run has trained is recorded with a new time,
   ``primary_declared_after_results: true`` and the pair it replaced, so the report can say that it was not
   declared before the results (``primary_declaration``).
+* A saved ``OUT/compare.yaml`` given as ``--config`` reruns the comparison as it was made (``settings_to_rerun``):
+  its declaration record is dropped (the new --out declares its own primary), and so is its ``lr`` where its
+  ``lrs`` grid chose the lrs (the file holds the base config's unused ``lr`` beside the grid).
 * The training settings that a sweep sets for each run (``SWEEP_OWNED``, from the fields' metadata) are
   refused as ``grpolab compare`` flags or config-file keys, naming the flag to use instead.
 """
@@ -29,11 +32,14 @@ from grpolab.config.files import SAVED_FOOTER, SAVED_HEADER, read_saved_settings
 from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 
-__all__ = ["COMPARE_TRAIN_DEFAULTS", "SWEEP_FILE", "SWEEP_OWNED", "adopt_saved_settings", "check_sweep_settings",
-           "primary_declaration", "refuse_sweep_owned", "sweep_defaults", "sweep_train_settings"]
+__all__ = ["COMPARE_TRAIN_DEFAULTS", "DECLARATION_KEYS", "SWEEP_FILE", "SWEEP_OWNED", "adopt_saved_settings",
+           "check_sweep_settings", "primary_declaration", "refuse_sweep_owned", "settings_to_rerun", "sweep_defaults",
+           "sweep_train_settings"]
 
 SWEEP_OWNED: dict[str, str] = sweep_owned(TrainConfig)
 SWEEP_FILE = "compare.yaml"
+# What ``OUT/compare.yaml`` records besides the settings: when its primary comparison was declared.
+DECLARATION_KEYS = ("primary_declared", "primary_declared_after_results", "primary_replaced")
 
 # The training settings of a comparison that differ from `grpolab train`'s: a fixed, short budget, so the
 # comparison measures how fast each estimator learns (and the default sweep runs in minutes on 2 cores).
@@ -108,6 +114,18 @@ def primary_declaration(out: Path, primary: str, *, now: datetime | None = None)
     when = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"primary_declared": when, "primary_declared_after_results": changed,
             "primary_replaced": str(saved.get("primary")) if changed else ""}
+
+
+def settings_to_rerun(values: dict[str, Any], *, saved: bool) -> dict[str, Any]:
+    """A config file's ``values`` as settings: a sweep's saved ``compare.yaml`` (``saved``: it starts with
+    ``SAVED_HEADER``) without its declaration record, and without its ``lr`` where a non-empty ``lrs`` was the grid
+    (see the module docstring); any other file as written."""
+    if not saved:
+        return values
+    kept = {name: value for name, value in values.items() if name not in DECLARATION_KEYS}
+    if str(kept.get("lrs") or "").strip():
+        kept.pop("lr", None)
+    return kept
 
 
 def check_sweep_settings(out: Path, settings: dict[str, dict[str, Any]], defaults: dict[str, Any]) -> dict[str, Any]:
