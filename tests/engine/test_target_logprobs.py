@@ -104,3 +104,31 @@ def test_autograd_keeps_no_float32_copy_of_the_logits() -> None:
     ours = saved_bytes(lambda x, t: target_logprobs(x, t))
     assert plain >= 4 * ROWS * VOCAB  # the float32 log-softmax
     assert ours <= 16 * ROWS  # beyond the logits themselves: the targets and the logsumexp
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 3])
+def test_entropy_gradient_under_weighted_rows_equals_the_plain_forms(chunk_rows: int | None) -> None:
+    """The entropy bonus weighs each row by its token's share of the loss: a non-uniform upstream gradient, in
+    float64 (so the comparison is of the formula, not of rounding), whole and in chunks."""
+    logits, _, weights = _case(torch.float64, seed=4)
+    leaf, plain_leaf = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
+    (entropy(leaf, temperature=0.8, chunk_rows=chunk_rows) * weights).sum().backward()
+    log_probs = torch.log_softmax(plain_leaf / 0.8, dim=-1)
+    (-(log_probs.exp() * log_probs).sum(dim=-1) * weights).sum().backward()
+    torch.testing.assert_close(leaf.grad.float(), plain_leaf.grad.float(), atol=1e-6, rtol=1e-5)
+
+
+def test_entropy_autograd_keeps_no_float32_copy_of_the_logits() -> None:
+    """The entropy bonus's backward keeps the bfloat16 logits and the [M] entropy, not a float32 [M, V]."""
+    logits, _, _ = _case(torch.bfloat16)
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    leaf = logits.clone().requires_grad_(True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        entropy(leaf, temperature=0.7)
+    extra = sum(seen.values()) - leaf.untyped_storage().nbytes() * (leaf.untyped_storage().data_ptr() in seen)
+    assert extra <= 4 * ROWS  # the float32 entropy [M]

@@ -78,13 +78,37 @@ def target_logprobs(logits: torch.Tensor, targets: torch.Tensor, *, temperature:
 
 def entropy(logits: torch.Tensor, *, temperature: float = 1.0, chunk_rows: int | None = None) -> torch.Tensor:
     """[M] float32 entropy (nats) of ``softmax(logits / temperature)`` per row of logits [M, V], in chunks; with
-    autograd to the logits where they require it (the update's entropy bonus: its float32 [M, V] log-softmax is
-    then kept for the backward pass, unchunked)."""
+    autograd to the logits where they require it (the update's entropy bonus), through ``_Entropy``: like
+    ``target_logprobs`` it keeps only the logits and the [M] entropy for the backward, which recomputes each chunk's
+    softmax, so no [M, V] float32 log-softmax is kept."""
     if torch.is_grad_enabled() and logits.requires_grad:
-        log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
-        return -(log_probs.exp() * log_probs).sum(dim=-1)
+        return _Entropy.apply(logits, float(temperature), chunk_rows)
     with torch.no_grad():
         return _entropy_chunked(logits, temperature, chunk_rows)
+
+
+class _Entropy(torch.autograd.Function):
+    """H = -sum_v p_v log p_v with p = softmax(z), z = logits / t; dH/dlogits_v = -p_v (log p_v + H) / t."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, temperature: float, chunk_rows: int | None) -> torch.Tensor:
+        values = _entropy_chunked(logits.detach(), temperature, chunk_rows)
+        ctx.save_for_backward(logits, values)
+        ctx.temperature, ctx.chunk_rows = temperature, chunk_rows
+        return values
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
+        logits, values = ctx.saved_tensors
+        rows, vocab = logits.shape
+        out = torch.empty_like(logits)
+        grad = grad.float() / ctx.temperature
+        for part in _chunks(rows, vocab, ctx.chunk_rows):
+            log_probs = torch.log_softmax(logits[part].to(torch.float32, copy=True).div_(ctx.temperature), dim=-1)
+            scale = log_probs.exp()  # p, then -p (log p + H) g / t in place
+            scale.mul_(log_probs.add_(values[part, None])).mul_(-grad[part, None])
+            out[part] = scale
+        return out, None, None
 
 
 def _entropy_chunked(logits: torch.Tensor, temperature: float, chunk_rows: int | None) -> torch.Tensor:
