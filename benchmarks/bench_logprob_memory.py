@@ -4,8 +4,9 @@ log-softmax against ``target_logprobs`` and against ``entropy``.
     python benchmarks/bench_logprob_memory.py [--rows 2048] [--vocab 49152] [--dtype bfloat16]
 
 Each variant runs in a fresh process: bfloat16 logits [M, V] (as the lm_head gives them under autocast) with
-autograd, the log-prob of one target per row (or the entropy of each row), a backward. It prints the peak resident memory above the state before
-the logits were made (``ru_maxrss``), in MiB and in units of one [M, V] float32 tensor.
+autograd, the log-prob of one target per row (or the entropy of each row), a backward. It prints the peak resident
+memory above the state before the logits were made (``ru_maxrss``), in MiB and in units of one [M, V] float32
+tensor.
 """
 
 from __future__ import annotations
