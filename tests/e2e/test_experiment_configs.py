@@ -2,18 +2,23 @@
 
 The reductions only shrink budgets (steps, prompts, seeds, evaluation size, completion length); the model,
 task, verifier, estimators, LoRA and precision settings are the config's own, so a change that breaks the
-real experiment breaks this test. A config on the default (embedded) model trains in this process
-(``in_process_workers``, tests/conftest.py): a worker would take longer to start than its runs to train. A config
-that names a model (SmolLM2) keeps the two spawned workers: its runs outlast their start, and run in parallel.
+real experiment breaks this test. The runs train in this process (``in_process_workers``, tests/conftest.py), and
+a model is loaded from its files once per module (``one_load_per_model``): what is tested is the configs, not the
+sweep's worker processes (``tests/sweep/test_signals.py`` runs those) nor a second parse of the same file.
 """
 
 from __future__ import annotations
 
+import copy
+import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
+import grpolab.models as models
 from grpolab.cli import main
 from grpolab.config import CompareConfig, TrainConfig, load_config_file
 
@@ -33,11 +38,29 @@ def _reduced_vary(settings: dict) -> list[str]:
     return ["--vary", "prompts_per_step=" + ",".join(str(2 + i) for i in range(len(values.split(","))))]
 
 
+@pytest.fixture(scope="module")
+def one_load_per_model() -> Iterator[None]:
+    """``grpolab.models._load_from_pretrained`` really run once per (model, options) in this module, each load
+    handed a deep copy of that first, untouched result: the SmolLM2 configs' runs parse its GGUF file (seconds each
+    time, three times per load) once between them, and each run still trains a model of its own."""
+    loaded: dict[tuple[str, str], Any] = {}
+    real = models._load_from_pretrained
+
+    def load(location: str | Path, extra: dict[str, Any]) -> Any:
+        key = (str(location), json.dumps(extra, sort_keys=True, default=str))
+        if key not in loaded:
+            loaded[key] = real(location, extra)
+        return copy.deepcopy(loaded[key])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(models, "_load_from_pretrained", load)
+        yield
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_compare_config_runs_reduced(config: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_compare_config_runs_reduced(config: Path, tmp_path: Path, in_process_workers: None,
+                                     one_load_per_model: None) -> None:
     settings = load_config_file(config)
-    if "model" not in settings:  # the embedded model: its runs train faster than a worker starts
-        request.getfixturevalue("in_process_workers")
     if settings.get("use_vllm"):
         pytest.skip("needs CUDA, vLLM and its model; tests/integrations/test_trl_paper1.py runs it reduced")
     defaults = TrainConfig()
