@@ -83,25 +83,26 @@ def test_entropy_has_the_plain_entropys_gradient_where_the_logits_require_one() 
         assert entropy(leaf).grad_fn is None
 
 
+def _saved_bytes(fn, logits: torch.Tensor) -> int:
+    """The bytes autograd saves for the backward of ``fn(leaf)`` (saved-tensor hooks), beyond the leaf itself."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    leaf = logits.clone().requires_grad_(True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(leaf)
+    return sum(seen.values()) - leaf.untyped_storage().nbytes() * (leaf.untyped_storage().data_ptr() in seen)
+
+
 def test_autograd_keeps_no_float32_copy_of_the_logits() -> None:
     """What the backward keeps, counted by autograd's saved-tensor hooks: the bfloat16 logits and [M] vectors,
     against the plain form's float32 log-softmax [M, V] (twice the bytes of the bfloat16 logits)."""
     logits, targets, _ = _case(torch.bfloat16)
-
-    def saved_bytes(fn) -> int:
-        seen: dict[int, int] = {}
-
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
-
-        leaf = logits.clone().requires_grad_(True)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            fn(leaf, targets)
-        return sum(seen.values()) - leaf.untyped_storage().nbytes() * (leaf.untyped_storage().data_ptr() in seen)
-
-    plain = saved_bytes(lambda x, t: _plain(x, t, 1.0))
-    ours = saved_bytes(lambda x, t: target_logprobs(x, t))
+    plain = _saved_bytes(lambda x: _plain(x, targets, 1.0), logits)
+    ours = _saved_bytes(lambda x: target_logprobs(x, targets), logits)
     assert plain >= 4 * ROWS * VOCAB  # the float32 log-softmax
     assert ours <= 16 * ROWS  # beyond the logits themselves: the targets and the logsumexp
 
@@ -121,14 +122,4 @@ def test_entropy_gradient_under_weighted_rows_equals_the_plain_forms(chunk_rows:
 def test_entropy_autograd_keeps_no_float32_copy_of_the_logits() -> None:
     """The entropy bonus's backward keeps the bfloat16 logits and the [M] entropy, not a float32 [M, V]."""
     logits, _, _ = _case(torch.bfloat16)
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    leaf = logits.clone().requires_grad_(True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        entropy(leaf, temperature=0.7)
-    extra = sum(seen.values()) - leaf.untyped_storage().nbytes() * (leaf.untyped_storage().data_ptr() in seen)
-    assert extra <= 4 * ROWS  # the float32 entropy [M]
+    assert _saved_bytes(lambda x: entropy(x, temperature=0.7), logits) <= 4 * ROWS  # the float32 entropy [M]
