@@ -48,7 +48,10 @@ def _gone_within(process: subprocess.Popen, seconds: float) -> float:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
-def test_a_signal_to_the_sweep_process_ends_every_worker(tmp_path: Path, signum: signal.Signals) -> None:
+def test_a_signal_to_the_sweep_process_ends_every_worker(tmp_path: Path, signum: signal.Signals,
+                                                         request: pytest.FixtureRequest) -> None:
+    """The sweep and its workers are real processes; the SIGTERM case's re-run trains in this process
+    (``in_process_workers``): what it checks is where the runs resume, which no worker process changes."""
     out = tmp_path / "cmp"
     process = subprocess.Popen([sys.executable, "-m", "grpolab.cli", *SWEEP, "--out", str(out)],
                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -64,6 +67,7 @@ def test_a_signal_to_the_sweep_process_ends_every_worker(tmp_path: Path, signum:
         DirectoryLock(run, "test").acquire().release()
     if signum == signal.SIGTERM:  # the re-run resumes the runs where they stopped
         assert not list(out.glob("runs/*/summary.json"))  # stopped part-way, both of them
+        request.getfixturevalue("in_process_workers")
         assert main([*SWEEP, "--out", str(out)]) == 0
         results = pd.read_parquet(out / "results.parquet")
         assert results["run_id"].nunique() == 2 and set(results["status"]) == {"finished"}
