@@ -168,3 +168,16 @@ def test_the_verl_adapter_leaves_it_to_verl() -> None:
     assert NAME not in adaptable() and "opo" in adaptable()
     with pytest.raises(UserError, match=rf"set algorithm.adv_estimator={NAME}"):
         make_adv_estimator(NAME)
+
+
+def test_grpolab_gradients_measures_its_per_token_advantages(capsys: pytest.CaptureFixture[str]) -> None:
+    """``grpolab gradients --advantage optimal_token_baseline`` computes the statistics itself (it was refused), and
+    its advantages vary within a completion, where an outcome estimator's do not."""
+    import json
+
+    from grpolab.cli import main
+
+    assert main(["gradients", "--advantage", NAME, "--prompts", "4", "--threads", "1", "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)["metrics"]
+    assert metrics["grad/token_advantage_within_completion_std"] > 0
+    assert metrics["grad/row_sum_error"] < 1e-4

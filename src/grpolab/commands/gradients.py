@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from grpolab import devices
     from grpolab.gradients.geometry import analyze_gradients
     from grpolab.models import check_finite_weights, load_policy
-    from grpolab.train.step import step_advantages
+    from grpolab.train.step import estimator_statistics, step_advantages
 
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=GRADIENTS_TRAIN_DEFAULTS)  # validated
     if config.threads:
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     check_finite_weights(policy.model, f"the model {config.model}")  # its gradient spectrum has no meaning
     model = _model_for(config, policy).to(device)
     batch = _sample_batch(config, policy, model)
-    advantages = step_advantages(batch, config)
+    advantages = step_advantages(batch, config, statistics=estimator_statistics(model, batch, config))
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if config.dtype == "bfloat16"
                 else contextlib.nullcontext())
     with autocast:

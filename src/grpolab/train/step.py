@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from grpolab import advantages as advantage_registry
 from grpolab.advantages import TokenStatistics, compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.devices import model_device
@@ -57,9 +58,9 @@ from grpolab.overlong import overlong_penalty, shape_rewards
 from grpolab.process_rewards import completion_advantages, is_per_token, token_advantages
 from grpolab.train.batch import StepBatch
 
-__all__ = ["LossTotals", "MicroBatch", "UpdateSettings", "build_optimizer", "completion_view", "loss_mask",
-           "loss_option_metrics", "policy_token_statistics", "sampler_kl", "step_advantages", "trained_rows",
-           "update_policy"]
+__all__ = ["LossTotals", "MicroBatch", "UpdateSettings", "build_optimizer", "completion_view", "estimator_statistics",
+           "loss_mask", "loss_option_metrics", "policy_token_statistics", "sampler_kl", "step_advantages",
+           "trained_rows", "update_policy"]
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,14 @@ def _unpacked_forward(model: torch.nn.Module, batch: StepBatch, rows: list[int],
 def _frozen_logprobs(model: torch.nn.Module, batch: StepBatch, chunks: list[list[int]],
                      settings: UpdateSettings) -> dict:
     return {tuple(rows): _logprobs(model, batch, rows, settings) for rows in chunks}
+
+
+def estimator_statistics(model: torch.nn.Module, batch: StepBatch, config: TrainConfig) -> TokenStatistics | None:
+    """The policy's per-token statistics of the batch (``policy_token_statistics``) where the config's estimator
+    has a per-token baseline (``optimal_token_baseline``), else None: ``step_advantages``' ``statistics``."""
+    if not advantage_registry.info(config.advantage).needs_token_statistics:
+        return None
+    return policy_token_statistics(model, batch, UpdateSettings.of(config))
 
 
 @torch.no_grad()

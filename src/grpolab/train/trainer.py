@@ -70,7 +70,7 @@ from grpolab.train.step import (
     UpdateSettings,
     build_optimizer,
     completion_view,
-    policy_token_statistics,
+    estimator_statistics,
     step_advantages,
     update_policy,
 )
@@ -274,15 +274,9 @@ class Trainer:
         """Advantages [P, G] of the outcome rewards, or [B, T] of the per-token rewards."""
         try:
             return step_advantages(batch, self.config, max_length=self.max_new_tokens,
-                                   statistics=self._token_statistics(batch))
+                                   statistics=estimator_statistics(self.model, batch, self.config))
         except UserError as error:  # e.g. a user verifier's non-binary rewards under a binary-only estimator
             raise UserError(f"step {step}: {error}; pick a matching --verifier / --advantage") from None
-
-    def _token_statistics(self, batch: StepBatch) -> TokenStatistics | None:
-        """The sampling policy's per-token statistics of the batch, for an estimator with a per-token baseline."""
-        if not advantage_registry.info(self.config.advantage).needs_token_statistics:
-            return None
-        return policy_token_statistics(self.model, batch, UpdateSettings.of(self.config))
 
     def _log_rollouts(self, step: int, batch: StepBatch, advantages: torch.Tensor) -> None:
         g = batch.group_size
