@@ -168,7 +168,12 @@ def _wait_for_checkpoint(checkpoints: Path, least: int, process: subprocess.Pope
         time.sleep(0.05)
 
 
-def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: Path) -> None:
+def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """The run killed is a real ``grpolab train`` process; the resumes run ``grpolab.cli.main`` in this process:
+    what they check is the run directory the kill left, not a process of their own."""
+    from grpolab.cli import main
+
     out = tmp_path / "run"
     command = [str(GRPOLAB), "train", "--out", str(out), "--steps", "10", "--checkpoint-every", "1",
                "--keep-checkpoints", "1", "--seed", "3", "--no-eval-start", *FLAGS]
@@ -179,9 +184,7 @@ def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: 
         process.send_signal(signal.SIGKILL)
         process.wait()
     assert not (out / "summary.json").exists()
-    resumed = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume"], env=_env(), capture_output=True,
-                             text=True, timeout=300, check=False)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert main(["train", "--out", str(out), "--resume"]) == 0, capsys.readouterr().err[-3000:]
     assert [row["step"] for row in read_metrics(out / "metrics.jsonl")] == list(range(1, 11))
     assert sorted(p.name for p in (out / "rollouts").glob("*.parquet")) == [f"step-{s:06d}.parquet" for s in
                                                                             range(1, 11)]
@@ -189,14 +192,14 @@ def test_kill_9_then_resume_completes_the_run_with_its_saved_settings(tmp_path: 
     resumes = [json.loads(line) for line in (out / "resumes.jsonl").read_text().splitlines()]
     assert len(resumes) == 1 and resumes[0]["from_step"] >= 2 and resumes[0]["changed"] == {}
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
-    finished = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume"], env=_env(), capture_output=True,
-                              text=True, timeout=300, check=False)  # a finished run resumed: nothing more to do
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--resume"]) == 0, capsys.readouterr().err[-3000:]  # nothing to do
     assert [e["phase"] for e in read_metrics(out / "eval.jsonl")] == ["end"]
     assert [row["step"] for row in read_metrics(out / "metrics.jsonl")] == list(range(1, 11))
-    again = subprocess.run([str(GRPOLAB), "train", "--out", str(out), "--resume", "--lr", "0.5"], env=_env(),
-                           capture_output=True, text=True, timeout=120, check=False)
-    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "lr" in again.stderr
+    capsys.readouterr()
+    code = main(["train", "--out", str(out), "--resume", "--lr", "0.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "lr" in err, err
 
 
 def test_two_processes_write_one_run_directory_with_every_group(tmp_path: Path) -> None:
