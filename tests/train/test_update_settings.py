@@ -22,7 +22,8 @@ def test_only_the_advantages_and_the_optimizer_take_the_whole_config() -> None:
     functions = [fn for fn in vars(step).values() if inspect.isfunction(fn) and fn.__module__ == step.__name__]
     takes_config = sorted(fn.__name__ for fn in functions
                           if any("TrainConfig" in str(p.annotation) for p in inspect.signature(fn).parameters.values()))
-    assert takes_config == ["_outcome_rewards", "build_optimizer", "step_advantages"]
+    # the advantages (with the statistics their estimator needs) and the optimizer; nothing of the update itself
+    assert takes_config == ["_outcome_rewards", "build_optimizer", "estimator_statistics", "step_advantages"]
 
 
 def test_settings_carry_the_configs_values() -> None:
