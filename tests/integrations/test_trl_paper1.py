@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +18,6 @@ from grpolab.config import load_config_file
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "experiments" / "paper1" / "compare.yaml"
-GRPOLAB = Path(sys.executable).with_name("grpolab")
 
 
 def _tiny_model(out: Path) -> Path:
@@ -47,16 +43,19 @@ def test_the_recipe_states_the_paper_settings() -> None:
     assert "simulated" in header and "Unconfirmed" in header and "Guesses" in header
 
 
-def test_the_recipe_runs_reduced_on_the_cpu(tmp_path: Path) -> None:
+def test_the_recipe_runs_reduced_on_the_cpu(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                            in_process_workers: None) -> None:
+    """Its six runs train in this process (``in_process_workers``, tests/conftest.py): the recipe is under test,
+    not the workers; ``test_trl_engine.py``'s reduced ``grpolab compare --engine trl`` runs TRL in spawned ones."""
+    from grpolab.cli import main
+
     model = _tiny_model(tmp_path / "tiny")
     out = tmp_path / "out"
-    command = [str(GRPOLAB), "compare", "--config", str(RECIPE), "--out", str(out), "--model", str(model),
-               "--no-use-vllm", "--data", str(REPO / "tests" / "fixtures" / "gsm8k"), "--seeds", "1", "--steps", "1",
-               "--prompts-per-step", "1", "--eval-limit", "2", "--eval-samples", "2", "--workers", "2",
-               "--task-options", '{"use_chat_template": true, "max_new_tokens": 8}', "--no-report"]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
+    argv = ["compare", "--config", str(RECIPE), "--out", str(out), "--model", str(model),
+            "--no-use-vllm", "--data", str(REPO / "tests" / "fixtures" / "gsm8k"), "--seeds", "1", "--steps", "1",
+            "--prompts-per-step", "1", "--eval-limit", "2", "--eval-samples", "2", "--workers", "2",
+            "--task-options", '{"use_chat_template": true, "max_new_tokens": 8}', "--no-report"]
+    assert main(argv) == 0, capsys.readouterr().err[-3000:]
     results = pd.read_parquet(out / "results.parquet")
     assert set(results["estimator"]) == set(load_config_file(RECIPE)["estimators"].split(","))
     assert set(results["phase"]) == {"start", "end"} and set(results["group_size"]) == {4}
