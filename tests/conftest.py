@@ -1,53 +1,16 @@
-"""Fixtures shared across the test folders.
-
-``in_process_workers`` trains a sweep's local runs in this process instead of in spawned workers. A spawned
-worker starts an interpreter and imports torch and grpolab before its first run: seconds per worker, per phase of
-a sweep, on two loaded cores, where a tiny run trains in under one. Tests of what a sweep computes (lr selection,
-tables, reports, configs) take it; the tests of the workers themselves keep real processes:
-``tests/sweep/test_signals.py`` (SIGTERM, SIGHUP, SIGKILL to ``grpolab compare``), ``test_devices.py`` (each
-worker's ``CUDA_VISIBLE_DEVICES``), ``test_orphaned_workers.py``, ``tests/e2e/test_compare.py``'s kill-and-resume
-and Ctrl-C tests, ``tests/e2e/test_ray_backend.py`` and ``tests/sweep/test_api.py``'s README example.
-"""
+"""Fixtures shared across the test folders."""
 
 from __future__ import annotations
 
-import concurrent.futures
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-
-class InProcessPool(concurrent.futures.Executor):
-    """An executor that runs each submitted job at once, in the calling thread, one after another: the runs of a
-    sweep in the order they were queued, as one worker would take them."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except Exception as error:  # the future holds it, as a worker's would
-            future.set_exception(error)
-        return future
+from in_process_workers import workers_in_process
 
 
 @pytest.fixture
-def in_process_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """``grpolab.sweep.local``'s worker pool replaced by an ``InProcessPool`` posting progress to the sweep's
-    queue as a worker does; the torch thread count and random state a run sets are restored afterwards."""
-    import torch
-
-    import grpolab.sweep.local as local
-    import grpolab.sweep.worker as worker
-
-    def pool(workers: int, progress: Any, devices: list[str]) -> InProcessPool:
-        monkeypatch.setattr(worker, "_progress_queue", progress)
-        return InProcessPool()
-
-    monkeypatch.setattr(local, "worker_pool", pool)
-    threads, state = torch.get_num_threads(), torch.random.get_rng_state()
-    try:
+def in_process_workers() -> Iterator[None]:
+    """A sweep's local runs train in this process, not in spawned workers (``tests/in_process_workers.py``)."""
+    with workers_in_process():
         yield
-    finally:
-        torch.set_num_threads(threads)
-        torch.random.set_rng_state(state)
