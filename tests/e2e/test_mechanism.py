@@ -13,6 +13,7 @@ import pytest
 
 from grpolab.cli import main
 from grpolab.models import load_policy
+from in_process_workers import workers_in_process
 
 PROMPTS, SAMPLES = 8, 2
 
@@ -22,9 +23,10 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two estimators, one seed, 3 steps with a checkpoint every 2; then the dr_grpo run's final model is
     replaced by the start model, so that its every shift must be exactly 0."""
     out = tmp_path_factory.mktemp("mechanism") / "cmp"
-    code = main(["compare", "--estimators", "sign,dr_grpo", "--seeds", "1", "--group-sizes", "2", "--workers", "2",
-                 "--out", str(out), "--lr", "3e-3", "--steps", "3", "--prompts-per-step", "8", "--eval-limit", "8",
-                 "--eval-samples", "2", "--checkpoint-every", "2", "--no-report"])
+    with workers_in_process():  # what mechanism reads is under test, not the sweep's workers
+        code = main(["compare", "--estimators", "sign,dr_grpo", "--seeds", "1", "--group-sizes", "2", "--workers", "2",
+                     "--out", str(out), "--lr", "3e-3", "--steps", "3", "--prompts-per-step", "8", "--eval-limit", "8",
+                     "--eval-samples", "2", "--checkpoint-every", "2", "--no-report"])
     assert code == 0
     unchanged = out / "runs" / "dr_grpo-G2-seed0" / "final"
     shutil.rmtree(unchanged)

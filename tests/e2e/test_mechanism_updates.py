@@ -16,14 +16,16 @@ from safetensors.torch import load_file
 from grpolab.cli import main
 from grpolab.mechanism.updates import adam_noise_floor, momentum_noise_cosines
 from grpolab.models import load_policy
+from in_process_workers import workers_in_process
 
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("updates") / "cmp"
-    code = main(["compare", "--estimators", "sign,dr_grpo", "--seeds", "2", "--group-sizes", "2", "--workers", "2",
-                 "--out", str(out), "--lr", "1e-3", "--steps", "4", "--prompts-per-step", "4", "--eval-limit", "4",
-                 "--eval-samples", "2", "--checkpoint-every", "2", "--keep-checkpoints", "10", "--no-report"])
+    with workers_in_process():  # what mechanism reads is under test, not the sweep's workers
+        code = main(["compare", "--estimators", "sign,dr_grpo", "--seeds", "2", "--group-sizes", "2", "--workers", "2",
+                     "--out", str(out), "--lr", "1e-3", "--steps", "4", "--prompts-per-step", "4", "--eval-limit", "4",
+                     "--eval-samples", "2", "--checkpoint-every", "2", "--keep-checkpoints", "10", "--no-report"])
     assert code == 0
     assert main(["mechanism", str(out), "--prompts", "4", "--samples", "2"]) == 0
     return out
