@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
 
         def on_step(step: int, metrics: dict) -> None:
             if bar is not None:
-                info = (f"reward {metrics['rollout/reward_mean']:.2f}  degenerate "
+                reward = metrics.get("rollout/reward_mean")  # absent on a step with nothing scored
+                info = (f"reward {'-' if reward is None else f'{reward:.2f}'}  degenerate "
                         f"{metrics.get('starvation/degenerate', 0):.2f}  {metrics['perf/step_time']:.2f}s/step")
                 bar.update(task_id, completed=step, info=info)
 

@@ -73,18 +73,20 @@ def rollout_figures(rewards: np.ndarray, lengths: np.ndarray, truncated: Sequenc
                     completions_generated: int, tokens_generated: int | None = None) -> dict[str, float]:
     """The ``rollout/*`` figures every engine writes for the batch it trains on: rewards and lengths [P, G]
     (a NaN reward: the verifier could not score it), ``truncated`` one flag per completion, problem-major;
-    ``rollout/tokens_generated`` where the engine counts the completion tokens it sampled."""
+    ``rollout/tokens_generated`` where the engine counts the completion tokens it sampled. A mean over no
+    completions is left out rather than written as 0: the reward and accuracy when none was scored, the length
+    and truncated share of an empty batch (dynamic sampling that found no informative group: ``rollout/groups``
+    0)."""
     scored = rewards[~np.isnan(rewards)]
-    tokens = {} if tokens_generated is None else {"rollout/tokens_generated": float(tokens_generated)}
-    return {**tokens,
-        "rollout/reward_mean": float(scored.mean()) if scored.size else 0.0,
-        "rollout/accuracy": float((scored >= 0.5).mean()) if scored.size else 0.0,
-        "rollout/completion_length": float(lengths.mean()) if lengths.size else 0.0,
-        "rollout/truncated": float(np.mean(np.asarray(truncated, dtype=float))) if len(truncated) else 0.0,
-        "rollout/groups": float(rewards.shape[0]),
-        "rollout/completions_generated": float(completions_generated),
-        "rollout/unscorable": float(np.isnan(rewards).sum()),
-    }
+    figures = {} if tokens_generated is None else {"rollout/tokens_generated": float(tokens_generated)}
+    if scored.size:
+        figures.update({"rollout/reward_mean": float(scored.mean()), "rollout/accuracy": float((scored >= 0.5).mean())})
+    if lengths.size:
+        figures.update({"rollout/completion_length": float(lengths.mean()),
+                        "rollout/truncated": float(np.mean(np.asarray(truncated, dtype=float)))})
+    return {**figures, "rollout/groups": float(rewards.shape[0]),
+            "rollout/completions_generated": float(completions_generated),
+            "rollout/unscorable": float(np.isnan(rewards).sum())}
 
 
 def rollout_table(step: int, prompt_ids: Sequence[str], texts: Sequence[str], rewards: Sequence[float],

@@ -243,7 +243,7 @@ class Trainer:
         advantages = self._advantages(batch, step)  # [P, G], or [B, T] with per-token rewards
         per_completion = completion_view(batch, advantages)  # [P, G]
         grad_metrics: dict[str, float] = {}
-        if self.config.grad_analysis_every and step % self.config.grad_analysis_every == 0:
+        if self.config.grad_analysis_every and step % self.config.grad_analysis_every == 0 and batch.num_groups:
             # at the policy that sampled the batch, before the update
             grad_metrics = gradient_metrics_for_step(self.model, batch, advantages, self.config)
         lr = _learning_rate(self.config, step)
@@ -255,10 +255,10 @@ class Trainer:
         self._log_rollouts(step, batch, per_completion)
         figures = rollout_figures(batch.rewards, batch.lengths, batch.truncated.tolist(), self.completions_generated,
                                   self.tokens_generated)
-        metrics = {**figures, "rollout/entropy": batch.sampling_entropy(), **extra,
-                   **starvation_metrics(batch.rewards, per_completion, lengths=batch.lengths,
-                                        window=self.success_window),
-                   **update, **masked, **grad_metrics}
+        starvation = starvation_metrics(batch.rewards, per_completion, lengths=batch.lengths,
+                                        window=self.success_window) if batch.num_groups else {}
+        entropy = {"rollout/entropy": batch.sampling_entropy()} if batch.num_groups else {}
+        metrics = {**figures, **entropy, **extra, **starvation, **update, **masked, **grad_metrics}
         metrics.update(_perf_metrics(batch, started, rollout_time, update_time, update.get("loss/train_tokens", 0)))
         return metrics
 
