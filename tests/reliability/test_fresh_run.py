@@ -87,9 +87,25 @@ def test_overwrite_removes_what_a_killed_write_left(finished_run, capsys):
     (finished_run / ".final.tmp-abc123").mkdir()
     (finished_run / ".final.tmp-abc123" / "model.safetensors").write_bytes(b"half")
     (finished_run / "metrics.jsonl.tmp").write_text('{"step": 1')
+    (finished_run / ".summary.json.k3x9q_1.tmp").write_text('{"status"')
     code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS, "--overwrite"], capsys)
     assert code == 0, err
     assert not (finished_run / ".final.tmp-abc123").exists() and not (finished_run / "metrics.jsonl.tmp").exists()
+    assert not (finished_run / ".summary.json.k3x9q_1.tmp").exists()
+
+
+def test_a_run_killed_while_writing_its_config_starts_again(tmp_path, capsys):
+    """kill -9 during the atomic write of config.yaml leaves its staging file (``.config.yaml.<random>.tmp``):
+    the same command starts the run again (it was refused as a file grpolab did not write)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".config.yaml.a1b2c3d4.tmp").write_text("# grpolab settings, schema 1\nadvan")
+    code, err = run_cli(["train", "--out", str(out), *RUN_FLAGS], capsys)
+    assert code == 0, err
+    assert (out / "summary.json").is_file()
+    (out / ".notes.tmp").write_text("mine")  # a name no grpolab write uses is still the user's
+    code, err = run_cli(["train", "--out", str(out), *RUN_FLAGS, "--overwrite"], capsys)
+    assert code == 0 and (out / ".notes.tmp").read_text() == "mine"
 
 
 def test_overwrite_refuses_a_users_file_inside_a_folder_a_run_replaces_whole(finished_run, capsys):

@@ -49,8 +49,10 @@ _REPLACED_WHOLE = ("final/*", "checkpoints/step-*/*")  # folders a run deletes a
 
 def _staging(name: str) -> bool:
     """What a killed write leaves in a run directory: the writable probe, ``final/``'s staging folder, a log's
-    staging file (``runlog.rewrite_jsonl``)."""
-    return name.startswith((".write-test-", ".final.tmp-")) or name in {f"{log}.tmp" for log in _LOGS}
+    staging file (``runlog.rewrite_jsonl``), a run file's atomic-write staging (``grpolab.io.atomic_write_with``:
+    ``.config.yaml.<random>.tmp``)."""
+    atomic = name.endswith(".tmp") and any(name.startswith(f".{file}.") for file in _RUN_FILES)
+    return atomic or name.startswith((".write-test-", ".final.tmp-")) or name in {f"{log}.tmp" for log in _LOGS}
 
 
 def refuse_planted_links(run_dir: Path) -> None:
