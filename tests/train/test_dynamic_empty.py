@@ -17,7 +17,7 @@ TINY = dict(prompts_per_step=2, group_size=2, steps=3, eval_limit=4, eval_sample
             checkpoint_every=0, progress=False, threads=1, lr=1e-3, dynamic_sampling=True, dynamic_max_rounds=1)
 
 
-@pytest.mark.parametrize("advantage", ["dr_grpo", "sign"])
+@pytest.mark.parametrize("advantage", ["dr_grpo", "sign", "optimal_token_baseline"])
 def test_a_step_without_an_informative_group_trains_nothing_and_says_so(advantage: str, tmp_path: Path) -> None:
     trainer = Trainer(TrainConfig(advantage=advantage, **TINY), tmp_path / "run")
     trainer.verifier = lambda completion, reference: 0.0  # every group all wrong: degenerate

@@ -253,8 +253,10 @@ def policy_token_statistics(model: torch.nn.Module, batch: StepBatch, settings: 
         logprobs.append(part[0])
         squares.append(part[1])
     mask = batch.completion_mask.float()
-    logprobs_ = torch.cat(logprobs).cpu().clamp(max=0.0)  # float32 rounding of logit - logsumexp can pass 0
-    return TokenStatistics(mask, logprobs_ * mask, torch.cat(squares).cpu().clamp(0.0, 1.0) * mask)
+    if not logprobs:  # an empty batch (dynamic sampling that found no informative group)
+        return TokenStatistics(mask, torch.zeros_like(mask), torch.zeros_like(mask))
+    drawn = torch.cat(logprobs).cpu().clamp(max=0.0)  # float32 rounding of logit - logsumexp can pass 0
+    return TokenStatistics(mask, drawn * mask, torch.cat(squares).cpu().clamp(0.0, 1.0) * mask)
 
 
 @dataclass(frozen=True)
