@@ -27,7 +27,7 @@ from grpolab.sweep.devices import check_gpus
 from grpolab.sweep.gather import collect_results, runs_table, write_table, write_tables
 from grpolab.sweep.identity import check_sweep_identity
 from grpolab.sweep.ownership import check_sweep_dir
-from grpolab.sweep.plan import Cell, RunSpec, parse_estimator, plan_cells, plan_lr_grid, plan_runs
+from grpolab.sweep.plan import Cell, RunSpec, parse_estimator, plan_cells, plan_lr_grid, plan_runs, run_config
 from grpolab.sweep.run import run_sweep
 from grpolab.sweep.select import Selection, extend_grids, select_lrs
 from grpolab.sweep.settings import adopt_saved_settings, check_sweep_settings, sweep_defaults, sweep_train_settings
@@ -96,6 +96,7 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
     cells = plan_cells(sweep.estimator_list, sweep.group_size_list, variants)
     for variant in variants:  # a bad value for this base config fails before anything is written
         base.replace(**variant.changes)
+    _check_engine(base, cells)
     if sweep.backend == "local":  # GPUs this machine lacks, or that contradict the runs' devices
         check_gpus(sweep.gpus_per_run, {base.replace(**variant.changes).device for variant in variants})
     settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base),
@@ -118,6 +119,17 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
                       lrs=lrs)
     runner.run(specs, "runs")
     return _gather(out, sweep, settings, grid, specs, selection, runner.outcomes, report=report)
+
+
+def _check_engine(base: TrainConfig, cells: list[Cell]) -> None:
+    """Refuse, before any run starts, an arm the config's engine cannot run (``--engine trl``: an estimator with a
+    per-token baseline, a remedy TRL has no form for), in the engine's own one line."""
+    if base.engine != "trl":
+        return
+    from grpolab.train.trl_engine.arguments import check_supported
+
+    for cell in cells:
+        check_supported(run_config(base, cell, seed=base.seed, lr=base.lr))
 
 
 class _Runner:

@@ -23,7 +23,8 @@ from grpolab.errors import UserError
 from grpolab.sweep.variants import NO_VARIANT, Variant
 from grpolab.train.settings import load_saved_config, same_run_settings
 
-__all__ = ["Cell", "RunSpec", "parse_estimator", "plan_cells", "plan_lr_grid", "plan_runs", "remedy_settings"]
+__all__ = ["Cell", "RunSpec", "parse_estimator", "plan_cells", "plan_lr_grid", "plan_runs", "remedy_settings",
+           "run_config"]
 
 
 class Cell(NamedTuple):
@@ -129,7 +130,8 @@ def plan_cells(estimators: Sequence[str], group_sizes: Sequence[int],
     return [Cell(v, e, g) for v in variants for g in group_sizes for e in estimators]
 
 
-def _run_config(base: TrainConfig, cell: Cell, seed: int, lr: float) -> TrainConfig:
+def run_config(base: TrainConfig, cell: Cell, seed: int, lr: float) -> TrainConfig:
+    """The training config of one run of ``cell``: its variant's changes, its estimator and remedies, G, seed and lr."""
     name, remedies = parse_estimator(cell.estimator)
     return base.replace(**cell.variant.changes, advantage=name, **remedy_settings(base, remedies),
                         seed=seed, group_size=cell.group_size, progress=False, lr=lr)
@@ -138,7 +140,7 @@ def _run_config(base: TrainConfig, cell: Cell, seed: int, lr: float) -> TrainCon
 def _spec(base: TrainConfig, cell: Cell, seed: int, lr: float | None, folder: Path) -> RunSpec:
     run_id = f"{cell.estimator}-G{cell.group_size}" + (f"-lr{lr:g}" if lr is not None else "") + f"-seed{seed}"
     run_id += f"-{cell.variant.slug}" if cell.variant.name else ""
-    config = _run_config(base, cell, seed, base.lr if lr is None else lr)
+    config = run_config(base, cell, seed, base.lr if lr is None else lr)
     return RunSpec(run_id, cell.estimator, seed, cell.group_size, folder / run_id, config, cell.variant)
 
 
