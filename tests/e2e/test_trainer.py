@@ -14,6 +14,7 @@ from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.models import load_policy
 from grpolab.train.trainer import Trainer
+from resumed_runs import straight_and_resumed
 
 TINY = dict(prompts_per_step=4, group_size=4, steps=2, eval_limit=8, eval_samples=2, checkpoint_every=0,
             progress=False, threads=1, lr=1e-3)
@@ -60,24 +61,10 @@ def test_sign_always_trains_every_completion(tmp_path) -> None:
     assert _changed(before, trainer.model)
 
 
-class _Stop(Exception):
-    pass
-
-
 def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path) -> None:
     config = TrainConfig(advantage="sign", **{**TINY, "steps": 4, "checkpoint_every": 2, "eval_start": False})
-    straight = Trainer(config, tmp_path / "straight")
-    straight.run()
-
-    def crash_after_step_3(step: int, metrics: dict) -> None:
-        if step == 3:
-            raise _Stop
-
-    with pytest.raises(_Stop):
-        Trainer(config, tmp_path / "killed", on_step=crash_after_step_3).run()
-    resumed = Trainer(config, tmp_path / "killed", resume=True)
-    assert resumed.start_step == 2
-    resumed.run()
+    straight, resumed, resumed_from = straight_and_resumed(config, tmp_path, crash_after=3)
+    assert resumed_from == 2
     for (name, a), b in zip(straight.model.named_parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(a, b), name
     steps = [json.loads(line)["step"] for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]

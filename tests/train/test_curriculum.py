@@ -15,7 +15,7 @@ from grpolab.errors import UserError
 from grpolab.tasks import get_task
 from grpolab.train.curriculum import DifficultyCurriculum, check_curriculum
 from grpolab.train.shell import step_problems
-from grpolab.train.trainer import Trainer
+from resumed_runs import metric_rows, straight_and_resumed
 
 CONFIG = TrainConfig(task="arith", curriculum=True, curriculum_window=2, prompts_per_step=4, seed=3)
 
@@ -79,10 +79,6 @@ def test_on_a_reverse_pool_the_replacements_come_from_the_pool() -> None:
     assert {p.id for p in problems} <= {p.id for p in task.train}
 
 
-class _Stop(Exception):
-    pass
-
-
 ARITH = {"task": "arith", "model": "embedded-arith", "task_limit": 16}
 REVERSE_POOL = {"task": "reverse", "model": "embedded", "task_options": {"train_pool": 16}}
 
@@ -92,20 +88,9 @@ def test_a_resumed_curriculum_run_repeats_an_uninterrupted_one(tmp_path, setting
     config = TrainConfig(advantage="dr_grpo", curriculum=True, curriculum_window=3, prompts_per_step=8, group_size=4,
                          steps=6, checkpoint_every=2, eval_start=False, eval_limit=8, eval_samples=0, progress=False,
                          threads=1, lr=1e-3, **setting)
-    straight = Trainer(config, tmp_path / "straight")
-    straight.run()
-
-    def crash(step: int, metrics: dict) -> None:
-        if step == 5:
-            raise _Stop
-
-    with pytest.raises(_Stop):
-        Trainer(config, tmp_path / "killed", on_step=crash).run()
-    resumed = Trainer(config, tmp_path / "killed", resume=True)
-    assert resumed.start_step == 4
-    resumed.run()
-    rows = {name: [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-            for name in ("straight", "killed")}
+    straight, resumed, resumed_from = straight_and_resumed(config, tmp_path, crash_after=5)
+    assert resumed_from == 4
+    rows = {name: metric_rows(tmp_path / name) for name in ("straight", "killed")}
     replaced = [row["rollout/curriculum_replaced"] for row in rows["straight"]]
     assert replaced == [row["rollout/curriculum_replaced"] for row in rows["killed"]]
     assert sum(replaced) > 0  # 16 prompts, 8 a step: settled ones come round again and are replaced

@@ -16,7 +16,7 @@ from grpolab.config import TrainConfig
 from grpolab.tasks import Problem
 from grpolab.train.batch import StepBatch
 from grpolab.train.replay import ReplayBuffer
-from grpolab.train.trainer import Trainer
+from resumed_runs import metric_rows, straight_and_resumed
 
 G = 2
 
@@ -80,29 +80,14 @@ def test_the_buffer_round_trips_through_json() -> None:
     assert m1 == m2 and m1["rollout/replayed_groups"] == 2.0 and _same(first, second)
 
 
-class _Stop(Exception):
-    pass
-
-
 @pytest.mark.parametrize("advantage", ["dr_grpo"])
 def test_a_resumed_replay_run_repeats_an_uninterrupted_one(tmp_path, advantage: str) -> None:
     config = TrainConfig(advantage=advantage, replay=True, replay_max_age=2, prompts_per_step=4, group_size=4,
                          steps=5, checkpoint_every=2, eval_start=False, eval_limit=8, eval_samples=0, progress=False,
                          threads=1, lr=1e-3)
-    straight = Trainer(config, tmp_path / "straight")
-    straight.run()
-
-    def crash(step: int, metrics: dict) -> None:
-        if step == 3:
-            raise _Stop
-
-    with pytest.raises(_Stop):
-        Trainer(config, tmp_path / "killed", on_step=crash).run()
-    resumed = Trainer(config, tmp_path / "killed", resume=True)
-    assert resumed.start_step == 2
-    resumed.run()
-    rows = {name: [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-            for name in ("straight", "killed")}
+    straight, resumed, resumed_from = straight_and_resumed(config, tmp_path, crash_after=3)
+    assert resumed_from == 2
+    rows = {name: metric_rows(tmp_path / name) for name in ("straight", "killed")}
     replayed = [row["rollout/replayed_groups"] for row in rows["straight"]]
     assert replayed == [row["rollout/replayed_groups"] for row in rows["killed"]] and sum(replayed) > 0
     assert all(0 < row["rollout/replay_age"] <= 2 for row in rows["straight"] if row["rollout/replayed_groups"])
