@@ -2,6 +2,8 @@
 
 ``resolve(name)`` turns the ``device`` setting (``auto``, ``cpu``, ``cuda``, ``cuda:N``) into a ``torch.device``,
 refusing in one line a device this machine does not have. ``auto`` takes the first GPU torch sees, else the CPU.
+``bind(name)`` resolves it and makes it the process's current CUDA device: what a run, an evaluation or a gradient
+analysis calls before its model moves there.
 
 ``to_host(value)`` is the one deliberate place where a tensor that may live on an accelerator becomes host data
 (a CPU tensor, ready for ``numpy()``, ``tolist()`` or ``float()``). Every tensor handed to grpolab by a model, TRL
@@ -22,7 +24,7 @@ from grpolab.errors import UserError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEVICE_CHOICES", "check_name", "describe", "model_device", "resolve", "to_host"]
+__all__ = ["DEVICE_CHOICES", "bind", "check_name", "describe", "model_device", "resolve", "to_host"]
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 _NAME = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
@@ -56,6 +58,18 @@ def resolve(name: str) -> torch.device:
         raise UserError(f"--device {name}: torch sees {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}; pick one of "
                         "them (CUDA_VISIBLE_DEVICES renumbers them from 0)")
     return torch.device("cuda", index)
+
+
+def bind(name: str) -> torch.device:
+    """``resolve(name)``, made this process's current CUDA device when it is one: every CUDA call that takes no
+    device (a stream, a graph capture, an allocation by ``device="cuda"``) then lands on the run's GPU, not on
+    cuda:0, and no context is made on cuda:0 for a run on cuda:N."""
+    import torch
+
+    device = resolve(name)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
 
 
 def describe(device: torch.device) -> str:

@@ -177,6 +177,11 @@ KEYS: tuple[MetricKey, ...] = (
               _own(), "TRL's generation time includes its scoring; the TRL engine reports times only"),
     MetricKey("perf/train_tokens_per_s", "tokens/s", "loss tokens per second of update time", _own(),
               "TRL's GRPOTrainer does not expose its trained token count per step"),
+    MetricKey("perf/sampler_graph", "0/1", "1 when the step's (first) rollout replayed the lean decoder's CUDA graph",
+              _own(), "TRL samples with its own generate"),
+    MetricKey("perf/sampler_fell_back", "0/1", "1 when the step's (first) rollout fell back from the sampler its "
+              "device and model call for (a failed or empty CUDA graph capture; a model the lean decoder refuses); "
+              "summary.json's sampler says why", _own(), "TRL samples with its own generate"),
     # families written only when enabled
     MetricKey("grad/half_batch_cosine", "cosine", "cosine between the policy gradients of two halves of the batch's "
               "prompt groups (grpolab.gradients.halves; SNR^2 of the batch ~ 2c/(1-c))",

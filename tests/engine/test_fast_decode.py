@@ -182,34 +182,111 @@ def test_the_cpu_keeps_the_dynamic_step(embedded, monkeypatch: pytest.MonkeyPatc
     assert fast_decode.build(embedded.model, torch.float32).mode == "dynamic"
 
 
-class _Stream:
-    """A stand-in for ``torch.cuda.Stream`` on the CPU."""
+class _FakeCuda:
+    """CUDA's graph API stood in on the CPU, with CUDA's semantics where they matter here: a current device (set by
+    ``torch.cuda.device``), streams made on a device (the current one when none is named), a capture that records
+    the kernels without running them (the state the body changed is put back) on its stream's device, and a
+    replay that reruns the captured step into the same output tensor (``empty``: a replay that runs nothing, as a
+    graph captured on another device's stream). Inside a capture, host reads of a tensor (``item``, ``bool``, ...)
+    raise, as they break a real capture."""
 
-    def __init__(self, *_: object) -> None:
-        pass
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, empty: bool = False) -> None:
+        from contextlib import contextmanager
 
-    def wait_stream(self, _: object) -> None:
-        pass
+        self.current, self.empty = 0, empty
+        self.captures: list[dict] = []  # per capture: the current device and the capture stream's device
+        self.replays = 0
+        self.built: list[fast_decode.LeanLlama] = []
+        fake = self
+
+        class Stream:
+            def __init__(self, device=None) -> None:
+                self.device = fake.current if device is None else _index(device)
+
+            def wait_stream(self, _: object) -> None:
+                pass
+
+        class Graph:
+            lean: fast_decode.LeanLlama | None = None
+
+            def replay(self) -> None:
+                fake.replays += 1
+                if not fake.empty:
+                    self.lean._graph_logits.copy_(self.lean._static_step())
+
+        @contextmanager
+        def device(target):
+            saved, fake.current = fake.current, _index(target)
+            try:
+                yield
+            finally:
+                fake.current = saved
+
+        @contextmanager
+        def capture(graph: Graph, stream: Stream | None = None, **_: object):
+            lean = graph.lean = fake.built[-1]
+            capture_stream = stream if stream is not None else Stream()  # torch's own: on the current device
+            fake.captures.append({"current": fake.current, "stream": capture_stream.device})
+            state = [t.clone() for t in (lean._slot, lean._next_position, lean._key_bias, lean._keys, lean._values)]
+            with _no_host_reads(monkeypatch):
+                yield
+            for tensor, value in zip((lean._slot, lean._next_position, lean._key_bias, lean._keys, lean._values),
+                                     state, strict=True):
+                tensor.copy_(value)  # a capture records the kernels without running them
+
+        build = fast_decode.build
+        monkeypatch.setattr(fast_decode, "build", lambda *a, **k: fake.built.append(build(*a, **k)) or fake.built[-1])
+        monkeypatch.setattr(fast_decode, "_GRAPH_FAILURE", [])
+        monkeypatch.setattr(torch.cuda, "device", device)
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream(device))
+        monkeypatch.setattr(torch.cuda, "stream", lambda *_: _null())
+        monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+        monkeypatch.setattr(torch.cuda, "graph", capture)
 
 
-def _cpu_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+def _index(device) -> int:
+    device = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    return 0 if device.index is None else device.index
+
+
+def _null():
     from contextlib import nullcontext
 
-    monkeypatch.setattr(torch.cuda, "Stream", _Stream)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *_: _Stream())
-    monkeypatch.setattr(torch.cuda, "stream", lambda *_: nullcontext())
+    return nullcontext()
+
+
+def _no_host_reads(monkeypatch: pytest.MonkeyPatch):
+    """A block in which reading a tensor's value on the host raises (what breaks a CUDA graph capture)."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def block():
+        with monkeypatch.context() as patch:
+            for name in ("item", "tolist", "__bool__", "__int__", "__float__", "numpy"):
+                patch.setattr(torch.Tensor, name, _host_read(name))
+            yield
+
+    return block()
+
+
+def _host_read(name: str):
+    def refused(*_: object, **__: object):
+        raise RuntimeError(f"Tensor.{name}() inside a CUDA graph capture: a host synchronisation")
+
+    return refused
 
 
 def test_a_failed_capture_steps_eagerly_with_one_warning(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
     """Capture raising after the warm-up step: the slot, position and bias are taken back, the rollout goes on
-    eagerly with the same tokens, one warning line, and later rollouts do not try again."""
+    eagerly with the same tokens, one warning line, and later rollouts do not try again; each rollout records
+    that it stepped eagerly and why."""
     import warnings
     from contextlib import contextmanager
 
     model = _random_llama(len(embedded.tokenizer), kv_heads=2, tied=True)
     dynamic = _modes_sample(model, embedded.tokenizer, "dynamic", monkeypatch)
-    _cpu_streams(monkeypatch)
-    monkeypatch.setattr(fast_decode, "_GRAPH_FAILURE", [])
+    _FakeCuda(monkeypatch)
 
     @contextmanager
     def refused(*_: object, **__: object):
@@ -226,45 +303,73 @@ def test_a_failed_capture_steps_eagerly_with_one_warning(embedded, monkeypatch: 
     for got in (first, second):
         assert torch.equal(got.completion_ids, dynamic.completion_ids)
         torch.testing.assert_close(got.logprobs, dynamic.logprobs, atol=1e-5, rtol=0)
+        assert got.sampler == "lean static" and "operation not permitted" in got.sampler_fallback
+    assert dynamic.sampler == "lean dynamic" and dynamic.sampler_fallback == ""
 
 
 def test_a_captured_step_is_replayed_once_per_token(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stand-in graph with CUDA's semantics (capture runs nothing; a replay reruns the captured step into the same
-    output tensor): the warm-up's slot and position are taken back, each token is copied into the static input, and
-    the logits handed out survive the next replay."""
-    from contextlib import contextmanager
-
+    """The warm-up's slot and position are taken back, each token is copied into the static input, the logits
+    handed out survive the next replay, and the captured step reads nothing back to the host."""
     model = _random_llama(len(embedded.tokenizer), kv_heads=2, tied=True)
     dynamic = _modes_sample(model, embedded.tokenizer, "dynamic", monkeypatch)
-    _cpu_streams(monkeypatch)
-    monkeypatch.setattr(fast_decode, "_GRAPH_FAILURE", [])
-    replays: list[int] = []
-
-    class Graph:
-        lean: fast_decode.LeanLlama | None = None
-
-        def replay(self) -> None:
-            replays.append(1)
-            self.lean._graph_logits.copy_(self.lean._static_step())
-
-    @contextmanager
-    def capture(graph: Graph, **_: object):
-        lean = graph.lean = _last_built[-1]
-        state = [t.clone() for t in (lean._slot, lean._next_position, lean._key_bias, lean._keys, lean._values)]
-        yield
-        for tensor, value in zip((lean._slot, lean._next_position, lean._key_bias, lean._keys, lean._values), state,
-                                 strict=True):
-            tensor.copy_(value)  # a capture records the kernels without running them
-
-    _last_built: list[fast_decode.LeanLlama] = []
-    build = fast_decode.build
-    monkeypatch.setattr(fast_decode, "build", lambda *a, **k: _last_built.append(build(*a, **k)) or _last_built[-1])
-    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
-    monkeypatch.setattr(torch.cuda, "graph", capture)
+    fake = _FakeCuda(monkeypatch)
     graphed = _modes_sample(model, embedded.tokenizer, "graph", monkeypatch)
     assert torch.equal(graphed.completion_ids, dynamic.completion_ids)
     torch.testing.assert_close(graphed.logprobs, dynamic.logprobs, atol=1e-5, rtol=0)
-    assert len(replays) == graphed.completion_ids.shape[1] - 1  # one per step after the prefill's token
+    assert fake.replays == graphed.completion_ids.shape[1] - 1  # one per step after the prefill's token
+    assert graphed.sampler == "lean graph" and graphed.sampler_fallback == ""
+
+
+def test_the_graph_is_captured_on_the_model_device_and_its_stream(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decoder on a second GPU (cuda:1) while cuda:0 is current: its capture runs with cuda:1 current and on a
+    stream of cuda:1 (PyTorch makes its own capture stream on the current device, so without the guard the graph
+    would be captured on cuda:0)."""
+    model = _random_llama(len(embedded.tokenizer), kv_heads=2, tied=True)
+    fake = _FakeCuda(monkeypatch)
+    monkeypatch.setattr(fast_decode, "step_mode", "graph")
+    lean = fast_decode.build(model, torch.float32)
+    ids, mask = encode_prompts(embedded.tokenizer, PROMPTS, use_chat_template=False)
+    logits = lean.prefill(ids, mask, 4, copies=2)
+    lean.device = torch.device("cuda", 1)  # the tensors stay on the CPU; only the device the decoder names moves
+    lean.step(logits.argmax(dim=-1))
+    assert fake.captures == [{"current": 1, "stream": 1}]
+    assert fake.current == 0  # the guard gives the current device back
+    assert lean.path == "lean graph" and lean.fallback == ""
+
+
+def test_an_empty_capture_is_caught_at_its_first_replay(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph whose replay runs nothing (captured empty) is found at its first replay: that step is redone
+    eagerly, the rollout has the tokens of the dynamic step, and it records the fall-back."""
+    import warnings
+
+    model = _random_llama(len(embedded.tokenizer), kv_heads=2, tied=True)
+    dynamic = _modes_sample(model, embedded.tokenizer, "dynamic", monkeypatch)
+    fake = _FakeCuda(monkeypatch, empty=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graphed = _modes_sample(model, embedded.tokenizer, "graph", monkeypatch)
+    assert torch.equal(graphed.completion_ids, dynamic.completion_ids)
+    torch.testing.assert_close(graphed.logprobs, dynamic.logprobs, atol=1e-5, rtol=0)
+    assert fake.replays == 1
+    assert graphed.sampler == "lean static" and "empty capture" in graphed.sampler_fallback
+    assert sum("empty capture" in str(w.message) for w in caught) == 1
+
+
+def test_a_host_read_inside_the_captured_step_is_a_failed_capture(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in refuses host reads during capture as CUDA does: a step that reads a value back (here an
+    ``.item()`` put into the static step) is recorded as a fall-back, not run as a graph."""
+    model = _random_llama(len(embedded.tokenizer), kv_heads=2, tied=True)
+    _FakeCuda(monkeypatch)
+    static_step = fast_decode.LeanLlama._static_step
+
+    def reading(self):
+        self._slot.item()
+        return static_step(self)
+
+    monkeypatch.setattr(fast_decode.LeanLlama, "_static_step", reading)
+    with pytest.warns(RuntimeWarning, match="host synchronisation"):
+        graphed = _modes_sample(model, embedded.tokenizer, "graph", monkeypatch)
+    assert graphed.sampler == "lean static" and "host synchronisation" in graphed.sampler_fallback
 
 
 # ------------------------------------------------------------ Qwen2: q/k/v biases in the fused projection

@@ -29,8 +29,13 @@ def _train(run: Path, device: str, steps: int, *, resume: bool = False) -> Train
 
 
 def test_the_engine_trains_on_the_gpu_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It binds the GPU as the current device, and records how it sampled: the simulated GPU cannot capture a CUDA
+    graph, so every rollout stepped eagerly, and summary.json and each step's metrics say so."""
+    bound: list[torch.device] = []
     with simulated_gpu(monkeypatch):
+        monkeypatch.setattr(torch.cuda, "set_device", bound.append)
         trainer = _train(tmp_path / "run", "cuda", 2)
+    assert bound == [torch.device("cuda", 0)]
     assert on_simulated_gpu(trainer.model)
     moments = [value for state in trainer.optimizer.state.values() for key, value in state.items() if key != "step"]
     assert moments and all(is_device_tensor(m) for m in moments)  # the optimiser state lives on the GPU too
@@ -38,6 +43,8 @@ def test_the_engine_trains_on_the_gpu_and_says_so(tmp_path: Path, monkeypatch: p
     assert summary["status"] == "finished" and summary["device"] == "cuda:0 (simulated GPU)"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all(r["loss/grad_norm"] == r["loss/grad_norm"] for r in rows)
+    assert summary["sampler"]["paths"] == {"lean static": 2} and summary["sampler"]["fallback"]
+    assert all(r["perf/sampler_graph"] == 0 and r["perf/sampler_fell_back"] == 1 for r in rows)
 
 
 @pytest.mark.parametrize(("first", "then"), [("cuda", "cpu"), ("cpu", "cuda")])

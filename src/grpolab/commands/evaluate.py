@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(config.threads)
-    device = devices.resolve(config.device)  # a GPU that is not there fails before anything loads
+    device = devices.bind(config.device)  # a GPU that is not there fails before anything loads
     task = load_task_for(config)
     policy = load_policy(config.model)
     policy.model.to(device)

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=GRADIENTS_TRAIN_DEFAULTS)  # validated
     if config.threads:
         torch.set_num_threads(config.threads)
-    device = devices.resolve(config.device)  # a GPU that is not there fails before anything loads
+    device = devices.bind(config.device)  # a GPU that is not there fails before anything loads
     torch.manual_seed(config.seed)
     policy = load_policy(config.model)
     check_finite_weights(policy.model, f"the model {config.model}")  # its gradient spectrum has no meaning

@@ -42,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
             if bar is not None:
                 reward = metrics.get("rollout/reward_mean")  # absent on a step with nothing scored
                 info = (f"reward {'-' if reward is None else f'{reward:.2f}'}  degenerate "
-                        f"{metrics.get('starvation/degenerate', 0):.2f}  {metrics['perf/step_time']:.2f}s/step")
+                        f"{metrics.get('starvation/degenerate', 0):.2f}  {metrics['perf/step_time']:.2f}s/step"
+                        + ("  sampler fell back (summary.json says why)" if metrics.get("perf/sampler_fell_back")
+                           else ""))
                 bar.update(task_id, completed=step, info=info)
 
         result = _run(config, out, args, on_step, bar, task_id)
@@ -77,3 +79,10 @@ def _print_summary(result, device: str) -> None:
             top = f", pass@{max(passk, key=int)} {passk[max(passk, key=int)]:.3f}" if passk else ""
             results_console.print(f"{phase:>5}: greedy accuracy {e['greedy_accuracy']:.3f}{top}")
     results_console.print(f"run directory: {result.run_dir} (trained on {device})", soft_wrap=True)  # one line
+    from grpolab.train.runlog import read_summary
+
+    sampler = (read_summary(result.run_dir) or {}).get("sampler")
+    if sampler and sampler.get("paths"):
+        paths = ", ".join(f"{path} ({count} rollouts)" for path, count in sampler["paths"].items())
+        fallback = f"; fell back: {sampler['fallback']}" if sampler.get("fallback") else ""
+        results_console.print(f"sampled with: {paths}{fallback}", soft_wrap=True)

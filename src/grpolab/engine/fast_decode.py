@@ -64,7 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["BF16_MIN_HIDDEN", "FAMILIES", "STEP_MODES", "LeanLlama", "build", "preferred_dtype"]
+__all__ = ["BF16_MIN_HIDDEN", "FAMILIES", "SAMPLER_PATHS", "STEP_MODES", "LeanLlama", "build", "preferred_dtype"]
 
 FAMILIES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 """The model classes the lean path takes (bare or under peft); every other falls back to transformers."""
@@ -72,6 +72,9 @@ STEP_MODES = ("auto", "dynamic", "static", "graph")
 """How ``LeanLlama.step`` runs (``step_mode``): "dynamic" attends over the written slice of the cache (the CPU's
 step), "static" runs the static-shape step eagerly, "graph" replays it as a CUDA graph (falling back to "static"
 with one warning where capture fails), "auto" is "graph" on CUDA and "dynamic" elsewhere."""
+SAMPLER_PATHS = ("lean graph", "lean static", "lean dynamic", "transformers")
+"""How a rollout sampled: the lean decoder's CUDA graph, its static step run eagerly, its dynamic (CPU) step, or the
+transformers forward (``rollout.Rollout.sampler``)."""
 step_mode = "auto"
 """The process-wide ``STEP_MODES`` choice (benchmarks set "dynamic" to time the eager CUDA step)."""
 _GRAPH_FAILURE: list[str] = []  # the first capture failure of this process: later rollouts do not retry
@@ -232,6 +235,8 @@ class LeanLlama:
         self.mode = "static" if mode == "graph" and _GRAPH_FAILURE else mode
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_logits: torch.Tensor | None = None
+        self.fallback = "" if self.mode == mode else f"an earlier capture in this process failed ({_GRAPH_FAILURE[0]})"
+        """Why this decoder steps eagerly where it was to replay a graph ("" when it did not fall back)."""
 
     def _rope_tables(self, positions: int) -> None:
         angles = (torch.arange(positions, dtype=torch.float32, device=self.device)[:, None]
@@ -291,10 +296,39 @@ class LeanLlama:
         if self.mode == "graph":
             if self._graph is None:
                 self._capture()
+                if self._graph is not None:
+                    return self._first_replay()
             if self._graph is not None:
                 self._graph.replay()
                 return self._graph_logits.clone()  # the graph's output buffer is rewritten by the next replay
         return self._static_step()
+
+    def _first_replay(self) -> torch.Tensor:
+        """The first replay of a new graph, checked: it must write its output (filled with NaN before it) and
+        advance the cache slot. A graph that did neither was captured empty (on another device's stream, say): the
+        step is taken back and run eagerly, and the rollout goes on eagerly with a warning (``_fall_back``)."""
+        saved = (self._slot.clone(), self._next_position.clone(), self._key_bias.clone())
+        self._graph_logits.fill_(float("nan"))
+        self._graph.replay()
+        wrote = not bool(torch.isnan(self._graph_logits).all()) and bool((self._slot == saved[0] + 1).all())
+        if wrote:
+            return self._graph_logits.clone()
+        self._fall_back(saved, "the captured graph's first replay wrote no logits (an empty capture)")
+        return self._static_step()
+
+    def _fall_back(self, saved: tuple[torch.Tensor, ...], reason: str) -> None:
+        """Step eagerly from now on: the slot, position and key bias back to ``saved``, the reason recorded in
+        ``fallback`` (the run's record of how it sampled) and, once per process, in ``_GRAPH_FAILURE`` and one
+        warning line."""
+        self._graph, self._graph_logits, self.mode = None, None, "static"
+        for buffer, value in zip((self._slot, self._next_position, self._key_bias), saved, strict=True):
+            buffer.copy_(value)
+        self.fallback = reason
+        if not _GRAPH_FAILURE:
+            _GRAPH_FAILURE.append(reason)
+            warnings.warn(f"CUDA graph capture of the lean decoder's step failed ({reason}); it steps eagerly (same "
+                          "tokens, about 3x slower on a GPU); the run records it as sampler fallback", RuntimeWarning,
+                          stacklevel=5)
 
     def _static_step(self) -> torch.Tensor:
         """One decoding step on shapes fixed for the whole rollout: the token ``_token`` [B] at the positions
@@ -308,30 +342,32 @@ class LeanLlama:
         return logits
 
     def _capture(self) -> None:
-        """Capture ``_static_step`` as a CUDA graph (after one warm-up step on a side stream, whose slot and
-        position are then taken back, so the first replay redoes it); where capture fails, step eagerly from now
-        on, with one warning per process."""
+        """Capture ``_static_step`` as a CUDA graph on the model's device and a stream of that device (after one
+        warm-up step on that stream, whose slot and position are then taken back, so the first replay redoes it);
+        where capture fails, step eagerly from now on (``_fall_back``)."""
         saved = (self._slot.clone(), self._next_position.clone(), self._key_bias.clone())
         try:
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                self._static_step()
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            self._next_position.sub_(1)
-            self._slot.sub_(1)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self._graph_logits = self._static_step()
+            with torch.cuda.device(self.device):  # the capture stream, the graph and its pool on the model's GPU
+                stream = torch.cuda.Stream(self.device)
+                stream.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(stream):
+                    self._static_step()
+                torch.cuda.current_stream(self.device).wait_stream(stream)
+                self._next_position.sub_(1)
+                self._slot.sub_(1)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=stream):
+                    self._graph_logits = self._static_step()
             self._graph = graph
         except Exception as error:  # any capture failure means: step eagerly
-            self._graph, self._graph_logits, self.mode = None, None, "static"
-            for buffer, value in zip((self._slot, self._next_position, self._key_bias), saved, strict=True):
-                buffer.copy_(value)  # as before the warm-up, whatever step of it failed
-            if not _GRAPH_FAILURE:
-                _GRAPH_FAILURE.append(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}")
-                warnings.warn(f"CUDA graph capture of the lean decoder's step failed ({_GRAPH_FAILURE[0]}); "
-                              "it steps eagerly (same tokens, slower)", RuntimeWarning, stacklevel=4)
+            self._fall_back(saved, f"{type(error).__name__}: {' '.join(str(error).split())[:200]}")
+
+    @property
+    def path(self) -> str:
+        """How this decoder stepped (``SAMPLER_PATHS``): "lean graph" (a CUDA graph replayed), "lean static" (the
+        static step run eagerly), "lean dynamic" (the CPU's step). Read after a rollout: a failed capture turns
+        "lean graph" into "lean static" and sets ``fallback``."""
+        return f"lean {self.mode}"
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """transformers' ``x cos + rotate_half(x) sin`` with the sign of rotate_half in the sin table."""

@@ -72,6 +72,10 @@ class Rollout:
         logprobs: [B, T] the sampler's log-probability of each sampled token at the sampling temperature
             (before top-p; 0 after the first EOS and when greedy), or None.
         prompts_truncated: how many of the P prompts lost their first tokens to fit the model's context.
+        sampler: how it was sampled, one of ``fast_decode.SAMPLER_PATHS`` ("lean graph", "lean static",
+            "lean dynamic", "transformers").
+        sampler_fallback: why it was not sampled the way its device and model call for ("" when it was): a CUDA
+            graph that failed to capture or replayed nothing, or a model the lean decoder refused under "auto".
     """
 
     prompt_ids: torch.Tensor
@@ -83,6 +87,8 @@ class Rollout:
     entropy: torch.Tensor
     logprobs: torch.Tensor | None = None
     prompts_truncated: int = 0
+    sampler: str = ""
+    sampler_fallback: str = ""
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -259,7 +265,17 @@ def sample(
             model.train()
     rollout = _rollout(tokenizer, ids, mask, tokens, entropies, logprobs)
     rollout.prompts_truncated = truncated
+    rollout.sampler, rollout.sampler_fallback = _sampler_path(decoder, engine)
     return rollout
+
+
+def _sampler_path(decoder: _HFDecoder | fast_decode.LeanLlama, engine: str) -> tuple[str, str]:
+    """How ``decoder`` sampled (``fast_decode.SAMPLER_PATHS``) and why it fell back, if it did."""
+    if isinstance(decoder, fast_decode.LeanLlama):
+        return decoder.path, decoder.fallback
+    refused = "" if engine == "hf" else (f"the lean sampler does not take "
+                                         f"{type(fast_decode._base_model(decoder.model)).__name__}")
+    return "transformers", refused
 
 
 def fit_context(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,

@@ -107,7 +107,7 @@ def _sampled_rows(runs: list[ReportedRun], options: Options,
     sampling = {"samples": options.samples, "seed": options.seed, "temperature": config.temperature,
                 "max_new_tokens": config.max_new_tokens or task.max_new_tokens,
                 "use_chat_template": task.use_chat_template}
-    device = devices.resolve(options.device)
+    device = devices.bind(options.device)
     start = load_policy(config.model)
     start.model.to(device)
     batch = shifts.draw(start.model, start.tokenizer, problems, verifier, **sampling)

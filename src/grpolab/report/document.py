@@ -51,7 +51,7 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
     _check_results(results)
     usable, problem = usable_metrics(metrics)
     shown = labelled(usable)
-    sections = [verdict_section(results, selection, config, usable), *summary_sections(results, config),
+    sections = [verdict_section(results, selection, config, usable), *summary_sections(results, config, usable),
                 *data_sections(config)]
     if selection is not None and not selection.empty:
         sections.append(selection_section(selection))

@@ -180,7 +180,24 @@ def _equal_cost_readings(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Section]:
+def sampler_reading(metrics: pd.DataFrame | None) -> list[str]:
+    """One sentence on how the runs sampled (``perf/sampler_graph``, ``perf/sampler_fell_back``): the runs whose
+    rollouts fell back from the sampler their device and model call for, named; none when the runs predate the
+    record or sampled on the CPU without falling back."""
+    if metrics is None or not present(metrics, ["perf/sampler_fell_back"]):
+        return []
+    fell_back = metrics.loc[metrics["perf/sampler_fell_back"] > 0, "run_id"].unique()
+    graph = present(metrics, ["perf/sampler_graph"]) and (metrics["perf/sampler_graph"] > 0).any()
+    if len(fell_back):
+        named = ", ".join(sorted(map(str, fell_back))[:5]) + (", ..." if len(fell_back) > 5 else "")
+        return [f"Sampling fell back in {len(fell_back)} of {metrics['run_id'].nunique()} runs ({named}): they "
+                "sampled eagerly or through transformers where their device and model call for the lean decoder's "
+                "CUDA graph; each run's summary.json says why. Their speed is not the sampler's."]
+    return ["Every rollout of every run replayed the lean decoder's CUDA graph."] if graph else []
+
+
+def summary_sections(results: pd.DataFrame, config: dict[str, Any],
+                     metrics: pd.DataFrame | None = None) -> list[Section]:
     runs, summary = run_table(results), summary_table(results)
     rows, notes = comparisons(runs, config)
     notes += permutation_floor_notes(rows)
@@ -189,7 +206,7 @@ def summary_sections(results: pd.DataFrame, config: dict[str, Any]) -> list[Sect
         readings += _equal_cost_readings(equal_cost_table(labelled(results)))
     summary_section = Section(
         "Summary",
-        [_overview(results, config), *_papers(results)],
+        [_overview(results, config), *_papers(results), *sampler_reading(metrics)],
         [("Final accuracy per estimator and group size", summary_display(summary))],
         bullets=readings,
     )

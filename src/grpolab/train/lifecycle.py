@@ -269,10 +269,12 @@ def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
                                             "from the last checkpoint)") from None
 
 
-def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict[str, Any]) -> RunResult:
+def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict[str, Any], *,
+               sampler: dict[str, Any] | None = None) -> RunResult:
     """Save the final model (``policy.model``, LoRA-wrapped or not) and write ``summary.json`` (``"status":
     "finished"``), whose presence marks the run complete; returns the run's result. ``metrics`` is empty when
-    a resume had no step left to train: the last logged step's metrics are kept instead."""
+    a resume had no step left to train: the last logged step's metrics are kept instead. ``sampler``: how the run
+    (since its last start) sampled, written as ``"sampler"`` where given."""
     _save_final_model(run_dir, policy, config.lora)
     evaluations = read_metrics(run_dir / "eval.jsonl")
     earlier = read_summary(run_dir) or {}  # a finished run resumed again: never lose what it already recorded
@@ -285,6 +287,8 @@ def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict
     summary = {"status": "finished", "steps": config.steps,
                "device": devices.describe(devices.model_device(policy.model)), "final_metrics": metrics,
                "evaluations": [{k: v for k, v in e.items() if k != "successes"} for e in evaluations]}
+    if sampler is not None:
+        summary["sampler"] = sampler
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
     return RunResult(run_dir, config.steps, metrics, evaluations)
 

@@ -243,10 +243,11 @@ class RunShell:
         every = self.config.eval_every
         return bool(every) and step % every == 0 and step < self.config.steps
 
-    def finish(self, policy: Policy, metrics: dict[str, Any]) -> RunResult:
-        """Close the metrics log, save ``final/`` and write ``summary.json`` (``finish_run``)."""
+    def finish(self, policy: Policy, metrics: dict[str, Any], *, sampler: dict[str, Any] | None = None) -> RunResult:
+        """Close the metrics log, save ``final/`` and write ``summary.json`` (``finish_run``); ``sampler``: how the
+        run sampled (``engine.sampler_path.SamplerRecord.summary``), where the engine knows."""
         self._close_metrics()
-        return finish_run(self.run_dir, policy, self.config, metrics)
+        return finish_run(self.run_dir, policy, self.config, metrics, sampler=sampler)
 
     def diverged(self, step: int, reason: str, metrics: dict[str, Any]) -> RunDiverged:
         """Close the metrics log, write the diverged run's ``summary.json`` and return the error that ends it."""

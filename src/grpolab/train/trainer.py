@@ -53,6 +53,7 @@ from grpolab.config.budget import parse_budget
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.engine.collect import ScoredBatch, collect_batch
 from grpolab.engine.fit import check_training_fits
+from grpolab.engine.sampler_path import SamplerRecord, sampler_metrics
 from grpolab.errors import UserError
 from grpolab.gradients.geometry import gradient_metrics_for_step
 from grpolab.io import is_write_error, write_error
@@ -116,7 +117,7 @@ class Trainer:
         self.process_verifier = (get_process_verifier(config.verifier or self.task.verifier)
                                  if config.reward_granularity == "token" else None)
         torch.manual_seed(config.seed)
-        self.device = devices.resolve(config.device)
+        self.device = devices.bind(config.device)  # the current CUDA device: graphs and streams land on it
         self.policy = policy or load_policy(config.model)
         self.model = wrap_lora(self.policy.model, config) if config.lora else self.policy.model
         self.model.to(self.device)
@@ -125,6 +126,7 @@ class Trainer:
         self.reference = _reference_model(self.model, config)
         self.params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
         self.optimizer = build_optimizer(self.params, config)
+        self.sampler = SamplerRecord()  # how the run sampled, for summary.json
         self.completions_generated = 0  # restored from the checkpoint on resume
         self.tokens_generated = 0  # completion tokens sampled; restored from the checkpoint on resume
         self.budget = parse_budget(config.budget) if config.budget else None
@@ -183,6 +185,7 @@ class Trainer:
                                process_verifier=self.process_verifier)
         if not self.model.training:  # sampling keeps the mode; only a model handed over in eval mode switches
             self.model.train()
+        self.sampler.note(scored.rollout)
         self.completions_generated += len(scored.rollout.texts)
         self.tokens_generated += int(scored.rollout.completion_mask.sum())
         if self.curriculum is not None:
@@ -205,7 +208,8 @@ class Trainer:
         scores = scored.scores
         extra: dict[str, float] = {"rollout/verifier_errors": scores.errors,
                                    "rollout/verifier_timeouts": scores.timeouts,
-                                   "rollout/prompts_truncated": scored.rollout.prompts_truncated}
+                                   "rollout/prompts_truncated": scored.rollout.prompts_truncated,
+                                   **sampler_metrics(scored.rollout)}
         batch, seen = StepBatch.from_scored(scored), scored.rewards
         if self.config.dynamic_sampling:
             batch, seen, rounds = self._dynamic_fill(step, batch)
@@ -322,7 +326,7 @@ class Trainer:
                 self.on_step(step, metrics)
             if last:
                 break
-        return self.shell.finish(self._current_policy(), metrics)
+        return self.shell.finish(self._current_policy(), metrics, sampler=self.sampler.summary())
 
     def _budget_spent(self) -> bool:
         """Whether the run has sampled its ``budget`` (``grpolab.config.budget``); False without one."""
