@@ -214,9 +214,12 @@ class Check:
                                             *self.device_flags(engine), "--no-progress", "--out", str(run)], "train")
             if code != 0:
                 raise StepFailed(f"exit code {code}: {last_line(log)}")
-            device = json.loads((run / "summary.json").read_text()).get("device", "")
+            summary = json.loads((run / "summary.json").read_text())
+            device = summary.get("device", "")
             if not self.cpu and not device.startswith("cuda"):
                 raise StepFailed(f"asked for --device cuda, summary.json says it trained on {device!r}")
+            if engine == "grpolab":
+                sampled_as_graph(summary, cuda=not self.cpu)
             start, end = evaluations(run)
             step.metrics.update(run_perf(run, engine))
             step.metrics.update({"engine": engine, "model": "embedded", "start_greedy": start["greedy_accuracy"],
@@ -545,6 +548,18 @@ def finished_run(run: Path, steps: int) -> str:
     if summary.get("status") != "finished" or summary.get("steps") != steps or logged != list(range(1, steps + 1)):
         raise StepFailed(detail)
     return detail
+
+
+def sampled_as_graph(summary: dict[str, Any], *, cuda: bool) -> None:
+    """``StepFailed`` unless the run's rollouts all replayed the lean decoder's CUDA graph (on CUDA) or, anywhere,
+    unless summary.json records how the run sampled, with no fall-back on CUDA."""
+    sampler = summary.get("sampler") or {}
+    paths = set(sampler.get("paths") or {})
+    if not paths:
+        raise StepFailed("summary.json records no sampler paths")
+    if cuda and (paths != {"lean graph"} or sampler.get("fallback")):
+        raise StepFailed(f"a CUDA run sampled {sorted(paths)} without being asked to (fell back: "
+                         f"{sampler.get('fallback')})")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
