@@ -82,7 +82,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "TIS cap 2": {"advantage": "dr_grpo", "num_iterations": 2, "sampler_is_cap": 2.0},
     "off-policy mask 0.01": {"advantage": "dr_grpo", "num_iterations": 2, "off_policy_mask_threshold": 0.01},
     "mask truncated": {"advantage": "dr_grpo", "num_iterations": 2, "mask_truncated_completions": True},
-    "seq_mean_token_mean aggregation": {"advantage": "grpo", "num_iterations": 2, "loss_aggregation": "seq_mean_token_mean"},
+    "seq_mean_token_mean aggregation": {"advantage": "grpo", "num_iterations": 2,
+                                        "loss_aggregation": "seq_mean_token_mean"},
 }
 """The update rows: the estimators, and the loss options each on its own (TrainConfig fields) over 2 iterations
 on the batch, so that the second is off the sampling policy and the clip bounds, ratios and masks act."""
@@ -165,7 +166,8 @@ class _Tokens:
         return [""] * len(ids)
 
 
-def _tokens_per_s(model: torch.nn.Module, mode: str, prompts: int, tokens: int, device: torch.device) -> tuple[float, str]:
+def _tokens_per_s(model: torch.nn.Module, mode: str, prompts: int, tokens: int,
+                  device: torch.device) -> tuple[float, str]:
     fast_decode.step_mode = mode
     ids = torch.randint(3, model.config.vocab_size, (prompts, 32), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
