@@ -6,7 +6,7 @@ pass@k uses the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374) over n
 
 Bounded memory: before sampling, the prompts are checked against the model's context and the sampling of
 ``n`` per prompt against the memory available (``grpolab.engine.fit``); each batch is sampled in chunks that
-keep its KV cache under ``engine.memory.SAMPLER_BUDGET_BYTES`` with the same result (``engine.rollout``).
+keep its KV cache under ``engine.memory.sampler_budget`` with the same result (``engine.rollout``).
 Prompts cut to fit the context are counted in ``prompts_truncated``.
 """
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from grpolab.cli import main
 from grpolab.engine import memory
@@ -92,3 +93,30 @@ def test_most_prompts_beyond_the_context_is_a_setting_to_fix(tmp_path: Path, cap
     line = _one_line(["train", "--out", str(tmp_path / "run"), *TINY, "--max-new-tokens", "124"], capsys)
     assert "of the train split are longer than the 4 tokens the model's context of 128 leaves beside " \
            "max_new_tokens 124 (median prompt: " in line and "lower --max-new-tokens to at most 12" in line
+
+
+def test_the_sampler_budget_is_a_share_of_a_gpus_memory_and_the_hosts_constant_elsewhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU with 80 GB free and 6 GB cached by PyTorch's allocator, one sampling pass may use a quarter of the
+    86 GB; a GPU with less free memory than the host's budget keeps the host's 1 GiB; the CPU keeps 1 GiB."""
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *_: (80 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *_: 10 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *_: 4 * gib)
+    gpu = torch.device("cuda", 0)
+    assert memory.available_bytes(gpu) == 86 * gib
+    assert memory.sampler_budget(gpu) == int(memory.GPU_SAMPLER_SHARE * 86 * gib)
+    assert memory.sampler_budget(torch.device("cpu")) == memory.SAMPLER_BUDGET_BYTES
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *_: (gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *_: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *_: 0)
+    assert memory.sampler_budget(gpu) == memory.SAMPLER_BUDGET_BYTES
+
+
+def test_smollm2_at_p64_g8_samples_in_one_pass_on_an_80_gb_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SmolLM2-135M's shape, 64 prompts x 8 completions of 128 prompt + 384 new tokens: the host's budget splits
+    it into passes, a quarter of 80 GB takes it whole."""
+    need = memory.sampling_bytes(SHAPE, 64, 8, 128, 384)
+    assert need > memory.SAMPLER_BUDGET_BYTES
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *_: (80 << 30, 80 << 30))
+    assert need <= memory.sampler_budget(torch.device("cuda", 0))

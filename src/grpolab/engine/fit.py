@@ -6,7 +6,7 @@ memory of this machine; each refusal is one line naming the lengths or sizes and
   not fit are cut to the room left, with a warning, when they are sampled (``rollout.fit_context``). A task's
   default ``max_new_tokens`` (256 for a file task) that does not fit a small model (the embedded one has 128
   positions) is lowered to what fits beside the longest prompt, with a warning, instead of being refused.
-* Memory: one sampling pass (chunked under ``memory.SAMPLER_BUDGET_BYTES``, so P does not count beyond one
+* Memory: one sampling pass (chunked under ``memory.sampler_budget``, so P does not count beyond one
   chunk), the step's P x G completions, and one micro-batch of the update, against ``memory.available_bytes``.
 
 Prompt lengths are measured on at most ``LENGTH_SAMPLE`` prompts of each pool (the first ones).
@@ -84,9 +84,10 @@ def _longest_fitting(model: Any, lengths: list[int], max_new_tokens: int, where:
     return min(longest, room)
 
 
-def _sampling_need(shape: memory.ModelShape, prompts: int, samples: int, width: int, new_tokens: int) -> int:
+def _sampling_need(shape: memory.ModelShape, prompts: int, samples: int, width: int, new_tokens: int,
+                   device: Any = None) -> int:
     one = memory.sampling_bytes(shape, 1, samples, width, new_tokens)
-    chunk = max(1, min(prompts, memory.SAMPLER_BUDGET_BYTES // max(one, 1)))
+    chunk = max(1, min(prompts, memory.sampler_budget(device) // max(one, 1)))
     return memory.sampling_bytes(shape, chunk, samples, width, new_tokens)
 
 
@@ -100,7 +101,8 @@ def check_training_fits(model: Any, tokenizer: Any, task: Any, config: Any, max_
     width = _longest_fitting(model, lengths, max_new_tokens, "train split")
     shape = memory.model_shape(model)
     rows = config.prompts_per_step * config.group_size
-    sampling = _sampling_need(shape, config.prompts_per_step, config.group_size, width, max_new_tokens)
+    sampling = _sampling_need(shape, config.prompts_per_step, config.group_size, width, max_new_tokens,
+                              model_device(model))
     batch = rows * (width + max_new_tokens) * _BATCH_BYTES_PER_TOKEN
     update = memory.update_bytes(shape, min(config.micro_batch_size, rows), max_new_tokens)
     memory.refuse_unless_fits(
@@ -128,7 +130,8 @@ def check_evaluation_fits(model: Any, tokenizer: Any, prompts: Sequence[str], *,
         return max_new_tokens
     max_new_tokens = fit_new_tokens(model, lengths, max_new_tokens, explicit=explicit)
     width = _longest_fitting(model, lengths, max_new_tokens, where)
-    need = _sampling_need(memory.model_shape(model), len(prompts), max(samples, 1), width, max_new_tokens)
+    need = _sampling_need(memory.model_shape(model), len(prompts), max(samples, 1), width, max_new_tokens,
+                          model_device(model))
     memory.refuse_unless_fits(need, f"sampling {max(samples, 1)} completions per prompt of the {where} of up to "
                                     f"{width} prompt + {max_new_tokens} new tokens", lower,
                               device=model_device(model))

@@ -29,12 +29,16 @@ from typing import Any
 
 from grpolab.errors import UserError
 
-__all__ = ["SAMPLER_BUDGET_BYTES", "ModelShape", "available_bytes", "context_length", "format_bytes",
-           "kv_cache_bytes", "model_shape", "refuse_unless_fits", "sampling_bytes", "update_bytes"]
+__all__ = ["GPU_SAMPLER_SHARE", "SAMPLER_BUDGET_BYTES", "ModelShape", "available_bytes", "context_length",
+           "format_bytes", "kv_cache_bytes", "model_shape", "refuse_unless_fits", "sampler_budget", "sampling_bytes",
+           "update_bytes"]
 
 SAMPLER_BUDGET_BYTES = 1 << 30
-"""The most memory one sampling pass may use (``sampling_bytes``); a batch that needs more is sampled in
-chunks of prompts, with the same result (``rollout.sample``)."""
+"""The most memory one sampling pass may use on the host (``sampling_bytes``); a batch that needs more is sampled
+in chunks of prompts, with the same result (``rollout.sample``). On a GPU: ``sampler_budget``."""
+GPU_SAMPLER_SHARE = 0.25
+"""The share of a GPU's available memory (``available_bytes``) one sampling pass may use: the rest is left to the
+update's activations, the optimiser and a second run on the same GPU."""
 
 _FLOAT = 4
 
@@ -161,15 +165,28 @@ def _address_space_room() -> int | None:
 
 
 def available_bytes(device: Any = None) -> int | None:
-    """Bytes this process may still allocate: on a CUDA ``device``, the GPU's free memory; else the least of the
+    """Bytes this process may still allocate: on a CUDA ``device``, the GPU's free memory and the blocks PyTorch's
+    allocator holds unused (it hands them out before asking the driver); else the least of the
     physical memory available, the room under the cgroup limit and the room under ``ulimit -v``; None when none
     of them can be read."""
     if device is not None and getattr(device, "type", "cpu") == "cuda":
         import torch
 
-        return int(torch.cuda.mem_get_info(device)[0])
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # PyTorch's, free to reuse
+        return int(torch.cuda.mem_get_info(device)[0]) + max(int(cached), 0)
     rooms = [room for room in (_physical_available(), _cgroup_room(), _address_space_room()) if room is not None]
     return min(rooms) if rooms else None
+
+
+def sampler_budget(device: Any = None) -> int:
+    """The most memory one sampling pass may use where the model is: ``SAMPLER_BUDGET_BYTES`` on the host; on a
+    CUDA ``device``, ``GPU_SAMPLER_SHARE`` of its available memory (``available_bytes``), and never less than the
+    host's budget (P = 64 x G = 8 rows of SmolLM2-135M at 512 tokens fit one pass on an 80 GB GPU, where the host's
+    1 GiB split them into four)."""
+    if device is None or getattr(device, "type", "cpu") != "cuda":
+        return SAMPLER_BUDGET_BYTES
+    available = available_bytes(device) or 0
+    return max(SAMPLER_BUDGET_BYTES, int(GPU_SAMPLER_SHARE * available))
 
 
 def refuse_unless_fits(need: int, what: str, lower: str, available: int | None = None, device: Any = None) -> None:

@@ -27,7 +27,7 @@ last EOS are dropped, so the completions are those of a check at every step.
 Bounded memory (``grpolab.engine.memory``). A prompt longer than the model's context leaves beside
 ``max_new_tokens`` keeps its last tokens (a warning says so; ``Rollout.prompts_truncated`` counts them), and
 ``max_new_tokens`` that leaves no room is refused. A batch whose sampling would need more than
-``memory.SAMPLER_BUDGET_BYTES`` is sampled in chunks of prompts; the uniforms of every row and step are drawn
+``memory.sampler_budget`` (1 GiB on the host, a quarter of a GPU's available memory) is sampled in chunks of prompts; the uniforms of every row and step are drawn
 from the generator as one unchunked pass would draw them, so the chunks give the same completions. A chunk
 that cannot fit in the memory available is refused in one line before anything is allocated.
 """
@@ -228,7 +228,7 @@ def sample(
     generator: torch.Generator | None = None,
     engine: str = "auto",
     dtype: str = "auto",
-    budget_bytes: int = memory.SAMPLER_BUDGET_BYTES,
+    budget_bytes: int | None = None,
 ) -> Rollout:
     """Sample ``num_samples`` completions for each of the P prompts; temperature 0 means greedy. The
     transformers path runs the model in eval mode (and restores its mode); the lean path ignores it.
@@ -241,6 +241,7 @@ def sample(
         dtype: weights of the lean decoder: "bfloat16", "float32" or "auto" (``fast_decode.preferred_dtype``:
             bfloat16 from hidden size 512 up). The transformers path runs the model as it is.
         budget_bytes: the most memory one sampling pass may use; above it, chunks of prompts (same result).
+            Default: ``memory.sampler_budget`` of the model's device (1 GiB on the host, a share of a GPU's memory).
 
     Raises:
         UserError: ``max_new_tokens`` leaves no room for a prompt in the model's context, or one chunk's
@@ -248,10 +249,11 @@ def sample(
     """
     prompt_ids, prompt_mask = to_host(prompt_ids), to_host(prompt_mask)
     prompt_ids, prompt_mask, truncated = fit_context(model, prompt_ids, prompt_mask, max_new_tokens)
-    chunk = _prompts_per_chunk(model, prompt_ids.shape, num_samples, max_new_tokens, budget_bytes)
+    device = model_device(model)
+    budget = memory.sampler_budget(device) if budget_bytes is None else budget_bytes
+    chunk = _prompts_per_chunk(model, prompt_ids.shape, num_samples, max_new_tokens, budget)
     ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
     mask = prompt_mask.repeat_interleave(num_samples, dim=0)
-    device = model_device(model)
     decoder = _decoder(model, engine, dtype)
     switch = isinstance(decoder, _HFDecoder) and model.training  # the lean copy has no dropout to switch off
     if switch:
