@@ -130,3 +130,20 @@ def test_the_docs_hold_the_tables_rendering() -> None:
     assert start in docs and end in docs, "docs/integrations.md lost the TRL mapping's markers"
     held = docs.split(start, 1)[1].split(end, 1)[0]
     assert held == render_markdown(), "docs/integrations.md's TRL table is stale: paste render_markdown()'s output"
+
+
+@pytest.mark.parametrize(("lora", "dtype", "gpu", "bf16_weights"), [
+    (True, "bfloat16", True, True), (False, "bfloat16", True, False), (True, "float32", True, False),
+    (True, "bfloat16", False, False)])
+def test_the_trl_engine_loads_bfloat16_weights_for_lora_under_bf16_on_a_gpu(
+        lora: bool, dtype: str, gpu: bool, bf16_weights: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As TRL users load a LoRA run's base model; a full fine-tune keeps float32 master weights, the CPU float32."""
+    import torch
+
+    from grpolab.config import TrainConfig
+    from grpolab.train.trl_engine.run import loads_bfloat16_weights
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(gpu))
+    config = TrainConfig(engine="trl", lora=lora, dtype=dtype, device="cuda" if gpu else "cpu")
+    assert loads_bfloat16_weights(config) is bf16_weights

@@ -79,7 +79,8 @@ MAPPED: dict[str, Mapped] = {
     "temperature": Mapped(("temperature",)),
     "top_p": Mapped(("top_p",), "`top_k=0`"),
     "max_new_tokens": Mapped(("max_completion_length",), "default: the task's"),
-    "dtype": Mapped(("bf16",), "`bf16` (TRL's default True is overridden), `fp16=False`"),
+    "dtype": Mapped(("bf16",), "`bf16` (TRL's default True is overridden), `fp16=False`; with LoRA on a GPU the "
+                               "base weights load in bfloat16"),
     "device": Mapped(("use_cpu",), "`use_cpu` where it resolves to the CPU; else accelerate's device (with one "
                                    "process the GPU named is made current)"),
     "lora": Mapped(("peft_config", "peft_config.r", "peft_config.lora_alpha", "peft_config.target_modules"),

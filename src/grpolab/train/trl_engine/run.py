@@ -12,6 +12,11 @@ process, the GPU ``device`` names; under ``accelerate launch``, each process's o
 the model's device with grpolab's sampler, and every tensor TRL hands to grpolab crosses to the host in
 ``grpolab.devices.to_host``.
 
+Weights: with LoRA under ``dtype`` bfloat16 on a GPU the base model is loaded in bfloat16, as TRL users load it
+(``model_init_kwargs={"dtype": torch.bfloat16}``); peft keeps the adapters in float32 and accelerate's mixed
+precision runs the rest. A full fine-tune keeps float32 weights (bfloat16 master weights would lose small
+updates), and the CPU keeps float32 (its bfloat16 generate is slower than float32's).
+
 Departures from grpolab's engine:
 
 * The prompts of step s are the ones grpolab's engine draws at step s (same seed, same formula), handed to TRL
@@ -148,6 +153,8 @@ class TRLRun:
         self.task = self.shell.load_task()
         self.max_new_tokens = self.shell.max_new_tokens
         self.policy = load_policy(config.model)
+        if loads_bfloat16_weights(config):
+            self.policy.model.to(dtype=_bfloat16())
         self.checkpoint = latest_checkpoint(self.run_dir) if resume else None
         if self.checkpoint is not None:  # the data or local model changed since: refused (as grpolab's engine does)
             check_identity(self.checkpoint, config)
@@ -258,3 +265,14 @@ def _last_row(run_dir: Path) -> dict[str, Any]:
     rows = read_metrics(run_dir / "metrics.jsonl")
     return {k: v for k, v in rows[-1].items() if k != "step"} if rows else {}
 
+
+def loads_bfloat16_weights(config: Any) -> bool:
+    """Whether the TRL engine loads the base model in bfloat16 (see the module docstring): LoRA, ``dtype`` bfloat16
+    and a CUDA device."""
+    return config.lora and config.dtype == "bfloat16" and devices.resolve(config.device).type == "cuda"
+
+
+def _bfloat16() -> Any:
+    import torch
+
+    return torch.bfloat16
