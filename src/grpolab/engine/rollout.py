@@ -27,9 +27,10 @@ last EOS are dropped, so the completions are those of a check at every step.
 Bounded memory (``grpolab.engine.memory``). A prompt longer than the model's context leaves beside
 ``max_new_tokens`` keeps its last tokens (a warning says so; ``Rollout.prompts_truncated`` counts them), and
 ``max_new_tokens`` that leaves no room is refused. A batch whose sampling would need more than
-``memory.sampler_budget`` (1 GiB on the host, a quarter of a GPU's available memory) is sampled in chunks of prompts; the uniforms of every row and step are drawn
-from the generator as one unchunked pass would draw them, so the chunks give the same completions. A chunk
-that cannot fit in the memory available is refused in one line before anything is allocated.
+``memory.sampler_budget`` (1 GiB on the host, a quarter of a GPU's available memory) is sampled in chunks of
+prompts; the uniforms of every row and step are drawn from the generator as one unchunked pass would draw them, so
+on the CPU the chunks give the same completions (on a GPU, up to kernels whose rounding depends on the batch size).
+A chunk that cannot fit in the memory available is refused in one line before anything is allocated.
 """
 
 from __future__ import annotations
