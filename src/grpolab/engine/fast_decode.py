@@ -137,7 +137,8 @@ def _linear_refusal(module: nn.Module, name: str, *, bias: bool = False) -> str 
     ``nn.Linear`` or a peft LoRA layer on one whose active adapters are plain LoRA, without a bias unless ``bias``."""
     base = module if type(module) is nn.Linear else getattr(module, "base_layer", None)
     if type(base) is not nn.Linear or (base is not module and not hasattr(module, "lora_A")):
-        return f"its {name} is a {type(module).__name__} (it takes nn.Linear, bare or under plain LoRA)"
+        kind = f"{type(module).__module__}.{type(module).__name__}"
+        return f"its {name} is a {kind} (it takes nn.Linear, bare or under plain LoRA)"
     if base.bias is not None and not bias:
         return f"a bias on its {name}"
     if base is module or module.disable_adapters or module.merged:
