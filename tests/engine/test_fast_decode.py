@@ -5,6 +5,10 @@ Tolerances, measured on the embedded model (P = 8, G = 4, T = 16) and stated her
   sampler's log-probs within 1e-4 of ``token_logprobs`` (measured max 7e-6);
 * bfloat16 lean weights: log-probs within 0.05 mean / 0.5 max absolute (measured 0.009 / 0.11), and
   the sampled next-token distribution passes a chi-square test against the float32 probabilities.
+
+Today's families (Qwen3 bare and with LoRA, Llama with Llama 3.x rope scaling, Mistral) on random tiny configs: the
+float32 bounds above (measured max 5e-7), and the bfloat16 bounds above with their logits spread as a trained
+model's (derived and measured in ``test_todays_families_bfloat16_logprobs_are_close_to_the_float32_reference``).
 """
 
 from __future__ import annotations
@@ -29,11 +33,11 @@ def embedded():
     return load_policy("embedded")
 
 
-def _random_llama(vocab: int, *, kv_heads: int, tied: bool) -> LlamaForCausalLM:
+def _random_llama(vocab: int, *, kv_heads: int, tied: bool, **extra) -> LlamaForCausalLM:
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=16,
-                         max_position_embeddings=128, tie_word_embeddings=tied, pad_token_id=0)
+                         max_position_embeddings=128, tie_word_embeddings=tied, pad_token_id=0, **extra)
     return LlamaForCausalLM(config).eval()
 
 
@@ -406,17 +410,165 @@ def test_qwen2_takes_the_lean_path_with_the_tokens_of_transformers(embedded, lor
     _assert_float32_lean_equals_reference(model, embedded.tokenizer)
 
 
-def test_qwen2_with_sliding_window_falls_back_with_one_line(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+# ------------------------------------------------------------ today's families: Qwen3, Llama 3.x rope scaling, Mistral
+
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 16, "rope_theta": 10000.0}
+"""Llama 3.x's rotary scaling on a 16-position original context: at head size 16 one frequency is interpolated,
+six divided by 8 and one kept, so the rotations at the tested positions differ from the unscaled ones."""
+
+
+def _random_qwen3(vocab: int, **extra):
+    """A tiny ``Qwen3ForCausalLM`` whose q/k norm weights are drawn around 1 (N(1, 0.5)): a decoder that skipped a
+    norm, applied it after the rotation or swapped q's and k's would sample other tokens."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                         tie_word_embeddings=False, pad_token_id=0, **extra)
+    model = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_norm.weight.normal_(1, 0.5)
+            layer.self_attn.k_norm.weight.normal_(1, 0.5)
+    return model
+
+
+def _random_mistral(vocab: int, *, sliding_window: int | None = None):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                           sliding_window=sliding_window, tie_word_embeddings=False, pad_token_id=0)
+    return MistralForCausalLM(config).eval()
+
+
+def _with_lora(model):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "down_proj"]))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)  # peft starts B at 0: make the adapters change the outputs
+    return model
+
+
+FAMILY_MODELS = {
+    "qwen3": _random_qwen3,
+    "qwen3+lora": lambda vocab: _with_lora(_random_qwen3(vocab)),
+    "llama3 rope": lambda vocab: _random_llama(vocab, kv_heads=2, tied=False, rope_parameters=LLAMA3_ROPE),
+    "mistral": _random_mistral,
+}
+
+
+@pytest.mark.parametrize("family", FAMILY_MODELS)
+def test_todays_families_take_the_lean_path_with_the_tokens_of_transformers(embedded, family: str) -> None:
+    model = FAMILY_MODELS[family](len(embedded.tokenizer))
+    assert fast_decode.refusal(model) is None and fast_decode.build(model, torch.float32) is not None
+    _assert_float32_lean_equals_reference(model, embedded.tokenizer)
+    assert _run(model, embedded.tokenizer, engine="auto").sampler == "lean dynamic"
+
+
+def test_llama3_rope_scaling_changes_the_tokens(embedded) -> None:
+    """The scaling matters at the tested positions: the same weights without it sample other tokens."""
+    vocab = len(embedded.tokenizer)
+    scaled = _random_llama(vocab, kv_heads=2, tied=True, rope_parameters=LLAMA3_ROPE)
+    plain = _random_llama(vocab, kv_heads=2, tied=True)
+    assert not torch.equal(scaled.model.rotary_emb.inv_freq, plain.model.rotary_emb.inv_freq)
+    assert not torch.equal(_run(scaled, embedded.tokenizer, engine="lean", tokens=16).completion_ids,
+                           _run(plain, embedded.tokenizer, engine="lean", tokens=16).completion_ids)
+
+
+@pytest.mark.parametrize("family", FAMILY_MODELS)
+def test_todays_families_bfloat16_logprobs_are_close_to_the_float32_reference(embedded, family: str) -> None:
+    """The final norm's weight is scaled by 25 so that the logits spread as a trained model's do (std ~2.4, sampled
+    log-probs ~ -1.1; at random init std 0.1, near uniform, and every gap is tiny). The bound, derived: a bfloat16
+    matmul rounds each input to 8 significant bits (relative error up to 2^-9, std ~2^-10.8); the head's sum of
+    D = 64 such terms of random sign moves a logit by ~0.6 * 2^-9 * std(z) ~ 0.003, the two layers' rounding on the
+    residual stream a few times that, and a log-prob moves by its logit's error less the softmax-weighted mean of
+    them all: ~0.01 on average, the max over ~450 tokens several times more. The bound is the embedded model's test's,
+    mean 0.05 / max 0.5; measured over seeds 0-2: mean <= 0.016, max <= 0.17 (Qwen3 with LoRA, whose merged
+    weights are larger; the others <= 0.011 / 0.085)."""
+    model = FAMILY_MODELS[family](len(embedded.tokenizer))
+    with torch.no_grad():
+        fast_decode._base_model(model).model.norm.weight.mul_(25)
+    rollout = _run(model, embedded.tokenizer, engine="lean", dtype="bfloat16", samples=8, tokens=16)
+    assert rollout.sampler == "lean dynamic"
+    gap = _logprob_gap(model, rollout)
+    assert gap.numel() > 50
+    assert gap.mean() < 0.05 and gap.max() < 0.5
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_qwen3_static_shape_step_samples_the_tokens_of_the_dynamic_step(embedded, dtype: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """As for Llama: float32 log-probs within 1e-5, bfloat16 ones within 1e-2 of the dynamic step's."""
+    model = _random_qwen3(len(embedded.tokenizer))
+    dynamic = _modes_sample(model, embedded.tokenizer, "dynamic", monkeypatch, dtype=dtype, tokens=16)
+    static = _modes_sample(model, embedded.tokenizer, "static", monkeypatch, dtype=dtype, tokens=16)
+    assert torch.equal(static.completion_ids, dynamic.completion_ids)
+    assert (static.logprobs - dynamic.logprobs).abs().max() < (1e-5 if dtype == "float32" else 1e-2)
+    assert static.sampler == "lean static"
+
+
+def _random_gemma3(vocab: int):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+                              pad_token_id=0)
+    return Gemma3ForCausalLM(config).eval()
+
+
+REFUSED_MODELS = {
+    "qwen2 sliding window": (lambda vocab: _random_qwen2(vocab, use_sliding_window=True, sliding_window=4,
+                                                         max_window_layers=0), "sliding-window attention"),
+    "qwen3 sliding window": (lambda vocab: _random_qwen3(vocab, use_sliding_window=True, sliding_window=4,
+                                                         max_window_layers=0), "sliding-window attention"),
+    "mistral sliding window": (lambda vocab: _random_mistral(vocab, sliding_window=4), "sliding attention window"),
+    "gemma3": (_random_gemma3, "Gemma 3 is not implemented"),
+}
+
+
+@pytest.mark.parametrize("family", REFUSED_MODELS)
+def test_a_refused_family_falls_back_with_one_line_naming_the_reason(embedded, family: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import warnings
 
     from grpolab.engine import rollout
 
-    model = _random_qwen2(len(embedded.tokenizer), use_sliding_window=True, sliding_window=4, max_window_layers=0)
-    assert fast_decode.build(model) is None
+    make, reason = REFUSED_MODELS[family]
+    model = make(len(embedded.tokenizer))
+    name = type(model).__name__
+    assert fast_decode.build(model) is None and reason in fast_decode.refusal(model)
     monkeypatch.setattr(rollout, "_FELL_BACK", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _run(model, embedded.tokenizer, engine="auto", tokens=2)
-        _run(model, embedded.tokenizer, engine="auto", tokens=2)
+        runs = [_run(model, embedded.tokenizer, engine="auto", tokens=2) for _ in range(2)]
     lines = [str(w.message) for w in caught if "lean sampler" in str(w.message)]
-    assert len(lines) == 1 and "Qwen2ForCausalLM" in lines[0] and "transformers" in lines[0]
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert name in lines[0] and reason in lines[0] and "transformers" in lines[0]
+    for got in runs:
+        assert got.sampler == "transformers" and name in got.sampler_fallback and reason in got.sampler_fallback
+    with pytest.raises(UserError, match=reason):
+        _run(model, embedded.tokenizer, engine="lean", tokens=2)
+
+
+def test_a_window_no_position_reaches_is_full_attention(embedded) -> None:
+    """Mistral with a window as long as its context: the window never cuts, so the lean path takes it."""
+    model = _random_mistral(len(embedded.tokenizer), sliding_window=128)
+    assert fast_decode.refusal(model) is None
+    _assert_float32_lean_equals_reference(model, embedded.tokenizer)
+
+
+def test_an_adapter_the_lean_path_cannot_merge_is_named() -> None:
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(_random_llama(32, kv_heads=2, tied=True),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["v_proj"], use_dora=True))
+    assert fast_decode.build(model) is None
+    assert fast_decode.refusal(model) == "a LoRA variant (DoRA, ...) or a LoRA bias on its v_proj"

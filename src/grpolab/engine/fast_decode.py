@@ -1,7 +1,8 @@
-"""A lean decoder for Llama-family models: the forward pass of ``LlamaForCausalLM`` (and of
-``Qwen2ForCausalLM``, the same with q/k/v biases) written as a plain loop over layers on copies of the weights,
-with a preallocated KV cache. ``rollout.sample`` uses it for every model it accepts and falls back to the
-transformers forward for the rest, with one warning line per model class.
+"""A lean decoder for Llama-family models: the forward pass of ``LlamaForCausalLM`` (and of its kin:
+``Qwen2ForCausalLM``, the same with q/k/v biases; ``Qwen3ForCausalLM``, with a per-head RMSNorm on q and k;
+``MistralForCausalLM``, the same as Llama without a sliding window) written as a plain loop over layers on copies of
+the weights, with a preallocated KV cache. ``rollout.sample`` uses it for every model it accepts and falls back to
+the transformers forward for the rest, with one warning line per model class and reason (``refusal``).
 
 Shapes: B rows (left-padded), Lp prompt tokens, S tokens in one forward (Lp in the prefill, 1 per
 decode step), L = Lp + T cache slots, D hidden size, H query heads, Hkv key/value heads, Dh head size.
@@ -49,10 +50,25 @@ How the CUDA path departs from the CPU's (``step_mode``; "auto" picks it by devi
 * Attention over the whole cache reads all L slots every step instead of the written ones: at 128 new tokens
   after a short prompt, about twice the KV bytes of the dynamic step on average, against a launch-bound step.
 
-Accepted: ``LlamaForCausalLM`` and ``Qwen2ForCausalLM`` (full attention; q/k/v biases added in float32 after the
-fused matmul, the 1 / sqrt(Dh) folded into the query's bias too), bare or wrapped by peft with plain LoRA on
-linear layers, SiLU MLP, no other biases, static rotary scaling (default, linear, llama3). Anything else returns
-None from ``build``. ``lean_forward`` (the update's forward) takes the bias-free Llama family only.
+Accepted (``FAMILIES``; ``refusal`` gives the reason for anything else, in the fall-back line and the rollout's
+``sampler_fallback``), bare or wrapped by peft with plain LoRA on linear layers, SiLU MLP, no other biases, static
+rotary scaling (default, linear, llama3: the inverse frequencies and attention scaling are read from the model's
+rotary embedding, so Llama 3.x's scaled frequencies are those transformers uses), full attention:
+
+* ``LlamaForCausalLM``.
+* ``Qwen2ForCausalLM``: q/k/v biases added in float32 after the fused matmul, the 1 / sqrt(Dh) folded into the
+  query's bias too; refused with a sliding window (``use_sliding_window``, ``layer_types``).
+* ``Qwen3ForCausalLM``: ``q_norm`` and ``k_norm`` (RMSNorm over each head's Dh, one weight [Dh] each) applied in
+  float32 after the projection and before the rotation, in one call over the query and key heads; the 1 / sqrt(Dh)
+  is folded into ``q_norm``'s weight (a norm undoes a scale put into the projection). Sliding windows are refused
+  as Qwen2's.
+* ``MistralForCausalLM``: Llama's forward, taken when ``sliding_window`` is None or at least
+  ``max_position_embeddings`` (it then never cuts); a shorter window is refused.
+
+Not implemented, refused with the reason: Gemma 3 (and Gemma 2), whose layer departs from Llama's in too many places
+for a flag: RMSNorms that scale by (1 + weight), the embedding scaled by sqrt(hidden size), a GeGLU MLP, norms after
+attention and MLP as well as before, q/k norms, and sliding-window layers interleaved with global ones, each kind
+with its own rotary base. ``lean_forward`` (the update's forward) takes the bias-free Llama family only.
 """
 
 from __future__ import annotations
@@ -64,10 +80,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["BF16_MIN_HIDDEN", "FAMILIES", "SAMPLER_PATHS", "STEP_MODES", "LeanLlama", "build", "preferred_dtype"]
+__all__ = ["BF16_MIN_HIDDEN", "FAMILIES", "SAMPLER_PATHS", "STEP_MODES", "LeanLlama", "build", "preferred_dtype",
+           "refusal"]
 
-FAMILIES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
-"""The model classes the lean path takes (bare or under peft); every other falls back to transformers."""
+FAMILIES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
+"""The model classes the lean path takes (bare or under peft; ``refusal`` says which configs of them); every other
+falls back to transformers."""
+_GEMMA = ("its (1 + weight) RMSNorms, embeddings scaled by sqrt(hidden size), GeGLU MLP, norms after attention and "
+          "MLP too")
+_REFUSED = {
+    "Gemma3ForCausalLM": f"Gemma 3 is not implemented: {_GEMMA}, q/k norms, interleaved sliding-window layers with "
+                         "their own rotary base",
+    "Gemma2ForCausalLM": f"Gemma 2 is not implemented: {_GEMMA}, logit soft-capping, interleaved sliding-window layers",
+}
+"""Why the lean path does not take a family that it is often asked for (other classes: "it takes ``FAMILIES``")."""
 STEP_MODES = ("auto", "dynamic", "static", "graph")
 """How ``LeanLlama.step`` runs (``step_mode``): "dynamic" attends over the written slice of the cache (the CPU's
 step), "static" runs the static-shape step eagerly, "graph" replays it as a CUDA graph (falling back to "static"
@@ -93,6 +119,7 @@ class _Layer:
     attn_norm: torch.Tensor  # [D]
     qkv: torch.Tensor  # [(H + 2 Hkv) Dh, D]
     qkv_bias: torch.Tensor | None  # [(H + 2 Hkv) Dh] in float32 (Qwen2), else None
+    qk_norm: torch.Tensor | None  # [H + Hkv, Dh] in float32: each head's q or k RMSNorm weight (Qwen3), else None
     out: torch.Tensor  # [D, H Dh]
     mlp_norm: torch.Tensor  # [D]
     gate_up: torch.Tensor  # [2 I, D]
@@ -105,24 +132,35 @@ def _base_model(model: nn.Module) -> nn.Module:
     return get_base() if callable(get_base) else model
 
 
-def _effective_weight(module: nn.Module, *, bias: bool = False) -> torch.Tensor | None:
-    """The weight a linear layer applies: its own, or a LoRA layer's base weight plus its active,
-    unmerged adapters. None for anything else (LoRA variants such as DoRA, other adapters, and a bias unless
-    ``bias``: the caller then reads it with ``_bias``)."""
-    if type(module) is nn.Linear:
-        return module.weight if bias or module.bias is None else None
-    base = getattr(module, "base_layer", None)
-    if type(base) is not nn.Linear or (base.bias is not None and not bias) or not hasattr(module, "lora_A"):
+def _linear_refusal(module: nn.Module, name: str, *, bias: bool = False) -> str | None:
+    """Why the lean decoder cannot take the linear layer ``module`` (called ``name``), or None: it takes an
+    ``nn.Linear`` or a peft LoRA layer on one whose active adapters are plain LoRA, without a bias unless ``bias``."""
+    base = module if type(module) is nn.Linear else getattr(module, "base_layer", None)
+    if type(base) is not nn.Linear or (base is not module and not hasattr(module, "lora_A")):
+        kind = f"{type(module).__module__}.{type(module).__name__}"
+        return f"its {name} is a {kind} (it takes nn.Linear, bare or under plain LoRA)"
+    if base.bias is not None and not bias:
+        return f"a bias on its {name}"
+    if base is module or module.disable_adapters or module.merged:
         return None
-    weight = base.weight
+    for adapter in module.active_adapters:
+        if adapter in module.lora_A and (module.lora_variant.get(adapter) is not None
+                                         or module.lora_bias.get(adapter)):
+            return f"a LoRA variant (DoRA, ...) or a LoRA bias on its {name}"
+    return None
+
+
+def _effective_weight(module: nn.Module) -> torch.Tensor:
+    """The weight a linear layer that ``_linear_refusal`` accepts applies: its own, or a LoRA layer's base weight
+    plus its active, unmerged adapters."""
+    if type(module) is nn.Linear:
+        return module.weight
+    weight = module.base_layer.weight
     if module.disable_adapters or module.merged:
         return weight
     for name in module.active_adapters:
-        if name not in module.lora_A:
-            continue
-        if module.lora_variant.get(name) is not None or module.lora_bias.get(name):
-            return None
-        weight = weight + module.get_delta_weight(name)
+        if name in module.lora_A:
+            weight = weight + module.get_delta_weight(name)
     return weight
 
 
@@ -136,21 +174,64 @@ def _qkv_biased(config: object) -> bool:
     return config.model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
 
 
-def _supported(base: nn.Module, *, qkv_bias: bool = False) -> bool:
-    """Whether the lean decoder takes ``base``; ``qkv_bias``: Qwen2 too (its q/k/v biases, full attention only).
-    ``lean_forward`` asks without it: the training forward takes the bias-free Llama family only."""
-    config = getattr(base, "config", None)
-    name = type(base).__name__
-    if config is None or name not in (FAMILIES if qkv_bias else FAMILIES[:1]):
-        return False
-    if name == "Qwen2ForCausalLM" and (getattr(config, "use_sliding_window", False)
-                                       or any(t != "full_attention" for t in getattr(config, "layer_types", None)
-                                              or ())):
-        return False
+def _window_refusal(config: object) -> str | None:
+    """Why the model's attention is not full causal attention at every position it can reach, or None. Qwen2 and
+    Qwen3 say it by ``use_sliding_window`` and ``layer_types``; Mistral by ``sliding_window`` alone, and a window of
+    at least ``max_position_embeddings`` never cuts (``rollout.fit_context`` keeps prompt and completion within
+    the context), so Mistral's is taken then."""
+    kinds = sorted(set(getattr(config, "layer_types", None) or ()))
+    if kinds not in ([], ["full_attention"]) or getattr(config, "use_sliding_window", False):
+        return f"sliding-window attention (layer_types {kinds})"
+    window, context = getattr(config, "sliding_window", None), getattr(config, "max_position_embeddings", None)
+    if window is not None and (context is None or window < context):
+        return f"a sliding attention window of {window} tokens, below its context of {context}"
+    return None
+
+
+def _config_refusal(base: nn.Module) -> str | None:
+    """Why the lean decoder does not take the transformers model ``base`` by its class and config, or None."""
+    name, config = type(base).__name__, getattr(base, "config", None)
+    if name not in FAMILIES or config is None:
+        return _REFUSED.get(name, f"it takes {', '.join(FAMILIES)} only")
     rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
-    return (config.hidden_act == "silu" and (qkv_bias or not _qkv_biased(config))
-            and not getattr(config, "mlp_bias", False)
-            and rope in _ROPE_TYPES and type(base.model.embed_tokens) is nn.Embedding)
+    if config.hidden_act != "silu":
+        return f"a {config.hidden_act} MLP (it takes SiLU)"
+    if getattr(config, "mlp_bias", False):
+        return "MLP biases"
+    if rope not in _ROPE_TYPES:
+        return f"{rope!r} rotary scaling (it takes {', '.join(_ROPE_TYPES)})"
+    if type(base.model.embed_tokens) is not nn.Embedding:
+        return f"a {type(base.model.embed_tokens).__name__} embedding (it takes nn.Embedding)"
+    return _window_refusal(config)
+
+
+def _module_refusal(base: nn.Module) -> str | None:
+    """Why the lean decoder cannot take one of ``base``'s linear layers (an adapter, a bias), or None."""
+    biased = _qkv_biased(base.config)
+    for layer in base.model.layers:
+        modules = [getattr(layer.self_attn, n) for n in _PROJECTIONS[:4]] + [getattr(layer.mlp, n)
+                                                                           for n in _PROJECTIONS[4:]]
+        for index, (name, module) in enumerate(zip(_PROJECTIONS, modules, strict=True)):
+            reason = _linear_refusal(module, name, bias=biased and index < 3)
+            if reason is None and biased and index < 3 and _bias(module) is None:
+                reason = f"no bias on its {name} where its config calls for q/k/v biases"
+            if reason is not None:
+                return reason
+    return _linear_refusal(base.lm_head, "lm_head")
+
+
+def refusal(model: nn.Module) -> str | None:
+    """Why the lean decoder does not take ``model`` (bare or under peft), in a few words, or None where ``build``
+    takes it: the reason ``rollout.sample``'s fall-back line and its ``Rollout.sampler_fallback`` give."""
+    base = _base_model(model)
+    return _config_refusal(base) or _module_refusal(base)
+
+
+def _supported(base: nn.Module) -> bool:
+    """Whether ``lean_forward`` (the update's forward) takes ``base``: the bias-free ``LlamaForCausalLM`` family
+    only, on the decoder's config checks (it checks the linear layers itself)."""
+    return (type(base).__name__ == "LlamaForCausalLM" and _config_refusal(base) is None
+            and not _qkv_biased(base.config))
 
 
 def _packs_bf16(dtype: torch.dtype, device: torch.device) -> bool:
@@ -170,22 +251,24 @@ def _packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
 
 
-def _layer_weights(layer: nn.Module, dtype: torch.dtype, query_scale: float, qkv_bias: bool) -> _Layer | None:
+def _layer_weights(layer: nn.Module, dtype: torch.dtype, query_scale: float, qkv_bias: bool) -> _Layer:
+    """A layer ``refusal`` accepts, copied. The attention's 1 / sqrt(Dh) is folded into the queries: into the q
+    norm's weight where there is one (a norm undoes any scale put before it), else into the q projection."""
     attn, mlp = layer.self_attn, layer.mlp
     modules = [getattr(attn, n) for n in _PROJECTIONS[:4]] + [getattr(mlp, n) for n in _PROJECTIONS[4:]]
-    weights = [_effective_weight(m, bias=qkv_bias and i < 3) for i, m in enumerate(modules)]
-    if any(w is None for w in weights):
-        return None
-    q, k, v, o, gate, up, down = weights
-    qkv = torch.cat([q * query_scale, k, v])  # the attention's 1 / sqrt(Dh) folded into the queries
+    q, k, v, o, gate, up, down = (_effective_weight(m) for m in modules)
+    qk_norm, weight_scale = None, query_scale
+    if hasattr(attn, "q_norm"):  # Qwen3: per-head RMSNorm on q and k, after the projection and before RoPE
+        heads, kv_heads = q.shape[0] // attn.head_dim, k.shape[0] // attn.head_dim
+        qk_norm = torch.cat([(attn.q_norm.weight.detach().float() * query_scale).expand(heads, -1),
+                             attn.k_norm.weight.detach().float().expand(kv_heads, -1)])  # [H + Hkv, Dh]
+        weight_scale = 1.0
     bias = None
     if qkv_bias:
         q_b, k_b, v_b = (_bias(m) for m in modules[:3])
-        if q_b is None or k_b is None or v_b is None:
-            return None
-        bias = torch.cat([q_b * query_scale, k_b, v_b]).detach().float()
-    return _Layer(layer.input_layernorm.weight.detach().float(), _matrix(qkv, dtype), bias,
-                  _matrix(o, dtype), layer.post_attention_layernorm.weight.detach().float(),
+        bias = torch.cat([q_b * weight_scale, k_b, v_b]).detach().float()
+    return _Layer(layer.input_layernorm.weight.detach().float(), _matrix(torch.cat([q * weight_scale, k, v]), dtype),
+                  bias, qk_norm, _matrix(o, dtype), layer.post_attention_layernorm.weight.detach().float(),
                   _matrix(torch.cat([gate, up]), dtype), _matrix(down, dtype))
 
 
@@ -197,19 +280,16 @@ def preferred_dtype(model: nn.Module) -> torch.dtype:
 
 def build(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> LeanLlama | None:
     """A ``LeanLlama`` on the current weights of ``model`` in ``dtype``, or None if the lean path does not
-    accept the model (see the module docstring)."""
-    base = _base_model(model)
-    if not _supported(base, qkv_bias=True):
+    accept the model (``refusal`` says why; see the module docstring)."""
+    if refusal(model) is not None:
         return None
+    base = _base_model(model)
     with torch.no_grad():
         config = base.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         biased = _qkv_biased(config)
         layers = [_layer_weights(layer, dtype, head_dim**-0.5, biased) for layer in base.model.layers]
-        head = _effective_weight(base.lm_head)
-        if head is None or any(layer is None for layer in layers):
-            return None
-        return LeanLlama(base, layers, _matrix(head, dtype), dtype)
+        return LeanLlama(base, layers, _matrix(_effective_weight(base.lm_head), dtype), dtype)
 
 
 class LeanLlama:
@@ -386,7 +466,10 @@ class LeanLlama:
         if layer.qkv_bias is not None:
             qkv = qkv + layer.qkv_bias
         qkv = qkv.view(rows, length, -1, self.head_dim)
-        qk = self._rope(qkv[:, :, : self.heads + self.kv_heads], cos, sin)  # [B, S, H + Hkv, Dh], one rotation
+        qk = qkv[:, :, : self.heads + self.kv_heads]  # [B, S, H + Hkv, Dh]
+        if layer.qk_norm is not None:  # each head normed over Dh, then its q or k weight (queries pre-scaled)
+            qk = F.rms_norm(qk, (self.head_dim,), eps=self.eps) * layer.qk_norm
+        qk = self._rope(qk, cos, sin)  # one rotation for queries and keys
         keys, values = qk[:, :, self.heads :].transpose(1, 2), qkv[:, :, self.heads + self.kv_heads :].transpose(1, 2)
         if isinstance(start, torch.Tensor):
             self._keys[index].index_copy_(2, start, keys)

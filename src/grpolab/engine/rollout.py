@@ -9,10 +9,11 @@ an explicit ``torch.Generator`` so that a step's samples depend only on (seed, s
 Holtzman et al. 2020 (arXiv 1904.09751); temperature divides the logits, and ``token_logprobs`` uses
 the same temperature so that the trained policy is the one that sampled (as TRL does).
 
-Two decoders feed the same sampling loop: for Llama and Qwen2 models ``fast_decode.LeanLlama`` (weight
+Two decoders feed the same sampling loop: for Llama, Qwen2, Qwen3 and Mistral models ``fast_decode.LeanLlama`` (weight
 copies in bfloat16 for models large enough to gain from it, a preallocated KV cache, a CUDA graph per step on a
 GPU; ``engine="auto"`` or ``"lean"``), for every other model the transformers forward with a ``DynamicCache``
-(``engine="hf"``; under "auto" one warning line per model class says so). The sampler records the
+(``engine="hf"``; under "auto" one warning line per model class says so and why: ``fast_decode.refusal``, which
+the rollout records as its ``sampler_fallback``). The sampler records the
 log-probability of each token it drew, so that the trainer can measure how far the sampler's distribution is
 from its own (``rollout/sampler_kl``), as trainers that sample with vLLM do.
 
@@ -53,7 +54,7 @@ __all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "sample", "tok
 
 ENGINES = ("auto", "lean", "hf")
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-_FELL_BACK: set[str] = set()  # model classes the lean sampler refused in this process (each said once)
+_FELL_BACK: set[tuple[str, str | None]] = set()  # (model class, reason) the lean sampler refused in this process
 _FINISH_CHECK_EVERY = 8
 """Decoding steps between two checks of whether every row has finished, on an accelerator (1 on the CPU)."""
 
@@ -203,15 +204,13 @@ def _decoder(model: PreTrainedModel, engine: str, dtype: str) -> _HFDecoder | fa
     weights = fast_decode.preferred_dtype(model) if dtype == "auto" else _DTYPES[dtype]
     lean = fast_decode.build(model, weights) if engine != "hf" else None
     if lean is None and engine != "hf":
-        families = " and ".join(fast_decode.FAMILIES)
-        name = type(fast_decode._base_model(model)).__name__
+        name, reason = type(fast_decode._base_model(model)).__name__, fast_decode.refusal(model)
         if engine == "lean":
-            raise UserError(f"the lean sampler takes {families} models only (plain LoRA, full attention), not this "
-                            f"{name}; use engine='auto' or 'hf'")
-        if name not in _FELL_BACK:  # one line per model class and process
-            _FELL_BACK.add(name)
-            warnings.warn(f"the lean sampler takes {families} models only (plain LoRA, full attention); this {name} "
-                          "samples through the transformers forward (slower)", RuntimeWarning, stacklevel=4)
+            raise UserError(f"the lean sampler does not take this {name} ({reason}); use engine='auto' or 'hf'")
+        if (name, reason) not in _FELL_BACK:  # one line per model class, reason and process
+            _FELL_BACK.add((name, reason))
+            warnings.warn(f"the lean sampler does not take this {name} ({reason}); it samples through the "
+                          "transformers forward (slower)", RuntimeWarning, stacklevel=4)
     return lean if lean is not None else _HFDecoder(model)
 
 
@@ -276,9 +275,10 @@ def _sampler_path(decoder: _HFDecoder | fast_decode.LeanLlama, engine: str) -> t
     """How ``decoder`` sampled (``fast_decode.SAMPLER_PATHS``) and why it fell back, if it did."""
     if isinstance(decoder, fast_decode.LeanLlama):
         return decoder.path, decoder.fallback
-    refused = "" if engine == "hf" else (f"the lean sampler does not take "
-                                         f"{type(fast_decode._base_model(decoder.model)).__name__}")
-    return "transformers", refused
+    if engine == "hf":
+        return "transformers", ""
+    name = type(fast_decode._base_model(decoder.model)).__name__
+    return "transformers", f"the lean sampler does not take this {name} ({fast_decode.refusal(decoder.model)})"
 
 
 def fit_context(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
