@@ -18,7 +18,7 @@ import torch
 from scipy import stats
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from grpolab.engine import fast_decode
+from grpolab.engine import families, fast_decode
 from grpolab.engine.rollout import encode_prompts, sample, token_logprobs
 from grpolab.errors import UserError
 from grpolab.models import load_policy
@@ -494,7 +494,7 @@ def test_todays_families_bfloat16_logprobs_are_close_to_the_float32_reference(em
     weights are larger; the others <= 0.011 / 0.085)."""
     model = FAMILY_MODELS[family](len(embedded.tokenizer))
     with torch.no_grad():
-        fast_decode._base_model(model).model.norm.weight.mul_(25)
+        families.base_model(model).model.norm.weight.mul_(25)
     rollout = _run(model, embedded.tokenizer, engine="lean", dtype="bfloat16", samples=8, tokens=16)
     assert rollout.sampler == "lean dynamic"
     gap = _logprob_gap(model, rollout)

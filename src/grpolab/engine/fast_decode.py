@@ -80,20 +80,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from grpolab.engine.families import FAMILIES, PROJECTIONS, base_model, qkv_biased, refusal
+from grpolab.engine.families import bias as linear_bias
+
 __all__ = ["BF16_MIN_HIDDEN", "FAMILIES", "SAMPLER_PATHS", "STEP_MODES", "LeanLlama", "build", "preferred_dtype",
            "refusal"]
 
-FAMILIES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
-"""The model classes the lean path takes (bare or under peft; ``refusal`` says which configs of them); every other
-falls back to transformers."""
-_GEMMA = ("its (1 + weight) RMSNorms, embeddings scaled by sqrt(hidden size), GeGLU MLP, norms after attention and "
-          "MLP too")
-_REFUSED = {
-    "Gemma3ForCausalLM": f"Gemma 3 is not implemented: {_GEMMA}, q/k norms, interleaved sliding-window layers with "
-                         "their own rotary base",
-    "Gemma2ForCausalLM": f"Gemma 2 is not implemented: {_GEMMA}, logit soft-capping, interleaved sliding-window layers",
-}
-"""Why the lean path does not take a family that it is often asked for (other classes: "it takes ``FAMILIES``")."""
 STEP_MODES = ("auto", "dynamic", "static", "graph")
 """How ``LeanLlama.step`` runs (``step_mode``): "dynamic" attends over the written slice of the cache (the CPU's
 step), "static" runs the static-shape step eagerly, "graph" replays it as a CUDA graph (falling back to "static"
@@ -104,12 +96,10 @@ transformers forward (``rollout.Rollout.sampler``)."""
 step_mode = "auto"
 """The process-wide ``STEP_MODES`` choice (benchmarks set "dynamic" to time the eager CUDA step)."""
 _GRAPH_FAILURE: list[str] = []  # the first capture failure of this process: later rollouts do not retry
-_ROPE_TYPES = ("default", "linear", "llama3")
 BF16_MIN_HIDDEN = 512
 """Hidden size from which ``preferred_dtype`` picks bfloat16. Measured, one thread: SmolLM2 (576) samples
 1.7x faster in bfloat16 than float32; the embedded model (128) 15% slower, its matmuls being too small
 for the bfloat16 kernels to pay for their call overhead."""
-_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass
@@ -126,32 +116,8 @@ class _Layer:
     down: torch.Tensor  # [D, I]
 
 
-def _base_model(model: nn.Module) -> nn.Module:
-    """The transformers model under a peft wrapper (or the model itself)."""
-    get_base = getattr(model, "get_base_model", None)
-    return get_base() if callable(get_base) else model
-
-
-def _linear_refusal(module: nn.Module, name: str, *, bias: bool = False) -> str | None:
-    """Why the lean decoder cannot take the linear layer ``module`` (called ``name``), or None: it takes an
-    ``nn.Linear`` or a peft LoRA layer on one whose active adapters are plain LoRA, without a bias unless ``bias``."""
-    base = module if type(module) is nn.Linear else getattr(module, "base_layer", None)
-    if type(base) is not nn.Linear or (base is not module and not hasattr(module, "lora_A")):
-        kind = f"{type(module).__module__}.{type(module).__name__}"
-        return f"its {name} is a {kind} (it takes nn.Linear, bare or under plain LoRA)"
-    if base.bias is not None and not bias:
-        return f"a bias on its {name}"
-    if base is module or module.disable_adapters or module.merged:
-        return None
-    for adapter in module.active_adapters:
-        if adapter in module.lora_A and (module.lora_variant.get(adapter) is not None
-                                         or module.lora_bias.get(adapter)):
-            return f"a LoRA variant (DoRA, ...) or a LoRA bias on its {name}"
-    return None
-
-
 def _effective_weight(module: nn.Module) -> torch.Tensor:
-    """The weight a linear layer that ``_linear_refusal`` accepts applies: its own, or a LoRA layer's base weight
+    """The weight a linear layer that ``families.refusal`` accepts applies: its own, or a LoRA layer's base weight
     plus its active, unmerged adapters."""
     if type(module) is nn.Linear:
         return module.weight
@@ -162,76 +128,6 @@ def _effective_weight(module: nn.Module) -> torch.Tensor:
         if name in module.lora_A:
             weight = weight + module.get_delta_weight(name)
     return weight
-
-
-def _bias(module: nn.Module) -> torch.Tensor | None:
-    """The bias of a linear layer (or of a LoRA layer's base layer), or None."""
-    return getattr(getattr(module, "base_layer", module), "bias", None)
-
-
-def _qkv_biased(config: object) -> bool:
-    """Whether the model's q/k/v projections carry biases (Qwen2 always; Llama with ``attention_bias``)."""
-    return config.model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
-
-
-def _window_refusal(config: object) -> str | None:
-    """Why the model's attention is not full causal attention at every position it can reach, or None. Qwen2 and
-    Qwen3 say it by ``use_sliding_window`` and ``layer_types``; Mistral by ``sliding_window`` alone, and a window of
-    at least ``max_position_embeddings`` never cuts (``rollout.fit_context`` keeps prompt and completion within
-    the context), so Mistral's is taken then."""
-    kinds = sorted(set(getattr(config, "layer_types", None) or ()))
-    if kinds not in ([], ["full_attention"]) or getattr(config, "use_sliding_window", False):
-        return f"sliding-window attention (layer_types {kinds})"
-    window, context = getattr(config, "sliding_window", None), getattr(config, "max_position_embeddings", None)
-    if window is not None and (context is None or window < context):
-        return f"a sliding attention window of {window} tokens, below its context of {context}"
-    return None
-
-
-def _config_refusal(base: nn.Module) -> str | None:
-    """Why the lean decoder does not take the transformers model ``base`` by its class and config, or None."""
-    name, config = type(base).__name__, getattr(base, "config", None)
-    if name not in FAMILIES or config is None:
-        return _REFUSED.get(name, f"it takes {', '.join(FAMILIES)} only")
-    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
-    if config.hidden_act != "silu":
-        return f"a {config.hidden_act} MLP (it takes SiLU)"
-    if getattr(config, "mlp_bias", False):
-        return "MLP biases"
-    if rope not in _ROPE_TYPES:
-        return f"{rope!r} rotary scaling (it takes {', '.join(_ROPE_TYPES)})"
-    if type(base.model.embed_tokens) is not nn.Embedding:
-        return f"a {type(base.model.embed_tokens).__name__} embedding (it takes nn.Embedding)"
-    return _window_refusal(config)
-
-
-def _module_refusal(base: nn.Module) -> str | None:
-    """Why the lean decoder cannot take one of ``base``'s linear layers (an adapter, a bias), or None."""
-    biased = _qkv_biased(base.config)
-    for layer in base.model.layers:
-        modules = [getattr(layer.self_attn, n) for n in _PROJECTIONS[:4]] + [getattr(layer.mlp, n)
-                                                                           for n in _PROJECTIONS[4:]]
-        for index, (name, module) in enumerate(zip(_PROJECTIONS, modules, strict=True)):
-            reason = _linear_refusal(module, name, bias=biased and index < 3)
-            if reason is None and biased and index < 3 and _bias(module) is None:
-                reason = f"no bias on its {name} where its config calls for q/k/v biases"
-            if reason is not None:
-                return reason
-    return _linear_refusal(base.lm_head, "lm_head")
-
-
-def refusal(model: nn.Module) -> str | None:
-    """Why the lean decoder does not take ``model`` (bare or under peft), in a few words, or None where ``build``
-    takes it: the reason ``rollout.sample``'s fall-back line and its ``Rollout.sampler_fallback`` give."""
-    base = _base_model(model)
-    return _config_refusal(base) or _module_refusal(base)
-
-
-def _supported(base: nn.Module) -> bool:
-    """Whether ``lean_forward`` (the update's forward) takes ``base``: the bias-free ``LlamaForCausalLM`` family
-    only, on the decoder's config checks (it checks the linear layers itself)."""
-    return (type(base).__name__ == "LlamaForCausalLM" and _config_refusal(base) is None
-            and not _qkv_biased(base.config))
 
 
 def _packs_bf16(dtype: torch.dtype, device: torch.device) -> bool:
@@ -255,7 +151,7 @@ def _layer_weights(layer: nn.Module, dtype: torch.dtype, query_scale: float, qkv
     """A layer ``refusal`` accepts, copied. The attention's 1 / sqrt(Dh) is folded into the queries: into the q
     norm's weight where there is one (a norm undoes any scale put before it), else into the q projection."""
     attn, mlp = layer.self_attn, layer.mlp
-    modules = [getattr(attn, n) for n in _PROJECTIONS[:4]] + [getattr(mlp, n) for n in _PROJECTIONS[4:]]
+    modules = [getattr(attn, n) for n in PROJECTIONS[:4]] + [getattr(mlp, n) for n in PROJECTIONS[4:]]
     q, k, v, o, gate, up, down = (_effective_weight(m) for m in modules)
     qk_norm, weight_scale = None, query_scale
     if hasattr(attn, "q_norm"):  # Qwen3: per-head RMSNorm on q and k, after the projection and before RoPE
@@ -265,7 +161,7 @@ def _layer_weights(layer: nn.Module, dtype: torch.dtype, query_scale: float, qkv
         weight_scale = 1.0
     bias = None
     if qkv_bias:
-        q_b, k_b, v_b = (_bias(m) for m in modules[:3])
+        q_b, k_b, v_b = (linear_bias(m) for m in modules[:3])
         bias = torch.cat([q_b * weight_scale, k_b, v_b]).detach().float()
     return _Layer(layer.input_layernorm.weight.detach().float(), _matrix(torch.cat([q * weight_scale, k, v]), dtype),
                   bias, qk_norm, _matrix(o, dtype), layer.post_attention_layernorm.weight.detach().float(),
@@ -274,7 +170,7 @@ def _layer_weights(layer: nn.Module, dtype: torch.dtype, query_scale: float, qkv
 
 def preferred_dtype(model: nn.Module) -> torch.dtype:
     """bfloat16 for models with hidden size >= ``BF16_MIN_HIDDEN``, else float32."""
-    hidden = getattr(getattr(_base_model(model), "config", None), "hidden_size", 0) or 0
+    hidden = getattr(getattr(base_model(model), "config", None), "hidden_size", 0) or 0
     return torch.bfloat16 if hidden >= BF16_MIN_HIDDEN else torch.float32
 
 
@@ -283,11 +179,11 @@ def build(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> LeanLlama | 
     accept the model (``refusal`` says why; see the module docstring)."""
     if refusal(model) is not None:
         return None
-    base = _base_model(model)
+    base = base_model(model)
     with torch.no_grad():
         config = base.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        biased = _qkv_biased(config)
+        biased = qkv_biased(config)
         layers = [_layer_weights(layer, dtype, head_dim**-0.5, biased) for layer in base.model.layers]
         return LeanLlama(base, layers, _matrix(_effective_weight(base.lm_head), dtype), dtype)
 

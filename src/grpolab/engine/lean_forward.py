@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grpolab.engine import fast_decode
+from grpolab.engine import families
 
 __all__ = ["head", "hidden_states", "logits", "supports"]
 
@@ -57,8 +57,8 @@ def _linear_like(module: nn.Module) -> bool:
 
 def supports(model: nn.Module) -> bool:
     """Whether ``logits`` accepts ``model`` (see the module docstring)."""
-    base = fast_decode._base_model(model)
-    if not fast_decode._supported(base) or getattr(base.config, "attention_dropout", 0.0):
+    base = families.base_model(model)
+    if not families.lean_forward_takes(base) or getattr(base.config, "attention_dropout", 0.0):
         return False
     modules = [base.lm_head]
     for layer in base.model.layers:
@@ -118,7 +118,7 @@ def hidden_states(model: nn.Module, input_ids: torch.Tensor, position_ids: torch
     """The decoder stack's output [B, S, D] (before the final norm) on input_ids [B, S] at position_ids
     [B, S], with autograd; mask [B, 1, S, S] is True where a query may attend to a key (every query row
     must allow at least one key). Call only if ``supports(model)``."""
-    base = fast_decode._base_model(model)
+    base = families.base_model(model)
     inner, config = base.model, base.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     hidden = inner.embed_tokens(input_ids)  # [B, S, D]
@@ -136,7 +136,7 @@ def hidden_states(model: nn.Module, input_ids: torch.Tensor, position_ids: torch
 
 def head(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """Logits [..., V] of decoder outputs hidden [..., D]: the final norm, then ``lm_head``."""
-    base = fast_decode._base_model(model)
+    base = families.base_model(model)
     return base.lm_head(_norm(base.model.norm, hidden))
 
 

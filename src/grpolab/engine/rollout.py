@@ -44,7 +44,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from grpolab.devices import model_device, to_host
-from grpolab.engine import fast_decode, lean_forward, memory
+from grpolab.engine import families, fast_decode, lean_forward, memory
 from grpolab.engine.target_logprobs import entropy as vocab_entropy
 from grpolab.engine.target_logprobs import sum_pi_squared as vocab_sum_pi_squared
 from grpolab.engine.target_logprobs import target_logprobs
@@ -204,7 +204,7 @@ def _decoder(model: PreTrainedModel, engine: str, dtype: str) -> _HFDecoder | fa
     weights = fast_decode.preferred_dtype(model) if dtype == "auto" else _DTYPES[dtype]
     lean = fast_decode.build(model, weights) if engine != "hf" else None
     if lean is None and engine != "hf":
-        name, reason = type(fast_decode._base_model(model)).__name__, fast_decode.refusal(model)
+        name, reason = type(families.base_model(model)).__name__, fast_decode.refusal(model)
         if engine == "lean":
             raise UserError(f"the lean sampler does not take this {name} ({reason}); use engine='auto' or 'hf'")
         if (name, reason) not in _FELL_BACK:  # one line per model class, reason and process
@@ -277,7 +277,7 @@ def _sampler_path(decoder: _HFDecoder | fast_decode.LeanLlama, engine: str) -> t
         return decoder.path, decoder.fallback
     if engine == "hf":
         return "transformers", ""
-    name = type(fast_decode._base_model(decoder.model)).__name__
+    name = type(families.base_model(decoder.model)).__name__
     return "transformers", f"the lean sampler does not take this {name} ({fast_decode.refusal(decoder.model)})"
 
 
