@@ -1,5 +1,7 @@
 """``grpolab eval``: evaluate a model or a run directory on a task's test split: greedy accuracy, the
-pass@k curve (unbiased estimator over n samples) and the per-prompt success histogram."""
+pass@k curve (unbiased estimator over n samples), maj@k, pass^k and avg@n with their standard errors, and the
+per-prompt success histogram. ``--from-samples`` re-scores a harness's per-sample files instead
+(``grpolab.commands.evaluate_samples``)."""
 
 from __future__ import annotations
 
@@ -28,9 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, TrainConfig, defaults=EVAL_TRAIN_DEFAULTS, only=EVAL_FIELDS, aliases=EVAL_ALIASES)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--out", help="also write the result as JSON to this file")
+    parser.add_argument("--from-samples", nargs="+", metavar="PATH",
+                        help="re-score lm-eval samples_*.jsonl or lighteval details_*.parquet files (or directories "
+                             "of them) with the task's verifier (or --verifier) instead of sampling a model; only "
+                             "--verifier, --json and --out apply")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_samples:
+        from grpolab.commands import evaluate_samples
+
+        return evaluate_samples.run(args)
     from grpolab import devices
     from grpolab.evaluation import evaluate
     from grpolab.models import load_policy
