@@ -1,7 +1,7 @@
 """``grpolab eval``: evaluate a model or a run directory on a task's test split: greedy accuracy, the
 pass@k curve (unbiased estimator over n samples), maj@k, pass^k and avg@n with their standard errors, and the
 per-prompt success histogram. ``--from-samples`` re-scores a harness's per-sample files instead
-(``grpolab.commands.evaluate_samples``)."""
+(``grpolab.commands.rescore``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig
+from grpolab.errors import UserError
 from grpolab.progress import results_console as console
 
 # The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
@@ -38,9 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.from_samples:
-        from grpolab.commands import evaluate_samples
+        from grpolab.commands import rescore
 
-        return evaluate_samples.run(args)
+        ignored = [f"--{name.replace('_', '-')}" for name in EVAL_FIELDS if name != "verifier"
+                   and getattr(args, name, None) is not None]
+        if ignored:
+            raise UserError(f"--from-samples re-scores the files' responses; {', '.join(ignored)} would not apply: "
+                            "leave them out (only --verifier, --json and --out go with --from-samples)")
+
+        return rescore.run(args)
     from grpolab import devices
     from grpolab.evaluation import evaluate
     from grpolab.models import load_policy
@@ -71,7 +78,9 @@ def _print(data: dict, successes: list[int], n: int) -> None:
     console.print(f"{data['model']} on {data['task']} ({len(data['problem_ids'])} prompts)")
     console.print(f"greedy accuracy: {data['greedy_accuracy']:.3f}")
     if data["pass_at_k"]:
-        curve = "  ".join(f"pass@{k} {v:.3f}" for k, v in data["pass_at_k"].items())
-        console.print(curve)
+        from grpolab.commands.rescore import metric_table
+
+        for line in metric_table(data["sampled"]):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         counts = np.bincount(np.asarray(successes, dtype=int), minlength=n + 1)
         console.print("prompts solved c of n times: " + "  ".join(f"{c}:{int(x)}" for c, x in enumerate(counts)))

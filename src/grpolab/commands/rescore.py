@@ -53,8 +53,14 @@ def _print_task(task: dict[str, Any], maj: bool) -> None:
              f"document); {task['unscorable']} unscorable (counted wrong)"]
     if not maj:
         lines.append(f"maj@k: not reported, the verifier {task['verifier']} extracts no answer to vote on")
-    lines.append(f"{'metric':<10} {'value':>8} {'SE':>8}  lighteval")
-    for key, value in task["metrics"].items():
-        lines.append(f"{key:<10} {_number(value):>8} {_number(task['se'][key]):>8}  {task['lighteval'].get(key, '-')}")
-    for line in [*lines, ""]:
+    for line in [*lines, *metric_table(task), ""]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def metric_table(sampled: dict[str, Any]) -> list[str]:
+    """The lines of a ``SampledMetrics.to_dict()`` table: each key, its value, its SE and lighteval's name."""
+    lines = [f"{'metric':<10} {'value':>8} {'SE':>8}  lighteval"]
+    for key, value in sampled["metrics"].items():
+        se, name = _number(sampled["se"][key]), sampled["lighteval"].get(key, "-")
+        lines.append(f"{key:<10} {_number(value):>8} {se:>8}  {name}")
+    return lines
