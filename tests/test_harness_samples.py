@@ -223,3 +223,27 @@ def test_a_verifier_without_vote_keys_reports_no_maj(tmp_path: Path, capsys: pyt
 def last_word(completion: str, reference: str) -> float:
     """A user verifier with no vote keys: the completion's last word equals the reference's."""
     return float(completion.split()[-1:] == reference.split()[-1:])
+
+
+def test_lighteval_math_500_references_are_read_through_their_boxed_solution(tmp_path: Path) -> None:
+    """lighteval's math_500 gold is ``ANSWER: <solution>``; the math verifier takes the solution's last box."""
+    problems = [json.loads(line) for line in (FIXTURE.parents[1] / "math500" / "test.jsonl").read_text(
+        encoding="utf-8").splitlines()[:4]]
+    texts = [[f"So the answer is $\\boxed{{{p['answer']}}}$.", "\\boxed{\\text{no idea}}", "I give up."]
+             for p in problems]
+    rows = [{"doc": {"query": p["problem"], "choices": [f"ANSWER: {p['solution']}"], "gold_index": 0, "id": str(i)},
+             "metric": {"pass@k:k=1&n=3": 0.0}, "model_response": {"text": text}}
+            for i, (p, text) in enumerate(zip(problems, texts, strict=True))]
+    score = rescore(read_samples(_write_lighteval(tmp_path, rows, LIGHTEVAL_NAME.replace("gsm8k", "math_500"))))
+    assert score.verifier == "math" and score.correct.tolist() == [1, 1, 1, 1]
+    assert score.votes == [Votes(1, (1,), 1)] * 4  # the wrong box votes, the text without a box abstains
+
+
+def test_documents_with_fewer_samples_bound_k_and_the_report_says_so(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    lines = [_line(i, resps=[_fixture_lines()[i]["resps"][0][:3]]) if i in (2, 3) else LINES[i] for i in range(16)]
+    path = _write_lm_eval(tmp_path, lines)
+    assert main(["eval", "--from-samples", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "n = 3 to 4 (k up to 3)" in out and "pass@3 " in out and "pass@4 " not in out
+    assert "scored 31 responses of 8 documents" in out

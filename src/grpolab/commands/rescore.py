@@ -20,11 +20,12 @@ def score_files(paths: list[str], verifier: str | None) -> list[Any]:
 
 
 def task_dict(score: Any) -> dict[str, Any]:
-    """One task's result as JSON-ready numbers: ``metrics`` and ``se`` keyed ``avg@n``, ``pass@4``, ..."""
+    """One task's result as JSON-ready numbers: ``metrics`` and ``se`` keyed ``avg@n``, ``pass@4``, ...; ``n`` is
+    the fewest samples of a document (the largest k), ``n_max`` the most."""
     samples = score.samples
     return {"task": samples.task, "harness": samples.source, "file": str(samples.path), "verifier": score.verifier,
             "responses_scored": samples.response_count, "unscorable": score.unscorable,
-            "records_read": samples.records, **score.metrics.to_dict()}
+            "records_read": samples.records, **score.metrics.to_dict(), "n_max": int(score.n.max())}
 
 
 def run(args: Any) -> int:
@@ -46,8 +47,9 @@ def _number(value: float | None) -> str:
 
 def _print_task(task: dict[str, Any], maj: bool) -> None:
     extra = task["records_read"] - task["prompts"]
+    n = task["n"] if task["n_max"] == task["n"] else f"{task['n']} to {task['n_max']} (k up to {task['n']})"
     lines = [f"{task['task']} ({task['harness']}, {task['file']}): verifier {task['verifier']}, {task['prompts']} "
-             f"prompts, n = {task['n']}",
+             f"prompts, n = {n}",
              f"scored {task['responses_scored']} responses of {task['prompts']} documents ({task['records_read']} "
              f"{'lines' if task['harness'] == 'lm-eval' else 'rows'} read, {extra} of them further filters of a "
              f"document); {task['unscorable']} unscorable (counted wrong)"]
