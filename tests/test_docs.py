@@ -113,3 +113,36 @@ def test_the_tables_script_commands_parse_with_the_cli() -> None:
         for argv in script.commands(table, seeds.split(",")):
             args = build_parser(argv).parse_args(argv)
             assert args.command == "gradients" and args.json
+
+
+EVALUATION_DOC = REPO / "docs" / "evaluation.md"
+
+
+def _worked_example() -> tuple[list[str], str]:
+    """docs/evaluation.md's worked example: the command's arguments and the table printed below it."""
+    text = EVALUATION_DOC.read_text(encoding="utf-8")
+    match = re.search(r"```bash\n(grpolab eval --from-samples [^\n]+)\n```\n\n```text\n(.*?)```", text, flags=re.S)
+    assert match, "docs/evaluation.md lost its worked example (a bash block, then the text block of its output)"
+    return shlex.split(match[1])[1:], match[2]
+
+
+def test_the_evaluation_doc_example_is_what_the_command_prints(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    from grpolab.cli import main
+
+    argv, shown = _worked_example()
+    monkeypatch.chdir(REPO)
+    assert main([*argv, "--json"]) == 0
+    task = json.loads(capsys.readouterr().out)["tasks"][0]
+    rows = [line.split() for line in shown.splitlines() if re.match(r"^(avg|pass|maj)[@^]", line)]
+    assert [row[0] for row in rows] == list(task["metrics"])  # every metric, in the command's order
+    for key, value, se, lighteval in rows:
+        # the doc shows 4 decimals: half a unit of the last place, plus far more than the binary representation
+        # error of a 4-decimal number (1e-16)
+        assert abs(float(value) - task["metrics"][key]) <= 0.5e-4 + 1e-12, key
+        assert abs(float(se) - task["se"][key]) <= 0.5e-4 + 1e-12, key
+        assert lighteval == task["lighteval"].get(key, "-")
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == shown.splitlines()[:2]  # the counts read and scored

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
 from grpolab import verifiers
+from grpolab.diagnostics.sampled import sampled_metrics
 from grpolab.evaluation import evaluate
 from grpolab.models import load_policy
 from grpolab.tasks import get_task
@@ -37,3 +39,22 @@ def test_a_verifier_that_scores_everything_reports_no_unscorable(policy) -> None
     assert result.greedy_unscorable == 0.0 and result.unscorable == 0.0
     assert result.to_dict()["unscorable"] == 0.0
     assert len(result.successes) == 6 and all(0 <= count <= 2 for count in result.successes)
+
+
+def test_the_sampled_metrics_sit_beside_pass_at_k(policy) -> None:
+    result = evaluate(policy, get_task("reverse"), n=4, limit=6, seed=0)
+    sampled = result.sampled["metrics"]
+    assert result.sampled["n"] == 4 and result.sampled["prompts"] == 6
+    assert [sampled[f"pass@{k}"] for k in range(1, 5)] == [result.pass_at_k[k] for k in range(1, 5)]
+    recomputed = sampled_metrics(np.full(6, 4), result.successes).to_dict()
+    assert {key: v for key, v in sampled.items() if not key.startswith("maj@")} == recomputed["metrics"]
+    tol = 4 * ((4 + 1) ** 2 + 6) * np.finfo(np.float64).eps  # as tests/diagnostics/test_sampled.py derives it
+    assert sampled["maj@1"] == pytest.approx(sampled["avg@n"], abs=tol)
+    assert all(sampled[f"pass^{k}"] - tol <= sampled[f"maj@{k}"] <= sampled[f"pass@{k}"] + tol for k in range(1, 5))
+    assert set(result.sampled["se"]) == set(sampled) and result.to_dict()["sampled"] == result.sampled
+
+
+def test_a_verifier_without_vote_keys_gives_no_maj_at_k(policy) -> None:
+    task = replace(get_task("reverse"), verifier="test-never-scores")
+    sampled = evaluate(policy, task, n=2, limit=3, seed=0).sampled["metrics"]
+    assert "pass^2" in sampled and not any(key.startswith("maj@") for key in sampled)

@@ -1,7 +1,10 @@
-"""Evaluate a policy on a task's held-out split: greedy accuracy, pass@k for k = 1..n, per-prompt counts.
+"""Evaluate a policy on a task's held-out split: greedy accuracy, pass@k for k = 1..n, per-prompt counts, and
+the sampled-evaluation statistics papers report (avg@n, pass@k, maj@k, pass^k with standard errors over prompts).
 
 pass@k uses the unbiased estimator of Chen et al. 2021 (arXiv 2107.03374) over n samples per prompt
-(``grpolab.diagnostics.pass_at_k_curve``). Unscorable samples count as failures here (evaluation asks
+(``grpolab.diagnostics.pass_at_k_curve``); ``sampled`` holds the same curve with its standard errors beside
+avg@n, maj@k (votes on the verifier's extracted answers, ``grpolab.verifiers.votes``; left out for a verifier
+without them) and pass^k (``grpolab.diagnostics.sampled``). Unscorable samples count as failures here (evaluation asks
 "was a correct answer produced?"), unlike training, where they are left out of group statistics.
 
 Bounded memory: before sampling, the prompts are checked against the model's context and the sampling of
@@ -21,24 +24,28 @@ import torch
 
 from grpolab import verifiers
 from grpolab.diagnostics import pass_at_k_curve
+from grpolab.diagnostics.majority import Votes, votes_of
+from grpolab.diagnostics.sampled import sampled_metrics
 from grpolab.engine.collect import collect_batch
 from grpolab.engine.fit import check_evaluation_fits
 from grpolab.models import Policy
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
+from grpolab.verifiers.votes import vote_key_fn
 
 __all__ = ["EvalResult", "evaluate"]
 
 
 @dataclass
 class _Counts:
-    """Per-problem correct counts of one pass over the problems, with its mean length, unscorable share and
-    the number of prompts cut to fit the model's context."""
+    """Per-problem correct counts of one pass over the problems, with its mean length, unscorable share, the
+    number of prompts cut to fit the model's context and each problem's votes (None: no vote keys)."""
 
     correct: np.ndarray
     mean_length: float
     unscorable: float
     truncated: int = 0
+    votes: list[Votes] | None = None
 
 
 @dataclass
@@ -58,6 +65,8 @@ class EvalResult:
         unscorable: the same share over the ``n`` samples per problem (0 if none were drawn).
         prompts_truncated: problems whose prompt kept only its last tokens to fit the model's context beside
             ``max_new_tokens`` (their completions are still scored).
+        sampled: ``SampledMetrics.to_dict()`` of the n samples: ``metrics`` and ``se`` keyed ``avg@n``,
+            ``pass@k``, ``maj@k`` and ``pass^k`` for k = 1..n, and lighteval's names (empty if none were drawn).
     """
 
     greedy_accuracy: float
@@ -71,6 +80,7 @@ class EvalResult:
     greedy_unscorable: float = 0.0
     unscorable: float = 0.0
     prompts_truncated: int = 0
+    sampled: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -85,7 +95,8 @@ def _correct_counts(
     """Per-problem count of correct completions out of ``samples``, the mean completion length and the
     share of completions the verifier could not score."""
     verifier = verifiers.get_verifier(task.verifier)
-    counts, lengths, unscored, truncated = [], [], 0, 0
+    vote_key = vote_key_fn(task.verifier)
+    counts, lengths, unscored, truncated, votes = [], [], 0, 0, []
     for start in range(0, len(problems), batch_prompts):
         chunk = problems[start : start + batch_prompts]
         batch = collect_batch(policy.model, policy.tokenizer, chunk, verifier, num_samples=samples,
@@ -94,13 +105,23 @@ def _correct_counts(
         check_scores(batch.scores, verifier_name=task.verifier, where="evaluation")
         correct = np.nan_to_num(batch.rewards, nan=0.0) >= 0.5  # [P, n]
         counts.append(correct.sum(axis=1))  # [P]
+        if vote_key is not None:
+            votes += _votes(correct, batch.rollout.texts, vote_key)
         lengths.append(batch.rollout.lengths.float().mean().item())
         unscored += int(np.isnan(batch.rewards).sum())
         truncated += batch.rollout.prompts_truncated
     correct_counts = np.concatenate(counts) if counts else np.zeros(0, dtype=int)
     drawn = len(problems) * samples
     return _Counts(correct_counts, float(np.mean(lengths) if lengths else 0), unscored / drawn if drawn else 0.0,
-                   truncated)
+                   truncated, votes if vote_key is not None else None)
+
+
+def _votes(correct: np.ndarray, texts: Sequence[str], vote_key) -> list[Votes]:
+    """Each problem's votes from its verdicts [P, n] and its completions [P * n] (problem-major)."""
+    n = correct.shape[1]
+    return [votes_of(ok, [None if good else vote_key(text) for good, text in zip(ok, texts[i * n : (i + 1) * n],
+                                                                                   strict=True)])
+            for i, ok in enumerate(correct)]
 
 
 def evaluate(
@@ -132,6 +153,7 @@ def evaluate(
             result.unscorable = sampled.unscorable
             curve = pass_at_k_curve(np.full(len(counts), n), counts)
             result.pass_at_k = {int(k): float(v) for k, v in curve.items()}
+            result.sampled = sampled_metrics(np.full(len(counts), n), counts, sampled.votes).to_dict()
     finally:
         policy.model.train(was_training)
     return result

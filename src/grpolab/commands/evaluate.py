@@ -1,5 +1,7 @@
 """``grpolab eval``: evaluate a model or a run directory on a task's test split: greedy accuracy, the
-pass@k curve (unbiased estimator over n samples) and the per-prompt success histogram."""
+pass@k curve (unbiased estimator over n samples), maj@k, pass^k and avg@n with their standard errors, and the
+per-prompt success histogram. ``--from-samples`` re-scores a harness's per-sample files instead
+(``grpolab.commands.rescore``)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import numpy as np
 
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig
+from grpolab.errors import UserError
 from grpolab.progress import results_console as console
 
 # The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
@@ -28,9 +31,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, TrainConfig, defaults=EVAL_TRAIN_DEFAULTS, only=EVAL_FIELDS, aliases=EVAL_ALIASES)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--out", help="also write the result as JSON to this file")
+    parser.add_argument("--from-samples", nargs="+", metavar="PATH",
+                        help="re-score lm-eval samples_*.jsonl or lighteval details_*.parquet files (or directories "
+                             "of them) with the task's verifier (or --verifier) instead of sampling a model; only "
+                             "--verifier, --json and --out apply")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_samples:
+        from grpolab.commands import rescore
+
+        ignored = [f"--{name.replace('_', '-')}" for name in EVAL_FIELDS if name != "verifier"
+                   and getattr(args, name, None) is not None]
+        if ignored:
+            raise UserError(f"--from-samples re-scores the files' responses; {', '.join(ignored)} would not apply: "
+                            "leave them out (only --verifier, --json and --out go with --from-samples)")
+
+        return rescore.run(args)
     from grpolab import devices
     from grpolab.evaluation import evaluate
     from grpolab.models import load_policy
@@ -61,7 +78,9 @@ def _print(data: dict, successes: list[int], n: int) -> None:
     console.print(f"{data['model']} on {data['task']} ({len(data['problem_ids'])} prompts)")
     console.print(f"greedy accuracy: {data['greedy_accuracy']:.3f}")
     if data["pass_at_k"]:
-        curve = "  ".join(f"pass@{k} {v:.3f}" for k, v in data["pass_at_k"].items())
-        console.print(curve)
+        from grpolab.commands.rescore import metric_table
+
+        for line in metric_table(data["sampled"]):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         counts = np.bincount(np.asarray(successes, dtype=int), minlength=n + 1)
         console.print("prompts solved c of n times: " + "  ".join(f"{c}:{int(x)}" for c, x in enumerate(counts)))

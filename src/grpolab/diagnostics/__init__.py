@@ -8,6 +8,8 @@ that ``grpolab.diagnostics.spectrum`` is unambiguously the function):
   unbiased count estimators, and ``starvation_metrics``: the one set of ``starvation/*`` metrics that the
   trainer, the TRL adapter and the audit report.
 * ``passk``: the unbiased pass@k estimator (product form) and pass@k curves.
+* ``majority``: maj@k, the majority vote over k samples as an exact expectation over k-subsets (ties shared).
+* ``sampled``: the sampled-evaluation statistics with standard errors over prompts: avg@n, pass@k, maj@k, pass^k.
 * ``rank``: singular values, effective / stable rank and energy counts (SVD, Gram or sketch).
 * ``zero_signal``: zero-advantage shares of completions and tokens; gradient-entry sparsity.
 * ``variance``: the variance view's predicted SNR ratio of sign over group-centred advantages, 4p(1-p)/(1-1/G).
@@ -16,7 +18,9 @@ that ``grpolab.diagnostics.spectrum`` is unambiguously the function):
 import importlib
 from typing import Any
 
+from grpolab.diagnostics.majority import Votes, maj_at_k_curve, votes_of
 from grpolab.diagnostics.passk import pass_at_k, pass_at_k_curve
+from grpolab.diagnostics.sampled import pass_hat_k, sampled_metrics
 from grpolab.diagnostics.starvation import (
     DEFAULT_WINDOW_GROUPS,
     STARVATION_KEYS,
@@ -56,6 +60,7 @@ __all__ = [
     "DEFAULT_WINDOW_GROUPS",
     "STARVATION_KEYS",
     "SuccessWindow",
+    "Votes",
     "degeneracy",
     "degenerate_groups",
     "expected_degeneracy",
@@ -64,9 +69,12 @@ __all__ = [
     "gram_matrix",
     "group_counts",
     "iid_degeneracy",
+    "maj_at_k_curve",
     "outcome_shares",
     "pass_at_k",
     "pass_at_k_curve",
+    "pass_hat_k",
+    "sampled_metrics",
     "sparsity",
     "spectrum",
     "spectrum_metrics",
@@ -74,6 +82,7 @@ __all__ = [
     "starvation_metrics",
     "success_histogram",
     "success_rates",
+    "votes_of",
     "windowed_p_means",
     "zero_advantage_fraction",
 ]
