@@ -80,23 +80,41 @@ def test_a_checkpoint_exports_the_weights_of_its_step(run: str, request: pytest.
 
 
 def _trl_checkpoint(run_dir: Path, step: int) -> Path:
-    """``checkpoints/checkpoint-N`` as TRL writes it for a LoRA run (a peft adapter, the tokenizer, its state),
-    sealed."""
+    """``checkpoints/checkpoint-N`` as TRL writes it (a peft adapter for a LoRA run, else the whole model; the
+    tokenizer; its state), sealed, holding the run's final weights."""
     checkpoint = run_dir / "checkpoints" / f"checkpoint-{step}"
-    base = load_policy("embedded")
-    PeftModel.from_pretrained(base.model, str(run_dir / "final")).save_pretrained(str(checkpoint))
-    base.tokenizer.save_pretrained(str(checkpoint))
+    if (run_dir / "final" / "adapter_config.json").is_file():
+        base = load_policy("embedded")
+        PeftModel.from_pretrained(base.model, str(run_dir / "final")).save_pretrained(str(checkpoint))
+        base.tokenizer.save_pretrained(str(checkpoint))
+    else:
+        shutil.copytree(run_dir / "final", checkpoint)
     (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     seal(checkpoint)
     return checkpoint
 
 
-def test_a_trl_engine_checkpoint_exports_its_adapter_merged(lora_run: Path, tmp_path: Path) -> None:
-    run_dir = Path(shutil.copytree(lora_run, tmp_path / "run"))
+@pytest.mark.parametrize(("run", "weights"), [("lora_run", "adapter_model.safetensors"),
+                                              ("full_run", "model.safetensors")])
+def test_a_trl_engine_checkpoint_exports(run: str, weights: str, request: pytest.FixtureRequest,
+                                         tmp_path: Path) -> None:
+    original = request.getfixturevalue(run)
+    run_dir = Path(shutil.copytree(original, tmp_path / "run"))
     checkpoint = _trl_checkpoint(run_dir, 5)
     export(run_dir, tmp_path / "out", step=5)
-    assert _same(_weights(tmp_path / "out"), load_policy(str(lora_run)).model.state_dict())
-    (checkpoint / "adapter_model.safetensors").write_bytes(b"not the adapter")
+    assert _same(_weights(tmp_path / "out"), load_policy(str(original)).model.state_dict())
+    (checkpoint / weights).write_bytes(b"not the weights")
     with pytest.raises(UserError, match=f"run {run_dir} is damaged: its checkpoint checkpoint-5 cannot be read"):
         export(run_dir, tmp_path / "again", step=5)
     assert not (tmp_path / "again").exists()
+
+
+def test_the_tokenizers_chat_template_travels(full_run: Path, tmp_path: Path) -> None:
+    run_dir = Path(shutil.copytree(full_run, tmp_path / "run"))
+    template = "{% for m in messages %}{{ m['content'] }}={% endfor %}"
+    (run_dir / "final" / "chat_template.jinja").write_text(template)
+    export(run_dir, tmp_path / "out")
+    loaded = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
+    assert loaded.chat_template == template
+    assert loaded.apply_chat_template([{"role": "user", "content": "123+"}], tokenize=False) == "123+="
+    assert "chat template is in `chat_template.jinja`" in (tmp_path / "out" / "README.md").read_text()
