@@ -91,3 +91,12 @@ def test_the_command_refuses_in_one_line_naming_the_run(full_run: Path, tmp_path
     assert main(["export", str(run_dir), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"grpolab export: error: run {run_dir} is unfinished") and err.count("\n") == 1
+
+
+def test_a_run_a_budget_ended_early_exports_as_of_its_last_step(full_run: Path, tmp_path: Path) -> None:
+    run_dir = copy_run(full_run, tmp_path / "runs")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert read_run(run_dir).step == summary["steps"] == 2
+    summary["evaluations"] = [{**row, "step": 1} if row["phase"] == "end" else row for row in summary["evaluations"]]
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    assert read_run(run_dir).step == 1

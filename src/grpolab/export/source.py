@@ -61,7 +61,15 @@ def read_run(run_dir: Path, step: int | None = None) -> RunSource:
     if not (run_dir / "final").is_dir():
         raise UserError(f"run {run_dir} is damaged: summary.json says it finished but it has no final/ model; resume "
                         f"it (grpolab train --out {run_dir} --resume) to write final/ again from its last checkpoint")
-    return RunSource(run_dir, config, summary, int(summary.get("steps", config.steps)))
+    return RunSource(run_dir, config, summary, _final_step(summary, config))
+
+
+def _final_step(summary: dict[str, Any], config: TrainConfig) -> int:
+    """The step of a finished run's end evaluation (sooner than ``steps`` when ``--budget`` ended it), else its
+    ``steps``."""
+    ends = [row["step"] for row in summary.get("evaluations") or []
+            if isinstance(row, dict) and row.get("phase") == "end" and isinstance(row.get("step"), int)]
+    return ends[-1] if ends else int(summary.get("steps", config.steps))
 
 
 def _saved_config(run_dir: Path) -> TrainConfig:
