@@ -100,3 +100,13 @@ def test_a_run_a_budget_ended_early_exports_as_of_its_last_step(full_run: Path, 
     summary["evaluations"] = [{**row, "step": 1} if row["phase"] == "end" else row for row in summary["evaluations"]]
     (run_dir / "summary.json").write_text(json.dumps(summary))
     assert read_run(run_dir).step == 1
+
+
+def test_a_run_folder_named_like_a_model_preset_exports_its_own_weights(full_run: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = copy_run(full_run, tmp_path / "runs")
+    copy.rename(tmp_path / "embedded")
+    monkeypatch.chdir(tmp_path)
+    export("embedded", "out")
+    trained, exported = load_file(str(full_run / "final" / "model.safetensors")), load_file("out/model.safetensors")
+    assert all(torch.equal(trained[name], exported[name]) for name in trained)

@@ -130,8 +130,8 @@ def _checkpoint_damage(path: Path) -> str | None:
 
 def load_model(source: RunSource) -> Policy:
     """The weights ``source`` chose, as one plain model (LoRA merged) with the base model's tokenizer."""
-    if source.checkpoint is None:
-        return load_policy(str(source.run_dir))  # final/: damaged files and NaN weights are refused there
+    if source.checkpoint is None:  # final/: damaged files and NaN weights are refused there
+        return load_policy(_path_name(source.run_dir))
     try:
         policy = _load_checkpoint(source)
     except UserError:
@@ -144,12 +144,18 @@ def load_model(source: RunSource) -> Policy:
     return policy
 
 
+def _path_name(path: Path) -> str:
+    """``path`` as a name ``load_policy`` reads as a path (a run folder called ``embedded`` is not the embedded
+    model)."""
+    return str(path) if len(path.parts) > 1 else f"./{path}"
+
+
 def _load_checkpoint(source: RunSource) -> Policy:
     checkpoint, config = source.checkpoint, source.config
     if checkpoint.name.startswith("checkpoint-"):  # the TRL engine's: TRL saved a peft adapter or a whole model
         if (checkpoint / "adapter_config.json").is_file():
             return load_lora_adapter(checkpoint, config.model, str(source.run_dir))
-        return load_policy(str(checkpoint))
+        return load_policy(_path_name(checkpoint))
     return _load_own_checkpoint(checkpoint, config, str(source.run_dir))
 
 
