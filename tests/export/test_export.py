@@ -118,3 +118,12 @@ def test_the_tokenizers_chat_template_travels(full_run: Path, tmp_path: Path) ->
     assert loaded.chat_template == template
     assert loaded.apply_chat_template([{"role": "user", "content": "123+"}], tokenize=False) == "123+="
     assert "chat template is in `chat_template.jinja`" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_the_generation_config_gets_the_tokenizers_ids_it_lacks(full_run: Path, tmp_path: Path) -> None:
+    run_dir = Path(shutil.copytree(full_run, tmp_path / "run"))
+    path = run_dir / "final" / "generation_config.json"
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "pad_token_id"}))
+    export(run_dir, tmp_path / "out")
+    generation = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert generation["pad_token_id"] == load_policy("embedded").tokenizer.pad_token_id == 0
