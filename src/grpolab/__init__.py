@@ -12,7 +12,7 @@ circles: ``tests/test_architecture.py``):
 * ``train``: one run (loop, step, checkpoints, logs). ``evaluation``: held-out accuracy and pass@k.
   ``gradients``: per-completion gradients and their geometry.
 * ``sweep``: multi-seed comparisons, ``grpolab.compare(CompareConfig, TrainConfig, out)``. ``report``,
-  ``audit``, ``mechanism``: what the runs show.
+  ``audit``, ``mechanism``: what the runs show. ``export``: a run as a Hugging Face model folder with a card.
 * ``commands`` and ``cli``: the ``grpolab`` command line. ``integrations``: TRL and verl.
 """
 

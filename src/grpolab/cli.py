@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("grpolab.commands.train", "train a policy with a GRPO-family estimator"),
     "compare": ("grpolab.commands.compare", "multi-seed comparison of estimators, with a report"),
     "eval": ("grpolab.commands.evaluate", "evaluate a model or run directory: accuracy and pass@k"),
+    "export": ("grpolab.commands.export", "write a run as a Hugging Face model folder with a model card"),
     "audit": ("grpolab.commands.audit", "report the gradient starvation in existing rollout logs"),
     "gradients": ("grpolab.commands.gradients", "gradient spectrum (effective rank) of one rollout batch"),
     "estimators": ("grpolab.commands.estimators", "list the registered advantage estimators"),

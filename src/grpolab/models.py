@@ -31,7 +31,7 @@ from grpolab.errors import UserError
 from grpolab.hub import hub_cached, hub_unavailable
 
 __all__ = ["EMBEDDED", "EMBEDDED_ARITH", "SMOLLM2", "Policy", "check_finite_weights", "embedded_model_dir",
-           "load_policy", "resolve_model_dir"]
+           "load_lora_adapter", "load_policy", "resolve_model_dir"]
 
 transformers_logging.disable_progress_bar()  # grpolab shows its own progress; no per-file bars
 
@@ -171,7 +171,7 @@ def _checked_run_model(run_dir: Path, name: str) -> Policy:
     are not finite."""
     weights, base = _run_directory_model(run_dir)
     try:
-        policy = _load_lora_run(weights, base, name) if base is not None else _load_local(weights, name)
+        policy = load_lora_adapter(weights, base, name) if base is not None else _load_local(weights, name)
     except UserError:
         raise
     except Exception as error:  # a truncated safetensors file, a garbled config.json, ...
@@ -214,7 +214,9 @@ def _load_hub(name: str) -> Policy:
     return Policy(model, tokenizer, name, name)
 
 
-def _load_lora_run(adapter_dir: Path, base: str, source: str) -> Policy:
+def load_lora_adapter(adapter_dir: Path, base: str, source: str) -> Policy:
+    """The model ``base`` (any name ``load_policy`` takes) with the peft LoRA adapter in ``adapter_dir`` merged into
+    its weights (``merge_and_unload``): a plain ``PreTrainedModel``; ``source`` is what the policy says it came from."""
     from peft import PeftModel
 
     base_policy = load_policy(base)

@@ -26,7 +26,7 @@ from grpolab.io import atomic_write_text
 from grpolab.train.checkpoint import file_sha256
 from grpolab.train.identity import run_identity
 
-__all__ = ["SEAL", "any_checkpoint", "latest_checkpoint", "prune", "record_identity", "seal"]
+__all__ = ["SEAL", "any_checkpoint", "checkpoint_problem", "latest_checkpoint", "prune", "record_identity", "seal"]
 
 SEAL = "checksums.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -61,7 +61,7 @@ def seal(checkpoint: Path) -> None:
     atomic_write_text(checkpoint / SEAL, json.dumps(sums, indent=0))
 
 
-def _problem(checkpoint: Path) -> str | None:
+def checkpoint_problem(checkpoint: Path) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or None when its files match its seal."""
     try:
         sums = json.loads((checkpoint / SEAL).read_text(encoding="utf-8"))
@@ -84,7 +84,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     """The newest checkpoint whose files match their seal; each newer one that does not is skipped with a warning
     naming it and why. None when there is none."""
     for _, checkpoint in _checkpoints(run_dir):
-        problem = _problem(checkpoint)
+        problem = checkpoint_problem(checkpoint)
         if problem is None:
             return checkpoint
         warnings.warn(f"checkpoint {checkpoint} is damaged ({problem}); skipping it", UserWarning, stacklevel=2)
