@@ -9,6 +9,8 @@ Parts (each prints its rows; the script exits non-zero when any row fails its bo
    holds 1e-4; CUDA kernels sum in other orders), bfloat16 mean |gap| <= 0.05 and max <= 0.5 (the CPU test's
    bounds). On CUDA every rollout must have replayed the CUDA graph (``Rollout.sampler == "lean graph"``, no
    fall-back).
+   ``families``: the same on tiny random models of each family the lean decoder takes (Llama with Llama 3 rope
+   scaling, Qwen2, Qwen3, Mistral), their logits made as peaked as a trained model's.
 2. ``graph``: a model of SmolLM2-135M's shape (random weights, bfloat16 copies) samples 64 prompts x 4 x 64 new
    tokens through the CUDA graph and through the same static step run eagerly, after a warm-up of each; on CUDA
    the graph must sample at least 2x the eager step's tokens/s (the floor), and must have sampled as a graph.
@@ -139,6 +141,59 @@ def sampler_rows(device: torch.device) -> list[Row]:
                         f"|gap| mean {mean:.2e}, max {top:.2e} over {gap.numel()} tokens; path {rollout.sampler}"
                         + (f" (fell back: {rollout.sampler_fallback})" if rollout.sampler_fallback else "")))
     return rows
+
+
+def _tiny(family: str, vocab: int) -> torch.nn.Module:
+    """A tiny random model of ``family`` (hidden 64, 2 layers, GQA) with logits as peaked as a trained model's (the
+    final norm's weight x 25) and, for Qwen3, q/k norm weights drawn around 1; embedded's vocabulary."""
+    import transformers
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=128, tie_word_embeddings=False,
+                  pad_token_id=0)
+    extra = {"llama3-rope": {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
+                                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                 "original_max_position_embeddings": 16}},
+             "mistral": {"sliding_window": None}}.get(family, {})
+    name = {"llama3-rope": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}[family]
+    config = getattr(transformers, f"{name}Config")(**common, **extra)
+    model = getattr(transformers, f"{name}ForCausalLM")(config).eval()
+    with torch.no_grad():
+        model.model.norm.weight.mul_(25)
+        for layer in model.model.layers:
+            for norm in (getattr(layer.self_attn, "q_norm", None), getattr(layer.self_attn, "k_norm", None)):
+                if norm is not None:
+                    norm.weight.normal_(1, 0.5)
+    return model
+
+
+def family_rows(device: torch.device) -> list[Row]:
+    """Each family the lean decoder takes, through the device's path (the CUDA graph on a GPU), in float32 and in
+    bfloat16, against the CPU's float32 transformers forward; the bounds of part 1."""
+    tokenizer = load_policy("embedded").tokenizer
+    task = get_task("reverse")
+    ids, mask = encode_prompts(tokenizer, [p.prompt for p in task.test[:8]], use_chat_template=False)
+    rows = []
+    for family in ("llama3-rope", "qwen2", "qwen3", "mistral"):
+        model = _tiny(family, len(tokenizer))
+        rows += [_guarded_row("families", f"{family} lean {dtype}",
+                              lambda m=model, d=dtype: _family_gap(m, tokenizer, ids, mask, d, device))
+                 for dtype in ("float32", "bfloat16")]
+    return rows
+
+
+def _family_gap(model: torch.nn.Module, tokenizer: Any, ids: torch.Tensor, mask: torch.Tensor, dtype: str,
+                device: torch.device) -> tuple[bool, str]:
+    rollout = sample(copy.deepcopy(model).to(device), tokenizer, ids, mask, num_samples=4, max_new_tokens=16,
+                     generator=torch.Generator().manual_seed(0), engine="lean", dtype=dtype)
+    with torch.no_grad():
+        reference, _ = token_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.completion_ids.shape[1])
+    gap = (rollout.logprobs - reference)[rollout.completion_mask.bool()].abs()
+    mean, top = float(gap.mean()), float(gap.max())
+    ok = top <= FLOAT32_MAX_GAP if dtype == "float32" else (mean <= BF16_MEAN_GAP and top <= BF16_MAX_GAP)
+    ok = ok and (device.type != "cuda" or (rollout.sampler == "lean graph" and not rollout.sampler_fallback))
+    return ok, f"|gap| mean {mean:.2e}, max {top:.2e} over {gap.numel()} tokens; path {rollout.sampler}"
 
 
 # ------------------------------------------------------------------ 2. graph against eager
@@ -301,7 +356,8 @@ def markdown(rows: list[Row], device: str, seconds: float) -> str:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="run every part on the CPU (the test suite's mode)")
-    parser.add_argument("--parts", default="sampler,graph,update,remedies", help="comma-separated parts to run")
+    parser.add_argument("--parts", default="sampler,families,graph,update,remedies",
+                        help="comma-separated parts to run")
     parser.add_argument("--out", type=Path, default=None, help="write gpu-numbers.md and .json here")
     return parser.parse_args(argv)
 
@@ -314,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     name = "cpu" if device.type == "cpu" else f"cuda:0 ({torch.cuda.get_device_name(0)}, torch {torch.__version__})"
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as work:
-        parts = {"sampler": lambda: sampler_rows(device), "graph": lambda: graph_rows(device, args.cpu),
+        parts = {"sampler": lambda: sampler_rows(device), "families": lambda: family_rows(device),
+                 "graph": lambda: graph_rows(device, args.cpu),
                  "update": lambda: update_rows(device), "remedies": lambda: remedy_rows(device, Path(work))}
         for part in args.parts.split(","):
             rows += _guarded(part, parts[part])

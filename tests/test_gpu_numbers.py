@@ -30,6 +30,7 @@ def test_every_part_runs_and_passes_on_the_cpu(gpu_numbers, tmp_path: Path) -> N
     assert {("update", name) for name in gpu_numbers.VARIANTS} <= named
     assert {("remedies", name) for name in gpu_numbers.REMEDIES} <= named
     assert sum(r["part"] == "sampler" for r in rows) == 2 and sum(r["part"] == "graph" for r in rows) == 1
+    assert sum(r["part"] == "families" for r in rows) == 8
     assert all(r["ok"] for r in rows)
     assert "PASS" in (tmp_path / "gpu-numbers.md").read_text()
 
