@@ -43,7 +43,8 @@ def test_cpu_mode_runs_every_step_and_passes(tmp_path: Path) -> None:
     for engine, model in ROWS:
         row = rows[f"{engine} {model}"]
         assert row[-1] == "PASS" and float(row[2]) > 0 and float(row[3]) > 0, row
-    assert "grpolab / TRL:" in done.stdout
+    assert "grpolab / the fastest TRL configuration" in done.stdout
+    assert all(label in done.stdout for label in ("TRL generate (bf16 weights)", "TRL continuous batching"))
     saved = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
     assert saved["passed"] and [s["name"] for s in saved["steps"]] == STEPS
     assert (tmp_path / "out" / "gpu-check.md").read_text().startswith("# GPU check: 12 of 12 steps passed")
