@@ -7,6 +7,7 @@ or an op that mixes the device with a host tensor.
 
 * ``torch.cuda.is_available`` (True), ``device_count`` (1), ``get_device_name``, ``mem_get_info`` (the host's
   memory), ``set_device``, ``synchronize``, ``reset_peak_memory_stats`` and ``max_memory_allocated`` (no-ops);
+* ``torch.autocast("cuda", ...)``: the CPU's autocast, so that ``--dtype bfloat16`` runs its bfloat16 code path;
 * ``nn.Module.to`` / ``cuda`` toward a CUDA device: each parameter and buffer becomes a ``DeviceTensor`` in place
   (a parameter stays the same ``nn.Parameter`` object's slot, so optimisers built after the move see it), and
   toward the CPU: back to plain tensors;
@@ -14,7 +15,7 @@ or an op that mixes the device with a host tensor.
   ``DeviceTensor``s.
 
 What it cannot show: speed, kernels that exist only on CUDA (a fused optimiser runs its CPU kernel), and
-numerics of bf16 on a real GPU. The GPU check (scripts/gpu_check.py) covers those on a GPU.
+numerics of bf16 on a real GPU (``scripts/gpu_numbers.py`` checks those there). The GPU check (scripts/gpu_check.py) covers those on a GPU.
 """
 
 from __future__ import annotations
@@ -71,6 +72,15 @@ def _patched_to(self: nn.Module, *args: Any, **kwargs: Any) -> nn.Module:
     return _module_to(self, dtype) if dtype is not None else self
 
 
+_autocast = torch.autocast
+
+
+def _autocast_on_the_host(device_type: str, *args: Any, **kwargs: Any) -> torch.autocast:
+    """``torch.autocast`` with "cuda" run as the CPU's autocast: the simulated GPU's tensors compute on the host, so
+    a run's bfloat16 code path (``--dtype bfloat16``) runs under the CPU's bfloat16 autocast."""
+    return _autocast("cpu" if device_type == "cuda" else device_type, *args, **kwargs)
+
+
 @contextmanager
 def simulated_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """One simulated CUDA GPU for the duration of the block (see the module docstring)."""
@@ -84,6 +94,7 @@ def simulated_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in ("set_device", "synchronize", "reset_peak_memory_stats"):
         monkeypatch.setattr(torch.cuda, name, lambda *_, **__: None)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *_: 0)
+    monkeypatch.setattr(torch, "autocast", _autocast_on_the_host)
     monkeypatch.setattr(nn.Module, "to", _patched_to)
     monkeypatch.setattr(nn.Module, "cuda", lambda self, device=None: _patched_to(self, "cuda"))
     with ExitStack() as stack:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -134,3 +135,24 @@ def test_the_gpu_sampler_reads_the_device_once_per_8_tokens_not_per_token(monkey
                          generator=torch.Generator().manual_seed(0), dtype="float32")
     assert rollout.completion_ids.shape[1] == 40
     assert len(reads) <= 40 // 8 + 3, reads  # a per-token round trip would make it 40 or more
+
+
+def test_a_bfloat16_run_trains_on_the_gpu_under_autocast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--dtype bfloat16`` on the simulated GPU: the update runs under autocast (the CPU's, standing in for CUDA's),
+    its matmuls in bfloat16, and the run finishes with finite losses."""
+    casts: list[tuple[str, torch.dtype]] = []
+    with simulated_gpu(monkeypatch):
+        autocast = torch.autocast
+
+        def recording(device_type: str, *args, **kwargs):
+            casts.append((device_type, kwargs.get("dtype")))
+            return autocast(device_type, *args, **kwargs)
+
+        monkeypatch.setattr(torch, "autocast", recording)
+        trainer = Trainer(TrainConfig(steps=2, checkpoint_every=0, device="cuda", dtype="bfloat16", **SMALL),
+                          tmp_path / "run")
+        trainer.run()
+    assert ("cuda", torch.bfloat16) in casts
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(np.isfinite(r["loss/total"]) and np.isfinite(r["loss/grad_norm"]) for r in rows)
