@@ -36,7 +36,12 @@ def test_the_card_names_the_run(lora_run: Path, tmp_path: Path) -> None:
     assert _row(card, "seed") == str(config["seed"]) and _row(card, "learning rate") == f"{config['lr']:g}"
     assert _row(card, "steps") == f"2 of {config['steps']}" and _row(card, "task") == f"`{config['task']}`"
     assert "r = 4, alpha = 8, merged" in _row(card, "LoRA") and "`embedded`" in _row(card, "base model")
-    assert __version__ in _row(card, "grpolab version")
+    summary = json.loads((lora_run / "summary.json").read_text())
+    recorded = summary["grpolab"]
+    assert recorded["version"] == __version__ and _row(card, "grpolab").startswith(__version__)
+    assert "(trained the run)" in _row(card, "grpolab")
+    if recorded["commit"]:  # run from a git checkout: the commit that trained the run is named
+        assert recorded["commit"][:12] in _row(card, "grpolab")
     assert "has no chat template" in card
 
 
@@ -69,3 +74,17 @@ def test_a_hub_base_model_goes_into_the_front_matter(full_run: Path) -> None:
 ])
 def test_hub_base_model(model: str, hub: str | None) -> None:
     assert hub_base_model(model) == hub
+
+
+def test_a_run_that_predates_the_record_says_so(lora_run: Path, tmp_path: Path) -> None:
+    summary_path = lora_run / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary.pop("grpolab")
+    run = tmp_path / "old-run"
+    import shutil
+
+    shutil.copytree(lora_run, run)
+    (run / "summary.json").write_text(json.dumps(summary))
+    export(run, tmp_path / "out")
+    assert _row((tmp_path / "out" / "README.md").read_text(), "grpolab") == (
+        f"not recorded by the run; exported with grpolab {__version__}")

@@ -61,7 +61,18 @@ def _settings_rows(source: RunSource) -> list[tuple[str, str]]:
             ("estimator", f"`{config.advantage}`"), ("group size G", str(config.group_size)),
             ("seed", str(config.seed)), ("learning rate", f"{config.lr:g}"),
             ("steps", f"{of} of {config.steps}"), ("engine", config.engine), ("LoRA", lora),
-            ("grpolab version", f"not recorded by the run; exported with grpolab {__version__}")]
+            ("grpolab", _software_text(source.summary))]
+
+
+def _software_text(summary: dict[str, Any] | None) -> str:
+    """The grpolab version and commit that trained the run (``summary.json``'s ``"grpolab"``), or, for a run that
+    predates the record or has not finished, the version that exported it, saying so."""
+    recorded = (summary or {}).get("grpolab")
+    if not isinstance(recorded, dict) or not recorded.get("version"):
+        return f"not recorded by the run; exported with grpolab {__version__}"
+    commit = recorded.get("commit")
+    where = f", commit {commit[:12]}{' with uncommitted changes' if recorded.get('dirty') else ''}" if commit else ""
+    return f"{recorded['version']}{where} (trained the run)"
 
 
 def _evaluation_rows(evaluations: list[dict[str, Any]], source: RunSource) -> list[dict[str, Any]]:

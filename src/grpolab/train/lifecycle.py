@@ -25,6 +25,7 @@ from grpolab.errors import UserError
 from grpolab.evaluation import EvalResult, evaluate
 from grpolab.io import atomic_write_text, fsync_dir, is_write_error, open_no_follow, write_error
 from grpolab.models import Policy
+from grpolab.provenance import software
 from grpolab.tasks import Task, get_task, with_validation
 from grpolab.train.identity import run_identity
 from grpolab.train.runlog import (
@@ -289,6 +290,7 @@ def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict
                "evaluations": [{k: v for k, v in e.items() if k != "successes"} for e in evaluations]}
     if sampler is not None:
         summary["sampler"] = sampler
+    summary["grpolab"] = software()
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
     return RunResult(run_dir, config.steps, metrics, evaluations)
 
