@@ -15,7 +15,8 @@ or an op that mixes the device with a host tensor.
   ``DeviceTensor``s.
 
 What it cannot show: speed, kernels that exist only on CUDA (a fused optimiser runs its CPU kernel), and
-numerics of bf16 on a real GPU (``scripts/gpu_numbers.py`` checks those there). The GPU check (scripts/gpu_check.py) covers those on a GPU.
+numerics of bf16 on a real GPU: the GPU check (scripts/gpu_check.py) and the numbers check
+(scripts/gpu_numbers.py) cover those on a GPU.
 """
 
 from __future__ import annotations

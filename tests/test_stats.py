@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
 from grpolab.errors import UserError
@@ -349,13 +351,52 @@ def test_equivalence_test_welch_is_the_90_percent_interval_inside_the_margin() -
 
 
 def test_compare_pair_paired_uses_the_paired_test_and_names_it() -> None:
-    a, b = [0.71, 0.74, 0.69, 0.80, 0.77], [0.60, 0.72, 0.65, 0.70, 0.68]
+    a, b = [0.71, 0.74, 0.69, 0.80, 0.77], [0.60, 0.78, 0.65, 0.70, 0.80]  # mixed signs: t p above 2 / 2^5
     row = compare_pair(a, b, paired=True, margin=0.2, n_resamples=1000)
     assert row["test"] == "paired t" and row["p"] == pytest.approx(scipy_stats.ttest_rel(a, b).pvalue)
     assert (row["difference_low"], row["difference_high"]) == pytest.approx(paired_interval(a, b)[1:])
     assert row["welch_p"] == pytest.approx(welch_t_test(a, b)[2])  # still shown beside it
     assert row["seed_correlation"] == pytest.approx(np.corrcoef(a, b)[0, 1])
-    assert row["tost_p"] == pytest.approx(equivalence_test(a, b, 0.2, paired=True)) and row["margin"] == 0.2
+    assert row["tost_p"] == pytest.approx(max(equivalence_test(a, b, 0.2, paired=True), 2 / 2**5))  # floored
+    assert row["margin"] == 0.2
     unpaired = compare_pair(a, b, n_resamples=1000)
     assert unpaired["test"] == "Welch" and unpaired["p"] == unpaired["welch_p"]
     assert math.isnan(unpaired["seed_correlation"])
+
+
+# ------------------------------------------------------------ no p below what n pairs can carry
+
+
+def test_sign_flip_test_enumerates_every_sign_pattern() -> None:
+    from grpolab.stats import sign_flip_floor, sign_flip_test
+
+    assert sign_flip_test([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]) == pytest.approx(2 / 8)  # all positive: the floor
+    assert sign_flip_floor(2) == 0.5 and sign_flip_floor(5) == 0.0625
+    # d = (1, -1, 2), |sum| 2; the signed sums of the 8 patterns: 2, 4, -4, -2, -2, 2, 0, 0 -> 6 reach 2
+    assert sign_flip_test([1.0, 0.0, 2.0], [0.0, 1.0, 0.0]) == pytest.approx(6 / 8)
+    assert sign_flip_test([1.0, 1.0], [1.0, 1.0]) == 1.0  # no difference at all
+
+
+def test_two_seeds_with_equal_differences_are_not_significant() -> None:
+    """The README's own-task example: two seeds whose differences were both exactly 5.4 points read as
+    'CI [+5.4, +5.4], paired t p = 0'. Now: the exact sign-flip p (0.5 at n = 2), no interval, TOST not met."""
+    row = compare_pair([0.60, 0.70], [0.546, 0.646], paired=True, margin=0.05, n_resamples=1000)
+    assert row["test"] == "exact sign-flip" and row["p"] == pytest.approx(0.5)
+    assert math.isnan(row["difference_low"]) and math.isnan(row["difference_high"])
+    assert row["tost_p"] >= 0.5
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(2, 5), data=st.data())
+def test_no_paired_p_below_the_exact_permutation_minimum(n: int, data) -> None:
+    """Random small paired samples, ties and constant arms included: the reported p is never below 2 / 2^n, no
+    interval has zero width, and the TOST p is never below the floor either."""
+    from grpolab.stats import sign_flip_floor
+
+    scores = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]) | st.floats(0, 1, allow_nan=False)
+    a = data.draw(st.lists(scores, min_size=n, max_size=n))
+    b = data.draw(st.lists(scores, min_size=n, max_size=n))
+    row = compare_pair(a, b, paired=True, margin=0.05, n_resamples=100)
+    assert row["p"] >= sign_flip_floor(n) - 1e-12 and row["tost_p"] >= sign_flip_floor(n) - 1e-12
+    low, high = row["difference_low"], row["difference_high"]
+    assert (math.isnan(low) and math.isnan(high)) or high > low

@@ -13,7 +13,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-
 __all__ = ["software"]
 
 _SOURCE = Path(__file__).resolve().parent

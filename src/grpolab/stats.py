@@ -23,6 +23,10 @@ coverage can be checked on thousands of simulated sweeps at once. Conventions:
 * Paired by seed: where two arms ran the same seeds (a sweep's estimators share seeds 0..N-1, so each seed's
   start policy and evaluation prompts are shared), ``paired_t_test`` / ``paired_interval`` test the mean of
   the per-seed differences (Student 1908; ``scipy.stats.ttest_rel``). Unpaired arms fall back to Welch.
+* No p below what the seeds can carry: a paired t p under ``sign_flip_floor(n)`` = 2 / 2^n (nearly constant
+  differences; 0 when they are exactly constant) is replaced by the exact sign-flip p (``sign_flip_test``), and
+  the paired TOST p is floored there too; differences with zero spread get no interval (NaN), never one of zero
+  width.
 * Absence is tested, not read off a p-value: ``equivalence_test`` is Schuirmann's (1987) two one-sided tests
   (TOST) that the difference lies inside (-margin, +margin), paired or Welch like the difference test.
 * Multiple comparisons: Holm's step-down correction, applied within each test family.
@@ -187,6 +191,33 @@ def _paired(a: Any, b: Any, name: str) -> np.ndarray:
     if x.size != y.size:
         raise UserError(f"{name} pairs run i of a with run i of b, but a has {x.size} runs and b {y.size}")
     return x - y
+
+
+def sign_flip_test(a: Any, b: Any, *, n_resamples: int = 100_000, random_state: int = 0) -> float:
+    """Exact two-sided sign-flip (paired permutation) test of the mean paired difference: a [n], b [n] -> p.
+
+    Under H0 each difference d_i = a_i - b_i is as likely to have either sign, so p = #{sign patterns s with
+    |mean(s d)| >= |mean(d)|} / 2^n, enumerated when 2^n <= ``n_resamples`` (Fisher 1935; Good 2005, ch. 3). Its
+    smallest value with any nonzero difference is 2 / 2^n: 0.5 at n = 2, 0.0625 at n = 5, 0.002 at n = 10, which
+    ``sign_flip_floor`` names. Above ``n_resamples`` patterns, random ones give (1 + hits) / (1 + n_resamples)
+    (Phipson & Smyth 2010). Ties use a relative tolerance of 1e-12.
+    """
+    differences = _paired(a, b, "sign_flip_test")
+    observed = abs(differences.mean())
+    threshold = observed - _EXACT_TIE_TOLERANCE * max(1.0, float(np.abs(differences).max()))
+    n = differences.size
+    if 2**n <= n_resamples:
+        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)  # [2^n, n] every pattern of +-1
+        return float(np.mean(np.abs(signs @ differences) / n >= threshold))
+    rng = np.random.default_rng(random_state)
+    signs = rng.choice((-1.0, 1.0), size=(int(n_resamples), n))
+    hits = int(np.count_nonzero(np.abs(signs @ differences) / n >= threshold))
+    return (1 + hits) / (1 + int(n_resamples))
+
+
+def sign_flip_floor(n: int) -> float:
+    """2 / 2^n: the smallest p-value any exact permutation test of n paired differences can give."""
+    return min(1.0, 2.0 / 2.0**n)
 
 
 def equivalence_test(a: Any, b: Any, margin: float, *, paired: bool = False) -> float:
@@ -385,21 +416,22 @@ def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAUL
     """
     x, y = _as_runs(a, "compare_pair a", 2), _as_runs(b, "compare_pair b", 2)
     t, dof, welch_p = welch_t_test(x, y)
+    test, tost_p = ("paired t" if paired else "Welch"), equivalence_test(x, y, margin, paired=paired)
     if paired:
-        _, _, p = paired_t_test(x, y)
-        _, low, high = paired_interval(x, y)
+        p, low, high, test = _paired_within_its_floor(x, y)
         both_vary = x.std() > 0 and y.std() > 0
         correlation = float(np.corrcoef(x, y)[0, 1]) if both_vary else math.nan
+        tost_p = max(tost_p, sign_flip_floor(x.size))
     else:
         p, correlation = welch_p, math.nan
         _, low, high = welch_interval(x, y)
     improvement, improvement_low, improvement_high = improvement_interval(x, y)
     return {
         "n_a": int(x.size), "n_b": int(y.size), "mean_a": float(x.mean()), "mean_b": float(y.mean()),
-        "test": "paired t" if paired else "Welch", "p": p, "seed_correlation": correlation,
+        "test": test, "p": p, "seed_correlation": correlation,
         "mean_difference": float(x.mean() - y.mean()), "difference_low": low, "difference_high": high,
         "welch_t": t, "welch_dof": dof, "welch_p": welch_p,
-        "tost_p": equivalence_test(x, y, margin, paired=paired), "margin": float(margin),
+        "tost_p": tost_p, "margin": float(margin),
         "permutation_p": permutation_test(x, y, n_resamples=n_resamples, random_state=random_state),
         "mann_whitney_p": mann_whitney(x, y),
         "cohens_d": cohens_d(x, y), "hedges_g": hedges_g(x, y),
@@ -407,6 +439,21 @@ def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAUL
         "prob_improvement": improvement, "prob_improvement_low": improvement_low,
         "prob_improvement_high": improvement_high,
     }
+
+
+def _paired_within_its_floor(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, str]:
+    """(p, low, high, test name) of the paired comparison: the paired t-test and its interval, unless the t-test
+    claims more than n pairs can carry. Where its p falls below ``sign_flip_floor(n)`` (its differences nearly or
+    exactly constant), the exact sign-flip p replaces it ("exact sign-flip"); where the differences have zero
+    spread the interval is NaN: there is no spread to build one from, and a zero-width interval would read as
+    certainty."""
+    _, _, p = paired_t_test(x, y)
+    _, low, high = paired_interval(x, y)
+    if float((x - y).std()) == 0.0:
+        low = high = math.nan
+    if p < sign_flip_floor(x.size):
+        return sign_flip_test(x, y), low, high, "exact sign-flip"
+    return p, low, high, "paired t"
 
 
 P_FAMILIES = ("p", "welch_p", "tost_p", "permutation_p", "mann_whitney_p")
