@@ -1,5 +1,5 @@
 """``grpolab eval ... --against B`` and ``grpolab eval --compare DIR --arms A,B``: the paired difference of pass@k
-for every k with its simultaneous 95% band over k (``grpolab.paired``, ``grpolab.diagnostics.paired_passk``),
+for every k with its simultaneous 95% band over k (``grpolab.paired.sources``, ``grpolab.paired.band``),
 printed as a table or as JSON. Nothing is sampled again."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ SEED_CLAIM = ("seed-level interval (seeds resampled): a claim about the estimato
 
 
 def run_against(args: Any) -> int:
-    from grpolab.paired import compare_sides, side_from_run, side_from_samples
+    from grpolab.paired.sources import compare_sides, side_from_run, side_from_samples
 
     if args.from_samples:
         if len(args.from_samples) != 1:
@@ -34,7 +34,7 @@ def run_against(args: Any) -> int:
 def run_compare(args: Any) -> int:
     import pandas as pd
 
-    from grpolab.paired import arm_pairs
+    from grpolab.paired.sources import arm_pairs
 
     arms = [name.strip() for name in (args.arms or "").split(",") if name.strip()]
     if len(arms) != 2:

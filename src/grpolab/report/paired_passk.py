@@ -4,7 +4,7 @@ For each pair of arms at each G (the primary pair first, ``comparisons.primary_p
 the sweep's estimators), from the end evaluations' per-prompt successes (``grpolab.paired.arm_pairs``):
 
 * the prompt-level simultaneous 95% band over k of A - B, each arm's runs pooled per prompt over the seeds both
-  ran (a paired bootstrap over prompts with a sup-t band, ``grpolab.diagnostics.paired_passk``): a statement
+  ran (a paired bootstrap over prompts with a sup-t band, ``grpolab.paired.band``): a statement
   about these trained checkpoints;
 * the seed-level 95% Student-t interval of the per-seed differences at each k, with paired t p-values
   Holm-adjusted over k: the statement about the estimator, which is what the verdict's question is.
@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from grpolab.advantages import display_colors, display_order
 from grpolab.errors import UserError
-from grpolab.paired import arm_pairs
+from grpolab.paired.sources import arm_pairs
 from grpolab.render import Section
 from grpolab.report.comparisons import primary_pair
 from grpolab.report.tables import labelled

@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 
 from grpolab import stats
-from grpolab.diagnostics._arrays import as_int_vector
 from grpolab.diagnostics.passk import pass_at_k
 from grpolab.errors import UserError
 
@@ -57,8 +56,7 @@ __all__ = ["METHOD", "PairedBand", "SeedDifferences", "paired_band", "per_prompt
 
 def per_prompt_pass_at_k(n: Any, c: Any, ks: list[int]) -> np.ndarray:
     """Unbiased pass@k of every prompt for each k: [P, K] (column j is k = ks[j])."""
-    n_arr, c_arr = np.broadcast_arrays(as_int_vector(n, "n"), as_int_vector(c, "c"))
-    return np.stack([np.atleast_1d(pass_at_k(n_arr, c_arr, k)) for k in ks], axis=1)
+    return np.stack([np.atleast_1d(pass_at_k(n, c, k)) for k in ks], axis=1)  # pass_at_k checks the counts
 
 
 @dataclass
@@ -132,8 +130,7 @@ def paired_band(n_a: Any, c_a: Any, n_b: Any, c_b: Any, *, level: float = 0.95, 
 
     n_a, c_a, n_b, c_b: [P], prompt i of A paired with prompt i of B (n may differ per side and prompt).
     """
-    n_a, c_a = (as_int_vector(x, name) for x, name in ((n_a, "n_a"), (c_a, "c_a")))
-    n_b, c_b = (as_int_vector(x, name) for x, name in ((n_b, "n_b"), (c_b, "c_b")))
+    n_a, c_a, n_b, c_b = (np.atleast_1d(np.asarray(x)) for x in (n_a, c_a, n_b, c_b))
     _check_pair(n_a, c_a, n_b, c_b)
     if not 0 < level < 1 or resamples < 100:
         raise UserError("the band needs 0 < level < 1 and at least 100 bootstrap resamples")

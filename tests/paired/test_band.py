@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from grpolab.diagnostics.paired_passk import paired_band, per_prompt_pass_at_k, seed_differences
 from grpolab.diagnostics.passk import pass_at_k_curve
 from grpolab.errors import UserError
+from grpolab.paired.band import paired_band, per_prompt_pass_at_k, seed_differences
 
 SIMULATIONS = 200
 LEVEL = 0.95
@@ -99,6 +99,7 @@ def test_a_k_without_spread_over_prompts_has_a_point_band():
     (([4, 4], [1, 2], [4], [1]), "same prompts"),
     (([4], [1], [4], [1]), "at least 2 prompts"),
     (([4, 4], [5, 2], [4, 4], [1, 1]), "side A"),
+    (([4, 4], [1.5, 2], [4, 4], [1, 1]), "whole numbers"),
 ])
 def test_bad_input_is_refused(args, message):
     with pytest.raises(UserError, match=message):

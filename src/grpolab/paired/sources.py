@@ -1,7 +1,7 @@
 """Paired pass@k comparisons of two evaluations of the same prompts, or of two arms of a ``grpolab compare``
 sweep: where the per-prompt counts come from, how the two sides are matched, and the result as data.
 
-The statistics are ``grpolab.diagnostics.paired_passk`` (paired prompt bootstrap with a sup-t band over k; the
+The statistics are ``grpolab.paired.band`` (paired prompt bootstrap with a sup-t band over k; the
 seed-level t interval with Holm over k). This module only gathers the counts:
 
 * ``side_from_samples``: one lm-eval or lighteval samples file, re-scored (``grpolab.harness_samples``);
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpolab.diagnostics.paired_passk import paired_band, per_prompt_pass_at_k, seed_differences
 from grpolab.errors import UserError
+from grpolab.paired.band import paired_band, per_prompt_pass_at_k, seed_differences
 
 __all__ = ["Side", "arm_pairs", "compare_sides", "pair_sides", "side_from_run", "side_from_samples"]
 
