@@ -146,3 +146,27 @@ def test_the_evaluation_doc_example_is_what_the_command_prints(monkeypatch: pyte
         assert lighteval == task["lighteval"].get(key, "-")
     assert main(argv) == 0
     assert capsys.readouterr().out.splitlines()[:2] == shown.splitlines()[:2]  # the counts read and scored
+
+
+def _paired_example() -> tuple[str, str]:
+    """docs/evaluation.md's paired worked example: the Python block and the text block printed below it."""
+    text = EVALUATION_DOC.read_text(encoding="utf-8")
+    match = re.search(r"### Worked example\n.*?```python\n(.*?)```\n\n```text\n(.*?)```", text, flags=re.S)
+    assert match, "docs/evaluation.md lost its paired worked example (a python block, then the text it prints)"
+    return match[1], match[2]
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"[-+]?\d+\.\d+", text)]
+
+
+def test_the_paired_example_is_what_the_code_prints(capsys: pytest.CaptureFixture) -> None:
+    code, shown = _paired_example()
+    exec(compile(code, "docs/evaluation.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert [line.split()[0] for line in printed.splitlines()] == [line.split()[0] for line in shown.splitlines()]
+    assert printed.splitlines()[-1] == shown.splitlines()[-1]  # where the band excludes 0
+    # 4 decimals shown: half a unit of the last place, plus far more than a 4-decimal number's binary error
+    assert _numbers(printed) == pytest.approx(_numbers(shown), rel=0, abs=0.5e-4 + 1e-12)
+    rows = [line.split() for line in shown.splitlines()[1:-1]]
+    assert float(rows[0][3]) == 0.1562 and float(rows[-1][3]) == 0.25  # 5/32 and 6/8 - 4/8, by hand

@@ -40,6 +40,7 @@ BASE_SECTIONS = (
     "Statistics",
     "Starting policy and the Jensen gap",
     "pass@k",
+    "Paired pass@k",
     "Learning curves",
     "Training dynamics",
     "Configuration",
@@ -69,7 +70,7 @@ def test_full_report_is_complete_and_self_contained(full_report: tuple[Path, Pat
     out_dir, html_path, md_path = full_report
     page, markdown = html_path.read_text(), md_path.read_text()
     extra = ("Equal sampling cost", "Gradient effective rank")
-    _assert_report(out_dir, page, markdown, BASE_SECTIONS + extra, figures=7)
+    _assert_report(out_dir, page, markdown, BASE_SECTIONS + extra, figures=8)
     assert "| sign | 2 | 3 | 25.0% | 74.0% | [" in markdown  # start, then the mean of 0.70, 0.74, 0.78
     assert "| dr_grpo | 4 | 3 | 25.0% | 29.0% | [" in markdown  # mean of 0.30, 0.26, 0.31
     assert "| dr_grpo+dynamic | 2 | 3 | 25.0% | 50.0% | [" in markdown  # mean of 0.50, 0.46, 0.54
@@ -91,7 +92,7 @@ def test_plain_report_has_no_dynamic_or_rank_sections(tmp_path: Path) -> None:
     results, metrics, config = synthetic_sweep(("sign", "grpo"), seeds=2, sizes=(2,))
     html_path, md_path = write_report(tmp_path, results, metrics, config)
     page, markdown = html_path.read_text(), md_path.read_text()
-    _assert_report(tmp_path, page, markdown, BASE_SECTIONS, figures=5)
+    _assert_report(tmp_path, page, markdown, BASE_SECTIONS, figures=6)
     assert "Equal sampling cost" not in page and "Gradient effective rank" not in page
     assert "| grpo | 2 | 2 | 25.0% | 31.0% | [" in markdown  # mean of 0.29, 0.33
     papers = f"Estimators' papers: sign: {info('sign').paper.citation}; grpo: {info('grpo').paper.citation}."
@@ -104,7 +105,7 @@ def test_single_seed_claims_no_p_values(tmp_path: Path) -> None:
     markdown = md_path.read_text()
     assert "| sign | 2 | 1 | 25.0% | 70.0% | n/a (n = 1) |" in markdown
     assert "no p-values are claimed" in markdown and "paired t p = " not in markdown and "Welch p = " not in markdown
-    _assert_valid_pngs(html_path.read_text(), 5)
+    _assert_valid_pngs(html_path.read_text(), 6)
 
 
 def test_missing_and_empty_metrics_still_write_a_report(tmp_path: Path) -> None:
@@ -116,7 +117,7 @@ def test_missing_and_empty_metrics_still_write_a_report(tmp_path: Path) -> None:
     for name, empty in (("empty", pd.DataFrame()), ("none", None)):
         html_path, md_path = write_report(tmp_path / name, results, empty, config)
         assert "No training metrics were recorded." in md_path.read_text()
-        _assert_valid_pngs(html_path.read_text(), 4)  # accuracy, start policy, pass@k, learning curves; no dynamics
+        _assert_valid_pngs(html_path.read_text(), 5)  # 4 of them and paired pass@k; no dynamics
 
 
 def test_parquet_round_trip_and_partial_evaluations(tmp_path: Path) -> None:
@@ -131,7 +132,7 @@ def test_parquet_round_trip_and_partial_evaluations(tmp_path: Path) -> None:
     results, metrics = pd.read_parquet(tmp_path / "results.parquet"), pd.read_parquet(tmp_path / "metrics.parquet")
     html_path, md_path = write_report(tmp_path, results, metrics, config)
     assert "| sign | 2 | 2 | 25.0% | 72.0% | [" in md_path.read_text()  # mean of 0.70, 0.74
-    _assert_valid_pngs(html_path.read_text(), 5)
+    _assert_valid_pngs(html_path.read_text(), 6)
     assert summary_table(results).loc[0, "start_accuracy"] == pytest.approx(0.25)
 
 

@@ -35,9 +35,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="re-score lm-eval samples_*.jsonl or lighteval details_*.parquet files (or directories "
                              "of them) with the task's verifier (or --verifier) instead of sampling a model; only "
                              "--verifier, --json and --out apply")
+    parser.add_argument("--against", metavar="B",
+                        help="paired pass@k against B on the same prompts, with a simultaneous 95%% band over k: "
+                             "with --from-samples FILE another samples file; with --model RUN a run directory (its "
+                             "end evaluation) or a JSON file of grpolab eval --out; nothing is sampled again")
+    parser.add_argument("--compare", metavar="DIR",
+                        help="paired pass@k of two arms (--arms A,B) of a grpolab compare --out DIR, per G: the "
+                             "prompt-level band and the seed-level interval")
+    parser.add_argument("--arms", metavar="A,B", help="the two arms --compare pairs (estimators as the report names "
+                                                      "them, e.g. sign,dr_grpo)")
+    parser.add_argument("--resamples", type=int, default=2000,
+                        help="bootstrap resamples of the prompts for the paired band (default: 2000; seed 0)")
+
+
+def _run_paired(args: argparse.Namespace) -> int:
+    from grpolab.commands import paired
+
+    given = [f"--{name.replace('_', '-')}" for name in EVAL_FIELDS if name not in ("verifier", "model")
+             and getattr(args, name, None) is not None]
+    if given:
+        raise UserError(f"a paired comparison reads evaluations already made; {', '.join(given)} would not apply: "
+                        "leave them out")
+    if args.compare:
+        if args.against or args.from_samples or args.model:
+            raise UserError("--compare DIR pairs two arms of a sweep; leave out --against, --from-samples and --model")
+        return paired.run_compare(args)
+    return paired.run_against(args)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.against or args.compare:
+        return _run_paired(args)
     if args.from_samples:
         from grpolab.commands import rescore
 

@@ -1,8 +1,8 @@
 """The whole ``grpolab compare`` report: its sections in order, written as HTML and as Markdown.
 
 ``build_sections`` checks the results frame and lists the sections (verdict, summary, data, lr selection,
-families, start policy, pass@k, learning curves, dynamics, compute per arm, gradient clipping, equal cost,
-effective rank, configuration);
+families, start policy, pass@k, paired pass@k, learning curves, dynamics, compute per arm, gradient clipping,
+equal cost, effective rank, configuration);
 ``write_report`` renders them to ``report.html`` and ``report.md`` with ``grpolab.render``. Figures and the
 tables that group by estimator alone see each ``--vary`` variant as an estimator ``name+variant``
 (``tables.labelled``).
@@ -24,6 +24,7 @@ from grpolab.report.compute import compute_section
 from grpolab.report.curves import curves_section
 from grpolab.report.data_section import data_sections
 from grpolab.report.families import families_section
+from grpolab.report.paired_passk import paired_passk_section
 from grpolab.report.sections import (
     DYNAMIC,
     dynamics_section,
@@ -60,6 +61,10 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
     sections += [
         start_section(results, usable),
         pass_at_k_section(labelled(run_table(results))),
+    ]
+    paired = paired_passk_section(results, config, figure_png)
+    sections += [paired] if paired is not None else []
+    sections += [
         curves_section(results, usable, figure_png),
         dynamics_section(shown, problem),
     ]
