@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("grpolab.commands.compare", "multi-seed comparison of estimators, with a report"),
     "eval": ("grpolab.commands.evaluate", "evaluate a model or run directory: accuracy and pass@k"),
     "preflight": ("grpolab.commands.preflight", "predict a task's gradient starvation before training; a G and band"),
+    "plan": ("grpolab.commands.plan", "the seeds a comparison needs, from a pilot compare folder or from numbers"),
     "export": ("grpolab.commands.export", "write a run as a Hugging Face model folder with a model card"),
     "audit": ("grpolab.commands.audit", "report the gradient starvation in existing rollout logs"),
     "gradients": ("grpolab.commands.gradients", "gradient spectrum (effective rank) of one rollout batch"),
