@@ -59,13 +59,6 @@ def test_the_seeds_needed_are_the_fewest_that_reach_the_power(effect: float, sd:
     assert seeds_needed(effect, sd, power=0.8, family=family + 1) >= seeds  # a bigger family costs seeds
 
 
-def test_the_worked_example_of_the_docs() -> None:
-    """docs/planning.md: SD 0.05 of the paired difference, 5 points to detect, one test: 10 seeds (0.803);
-    in a Holm family of 2: 13 seeds."""
-    assert seeds_needed(0.05, 0.05) == 10 and paired_power(0.05, 0.05, 10) == pytest.approx(0.803, abs=5e-4)
-    assert seeds_needed(0.05, 0.05, family=2) == 13
-
-
 def test_what_no_number_of_seeds_can_do_and_bad_input() -> None:
     assert seeds_needed(0.0, 0.05) is None
     assert paired_power(0.05, 0.0, 2) == 1.0 and seeds_needed(0.05, 0.0) == 2

@@ -22,12 +22,11 @@ HELP = {"eval_samples": "n: samples per train prompt, at least 2; the shares are
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, TrainConfig, defaults=PREFLIGHT_TRAIN_DEFAULTS, help_overrides=HELP,
-                         only=EVAL_FIELDS)
+                         only=(*EVAL_FIELDS, "progress"))
     parser.add_argument("--out", default="preflight", help="the folder to write into (default: preflight)")
     parser.add_argument("--band", type=_band, metavar="LOW,HIGH",
                         help="the pass-rate band to keep (default: chosen from the recommended G)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
 
 def _band(text: str) -> tuple[float, ...]:
@@ -46,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(config.threads)
-    with progress_bar(args.progress) as bar:
+    with progress_bar(config.progress) as bar:
         state: dict[str, Any] = {}
 
         def on_start(total: int) -> None:
