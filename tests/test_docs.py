@@ -170,3 +170,26 @@ def test_the_paired_example_is_what_the_code_prints(capsys: pytest.CaptureFixtur
     assert _numbers(printed) == pytest.approx(_numbers(shown), rel=0, abs=0.5e-4 + 1e-12)
     rows = [line.split() for line in shown.splitlines()[1:-1]]
     assert float(rows[0][3]) == 0.1562 and float(rows[-1][3]) == 0.25  # 5/32 and 6/8 - 4/8, by hand
+
+
+def test_the_planning_worked_example_is_what_the_code_computes() -> None:
+    """docs/planning.md's worked example: the pre-flight table of k = 0, 0, 2, 4, 8 of n = 8, the recommendation,
+    and the seeds of `grpolab plan --sd 0.05 --effect 0.05` (alone and in a family of 2)."""
+    from grpolab.planning import paired_power, seeds_needed
+    from grpolab.preflight import analyse
+
+    text = (REPO / "docs" / "planning.md").read_text()
+    result = analyse([0, 0, 2, 4, 8], 8)
+    table = result.table.set_index("group_size")
+    for size in (2, 4, 8):
+        row = table.loc[size]
+        cells = [f"{row[c]:.4f}" for c in ("degenerate", "all_wrong", "all_right", "d_iid", "jensen_gap")]
+        line = f"| {size} | " + " | ".join(cells) + f" | {row['informative_per_1000']:.1f} | {row['snr_sign']:.4f} |"
+        assert line in text
+    assert result.group_size == 8 and result.band_size == 2
+    assert f"[{result.band[0]:.3f}, {result.band[1]:.3f}]" in text and f"is {result.group_size} and" in text
+    assert table.loc[4, "degenerate"] == pytest.approx((3 + 17 / 70) / 5)
+    assert result.mean_p_variance == pytest.approx(0.1)
+    assert f"gives {seeds_needed(0.05, 0.05)} seeds (power {paired_power(0.05, 0.05, 10):.3f}; at 5 seeds it is " \
+           f"{paired_power(0.05, 0.05, 5):.2f})" in " ".join(text.split())
+    assert f"Holm family of 2): {seeds_needed(0.05, 0.05, family=2)} seeds" in " ".join(text.split())

@@ -15,7 +15,7 @@ Prompts cut to fit the context are counted in ``prompts_truncated``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
 from grpolab.verifiers.votes import vote_key_fn
 
-__all__ = ["EvalResult", "evaluate"]
+__all__ = ["EvalResult", "evaluate", "sample_successes"]
 
 
 @dataclass
@@ -91,9 +91,10 @@ class EvalResult:
 def _correct_counts(
     policy: Policy, task: Task, problems: Sequence[Problem], samples: int, temperature: float,
     max_new_tokens: int, generator: torch.Generator | None, batch_prompts: int,
+    on_chunk: Callable[[int], None] | None = None,
 ) -> _Counts:
     """Per-problem count of correct completions out of ``samples``, the mean completion length and the
-    share of completions the verifier could not score."""
+    share of completions the verifier could not score; ``on_chunk(prompts)`` is called after each batch."""
     verifier = verifiers.get_verifier(task.verifier)
     vote_key = vote_key_fn(task.verifier)
     counts, lengths, unscored, truncated, votes = [], [], 0, 0, []
@@ -110,6 +111,8 @@ def _correct_counts(
         lengths.append(batch.rollout.lengths.float().mean().item())
         unscored += int(np.isnan(batch.rewards).sum())
         truncated += batch.rollout.prompts_truncated
+        if on_chunk is not None:
+            on_chunk(len(chunk))
     correct_counts = np.concatenate(counts) if counts else np.zeros(0, dtype=int)
     drawn = len(problems) * samples
     return _Counts(correct_counts, float(np.mean(lengths) if lengths else 0), unscored / drawn if drawn else 0.0,
@@ -124,6 +127,14 @@ def _votes(correct: np.ndarray, texts: Sequence[str], vote_key) -> list[Votes]:
             for i, ok in enumerate(correct)]
 
 
+def _token_budget(policy: Policy, task: Task, problems: Sequence[Problem], samples: int,
+                  max_new_tokens: int | None) -> int:
+    """The completion budget after checking that the prompts fit the context and the sampling fits memory."""
+    return check_evaluation_fits(policy.model, policy.tokenizer, [p.prompt for p in problems], samples=samples,
+                                 max_new_tokens=max_new_tokens or task.max_new_tokens,
+                                 use_chat_template=task.use_chat_template, explicit=max_new_tokens is not None)
+
+
 def evaluate(
     policy: Policy, task: Task, *, n: int = 8, limit: int | None = None, seed: int = 0,
     temperature: float = 1.0, max_new_tokens: int | None = None, batch_prompts: int = 64, split: str = "test",
@@ -134,9 +145,7 @@ def evaluate(
         raise ValueError(f"split must be test or validation, got {split!r}")
     pool = task.test if split == "test" else task.validation
     problems = list(pool[:limit] if limit else pool)
-    budget = check_evaluation_fits(policy.model, policy.tokenizer, [p.prompt for p in problems], samples=n,
-                                   max_new_tokens=max_new_tokens or task.max_new_tokens,
-                                   use_chat_template=task.use_chat_template, explicit=max_new_tokens is not None)
+    budget = _token_budget(policy, task, problems, n, max_new_tokens)
     was_training = policy.model.training
     policy.model.eval()
     try:
@@ -157,3 +166,21 @@ def evaluate(
     finally:
         policy.model.train(was_training)
     return result
+
+
+def sample_successes(
+    policy: Policy, task: Task, problems: Sequence[Problem], *, n: int, seed: int = 0, temperature: float = 1.0,
+    max_new_tokens: int | None = None, batch_prompts: int = 64, on_chunk: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Per-problem count of correct completions out of ``n`` sampled ones, successes [P], for any problems (a
+    train split's too: ``grpolab preflight``), with the same fit checks, seeding and scoring as ``evaluate``
+    (unscorable samples count as failures); ``on_chunk(prompts)`` reports progress after each batch."""
+    budget = _token_budget(policy, task, problems, n, max_new_tokens)
+    was_training = policy.model.training
+    policy.model.eval()
+    try:
+        generator = torch.Generator().manual_seed(seed)
+        return _correct_counts(policy, task, problems, n, temperature, budget, generator, batch_prompts,
+                               on_chunk).correct.astype(int)
+    finally:
+        policy.model.train(was_training)

@@ -407,7 +407,9 @@ def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAUL
     ``paired``: run i of a and run i of b share a seed (n_a == n_b), so the test is the paired t-test and the
     interval that of the mean paired difference; else Welch's test and interval. ``test`` names the one used,
     ``p`` is its p-value and difference_low / difference_high its 95% interval of mean(a) - mean(b);
-    ``seed_correlation`` is the Pearson correlation of the paired scores (NaN unpaired or constant). Also:
+    ``seed_correlation`` is the Pearson correlation of the paired scores (NaN unpaired or constant);
+    ``difference_sd`` the SD of one seed's difference (of the paired differences, else sqrt(var_a + var_b),
+    what ``grpolab.planning`` plans seeds from). Also:
     n_a, n_b, mean_a, mean_b, mean_difference, welch_t, welch_dof, welch_p (shown whichever test is used),
     tost_p (``equivalence_test`` at ``margin``, paired like the test) and margin, permutation_p,
     mann_whitney_p, cohens_d, hedges_g, the interquartile means iqm_a / iqm_b, and P(a > b) with its 95%
@@ -430,6 +432,7 @@ def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAUL
         "n_a": int(x.size), "n_b": int(y.size), "mean_a": float(x.mean()), "mean_b": float(y.mean()),
         "test": test, "p": p, "seed_correlation": correlation,
         "mean_difference": float(x.mean() - y.mean()), "difference_low": low, "difference_high": high,
+        "difference_sd": float((x - y).std(ddof=1) if paired else math.sqrt(x.var(ddof=1) + y.var(ddof=1))),
         "welch_t": t, "welch_dof": dof, "welch_p": welch_p,
         "tost_p": tost_p, "margin": float(margin),
         "permutation_p": permutation_test(x, y, n_resamples=n_resamples, random_state=random_state),
@@ -457,6 +460,9 @@ def _paired_within_its_floor(x: np.ndarray, y: np.ndarray) -> tuple[float, float
 
 
 P_FAMILIES = ("p", "welch_p", "tost_p", "permutation_p", "mann_whitney_p")
+PAIRED_TESTS = ("paired t", "exact sign-flip")
+"""The ``test`` names of a paired row (``compare_pair``): the paired t-test, or the sign-flip test that replaces it
+below what n pairs can carry."""
 
 
 def holm_family(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

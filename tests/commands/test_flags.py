@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from grpolab.commands import evaluate, gradients, train
+from grpolab.commands import evaluate, gradients, preflight, train
 from grpolab.commands.flags import add_config_arguments, config_from_args, field_docs
 from grpolab.config import CompareConfig, TrainConfig
 
@@ -33,7 +33,8 @@ def test_every_field_has_its_docstring(cls: type) -> None:
 
 
 @pytest.mark.parametrize(("command", "own"), [(evaluate, {"json", "out", "from_samples", "against", "compare", "arms",
-                                                        "resamples"}), (gradients, {"json"})])
+                                                        "resamples"}), (gradients, {"json"}),
+                                             (preflight, {"json", "out", "band"})])
 def test_eval_and_gradients_take_their_settings_from_train_config(command, own: set[str]) -> None:
     dests = _dests(_parser(command))
     assert dests - FIELDS == own  # every other flag is a TrainConfig field

@@ -158,3 +158,16 @@ def test_a_pair_read_the_other_way_round_flips_its_differences_and_intervals() -
     assert backward["greedy_difference_low"] == pytest.approx(-forward["greedy_difference_high"])
     assert backward["prob_improvement"] == pytest.approx(1 - forward["prob_improvement"])
     assert (backward["iqm_a"], backward["p_holm"]) == (forward["iqm_b"], forward["p_holm"])
+
+
+def test_no_evidence_either_way_says_how_many_seeds_would_resolve_it() -> None:
+    """max_grad_norm=0: sign [0.70, 0.74, 0.78] against dr_grpo + 0.40 [0.68, 0.70, 0.72]: per-seed differences
+    0.02, 0.04, 0.06 (SD 0.02), in a primary family of 2 (one pair per variant)."""
+    from grpolab.planning import paired_power, seeds_needed
+
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
+    varied = with_variants({"max_grad_norm=1": results, "max_grad_norm=0": shifted(results, "dr_grpo", 0.40)})
+    needed = seeds_needed(0.04, 0.02, family=2)
+    assert paired_power(0.04, 0.02, needed, family=2) >= 0.8 > paired_power(0.04, 0.02, needed - 1, family=2)
+    assert (f"{needed} seeds per arm would detect a difference of +4.0 points at 80% power (paired t, Holm over "
+            "the primary family of 2; grpolab plan)") in _bullets(varied, config)[0]

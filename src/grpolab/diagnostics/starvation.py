@@ -175,12 +175,7 @@ def _degeneracy_table(n: int, G: int) -> np.ndarray:
     return _falling_ratio(c, n, G) + _falling_ratio(n - c, n, G)
 
 
-def expected_degeneracy_from_counts(c: Any, n: Any, G: int) -> float:
-    """Unbiased estimate of E_x[p_x^G + (1 - p_x)^G] from counts c [P] successes of n [P] samples, n >= G.
-
-    If c ~ Binomial(n, p) then E[C(c, G) / C(n, G)] = p^G (hypergeometric identity), so the average of
-    (C(c, G) + C(n - c, G)) / C(n, G) over prompts is unbiased. Computed as products, no factorials.
-    """
+def _checked_counts(c: Any, n: Any, G: int) -> tuple[np.ndarray, np.ndarray, int]:
     c_arr, n_arr = np.broadcast_arrays(as_int_vector(c, "c"), as_int_vector(n, "n"))
     G = int(G)
     if G < 1:
@@ -191,13 +186,39 @@ def expected_degeneracy_from_counts(c: Any, n: Any, G: int) -> float:
         raise UserError(f"unbiased estimate needs n >= G samples per prompt (G={G}, min n={n_arr.min()})")
     if np.any((c_arr < 0) | (c_arr > n_arr)):
         raise UserError("counts must satisfy 0 <= c <= n")
+    return c_arr, n_arr, G
+
+
+def _mean_over_prompts(c_arr: np.ndarray, n_arr: np.ndarray, table: Any) -> float:
+    """Mean over prompts of ``table(n, G)[c]``, one table per distinct n (usually a single value)."""
     total = 0.0
     distinct = np.unique(n_arr)
-    for n_value in distinct:  # one table per distinct n; usually a single value
+    for n_value in distinct:
         members = c_arr if distinct.size == 1 else c_arr[n_arr == n_value]
         counts = np.bincount(members, minlength=int(n_value) + 1)
-        total += float(counts @ _degeneracy_table(int(n_value), G))
+        total += float(counts @ table(int(n_value)))
     return total / c_arr.size
+
+
+def expected_degeneracy_from_counts(c: Any, n: Any, G: int) -> float:
+    """Unbiased estimate of E_x[p_x^G + (1 - p_x)^G] from counts c [P] successes of n [P] samples, n >= G.
+
+    If c ~ Binomial(n, p) then E[C(c, G) / C(n, G)] = p^G (hypergeometric identity), so the average of
+    (C(c, G) + C(n - c, G)) / C(n, G) over prompts is unbiased. Computed as products, no factorials.
+    """
+    c_arr, n_arr, G = _checked_counts(c, n, G)
+    return _mean_over_prompts(c_arr, n_arr, lambda n_value: _degeneracy_table(n_value, G))
+
+
+def expected_outcomes_from_counts(c: Any, n: Any, G: int) -> dict[str, float]:
+    """The two parts of ``expected_degeneracy_from_counts``: ``all_right``, the unbiased E_x[p_x^G] (mean of
+    C(c, G) / C(n, G)), and ``all_wrong``, E_x[(1 - p_x)^G] (mean of C(n - c, G) / C(n, G)); they sum to it.
+    Counts c [P] of n [P] samples, n >= G."""
+    c_arr, n_arr, G = _checked_counts(c, n, G)
+    right = _mean_over_prompts(c_arr, n_arr, lambda n_value: _falling_ratio(np.arange(n_value + 1), n_value, G))
+    wrong = _mean_over_prompts(c_arr, n_arr, lambda n_value: _falling_ratio(n_value - np.arange(n_value + 1),
+                                                                            n_value, G))
+    return {"all_right": right, "all_wrong": wrong}
 
 
 def _useful_fraction(matrix: np.ndarray, advantages: Any) -> float:

@@ -37,16 +37,18 @@ import pandas as pd
 
 from grpolab import stats
 from grpolab.advantages import display_order
+from grpolab.planning.power import seeds_needed
 from grpolab.report.same_update import same_update_ratio
 from grpolab.report.tables import ALPHA, N_RESAMPLES
 
 __all__ = ["arm_label", "comparisons", "equivalence_margin", "finding", "finding_phrase", "greedy_clause", "lr_phrase",
            "metric_name", "p_phrase", "permutation_floor_notes", "points", "primary_pair", "reading", "repeat_phrase",
-           "same_update_phrase"]
+           "resolve_phrase", "same_update_phrase"]
 
 DEFAULT_PRIMARY = ("sign", "dr_grpo")
 GREEDY = "greedy_"  # prefix of a row's fields computed on greedy accuracy
-GREEDY_FIELDS = ("test", "mean_difference", "difference_low", "difference_high", "p", "tost_p")
+GREEDY_FIELDS = ("test", "mean_difference", "difference_low", "difference_high", "difference_sd", "p", "tost_p")
+PLANNED_POWER = 0.8  # the power at which an unclear finding says how many seeds would resolve it
 
 
 def arm_label(variant: str, size: int) -> str:
@@ -301,7 +303,23 @@ def finding_phrase(row: dict[str, Any], prefix: str = "") -> str:
         return (f"{a} and {b} are equivalent within +-{margin:.1f} points ({tost}; {a} - {b} = {points(diff)}, "
                 f"{_interval(row, prefix)}, {numbers})")
     return (f"no evidence either way at this n ({a} - {b} = {points(diff)}, {_interval(row, prefix)}, {numbers}; "
-            f"not shown equivalent within +-{margin:.1f} points, {tost})")
+            f"not shown equivalent within +-{margin:.1f} points, {tost}); {resolve_phrase(row, prefix)}")
+
+
+def resolve_phrase(row: dict[str, Any], prefix: str = "") -> str:
+    """How many seeds per arm would resolve a difference of the observed size: 'N seeds per arm would detect a
+    difference of +3.2 points at 80% power (paired t, Holm over the primary family of 2)'
+    (``planning.power.seeds_needed`` with the row's per-seed difference SD)."""
+    diff, spread = row[prefix + "mean_difference"], row.get(prefix + "difference_sd", math.nan)
+    family = f"Holm over the {row['family']} family of {row['family_size']}" if row["family_size"] > 1 else \
+        "the only test of its family"
+    if not math.isfinite(spread):
+        return "the seeds that would resolve it are not known (no per-seed spread)"
+    needed = seeds_needed(diff, spread, power=PLANNED_POWER, alpha=ALPHA, family=row["family_size"])
+    if needed is None:
+        return "no number of seeds resolves an observed difference of 0"
+    return (f"{needed} seeds per arm would detect a difference of {points(diff)} at {PLANNED_POWER:.0%} power "
+            f"(paired t, {family}; grpolab plan)")
 
 
 def greedy_clause(row: dict[str, Any]) -> str:

@@ -108,7 +108,7 @@ def figure_final_accuracy(runs: pd.DataFrame, summary: pd.DataFrame) -> Figure:
     return fig
 
 
-def _histogram_axis(ax: plt.Axes, histogram: dict, n_prompts: int, n_samples: str) -> None:
+def _histogram_axis(ax: plt.Axes, histogram: dict, n_prompts: int, n_samples: str, pool: str) -> None:
     rates, fractions = np.asarray(histogram["rates"]), np.asarray(histogram["fractions"])
     width = (rates[1] - rates[0]) * 0.85 if rates.size > 1 else 0.1
     ax.bar(rates, 100 * fractions, width=width, color="#607d8b")
@@ -126,16 +126,17 @@ def _histogram_axis(ax: plt.Axes, histogram: dict, n_prompts: int, n_samples: st
             )
     ax.set_ylim(0, 100 * fractions.max() * 1.12 + 1)
     ax.set_xlabel(f"Per-prompt success rate c / n at start (n = {n_samples})")
-    ax.set_ylabel("Share of test prompts (%)")
+    ax.set_ylabel(f"Share of {pool} prompts (%)")
     ax.set_title(f"Start policy: success-rate distribution ({n_prompts} prompts)")
     ax.set_xlim(-0.08, 1.08)
     ax.grid(axis="y", alpha=0.3)
 
 
-def _jensen_axis(ax: plt.Axes, jensen: pd.DataFrame) -> None:
+def _jensen_axis(ax: plt.Axes, jensen: pd.DataFrame, pool: str) -> None:
+    counted = "start eval (unbiased)" if pool == "test" else f"{pool} prompts' counts (unbiased)"
     pairs = [
         ("d_real_train", "d_iid_train", "training groups", "#37474f"),
-        ("d_real_eval", "d_iid_eval", "start eval (unbiased)", "#8d6e63"),
+        ("d_real_eval", "d_iid_eval", counted, "#8d6e63"),
     ]
     pairs = [p for p in pairs if jensen[p[0]].notna().any()]
     width = 0.8 / max(1, 2 * len(pairs))
@@ -171,8 +172,10 @@ def _jensen_axis(ax: plt.Axes, jensen: pd.DataFrame) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
-def figure_start_policy(histogram: dict | None, jensen: pd.DataFrame, n_prompts: int, n_samples: str) -> Figure:
-    """Left: start success-rate histogram (``diagnostics.success_histogram`` dict). Right: D_real vs D_iid.
+def figure_start_policy(histogram: dict | None, jensen: pd.DataFrame, n_prompts: int, n_samples: str, *,
+                        pool: str = "test") -> Figure:
+    """Left: start success-rate histogram (``diagnostics.success_histogram`` dict) of the ``pool`` split's prompts
+    (``grpolab preflight``: train). Right: D_real vs D_iid.
 
     jensen: one row per group_size with d_real_train, d_iid_train, d_real_eval, d_iid_eval (NaN if unknown).
     """
@@ -181,12 +184,12 @@ def figure_start_policy(histogram: dict | None, jensen: pd.DataFrame, n_prompts:
         left.text(0.5, 0.5, "no start evaluation in the results", ha="center", va="center")
         left.set_axis_off()
     else:
-        _histogram_axis(left, histogram, n_prompts, n_samples)
+        _histogram_axis(left, histogram, n_prompts, n_samples, pool)
     if jensen.empty:
         right.text(0.5, 0.5, "no degeneracy data", ha="center", va="center")
         right.set_axis_off()
     else:
-        _jensen_axis(right, jensen)
+        _jensen_axis(right, jensen, pool)
     fig.tight_layout()
     return fig
 

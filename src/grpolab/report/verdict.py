@@ -49,6 +49,7 @@ from grpolab.report.comparisons import (
     points,
     primary_pair,
     repeat_phrase,
+    resolve_phrase,
     same_update_phrase,
 )
 from grpolab.report.selection import unbracketed_lines
@@ -165,7 +166,8 @@ def _sign_lines(runs: pd.DataFrame, rows: list[dict[str, Any]]) -> list[str]:
             continue
         parts = [f"vs {p['name_b']} {points(p['mean_difference'])} ({p_phrase(p)}{lr_phrase(p)})" for p in pairs]
         said = {kind: [p["name_b"] for p in pairs if finding(p) == kind]
-                for kind in ("higher", "lower", "equivalent", "unclear")}
+                for kind in ("higher", "lower", "equivalent")}
+        said["unclear"] = [f"{p['name_b']} ({resolve_phrase(p)})" for p in pairs if finding(p) == "unclear"]
         lines.append(f"{arm_label(variant, int(size))}, secondary: sign against the group-centred estimators on "
                      f"{metric_name(pairs[0])}: {'; '.join(parts)}: {_sign_verdict(said, pairs[0]['margin'])} "
                      f"(n = {pairs[0]['n_a']} seeds of sign).")

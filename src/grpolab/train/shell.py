@@ -13,6 +13,7 @@ call it:
 * the logs (``metrics.jsonl``, ``rollouts/``, ``eval.jsonl``), opened at the resume point after checking that they
   reach it;
 * one step's record: the ``rollout/*`` figures (``rollout_figures``) and the rollout table (``rollout_table``);
+* the warning of a run whose first steps have no gradient signal (``grpolab.train.no_signal``);
 * the evaluations (``evaluate``) and the end of a run, finished (``finish``) or diverged (``diverged``).
 
 Under ``accelerate launch`` (TRL engine) only the main process is the ``writer``: it alone holds the lock and
@@ -46,6 +47,7 @@ from grpolab.train.lifecycle import (
     write_task_summary,
 )
 from grpolab.train.lock import DirectoryLock
+from grpolab.train.no_signal import NoSignalWatch
 from grpolab.train.ownership import check_fresh_run_dir, refuse_planted_links, remove_run_files
 from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends
 from grpolab.train.settings import checked_resume_settings, record_resume
@@ -137,6 +139,7 @@ class RunShell:
         self.metrics_log: MetricsLog | None = None
         self.rollout_log: RolloutLog | None = None
         self.resumed_changes: dict[str, list] = {}
+        self.no_signal = NoSignalWatch(config.group_size)
         if writer:
             prepare_run_dir(self.run_dir)
             self.lock = DirectoryLock(self.run_dir, command).acquire()
@@ -214,8 +217,10 @@ class RunShell:
                          extended=extended)
 
     def record_step(self, step: int, metrics: dict[str, Any], *, sync: bool = True) -> None:
-        """Append step ``step``'s row to ``metrics.jsonl`` (flushed; fsynced unless ``sync`` is False)."""
+        """Append step ``step``'s row to ``metrics.jsonl`` (flushed; fsynced unless ``sync`` is False); after the
+        first steps, warn when none of them had a gradient signal (``grpolab.train.no_signal``)."""
         self.metrics_log.write(step, metrics, sync=sync)
+        self.no_signal.observe(step, metrics)
 
     def sync_logs(self) -> None:
         """fsync ``metrics.jsonl`` (rows written with ``sync=False`` are flushed but not yet durable)."""

@@ -1,0 +1,54 @@
+"""The files ``grpolab preflight`` writes into its ``--out`` folder.
+
+* ``counts.csv``: one row per train prompt: prompt_id, prompt, n, correct (and the estimated p = correct / n).
+* ``band/`` and ``control/``: each a data folder usable as ``grpolab train --task file --data FOLDER
+  --prompt-column prompt --reference-column answer``: ``train.jsonl`` holds the band's prompts (or the
+  equal-size random control from the whole pool), ``test.jsonl`` the task's own test split, so that runs on
+  either folder are scored on the same held-out prompts as runs on the task itself. Prompts are written as the
+  model saw them (the task's template already applied), so the ``file`` task's default template ``{prompt}``
+  reproduces them.
+* ``summary.json``: the result of ``grpolab preflight --json``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from grpolab.io import atomic_write_text
+from grpolab.tasks import Problem
+
+__all__ = ["counts_frame", "train_command", "write_counts", "write_data_folder"]
+
+
+def counts_frame(problems: Sequence[Problem], successes: np.ndarray, n: int) -> pd.DataFrame:
+    """The per-prompt table [P]: prompt_id, prompt, n, correct, p (= correct / n)."""
+    return pd.DataFrame({"prompt_id": [p.id for p in problems], "prompt": [p.prompt for p in problems],
+                         "n": n, "correct": np.asarray(successes, dtype=int),
+                         "p": np.asarray(successes, dtype=float) / n})
+
+
+def write_counts(frame: pd.DataFrame, path: Path) -> None:
+    atomic_write_text(path, frame.to_csv(index=False))
+
+
+def _jsonl(problems: Sequence[Problem]) -> str:
+    return "".join(json.dumps({"id": p.id, "prompt": p.prompt, "answer": p.reference}) + "\n" for p in problems)
+
+
+def write_data_folder(folder: Path, train: Sequence[Problem], test: Sequence[Problem]) -> None:
+    """``folder/train.jsonl`` and ``folder/test.jsonl`` with columns id, prompt, answer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / "train.jsonl", _jsonl(train))
+    atomic_write_text(folder / "test.jsonl", _jsonl(test))
+
+
+def train_command(model: str, folder: Path, verifier: str, max_new_tokens: int, group_size: int) -> str:
+    """The ``grpolab train`` line that trains on a data folder written by ``write_data_folder``."""
+    options = json.dumps({"max_new_tokens": max_new_tokens})
+    return (f"grpolab train --model {model} --task file --data {folder} --prompt-column prompt "
+            f"--reference-column answer --verifier {verifier} --task-options '{options}' --group-size {group_size}")

@@ -1,0 +1,81 @@
+"""``grpolab preflight`` on the embedded model and task ``reverse``: the files it writes, its JSON, the band's
+data folder read back as ``--data``, and its one-line refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from grpolab.cli import main
+from grpolab.preflight import predict
+from grpolab.tasks import get_task
+
+ARGS = ["preflight", "--model", "embedded", "--task", "reverse", "--eval-samples", "4", "--eval-limit", "24",
+        "--max-new-tokens", "8"]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("preflight")
+    assert main([*ARGS, "--out", str(out), "--json", "--no-progress"]) == 0
+    return out, json.loads((out / "summary.json").read_text())
+
+
+def test_the_counts_table_holds_every_train_prompt(written: tuple[Path, dict]) -> None:
+    out, summary = written
+    counts = pd.read_csv(out / "counts.csv")
+    assert list(counts.columns[:4]) == ["prompt_id", "prompt", "n", "correct"]
+    assert len(counts) == summary["prompts"] == 24 and set(counts["n"]) == {4}
+    assert counts["correct"].between(0, 4).all()
+    assert summary["p_mean"] == pytest.approx(counts["correct"].mean() / 4)
+    table = predict.group_table(counts["correct"].to_numpy(), 4)
+    rows = {row["group_size"]: row for row in summary["group_sizes"]}
+    assert rows[4]["degenerate"] == pytest.approx(table.set_index("group_size").loc[4, "degenerate"])
+    assert rows[8]["degenerate"] is None and rows[16]["d_iid"] is not None  # G > n: only the i.i.d. prediction
+
+
+def test_the_band_and_control_folders_are_usable_as_data(written: tuple[Path, dict]) -> None:
+    out, summary = written
+    counts = pd.read_csv(out / "counts.csv")
+    low, high = summary["band"]
+    inside = counts[(counts["p"] >= low) & (counts["p"] <= high)]
+    band = get_task("file", path=str(out / "band"), prompt_column="prompt", reference_column="answer")
+    control = get_task("file", path=str(out / "control"), prompt_column="prompt", reference_column="answer")
+    assert sorted(p.prompt for p in band.train) == sorted(inside["prompt"])
+    assert len(band.train) == summary["band_prompts"]
+    assert len(control.train) == len(band.train) and {p.prompt for p in control.train} <= set(counts["prompt"])
+    reverse = get_task("reverse")
+    assert [p.prompt for p in band.test] == [p.prompt for p in reverse.test]  # scored on the task's own test split
+    assert all(p.reference == p.prompt[:-2][::-1] for p in band.train)  # reverse: the digits backwards
+
+
+def test_the_page_embeds_the_figure_and_the_train_command(written: tuple[Path, dict]) -> None:
+    out, summary = written
+    page = (out / "preflight.html").read_text()
+    assert "data:image/png;base64," in page and "Jensen gap" in page
+    assert f"--data {out / 'band'}" in page and f"--group-size {summary['recommended_group_size']}" in page
+
+
+def test_the_table_and_a_progress_bar_are_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--eval-limit", "6", "--out", str(tmp_path), "--band", "0,1"]) == 0
+    captured = capsys.readouterr()
+    assert "sampling train prompts" in captured.err
+    assert "Recommended G =" in captured.out and "Pass-rate band [0.000, 1.000]: 6 prompts" in captured.out
+
+
+def test_one_sample_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--eval-samples", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--eval-samples must be at least 2" in err and "\n" not in err
+    assert not (tmp_path / "counts.csv").exists()
+
+
+def test_an_empty_band_names_the_range_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--eval-limit", "6", "--out", str(tmp_path), "--band", "0.3,0.4", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()  # with n = 4 the estimated rates are 0, 0.25, 0.5, 0.75 or 1
+    assert "no train prompt has an estimated pass rate in [0.300, 0.400]" in err and "range from" in err
+    assert "\n" not in err
+    assert len(pd.read_csv(tmp_path / "counts.csv")) == 6  # the sampled counts are kept to look at

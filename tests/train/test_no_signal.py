@@ -1,0 +1,68 @@
+"""``grpolab.train.no_signal``: a run whose first steps give no gradient signal says so in one line naming the
+likely causes; a run that learns says nothing."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from grpolab.cli import _one_line_warning, main
+from grpolab.train.no_signal import WATCHED_STEPS, NoSignalWarning, NoSignalWatch, no_signal_line
+
+WRONG = {"starvation/degenerate": 1.0, "starvation/uniform": 1.0, "starvation/all_wrong": 1.0,
+         "starvation/all_correct": 0.0, "starvation/unscorable_groups": 0.0, "starvation/useful_fraction": 0.0}
+SPLIT = {**WRONG, "starvation/all_wrong": 0.5, "starvation/all_correct": 0.5}  # every prompt solved always or never
+MIXED = {**WRONG, "starvation/degenerate": 0.5, "starvation/uniform": 0.5, "starvation/all_wrong": 0.5,
+         "starvation/useful_fraction": 0.5}
+TINY = ["--steps", "3", "--prompts-per-step", "4", "--group-size", "2", "--eval-limit", "4", "--eval-samples", "0",
+        "--no-eval-start", "--checkpoint-every", "0", "--threads", "1", "--no-progress"]
+
+
+def test_the_line_names_the_causes_of_what_the_groups_were() -> None:
+    assert "every completion was wrong" in no_signal_line([WRONG] * 3, 4)
+    assert "verifier that always returns 0" in no_signal_line([WRONG] * 3, 4)
+    assert "solved always or never" in no_signal_line([SPLIT] * 3, 4)
+    assert "--group-size 1" in no_signal_line([WRONG] * 3, 1)
+    assert "every advantage was 0" in no_signal_line([{**MIXED, "starvation/useful_fraction": 0.0}] * 3, 4)
+    sign_on_wrong = {**WRONG, "starvation/degenerate": 0.0, "starvation/useful_fraction": 1.0}  # A = 2r - 1 = -1
+    assert "every completion was wrong" in no_signal_line([sign_on_wrong] * 3, 4)
+    assert no_signal_line([WRONG, MIXED, WRONG], 4) is None  # one step with signal: the run can learn
+    assert no_signal_line([], 4) is None
+
+
+def test_the_watch_warns_once_after_the_watched_steps() -> None:
+    watch = NoSignalWatch(group_size=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        said = [watch.observe(step, WRONG) for step in range(1, WATCHED_STEPS + 3)]
+    assert said[: WATCHED_STEPS - 1] == [None] * (WATCHED_STEPS - 1) and said[WATCHED_STEPS:] == [None, None]
+    assert said[WATCHED_STEPS - 1].startswith(f"no gradient signal in the first {WATCHED_STEPS} step(s)")
+    assert [w.category for w in caught] == [NoSignalWarning]
+
+
+def _impossible_task(path: Path) -> Path:
+    """Digit prompts whose reference is letters: the embedded model writes digits, so every completion is wrong."""
+    rows = [{"question": f"{i:03d}{i % 7}+=", "answer": "abc"} for i in range(40)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize("dead", [True, False])
+def test_a_run_that_cannot_learn_says_so_in_one_line(dead: bool, tmp_path: Path) -> None:
+    task = (["--task", "file", "--data", str(_impossible_task(tmp_path / "q.jsonl")), "--prompt-column", "question",
+             "--reference-column", "answer", "--verifier", "exact", "--task-options", '{"max_new_tokens": 8}']
+            if dead else ["--task", "reverse"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["train", "--model", "embedded", *task, "--out", str(tmp_path / "run"), *TINY]) == 0
+    said = [w for w in caught if w.category is NoSignalWarning]
+    if not dead:
+        assert said == []
+        return
+    assert len(said) == 1
+    line = _one_line_warning("train")(said[0].message, NoSignalWarning, said[0].filename, said[0].lineno)
+    assert line.startswith("grpolab train: warning: no gradient signal in the first 3 step(s)")
+    assert "every completion was wrong" in line and line.count("\n") == 1  # how grpolab.cli prints it: one line
