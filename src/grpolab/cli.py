@@ -85,14 +85,35 @@ class OneLineParser(argparse.ArgumentParser):
     other error of grpolab: the usage of ``grpolab train``'s ~60 flags would bury the line that names the mistake,
     and ``--help`` shows it. The subcommands' parsers are of this class too."""
 
+    command: str | None = None  # the subcommand on the command line, whose --help a usage error points to
+
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        prog = f"grpolab {self.command}" if self.prog == "grpolab" and self.command else self.prog
+        self.exit(2, f"{prog}: error: {message}{_trl_name_hint(message)} (see {prog} --help)\n")
+
+
+def _trl_name_hint(message: str) -> str:
+    """For an unknown flag that is a TRL ``GRPOConfig`` name grpolab maps (``--num-generations``,
+    ``--learning_rate``): '; --num-generations is TRL's name: grpolab's is --group-size'. '' otherwise."""
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    from grpolab.train.trl_engine.arguments import settings_for_trl_name
+
+    hints = []
+    for token in message.split(":", 1)[1].split():
+        flag = token.split("=", 1)[0]
+        settings = settings_for_trl_name(flag[2:]) if flag.startswith("--") else []
+        if settings:
+            ours = " or ".join("--" + name.replace("_", "-") for name in settings)
+            hints.append(f"{flag} is TRL's GRPOConfig name: grpolab's is {ours}")
+    return "; " + "; ".join(hints) + " (docs/integrations.md maps every setting)" if hints else ""
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = OneLineParser(prog="grpolab", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in argv if not a.startswith("-")), None)
+    parser.command = chosen if chosen in COMMANDS else None
     for name, (module_name, help_text) in COMMANDS.items():
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
         if name == chosen:  # only the chosen command's module is imported

@@ -37,8 +37,18 @@ from grpolab import devices
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 
-__all__ = ["GRPOLAB_SIDE", "MAPPED", "REFUSED", "Mapped", "batch_layout", "check_supported", "grpo_arguments",
-           "lora_config", "render_markdown"]
+__all__ = [
+    "GRPOLAB_SIDE",
+    "MAPPED",
+    "REFUSED",
+    "Mapped",
+    "batch_layout",
+    "check_supported",
+    "grpo_arguments",
+    "lora_config",
+    "render_markdown",
+    "settings_for_trl_name",
+]
 
 @dataclass(frozen=True)
 class Mapped:
@@ -174,6 +184,14 @@ def _default(name: str) -> Any:
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def settings_for_trl_name(name: str) -> list[str]:
+    """The grpolab settings whose first ``GRPOConfig`` target is ``name`` (``num_generations`` -> group_size,
+    ``learning_rate`` -> lr; ``-`` and ``_`` alike), where grpolab spells it otherwise: what a TRL user typed."""
+    wanted = name.replace("-", "_")
+    return [setting for setting, mapped in MAPPED.items()
+            if mapped.targets and mapped.targets[0] == wanted and setting != wanted]
 
 
 def check_supported(config: TrainConfig) -> None:
