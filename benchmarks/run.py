@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Row, format_table, machine, markdown_table, row
 
 BENCHMARKS = ("trainer", "engine", "rollout", "smollm2", "diagnostics", "verifiers", "spectrum", "per_sample_grads",
-              "compare", "trl_engine", "rescore")
+              "compare", "trl_engine", "rescore", "cli")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

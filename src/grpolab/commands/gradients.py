@@ -12,15 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from rich.table import Table
 
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig
 from grpolab.progress import results_console as console
+
+if TYPE_CHECKING:
+    import torch
 
 # The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
 GRADIENTS_FIELDS = ("model", "task", "data", "task_options", "verifier", "advantage", "advantage_kwargs",
@@ -44,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> Any:
     """One rollout batch of ``prompts_per_step`` training prompts x ``group_size`` samples, scored (per token
     too under ``--reward-granularity token``)."""
+    import torch
+
     from grpolab import verifiers
     from grpolab.engine.collect import collect_batch
     from grpolab.engine.fit import check_evaluation_fits
@@ -82,6 +86,8 @@ def _model_for(config: TrainConfig, policy: Any) -> torch.nn.Module:
 
 def run(args: argparse.Namespace) -> int:
     import contextlib
+
+    import torch
 
     from grpolab import devices
     from grpolab.gradients.geometry import analyze_gradients

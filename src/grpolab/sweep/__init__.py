@@ -8,10 +8,26 @@
 * ``gather``: the results, metrics and runs tables. ``comparison``: the order of it all (``compare``).
 
 Where it departs from the papers it follows: see ``select`` (bracketing) and ``plan`` (``name+dynamic``).
+
+The names below load on first use (PEP 562): ``grpolab compare --help`` reads ``settings`` without importing torch.
 """
 
-from grpolab.sweep.comparison import CompareResult, compare
-from grpolab.sweep.plan import Cell, RunSpec
-from grpolab.sweep.variants import Variant
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grpolab.sweep.comparison import CompareResult, compare
+    from grpolab.sweep.plan import Cell, RunSpec
+    from grpolab.sweep.variants import Variant
 
 __all__ = ["Cell", "CompareResult", "RunSpec", "Variant", "compare"]
+_HOMES = {"CompareResult": "grpolab.sweep.comparison", "compare": "grpolab.sweep.comparison",
+          "Cell": "grpolab.sweep.plan", "RunSpec": "grpolab.sweep.plan", "Variant": "grpolab.sweep.variants"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'grpolab.sweep' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -4,11 +4,26 @@ directory, settings, task, logs, evaluations and end), grpolab's own engine (``t
 run directory holds: checkpoints (``checkpoint``), logs (``runlog``), its saved settings (``settings``) and its
 writer's lock (``lock``).
 
-``from grpolab.train import train, Trainer`` is the Python API behind ``grpolab train``.
+``from grpolab.train import train, Trainer`` is the Python API behind ``grpolab train``. The three load on first
+use (PEP 562), so that importing a light module of this package (``settings``, which the command line's flags
+read) does not import torch and transformers.
 """
 
-from grpolab.train.engines import train
-from grpolab.train.lifecycle import RunResult
-from grpolab.train.trainer import Trainer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grpolab.train.engines import train
+    from grpolab.train.lifecycle import RunResult
+    from grpolab.train.trainer import Trainer
 
 __all__ = ["RunResult", "Trainer", "train"]
+_HOMES = {"train": "grpolab.train.engines", "RunResult": "grpolab.train.lifecycle", "Trainer": "grpolab.train.trainer"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'grpolab.train' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)
