@@ -13,6 +13,11 @@ therefore enough (conservatively) under the report's test. ``seeds_needed`` is t
 power(n) >= the target. A normal approximation would undercount at the 3 to 10 seeds of a sweep, where
 t_{1 - a/2, n-1} is far above z_{1 - a/2}.
 
+The report never gives a paired p below 2 / 2^n, the smallest an exact permutation test of n seeds can give
+(``stats.compare_pair``): with so few seeds that 2 / 2^n >= alpha / m no difference can be declared, whatever
+``paired_power`` (the t-test's) says, so ``seeds_needed`` is never below the fewest seeds that clear that floor
+(``fewest_resolving_seeds``: 6 alone at alpha 0.05, 7 in a family of 2).
+
 Departure from the papers: neither plans seeds; this is grpolab's, the textbook power of the one-sample t
 (e.g. statsmodels' ``TTestPower``, which ``tests/planning/test_power.py`` checks it against).
 """
@@ -24,8 +29,9 @@ import math
 from scipy import stats as scipy_stats
 
 from grpolab.errors import UserError
+from grpolab.stats import sign_flip_floor
 
-__all__ = ["MOST_SEEDS", "paired_power", "seeds_needed"]
+__all__ = ["MOST_SEEDS", "fewest_resolving_seeds", "paired_power", "seeds_needed"]
 
 MOST_SEEDS = 1_000_000  # seeds_needed gives up (None) beyond this
 
@@ -53,9 +59,18 @@ def paired_power(effect: float, sd: float, seeds: int, *, alpha: float = 0.05, f
     return float(scipy_stats.nct.sf(critical, dof, shift) + scipy_stats.nct.sf(critical, dof, -shift))
 
 
+def fewest_resolving_seeds(alpha: float = 0.05, family: int = 1) -> int:
+    """The fewest seeds n (>= 2) whose exact sign-flip floor 2 / 2^n lies below alpha / family: fewer can never give
+    the report's paired p below the Bonferroni step of Holm."""
+    seeds = 2
+    while sign_flip_floor(seeds) >= alpha / family:
+        seeds += 1
+    return seeds
+
+
 def seeds_needed(effect: float, sd: float, *, power: float = 0.8, alpha: float = 0.05, family: int = 1) -> int | None:
-    """The fewest seeds per arm (>= 2) at which ``paired_power`` reaches ``power``; None when no number up to
-    ``MOST_SEEDS`` does (an effect of 0 never does)."""
+    """The fewest seeds per arm, at least ``fewest_resolving_seeds``, at which ``paired_power`` reaches ``power``;
+    None when no number up to ``MOST_SEEDS`` does (an effect of 0 never does)."""
     _check(sd, alpha, family)
     if not 0 < power < 1:
         raise UserError(f"power must lie in (0, 1), got {power}")
@@ -65,12 +80,13 @@ def seeds_needed(effect: float, sd: float, *, power: float = 0.8, alpha: float =
     def enough(seeds: int) -> bool:
         return paired_power(effect, sd, seeds, alpha=alpha, family=family) >= power
 
-    high = 2
+    high = fewest_resolving_seeds(alpha, family)
     while not enough(high):  # power grows with the seeds: double, then bisect
         if high >= MOST_SEEDS:
             return None
         high = min(2 * high, MOST_SEEDS)
-    low = high // 2 if high > 2 else 1  # enough(low) is False (or low = 1, below the minimum)
+    floor = fewest_resolving_seeds(alpha, family)
+    low = max(high // 2, floor - 1) if high > floor else floor - 1  # enough(low) is False, or low is below the floor
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (low, middle) if enough(middle) else (middle, high)

@@ -42,7 +42,7 @@ DYNAMICS_LABELS = {
     "rollout/accuracy": "Rollout accuracy",
     "starvation/all_wrong": "All-wrong group fraction",
     "starvation/all_correct": "All-correct group fraction",
-    "starvation/degenerate": "Degenerate group fraction",
+    "starvation/degenerate": "Zero-advantage group fraction",
 }
 
 

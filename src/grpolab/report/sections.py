@@ -278,7 +278,9 @@ def dynamics_section(metrics: pd.DataFrame, problem: str | None) -> Section:
         return section
     window = max(1, round(metrics.groupby("run_id")["step"].nunique().median() / 20))
     section.paragraphs.append(
-        "Mean training reward and the share of all-wrong and of degenerate (all-right or all-wrong) groups, "
+        "Mean training reward, the share of all-wrong groups (every completion wrong) and the share of "
+        "zero-advantage groups (every advantage zero as trained: all-right or all-wrong under a group-centred "
+        "estimator, all-right never under sign, whose all-wrong groups still push), "
         f"per estimator: mean over seeds with its 95% Student-t band, smoothed by a rolling mean over {window} "
         "step(s). A group-centred estimator stuck at a high all-wrong fraction is starved of gradient."
     )
