@@ -111,6 +111,7 @@ def _trl_name_hint(message: str) -> str:
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = OneLineParser(prog="grpolab", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=_VersionAction, help="show grpolab's version (and its checkout's commit)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser.command = chosen if chosen in COMMANDS else None
@@ -119,6 +120,25 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         if name == chosen:  # only the chosen command's module is imported
             importlib.import_module(module_name).add_arguments(sub)
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the version line, computed only when asked (it runs git on a checkout)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        parser.exit(0, f"grpolab {_version()}\n")
+
+
+def _version() -> str:
+    """grpolab's version, and the commit of the checkout it runs from where there is one (``provenance``)."""
+    from grpolab.provenance import software
+
+    record = software()
+    commit = f" (commit {record['commit'][:12]}{', with changes' if record['dirty'] else ''})" if record["commit"] else ""
+    return f"{record['version']}{commit}"
 
 
 def _one_line_warning(command: str):

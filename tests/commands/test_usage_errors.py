@@ -40,3 +40,16 @@ def test_every_mapped_name_that_differs_from_grpolabs_is_known() -> None:
         if first and "." not in first and first != setting:
             assert setting in settings_for_trl_name(first.replace("_", "-"))
     assert settings_for_trl_name("seed") == []  # the same name in both: nothing to translate
+
+
+def test_version_names_the_release_and_the_checkout(capsys: pytest.CaptureFixture) -> None:
+    from grpolab import __version__
+    from grpolab.provenance import software
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"grpolab {__version__}")
+    commit = software()["commit"]
+    assert (commit[:12] in line) if commit else ("commit" not in line)
