@@ -17,8 +17,8 @@ LIGHT = [name for name in COMMANDS if name != "estimators"]  # its help lists th
 
 @pytest.mark.parametrize("command", LIGHT)
 def test_a_subcommands_parser_imports_nothing_heavy(command: str) -> None:
-    code = ("import sys; from grpolab.cli import build_parser; build_parser([%r]).format_help(); "
-            "print(' '.join(m for m in %r if m in sys.modules))" % (command, HEAVY))
+    code = (f"import sys; from grpolab.cli import build_parser; build_parser([{command!r}]).format_help(); "
+            f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"grpolab {command} --help imports {done.stdout.strip()}"

@@ -129,7 +129,8 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
-        parser.exit(0, f"grpolab {_version()}\n")
+        print(f"grpolab {_version()}")  # stdout, as argparse's own version action
+        parser.exit(0)
 
 
 def _version() -> str:
@@ -137,8 +138,9 @@ def _version() -> str:
     from grpolab.provenance import software
 
     record = software()
-    commit = f" (commit {record['commit'][:12]}{', with changes' if record['dirty'] else ''})" if record["commit"] else ""
-    return f"{record['version']}{commit}"
+    if not record["commit"]:
+        return str(record["version"])
+    return f"{record['version']} (commit {record['commit'][:12]}{', with changes' if record['dirty'] else ''})"
 
 
 def _one_line_warning(command: str):
