@@ -23,10 +23,10 @@ coverage can be checked on thousands of simulated sweeps at once. Conventions:
 * Paired by seed: where two arms ran the same seeds (a sweep's estimators share seeds 0..N-1, so each seed's
   start policy and evaluation prompts are shared), ``paired_t_test`` / ``paired_interval`` test the mean of
   the per-seed differences (Student 1908; ``scipy.stats.ttest_rel``). Unpaired arms fall back to Welch.
-* No p below what the seeds can carry: a paired t p under ``sign_flip_floor(n)`` = 2 / 2^n (nearly constant
-  differences; 0 when they are exactly constant) is replaced by the exact sign-flip p (``sign_flip_test``), and
-  the paired TOST p is floored there too; differences with zero spread get no interval (NaN), never one of zero
-  width.
+* No p below what the seeds can carry: a paired t p under ``sign_flip_floor(n)`` = 2 / 2^n, the smallest p an
+  exact permutation test of n pairs gives (``sign_flip_test``), is raised to it (nearly constant differences; 0
+  when they are exactly constant), and so is the paired TOST p; differences with zero spread get no interval (NaN),
+  never one of zero width.
 * Absence is tested, not read off a p-value: ``equivalence_test`` is Schuirmann's (1987) two one-sided tests
   (TOST) that the difference lies inside (-margin, +margin), paired or Welch like the difference test.
 * Multiple comparisons: Holm's step-down correction, applied within each test family.
@@ -445,24 +445,23 @@ def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAUL
 
 
 def _paired_within_its_floor(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, str]:
-    """(p, low, high, test name) of the paired comparison: the paired t-test and its interval, unless the t-test
-    claims more than n pairs can carry. Where its p falls below ``sign_flip_floor(n)`` (its differences nearly or
-    exactly constant), the exact sign-flip p replaces it ("exact sign-flip"); where the differences have zero
-    spread the interval is NaN: there is no spread to build one from, and a zero-width interval would read as
-    certainty."""
+    """(p, low, high, test name) of the paired comparison: the paired t-test and its interval, its p raised to
+    ``sign_flip_floor(n)`` where it falls below (nearly or exactly constant differences: "paired t (floored)"), so
+    that no p is smaller than any exact test of n pairs can give while a stronger effect never reads weaker; where
+    the differences have zero spread the interval is NaN: there is no spread to build one from, and a zero-width
+    interval would read as certainty."""
     _, _, p = paired_t_test(x, y)
     _, low, high = paired_interval(x, y)
     if float((x - y).std()) == 0.0:
         low = high = math.nan
-    if p < sign_flip_floor(x.size):
-        return sign_flip_test(x, y), low, high, "exact sign-flip"
-    return p, low, high, "paired t"
+    floor = sign_flip_floor(x.size)
+    return (floor, low, high, "paired t (floored)") if p < floor else (p, low, high, "paired t")
 
 
 P_FAMILIES = ("p", "welch_p", "tost_p", "permutation_p", "mann_whitney_p")
-PAIRED_TESTS = ("paired t", "exact sign-flip")
-"""The ``test`` names of a paired row (``compare_pair``): the paired t-test, or the sign-flip test that replaces it
-below what n pairs can carry."""
+PAIRED_TESTS = ("paired t", "paired t (floored)")
+"""The ``test`` names of a paired row (``compare_pair``): the paired t-test, and the same with its p raised to the
+floor 2 / 2^n of what n pairs can carry."""
 
 
 def holm_family(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -24,14 +24,14 @@ def test_the_primary_comparison_comes_first_paired_and_holm_corrected_over_its_f
     results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo", "rloo"), seeds=3, sizes=(2, 4))
     bullets = _bullets(results, config)
     paired = [scipy_stats.ttest_rel(FINALS[("sign", g)], FINALS[("dr_grpo", g)]).pvalue for g in (2, 4)]
-    assert max(paired) < 2 / 2**3  # the t-test claims more than 3 seeds can carry: the exact sign-flip p instead
+    assert max(paired) < 2 / 2**3  # the t-test claims more than 3 seeds can carry: its p is raised to 2 / 2^3
     holm = [0.5, 0.5]  # 2 / 2^3 = 0.25 for each (every seed's difference has the same sign), Holm over two
     assert bullets[0].startswith("Primary comparison (sign vs dr_grpo), G = 2: on pass@1, no evidence either way at "
                                  "this n (sign - dr_grpo = +44.0 points, 95% CI [")
-    assert (f"exact sign-flip p = 0.25, Holm-adjusted {holm[0]:.2g} over the primary family of 2 tests, "
+    assert (f"paired t (floored) p = 0.25, Holm-adjusted {holm[0]:.2g} over the primary family of 2 tests, "
             "n = 3 vs 3") in bullets[0]
     assert "interquartile means 74.0% vs 30.0%" in bullets[0]  # 3 runs: floor(3 / 4) = 0 cut, the plain means
-    assert "; greedy accuracy agrees (sign - dr_grpo = +44.0 points, Holm-adjusted exact sign-flip p = " in bullets[0]
+    assert "; greedy accuracy agrees (sign - dr_grpo = +44.0 points, Holm-adjusted paired t (floored) p = " in bullets[0]
     assert bullets[1].startswith("Primary comparison (sign vs dr_grpo), G = 4: on pass@1, ")
     assert f"Holm-adjusted {holm[1]:.2g} over the primary family of 2 tests" in bullets[1]
     verdict = "\n".join(bullets)
@@ -61,7 +61,7 @@ def test_a_verdict_that_holds_on_pass_at_1_and_not_on_greedy_accuracy_says_so() 
     flat = results.copy()  # sign's greedy accuracy becomes dr_grpo's, seed by seed; its pass@1 stays ahead
     flat.loc[ends, "greedy_accuracy"] = FINALS[("dr_grpo", 2)] + EXTRA_FINALS[("dr_grpo", 2)]
     primary = _bullets(flat, config)[0]
-    assert "on pass@1, sign > dr_grpo by 44.1 points" in primary and "exact sign-flip p = 0.0078" in primary
+    assert "on pass@1, sign > dr_grpo by 44.1 points" in primary and "paired t (floored) p = 0.0078" in primary
     assert "; this holds on pass@1 but not on greedy accuracy: there, sign and dr_grpo are equivalent within " \
            "+-5.0 points (TOST p = 0.0078; sign - dr_grpo = +0.0 points, 95% CI [n/a, n/a]" in primary  # 2 / 2^8
 
