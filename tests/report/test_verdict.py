@@ -31,7 +31,8 @@ def test_the_primary_comparison_comes_first_paired_and_holm_corrected_over_its_f
     assert (f"paired t (floored) p = 0.25, Holm-adjusted {holm[0]:.2g} over the primary family of 2 tests, "
             "n = 3 vs 3") in bullets[0]
     assert "interquartile means 74.0% vs 30.0%" in bullets[0]  # 3 runs: floor(3 / 4) = 0 cut, the plain means
-    assert "; greedy accuracy agrees (sign - dr_grpo = +44.0 points, Holm-adjusted paired t (floored) p = " in bullets[0]
+    agrees = "; greedy accuracy agrees (sign - dr_grpo = +44.0 points, Holm-adjusted paired t (floored) p = "
+    assert agrees in bullets[0]
     assert bullets[1].startswith("Primary comparison (sign vs dr_grpo), G = 4: on pass@1, ")
     assert f"Holm-adjusted {holm[1]:.2g} over the primary family of 2 tests" in bullets[1]
     verdict = "\n".join(bullets)
