@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("grpolab.commands.compare", "multi-seed comparison of estimators, with a report"),
     "eval": ("grpolab.commands.evaluate", "evaluate a model or run directory: accuracy and pass@k"),
     "export": ("grpolab.commands.export", "write a run as a Hugging Face model folder with a model card"),
+    "lm-eval-tasks": ("grpolab.commands.lm_eval_tasks", "write a task's test split as an lm-eval task YAML"),
     "audit": ("grpolab.commands.audit", "report the gradient starvation in existing rollout logs"),
     "gradients": ("grpolab.commands.gradients", "gradient spectrum (effective rank) of one rollout batch"),
     "estimators": ("grpolab.commands.estimators", "list the registered advantage estimators"),
