@@ -91,3 +91,17 @@ def test_registering_keeps_lm_evals_own_models() -> None:
 
     assert register() is GrpolabLM and get_model("grpolab") is GrpolabLM
     assert get_model("hf").__name__ == "HFLM"
+
+
+def test_the_command_line_ends_a_grpolab_error_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+    from grpolab.integrations.lm_eval.__main__ import main
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("sys.argv", ["lm_eval", "--model", "grpolab", "--model_args", "pretrained=embedded,topk=3",
+                                     "--tasks", "gsm8k", "--output_path", str(tmp_path)])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and err[-1].startswith("python -m grpolab.integrations.lm_eval: error: ")
+    assert "topk" in err[-1]
