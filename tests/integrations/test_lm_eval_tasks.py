@@ -90,3 +90,17 @@ def test_an_out_that_is_a_file_is_refused(tmp_path: Path) -> None:
 
 def test_a_task_given_by_import_path_gets_a_name_lm_eval_takes() -> None:
     assert lm_eval_task_name("my_pkg.tasks:build") == "grpolab_my_pkg_tasks_build"
+
+
+def test_the_rescoring_line_names_the_verifier_where_the_task_name_does_not_give_it(tmp_path: Path, capsys) -> None:
+    table = ["--task", "file", "--data", str(DATA["gsm8k"] / "test.jsonl"), "--prompt-column", "question",
+             "--reference-column", "answer", "--verifier", "gsm8k"]
+    assert main(["lm-eval-tasks", "--out", str(tmp_path), *table]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("--from-samples OUT --verifier gsm8k")
+    assert main(["lm-eval-tasks", "--out", str(tmp_path), "--task", "reverse", "--verifier", "exact"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("--from-samples OUT")
+
+
+def test_writing_a_task_warns_about_no_model(tmp_path: Path, recwarn) -> None:
+    assert main(["lm-eval-tasks", "--out", str(tmp_path), "--task", "arith", "--limit", "2"]) == 0
+    assert not [w for w in recwarn if "embedded" in str(w.message)]  # `grpolab eval --task arith` warns here

@@ -17,6 +17,17 @@ TASK_FIELDS = ("task", "data", "prompt_column", "reference_column", "task_option
                "temperature", "max_new_tokens", "eval_samples", "eval_limit")
 
 
+def _rescored_alike(name: str, verifier: str) -> bool:
+    """Whether ``grpolab eval --from-samples`` picks ``verifier`` for lm-eval's task ``name`` on its own."""
+    from grpolab.errors import UserError
+    from grpolab.harness_samples import verifier_for
+
+    try:
+        return verifier_for(name) == verifier
+    except UserError:
+        return False
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="the folder for the task YAML and its jsonl data (lm-eval's "
                                                      "--include_path); other files in it are left alone")
@@ -28,11 +39,11 @@ def run(args: argparse.Namespace) -> int:
     from grpolab.train.lifecycle import load_task_for
 
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=EVAL_TRAIN_DEFAULTS)
-    task = load_task_for(config)
+    task = load_task_for(config, for_model=False)  # no model here: lm-eval's --model_args names it
     settings = GenerationSettings(repeats=config.eval_samples, temperature=config.temperature,
                                   max_new_tokens=config.max_new_tokens or task.max_new_tokens)
     written = write_task(task, args.out, settings, limit=config.eval_limit, verifier=config.verifier)
-    verifier = f" --verifier {config.verifier}" if config.verifier else ""
+    verifier = "" if _rescored_alike(written.name, task.verifier) else f" --verifier {task.verifier}"
     lines = (f"{written.name}: {written.documents} documents x {settings.repeats} repeats, temperature "
              f"{settings.temperature:g}, at most {settings.max_new_tokens} new tokens",
              f"wrote {written.yaml_path} and {written.data_path}",
