@@ -105,3 +105,12 @@ def test_the_command_line_ends_a_grpolab_error_in_one_line(tmp_path, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and err[-1].startswith("python -m grpolab.integrations.lm_eval: error: ")
     assert "topk" in err[-1]
+
+
+def test_a_chat_templated_context_gets_no_second_bos() -> None:
+    lm = GrpolabLM(pretrained="embedded", device="cpu")
+    plain_ids, _ = lm.encode(["12*="])
+    lm.policy.tokenizer.chat_template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    context = lm.apply_chat_template([{"role": "user", "content": "12*="}])
+    templated_ids, _ = lm.encode([context])
+    assert context == "<bos>12*=" and templated_ids.tolist() == plain_ids.tolist()  # one BOS, from the template

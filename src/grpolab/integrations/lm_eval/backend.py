@@ -14,7 +14,9 @@ completions ``grpolab eval --seed S --n N`` draws for its pass@k (same prompts, 
 
 ``until`` stop strings cut each completion at the first one found (the sampler stops at EOS; the text after a stop
 string is dropped, which gives the text a stop during sampling would); ``do_sample: false`` or temperature 0 is
-greedy. lm-eval's ``batch_size`` is accepted and not used: grpolab's sampler sizes its memory chunks itself.
+greedy. With ``--apply_chat_template`` the context already holds the template's special tokens, so it is encoded
+without adding them again (no second BOS). lm-eval's ``batch_size`` is accepted and not used: grpolab's sampler
+sizes its memory chunks itself.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class GrpolabLM(LM):
         self.policy.model.to(_device(device))
         self.policy.model.eval()
         self.seed, self.prompts_per_batch, self.max_gen_toks = int(seed), int(prompts_per_batch), int(max_gen_toks)
+        self.templated = False  # set once lm-eval has put a prompt through the chat template
 
     @property
     def tokenizer_name(self) -> str:
@@ -98,8 +101,19 @@ class GrpolabLM(LM):
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         if not getattr(self.policy.tokenizer, "chat_template", None):
             raise UserError(f"{self.policy.source} has no chat template; leave out --apply_chat_template")
+        self.templated = True
         return self.policy.tokenizer.apply_chat_template(chat_history, tokenize=False,
                                                          add_generation_prompt=add_generation_prompt)
+
+    def encode(self, contexts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """[P, Lp] left-padded ids and mask of lm-eval's contexts: as ``encode_prompts`` encodes plain prompts, and
+        without adding special tokens again to contexts the chat template made (``--apply_chat_template``), as
+        grpolab encodes a templated prompt."""
+        if not self.templated:
+            return encode_prompts(self.policy.tokenizer, contexts, use_chat_template=False)
+        encoded = self.policy.tokenizer(contexts, padding=True, padding_side="left", add_special_tokens=False,
+                                        return_tensors="pt", verbose=False)
+        return encoded["input_ids"], encoded["attention_mask"]
 
     def loglikelihood(self, requests):
         raise NotImplementedError(_UNSUPPORTED.format(kind="loglikelihood (multiple-choice)"))
@@ -131,8 +145,7 @@ class GrpolabLM(LM):
         for index, (request, repeats) in enumerate(chunk):
             batches.setdefault((*self._settings(request), repeats), []).append(index)
         for (temperature, top_p, budget, until, repeats), indices in batches.items():
-            ids, mask = encode_prompts(self.policy.tokenizer, [chunk[i][0].args[0] for i in indices],
-                                       use_chat_template=False)
+            ids, mask = self.encode([chunk[i][0].args[0] for i in indices])
             rollout = sample(self.policy.model, self.policy.tokenizer, ids, mask, num_samples=repeats,
                              max_new_tokens=budget, temperature=temperature, top_p=top_p, generator=generator)
             for row, i in enumerate(indices):
