@@ -84,7 +84,7 @@ class GrpolabLM(LM):
         super().__init__()
         if unknown:
             raise UserError(f"the grpolab lm-eval backend takes no model_args {', '.join(sorted(unknown))}; it takes "
-                            "pretrained, seed, device, prompts_per_batch and max_gen_toks")
+                            "pretrained, seed, prompts_per_batch and max_gen_toks (the device is lm-eval's --device)")
         self.policy = load_policy(str(pretrained))
         self.policy.model.to(_device(device))
         self.policy.model.eval()
