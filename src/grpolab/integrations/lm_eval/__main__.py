@@ -16,7 +16,7 @@ def main() -> None:
     try:
         from lm_eval.__main__ import cli_evaluate
     except ImportError:
-        sys.exit(f"{PROG}: error: lm-eval is not installed; install grpolab's extra: pip install -e '.[lm_eval]' "
+        sys.exit(f"{PROG}: error: lm-eval is not installed; install grpolab's extra: pip install -e '.[lm-eval]' "
                  "(or pip install 'lm-eval==0.4.13')")
     from grpolab.integrations.lm_eval.backend import register
 
