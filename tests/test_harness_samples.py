@@ -247,3 +247,19 @@ def test_documents_with_fewer_samples_bound_k_and_the_report_says_so(tmp_path: P
     out = capsys.readouterr().out
     assert "n = 3 to 4 (k up to 3)" in out and "pass@3 " in out and "pass@4 " not in out
     assert "scored 31 responses of 8 documents" in out
+
+
+LIGHTEVAL_RUN = Path(__file__).resolve().parent / "fixtures" / "lighteval"
+
+
+def test_a_real_lighteval_details_file_rescores_to_lightevals_own_pass_at_1(capsys) -> None:
+    # lighteval 0.13.0's own output (tests/fixtures/README.md): its pass@k:k=1&n=4 is the mean over documents of
+    # c / n under exact match, which is grpolab's avg@n under the `exact` verifier, with the same standard error
+    (results_file,) = LIGHTEVAL_RUN.glob("results_*.json")
+    theirs = json.loads(results_file.read_text())["results"]["grpolab_reverse|0"]
+    assert main(["eval", "--from-samples", str(LIGHTEVAL_RUN), "--json"]) == 0
+    (task,) = json.loads(capsys.readouterr().out)["tasks"]
+    assert (task["harness"], task["verifier"], task["prompts"], task["n"]) == ("lighteval", "exact", 8, 4)
+    assert task["responses_scored"] == 32 and task["unscorable"] == 0
+    assert task["metrics"]["avg@n"] == pytest.approx(theirs["pass@k"], abs=1e-12)
+    assert task["se"]["avg@n"] == pytest.approx(theirs["pass@k_stderr"], abs=1e-12)

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("grpolab.commands.preflight", "predict a task's gradient starvation before training; a G and band"),
     "plan": ("grpolab.commands.plan", "the seeds a comparison needs, from a pilot compare folder or from numbers"),
     "export": ("grpolab.commands.export", "write a run as a Hugging Face model folder with a model card"),
+    "lm-eval-tasks": ("grpolab.commands.lm_eval_tasks", "write a task's test split as an lm-eval task YAML"),
     "audit": ("grpolab.commands.audit", "report the gradient starvation in existing rollout logs"),
     "gradients": ("grpolab.commands.gradients", "gradient spectrum (effective rank) of one rollout batch"),
     "estimators": ("grpolab.commands.estimators", "list the registered advantage estimators"),

@@ -36,6 +36,11 @@ TASK_VERIFIERS: tuple[tuple[str, str], ...] = (
     ("math", "math"),
     ("aime", "math"),
     ("amc", "math"),
+    # the tasks of `grpolab lm-eval-tasks` (grpolab.integrations.lm_eval.tasks), each with its grpolab task's verifier
+    ("grpolab_reverse", "exact"),
+    ("grpolab_arith", "exact"),
+    ("grpolab_gsm8k", "gsm8k"),
+    ("grpolab_math500", "math"),
 )
 """(task name or prefix, verifier): the harnesses' task names grpolab knows a verifier for."""
 

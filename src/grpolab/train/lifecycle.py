@@ -54,8 +54,9 @@ class RunResult:
 _TASK_FIELDS = ("use_chat_template", "max_new_tokens")  # Task fields any task's options may override
 
 
-def load_task_for(config: TrainConfig) -> Task:
-    """The task of a config; data options are passed only to the tasks that read files."""
+def load_task_for(config: TrainConfig, *, for_model: bool = True) -> Task:
+    """The task of a config; data options are passed only to the tasks that read files. ``for_model``: warn when
+    ``config.model`` is an embedded model trained for another task (off where no model runs the task)."""
     options = {k: v for k, v in config.task_options.items() if k not in _TASK_FIELDS}
     overrides = {k: v for k, v in config.task_options.items() if k in _TASK_FIELDS}
     options.update(_data_options(config))
@@ -71,7 +72,8 @@ def load_task_for(config: TrainConfig) -> Task:
     task = dataclasses.replace(task, **overrides)
     if not task.train:
         raise UserError(f"task {config.task!r} has no training problems; check --data / --task-limit")
-    _warn_on_embedded_mismatch(config.model, config.task)
+    if for_model:
+        _warn_on_embedded_mismatch(config.model, config.task)
     return task
 
 
