@@ -2,6 +2,9 @@
 ``metrics.parquet`` (one row per run and training step) and ``runs.csv`` (one row per run, the lr-selection
 runs included, with its start and end figures). Every table is written atomically (``write_table``).
 
+Each evaluation row also carries the sampled metrics at k = n (avg@n, maj@n, pass^n, each with its standard error
+over prompts: ``SAMPLED_COLUMNS``), so that a comparison's result leaves grpolab with the statistics papers report.
+
 Every row carries the run's ``variant`` ("" when nothing is varied) and ``status``: ``finished``, or
 ``diverged`` for a run the trainer stopped on a non-finite loss, gradient or parameter (with
 ``diverged_at_step`` in results and runs). A diverged run keeps
@@ -43,9 +46,26 @@ def _run_columns(spec: RunSpec, bracketed: Mapping[Cell, bool] | None = None) ->
             "bracketed": None if bracketed is None else bracketed.get(spec.cell)}
 
 
+SAMPLED_COLUMNS = {"avg@n": "avg_at_n", "maj@{n}": "maj_at_n", "pass^{n}": "pass_all_at_n"}
+"""The evaluation's sampled metrics at k = n (``grpolab.diagnostics.sampled``) that results.parquet carries, each
+with its standard error over prompts (``<column>_se``; NaN where the run drew no samples or too few prompts)."""
+
+
+def _sampled_columns(row: dict[str, Any]) -> dict[str, float]:
+    sampled, n = row.get("sampled") or {}, row.get("n", 0)
+    metrics, errors = sampled.get("metrics") or {}, sampled.get("se") or {}
+    out = {}
+    for key, column in SAMPLED_COLUMNS.items():
+        name = key.format(n=n)
+        value, error = metrics.get(name), errors.get(name)
+        out[column] = float("nan") if value is None else float(value)
+        out[f"{column}_se"] = float("nan") if error is None else float(error)
+    return out
+
+
 def _result_row(columns: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     passk = row.get("pass_at_k", {})
-    return {**columns, "phase": row["phase"], "step": row["step"],
+    return {**columns, **_sampled_columns(row), "phase": row["phase"], "step": row["step"],
             "completions_generated": row.get("completions_generated", 0),
             "greedy_accuracy": row["greedy_accuracy"], "n": row.get("n", 0),
             "pass_at_k": [passk[k] for k in sorted(passk, key=int)],
