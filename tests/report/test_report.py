@@ -17,7 +17,8 @@ from grpolab.errors import UserError
 from grpolab.render import chromium_command
 from grpolab.report import screenshot, summary_table, write_report
 from grpolab.report.families import families_section
-from grpolab.report.verdict import detail_section
+from grpolab.report.sections import figure_png
+from grpolab.report.verdict import DETAIL, verdict_sections
 from report_sweeps import N_PROMPTS, N_SAMPLES, PROMPTS_PER_STEP, STEPS, synthetic_sweep
 
 
@@ -158,7 +159,8 @@ def _with_families(results: pd.DataFrame, families: list[str], start: dict[str, 
 
 
 def _verdict(results: pd.DataFrame) -> str:
-    return "\n".join(detail_section(results, None).bullets)
+    detail = next(s for s in verdict_sections(results, None, None, None, figure_png) if s.title == DETAIL)
+    return "\n".join(detail.bullets)
 
 
 def test_verdict_of_a_task_without_families_says_nothing_of_families() -> None:

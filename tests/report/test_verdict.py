@@ -6,24 +6,43 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
+from matplotlib.figure import Figure
 from scipy import stats as scipy_stats
 
 from grpolab.errors import UserError
+from grpolab.render import Section
 from grpolab.report import write_report
 from grpolab.report.tables import summary_table
-from grpolab.report.verdict import detail_section, untested_section
+from grpolab.report.verdict import DETAIL, UNTESTED, verdict_sections
 from report_sweeps import EXTRA_FINALS, FINALS, shifted, synthetic_sweep, with_diverged, with_lrs, with_variants
 
 
-def _bullets(results, config, **kwargs) -> list[str]:
-    """The detailed verdict's bullets after the first, which says when the primary comparison was declared."""
-    return detail_section(results, None, config, **kwargs).bullets[1:]
+def _unrendered(fig: Figure) -> bytes:
+    """No PNG: these tests read the verdict's words and tables (the figures: test_report.py, test_forest.py)."""
+    plt.close(fig)
+    return b""
+
+
+def _sections(results, config) -> dict[str, Section]:
+    """The verdict's sections by title."""
+    return {section.title: section for section in verdict_sections(results, None, config, None, _unrendered)}
+
+
+def _detail(results, config) -> list[str]:
+    """The detailed verdict's bullets; the first says when the primary comparison was declared."""
+    return _sections(results, config)[DETAIL].bullets
+
+
+def _bullets(results, config) -> list[str]:
+    """The detailed verdict's bullets after the first."""
+    return _detail(results, config)[1:]
 
 
 def _untested(results, config) -> list[dict[str, str]]:
     """The rows of the table of pairs not tested."""
-    section = untested_section(results, config)
+    section = _sections(results, config).get(UNTESTED)
     return [] if section is None else section.tables[0][1].to_dict("records")
 
 
@@ -51,15 +70,15 @@ def test_the_primary_comparison_comes_first_paired_and_holm_corrected_over_its_f
 
 def test_when_the_primary_was_declared_is_said_and_a_change_after_results_flagged() -> None:
     results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
-    first = detail_section(results, None, config).bullets[0]
+    first = _detail(results, config)[0]
     assert first.startswith("The primary comparison is sign vs dr_grpo; when it was declared is not recorded")
     record = {"primary_declared": "2026-11-26T13:00:00Z", "primary_declared_after_results": False,
               "primary_replaced": ""}
-    before = detail_section(results, None, {**config, "primary_declaration": record}).bullets[0]
+    before = _detail(results, {**config, "primary_declaration": record})[0]
     assert before == ("The primary comparison sign vs dr_grpo was declared at 2026-11-26T13:00:00Z, before any run "
                       "of this sweep trained.")
     changed = {**record, "primary_declared_after_results": True, "primary_replaced": "sign,grpo"}
-    after = detail_section(results, None, {**config, "primary_declaration": changed}).bullets[0]
+    after = _detail(results, {**config, "primary_declaration": changed})[0]
     assert after.startswith("CHANGED AFTER RESULTS: the primary comparison sign vs dr_grpo was declared at "
                             "2026-11-26T13:00:00Z, after runs of this sweep had trained, replacing sign vs grpo")
 

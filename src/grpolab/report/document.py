@@ -41,7 +41,7 @@ from grpolab.report.sections import (
 from grpolab.report.selection import selection_section
 from grpolab.report.start import start_section
 from grpolab.report.tables import labelled, run_table
-from grpolab.report.verdict import detail_section, untested_section, verdict_section
+from grpolab.report.verdict import verdict_sections
 
 RESULTS_COLUMNS = tuple(
     "run_id estimator seed group_size phase step completions_generated greedy_accuracy n pass_at_k successes".split()
@@ -54,10 +54,8 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
     _check_results(results)
     usable, problem = usable_metrics(metrics)
     shown = labelled(usable)
-    untested = untested_section(results, config)
-    sections = [verdict_section(results, config, figure_png), *([untested] if untested is not None else []),
-                detail_section(results, selection, config, usable), *summary_sections(results, config, usable),
-                *data_sections(config)]
+    sections = [*verdict_sections(results, selection, config, usable, figure_png),
+                *summary_sections(results, config, usable), *data_sections(config)]
     if selection is not None and not selection.empty:
         sections.append(selection_section(selection))
     family = families_section(results)

@@ -60,9 +60,10 @@ from grpolab.report.methods import methods_pointer
 from grpolab.report.selection import unbracketed_lines
 from grpolab.report.tables import diverged_table, family_split, family_table, labelled, run_table
 
-__all__ = ["DETAIL", "UNTESTED", "detail_section", "untested_section", "verdict_section"]
+__all__ = ["DETAIL", "UNTESTED", "VERDICT", "verdict_sections"]
 
 SIGN = "sign"
+VERDICT = "Verdict"
 UNTESTED = "Pairs not tested"
 DETAIL = "The verdict in detail"
 
@@ -256,13 +257,11 @@ def _change(value: float) -> str:
     return "no family" if value is None or not np.isfinite(value) else points(value)
 
 
-def verdict_section(results: pd.DataFrame, config: dict[str, Any] | None, png: Callable[[Any], bytes]) -> Section:
+def _headline(runs: pd.DataFrame, rows: list[dict[str, Any]], config: dict[str, Any],
+              png: Callable[[Any], bytes]) -> Section:
     """The answer first: the bottom line (one sentence per primary comparison), where the methods are, and the
-    forest plot of every tested difference; ``png`` renders a figure."""
-    config = config or {}
-    runs = run_table(results)
-    rows, _ = comparisons(runs, config)
-    section = Section("Verdict", [*bottom_line(runs, rows, config), methods_pointer()])
+    forest plot of every tested difference."""
+    section = Section(VERDICT, [*bottom_line(runs, rows, config), methods_pointer()])
     forest = forest_rows(rows)
     if forest.empty:
         section.notes.append("No pair was tested (a test needs at least 2 finished runs per arm): no forest plot.")
@@ -274,24 +273,18 @@ def verdict_section(results: pd.DataFrame, config: dict[str, Any] | None, png: C
     return section
 
 
-def untested_section(results: pd.DataFrame, config: dict[str, Any] | None) -> Section | None:
-    """The pairs not tested (the same update under Adam, repeats, too few runs), one table row each; None when
-    every pair was tested."""
-    rows, _ = comparisons(run_table(results), config or {})
+def _untested(rows: list[dict[str, Any]]) -> list[Section]:
+    """The pairs not tested (the same update under Adam, repeats, too few runs), one table row each; no section
+    when every pair was tested."""
     table = untested_table(rows)
-    if table.empty:
-        return None
     text = "The pairs that have no test, and why; the forest plot above holds every tested pair."
-    return Section(UNTESTED, [text], [("", table)])
+    return [] if table.empty else [Section(UNTESTED, [text], [("", table)])]
 
 
-def detail_section(results: pd.DataFrame, selection: pd.DataFrame | None, config: dict[str, Any] | None = None,
-                   metrics: pd.DataFrame | None = None) -> Section:
+def _detail(results: pd.DataFrame, runs: pd.DataFrame, rows: list[dict[str, Any]], selection: pd.DataFrame | None,
+            config: dict[str, Any], metrics: pd.DataFrame | None) -> Section:
     """The verdict in detail: when the primary was declared, the primary comparison with all its numbers, who
     learns fastest and by how much, sign vs group-centred, and everything that qualifies those numbers."""
-    config = config or {}
-    runs = run_table(results)
-    rows, _ = comparisons(runs, config)
     arms = runs[["variant", "group_size"]].drop_duplicates().sort_values(["variant", "group_size"])
     bullets = _primary_lines(runs, rows, config)
     bullets += [_best_line(runs, rows, v, int(g)) for v, g in arms.itertuples(index=False)]
@@ -299,3 +292,14 @@ def detail_section(results: pd.DataFrame, selection: pd.DataFrame | None, config
     bullets += _diverged_lines(results, runs) + unbracketed_lines(selection) + clipping_lines(metrics, config)
     bullets += _sign_group_sizes(runs) + _family_lines(results)
     return Section(DETAIL, bullets=bullets)
+
+
+def verdict_sections(results: pd.DataFrame, selection: pd.DataFrame | None, config: dict[str, Any] | None,
+                     metrics: pd.DataFrame | None, png: Callable[[Any], bytes]) -> list[Section]:
+    """The sections that open the report, in order: "Verdict" (bottom line, pointer to the methods, forest
+    plot), "Pairs not tested" (where there are any) and "The verdict in detail"; ``png`` renders a figure."""
+    config = config or {}
+    runs = run_table(results)
+    rows, _ = comparisons(runs, config)
+    return [_headline(runs, rows, config, png), *_untested(rows),
+            _detail(results, runs, rows, selection, config, metrics)]
