@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from grpolab.report.curves import curve_table, speed_table
+from grpolab.report.curves import curve_table, curves_section, speed_table
+from grpolab.report.sections import figure_png
 from report_sweeps import FINALS, START_ACCURACY, synthetic_sweep
 
 
@@ -50,3 +51,14 @@ def test_steps_to_the_reward_level_by_hand() -> None:
     assert table.loc["sign", "reached"] == "2 of 2"
     assert table.loc["dr_grpo", "steps_to_level"] == pytest.approx(9.0)  # seed 0: 0.45 at step 9; seed 1 never
     assert table.loc["dr_grpo", "reached"] == "1 of 2" and np.isnan(table.loc["dr_grpo", "steps_low"])
+
+
+def test_the_learning_curve_figure_is_dropped_when_runs_have_only_their_start_and_end() -> None:
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
+    drawn = curves_section(results, None, figure_png)
+    assert [stem for stem, _, _ in drawn.figures] == ["learning_curves"] and not drawn.notes
+    two_points = curves_section(results[results["phase"] != "step"], None, figure_png)
+    assert two_points.figures == []
+    assert two_points.notes[0].startswith("Only the start and the end were evaluated (--eval-every 0): no "
+                                          "learning-curve figure")
+    assert two_points.tables  # the speed table stays

@@ -17,7 +17,8 @@ from grpolab.errors import UserError
 from grpolab.render import chromium_command
 from grpolab.report import screenshot, summary_table, write_report
 from grpolab.report.families import families_section
-from grpolab.report.verdict import verdict_section
+from grpolab.report.sections import figure_png
+from grpolab.report.verdict import DETAIL, verdict_sections
 from report_sweeps import N_PROMPTS, N_SAMPLES, PROMPTS_PER_STEP, STEPS, synthetic_sweep
 
 
@@ -35,6 +36,8 @@ def _assert_valid_pngs(page: str, expected: int) -> None:
 
 
 BASE_SECTIONS = (
+    "Verdict",
+    "The verdict in detail",
     "Summary",
     "Final accuracy",
     "Statistics",
@@ -43,6 +46,7 @@ BASE_SECTIONS = (
     "Paired pass@k",
     "Learning curves",
     "Training dynamics",
+    "Methods",
     "Configuration",
 )
 FULL_ESTIMATORS = ("sign", "dr_grpo", "dr_grpo+dynamic")
@@ -58,8 +62,11 @@ def full_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
 
 
 def _assert_report(out_dir: Path, page: str, markdown: str, sections: tuple[str, ...], figures: int) -> None:
+    """Every section in ``sections`` is there, in that order in both files (others may sit between them)."""
     for title in sections:
         assert f">{title}</h2>" in page and f"## {title}\n" in markdown
+    assert [page.index(f">{title}</h2>") for title in sections] == sorted(page.index(f">{t}</h2>") for t in sections)
+    assert [markdown.index(f"## {t}\n") for t in sections] == sorted(markdown.index(f"## {t}\n") for t in sections)
     assert not re.search(r'(src|href)="(https?:)?//', page) and "<script" not in page and "<link" not in page
     _assert_valid_pngs(page, figures)
     linked = re.findall(r"!\[[^\]]*\]\((figures/[^)]+\.png)\)", markdown)
@@ -70,7 +77,7 @@ def test_full_report_is_complete_and_self_contained(full_report: tuple[Path, Pat
     out_dir, html_path, md_path = full_report
     page, markdown = html_path.read_text(), md_path.read_text()
     extra = ("Equal sampling cost", "Gradient effective rank")
-    _assert_report(out_dir, page, markdown, BASE_SECTIONS + extra, figures=8)
+    _assert_report(out_dir, page, markdown, BASE_SECTIONS[:-2] + extra + BASE_SECTIONS[-2:], figures=9)
     assert "| sign | 2 | 3 | 25.0% | 74.0% | [" in markdown  # start, then the mean of 0.70, 0.74, 0.78
     assert "| dr_grpo | 4 | 3 | 25.0% | 29.0% | [" in markdown  # mean of 0.30, 0.26, 0.31
     assert "| dr_grpo+dynamic | 2 | 3 | 25.0% | 50.0% | [" in markdown  # mean of 0.50, 0.46, 0.54
@@ -92,7 +99,7 @@ def test_plain_report_has_no_dynamic_or_rank_sections(tmp_path: Path) -> None:
     results, metrics, config = synthetic_sweep(("sign", "grpo"), seeds=2, sizes=(2,))
     html_path, md_path = write_report(tmp_path, results, metrics, config)
     page, markdown = html_path.read_text(), md_path.read_text()
-    _assert_report(tmp_path, page, markdown, BASE_SECTIONS, figures=6)
+    _assert_report(tmp_path, page, markdown, BASE_SECTIONS, figures=7)
     assert "Equal sampling cost" not in page and "Gradient effective rank" not in page
     assert "| grpo | 2 | 2 | 25.0% | 31.0% | [" in markdown  # mean of 0.29, 0.33
     papers = f"Estimators' papers: sign: {info('sign').paper.citation}; grpo: {info('grpo').paper.citation}."
@@ -117,7 +124,7 @@ def test_missing_and_empty_metrics_still_write_a_report(tmp_path: Path) -> None:
     for name, empty in (("empty", pd.DataFrame()), ("none", None)):
         html_path, md_path = write_report(tmp_path / name, results, empty, config)
         assert "No training metrics were recorded." in md_path.read_text()
-        _assert_valid_pngs(html_path.read_text(), 5)  # 4 of them and paired pass@k; no dynamics
+        _assert_valid_pngs(html_path.read_text(), 6)  # 5 of them and paired pass@k; no dynamics
 
 
 def test_parquet_round_trip_and_partial_evaluations(tmp_path: Path) -> None:
@@ -132,7 +139,7 @@ def test_parquet_round_trip_and_partial_evaluations(tmp_path: Path) -> None:
     results, metrics = pd.read_parquet(tmp_path / "results.parquet"), pd.read_parquet(tmp_path / "metrics.parquet")
     html_path, md_path = write_report(tmp_path, results, metrics, config)
     assert "| sign | 2 | 2 | 25.0% | 72.0% | [" in md_path.read_text()  # mean of 0.70, 0.74
-    _assert_valid_pngs(html_path.read_text(), 6)
+    _assert_valid_pngs(html_path.read_text(), 7)
     assert summary_table(results).loc[0, "start_accuracy"] == pytest.approx(0.25)
 
 
@@ -152,7 +159,8 @@ def _with_families(results: pd.DataFrame, families: list[str], start: dict[str, 
 
 
 def _verdict(results: pd.DataFrame) -> str:
-    return "\n".join(verdict_section(results, None).bullets)
+    detail = next(s for s in verdict_sections(results, None, None, None, figure_png) if s.title == DETAIL)
+    return "\n".join(detail.bullets)
 
 
 def test_verdict_of_a_task_without_families_says_nothing_of_families() -> None:
@@ -215,5 +223,34 @@ def test_report_renders_in_headless_chromium(full_report: tuple[Path, Path, Path
         timeout=120,
         check=True,
     ).stdout
-    assert len(re.findall(r"<img ", dom)) == 7 and dom.count("data:image/png;base64,") == 7
+    figures = len(_img_sources(html_path.read_text()))
+    assert len(re.findall(r"<img ", dom)) == figures and dom.count("data:image/png;base64,") == figures
     assert "figure img{max-width:100%" in dom and ".table-wrap{overflow-x:auto" in dom
+    _assert_bottom_line_and_forest_before_methods(dom)
+
+
+def _assert_bottom_line_and_forest_before_methods(page: str) -> None:
+    """The first thing under the Verdict heading is the bottom line; the forest plot follows it; the methods
+    paragraph, in its own section, comes after every result section."""
+    verdict = page.index('<section id="verdict">')
+    bottom_line = page.index("On pass@1, sign vs dr_grpo at G = 2: ")
+    forest = page.index('id="fig-tested_differences"')
+    methods = page.index('<section id="methods">')
+    assert verdict < bottom_line < forest < page.index(">Summary</h2>") < page.index(">Training dynamics</h2>")
+    assert page.index(">Training dynamics</h2>") < methods < page.index(">Configuration</h2>")
+    first_paragraph = page[verdict:].split("<p>", 1)[1]
+    assert first_paragraph.startswith("On pass@1, sign vs dr_grpo at G = 2: ")
+    assert "Held-out score = pass@1 on the test split" in page[methods:]
+    assert "Held-out score = pass@1 on the test split" not in page[:methods]
+    assert "see Methods (#methods)" in page[verdict:forest]
+
+
+def test_the_bottom_line_and_the_forest_plot_come_before_the_methods(full_report: tuple[Path, Path, Path]) -> None:
+    _, html_path, md_path = full_report
+    _assert_bottom_line_and_forest_before_methods(html_path.read_text())
+    markdown = md_path.read_text()
+    verdict = markdown.index("## Verdict\n")
+    assert markdown[verdict:].split("\n\n", 2)[1].startswith("On pass@1, sign vs dr_grpo at G = 2: ")
+    assert markdown.index("(figures/tested_differences.png)") < markdown.index("## Summary\n")
+    assert markdown.index("## Training dynamics\n") < markdown.index("## Methods\n") < markdown.index(
+        "## Configuration\n")

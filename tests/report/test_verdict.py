@@ -1,23 +1,49 @@
-"""The verdict (grpolab.report.verdict): the primary comparison first, same-update pairs named, different lrs,
-diverged runs and variants said in words, and old results tables without those columns still read."""
+"""The verdict (grpolab.report.verdict): the primary comparison first, same-update pairs and repeats in the
+table of pairs not tested, different lrs, diverged runs and variants said in words, and old results tables
+without those columns still read."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
+from matplotlib.figure import Figure
 from scipy import stats as scipy_stats
 
 from grpolab.errors import UserError
+from grpolab.render import Section
 from grpolab.report import write_report
 from grpolab.report.tables import summary_table
-from grpolab.report.verdict import verdict_section
+from grpolab.report.verdict import DETAIL, UNTESTED, verdict_sections
 from report_sweeps import EXTRA_FINALS, FINALS, shifted, synthetic_sweep, with_diverged, with_lrs, with_variants
 
 
-def _bullets(results, config, **kwargs) -> list[str]:
-    """The verdict's bullets after the first, which says when the primary comparison was declared."""
-    return verdict_section(results, None, config, **kwargs).bullets[1:]
+def _unrendered(fig: Figure) -> bytes:
+    """No PNG: these tests read the verdict's words and tables (the figures: test_report.py, test_forest.py)."""
+    plt.close(fig)
+    return b""
+
+
+def _sections(results, config) -> dict[str, Section]:
+    """The verdict's sections by title."""
+    return {section.title: section for section in verdict_sections(results, None, config, None, _unrendered)}
+
+
+def _detail(results, config) -> list[str]:
+    """The detailed verdict's bullets; the first says when the primary comparison was declared."""
+    return _sections(results, config)[DETAIL].bullets
+
+
+def _bullets(results, config) -> list[str]:
+    """The detailed verdict's bullets after the first."""
+    return _detail(results, config)[1:]
+
+
+def _untested(results, config) -> list[dict[str, str]]:
+    """The rows of the table of pairs not tested."""
+    section = _sections(results, config).get(UNTESTED)
+    return [] if section is None else section.tables[0][1].to_dict("records")
 
 
 def test_the_primary_comparison_comes_first_paired_and_holm_corrected_over_its_family() -> None:
@@ -35,23 +61,24 @@ def test_the_primary_comparison_comes_first_paired_and_holm_corrected_over_its_f
     assert agrees in bullets[0]
     assert bullets[1].startswith("Primary comparison (sign vs dr_grpo), G = 4: on pass@1, ")
     assert f"Holm-adjusted {holm[1]:.2g} over the primary family of 2 tests" in bullets[1]
-    verdict = "\n".join(bullets)
-    assert "G = 2: dr_grpo and grpo are the same update under Adam at G = 2" in verdict
-    assert "G = 4: dr_grpo and rloo are the same update under Adam at G = 4" in verdict
-    assert "dr_grpo and grpo are the same update under Adam at G = 4" not in verdict
+    untested = {(row["Arm"], row["Pair"]): row["Not tested because"] for row in _untested(results, config)}
+    assert untested[("G = 2", "dr_grpo vs grpo")].startswith("the same update under Adam")
+    assert untested[("G = 4", "dr_grpo vs rloo")].startswith("the same update under Adam")
+    assert ("G = 4", "dr_grpo vs grpo") not in untested  # at G = 4, grpo is not rloo's or dr_grpo's multiple
+    assert "are the same update under Adam at G" not in "\n".join(bullets)  # the table says it, not the bullets
 
 
 def test_when_the_primary_was_declared_is_said_and_a_change_after_results_flagged() -> None:
     results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
-    first = verdict_section(results, None, config).bullets[0]
+    first = _detail(results, config)[0]
     assert first.startswith("The primary comparison is sign vs dr_grpo; when it was declared is not recorded")
     record = {"primary_declared": "2026-11-26T13:00:00Z", "primary_declared_after_results": False,
               "primary_replaced": ""}
-    before = verdict_section(results, None, {**config, "primary_declaration": record}).bullets[0]
+    before = _detail(results, {**config, "primary_declaration": record})[0]
     assert before == ("The primary comparison sign vs dr_grpo was declared at 2026-11-26T13:00:00Z, before any run "
                       "of this sweep trained.")
     changed = {**record, "primary_declared_after_results": True, "primary_replaced": "sign,grpo"}
-    after = verdict_section(results, None, {**config, "primary_declaration": changed}).bullets[0]
+    after = _detail(results, {**config, "primary_declaration": changed})[0]
     assert after.startswith("CHANGED AFTER RESULTS: the primary comparison sign vs dr_grpo was declared at "
                             "2026-11-26T13:00:00Z, after runs of this sweep had trained, replacing sign vs grpo")
 
@@ -130,18 +157,23 @@ def test_variants_group_the_verdict_and_the_report(tmp_path: Path) -> None:
 
 def test_a_same_update_pair_at_different_lrs_differs_by_its_lr_alone() -> None:
     results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=2, sizes=(2,))
-    bullets = _bullets(with_lrs(results, {"sign": 1e-3, "dr_grpo": 1e-3, "grpo": 3e-4}), config)
-    assert ("G = 2: dr_grpo and grpo are the same update under Adam at G = 2 (advantages 0.707 times each other on "
-            "every reward pattern; equal up to Adam's epsilon and gradient clipping), so they are not tested against "
-            "each other; they ran at different lrs (dr_grpo at 0.001 against grpo at 0.0003), so any difference "
-            "between them is the lr's.") in bullets
+    rows = _untested(with_lrs(results, {"sign": 1e-3, "dr_grpo": 1e-3, "grpo": 3e-4}), config)
+    assert {"Arm": "G = 2", "Pair": "dr_grpo vs grpo", "A - B": "-2.0 points",
+            "Not tested because": "the same update under Adam (advantages 0.707 times each other on every reward "
+                                  "pattern); different lrs (dr_grpo at 0.001 against grpo at 0.0003), so any "
+                                  "difference is the lr's"} in rows
+    same_lr = _untested(with_lrs(results, {"sign": 1e-3, "dr_grpo": 1e-3, "grpo": 1e-3}), config)
+    same = next(row for row in same_lr if row["Pair"] == "dr_grpo vs grpo")
+    assert same["Not tested because"].endswith("on every reward pattern)")  # nothing about lrs
 
 
 def test_repeats_of_the_primary_pair_are_named_not_tested() -> None:
     results, _, config = synthetic_sweep(("sign", "dr_grpo", "grpo", "rloo"), seeds=3, sizes=(2,))
     verdict = "\n".join(_bullets(results, config))
-    assert ("G = 2: sign vs grpo and sign vs rloo repeat sign vs dr_grpo, so not tested: the estimator that stands "
-            "in is the same update under Adam, at the same lr.") in verdict
+    repeats = [(row["Pair"], row["Not tested because"]) for row in _untested(results, config)
+               if row["Not tested because"].startswith("repeats")]
+    because = "repeats sign vs dr_grpo (its stand-in is the same update under Adam, at the same lr)"
+    assert repeats == [("sign vs grpo", because), ("sign vs rloo", because)]
     assert "secondary: sign against" not in verdict  # nothing left to test at G = 2 besides the primary pair
 
 

@@ -11,8 +11,10 @@ Chromium. Modules, in the order data flows through them:
 * ``comparisons``: which pairs are tested and how (the primary pair alone, the secondary ones Holm-adjusted,
   the pairs that are one update under Adam, found by ``same_update``, named instead).
 * ``figures``: matplotlib figures from those frames; the estimators' colours and order.
-* ``verdict``, ``sections``, ``start``, ``curves``, ``selection``, ``families``, ``clipping``, ``data_section``:
-  one function per report section, each returning a ``Section``.
+* ``verdict``, ``sections``, ``start``, ``curves``, ``selection``, ``families``, ``clipping``, ``data_section``,
+  ``methods``: one function per report section, each returning a ``Section``; the verdict opens with
+  ``bottom_line`` (one sentence per primary comparison) and ``forest`` (the plot of every tested difference,
+  and the table of the pairs not tested).
 * ``document``: the sections in order, and the two files (``build_sections``, ``write_report``).
 
 The statistics and their measured coverage: docs/report-statistics.md.

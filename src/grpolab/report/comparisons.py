@@ -43,7 +43,7 @@ from grpolab.report.tables import ALPHA, N_RESAMPLES
 
 __all__ = ["arm_label", "comparisons", "equivalence_margin", "finding", "finding_phrase", "greedy_clause", "lr_phrase",
            "metric_name", "p_phrase", "permutation_floor_notes", "points", "primary_pair", "reading", "repeat_phrase",
-           "resolve_phrase", "same_update_phrase"]
+           "resolve_phrase", "same_update_phrase", "seeds_to_resolve"]
 
 DEFAULT_PRIMARY = ("sign", "dr_grpo")
 GREEDY = "greedy_"  # prefix of a row's fields computed on greedy accuracy
@@ -315,11 +315,21 @@ def resolve_phrase(row: dict[str, Any], prefix: str = "") -> str:
         "the only test of its family"
     if not math.isfinite(spread):
         return "the seeds that would resolve it are not known (no per-seed spread)"
-    needed = seeds_needed(diff, spread, power=PLANNED_POWER, alpha=ALPHA, family=row["family_size"])
+    needed = seeds_to_resolve(row, prefix)
     if needed is None:
         return "no number of seeds resolves an observed difference of 0"
     return (f"{needed} seeds per arm would detect a difference of {points(diff)} at {PLANNED_POWER:.0%} power "
             f"(paired t, {family}; grpolab plan)")
+
+
+def seeds_to_resolve(row: dict[str, Any], prefix: str = "") -> int | None:
+    """Seeds per arm at which the paired t-test detects the row's observed difference at ``PLANNED_POWER`` in its
+    Holm family (``planning.power.seeds_needed`` with the per-seed difference SD); None when unknown (no
+    per-seed spread) or when no number of seeds does (an observed difference of 0)."""
+    diff, spread = row[prefix + "mean_difference"], row.get(prefix + "difference_sd", math.nan)
+    if not math.isfinite(spread):
+        return None
+    return seeds_needed(diff, spread, power=PLANNED_POWER, alpha=ALPHA, family=row["family_size"])
 
 
 def greedy_clause(row: dict[str, Any]) -> str:

@@ -174,9 +174,11 @@ def curves_section(results: pd.DataFrame, metrics: pd.DataFrame | None, png: Cal
             "reach the reward level of its group size, the lowest arm's mean final training reward, which every "
             "arm reaches on average (the interval covers only the seeds that reached it).")
     section = Section("Learning curves", [text], [("Speed against ceiling", _speed_display(speed))])
+    if not speed.empty and speed["evaluations"].max() <= 2:
+        section.notes.append("Only the start and the end were evaluated (--eval-every 0): no learning-curve figure, "
+                             "since each curve would be two points that the table already holds, and each area is "
+                             "(start + end) / 2; rerun with --eval-every N for a curve.")
+        return section
     section.figures.append(("learning_curves", "Held-out score per estimator at each evaluation step; band: 95% "
                             "Student-t interval over seeds.", png(figs.figure_learning_curves(curves))))
-    if not speed.empty and speed["evaluations"].max() <= 2:
-        section.notes.append("Only the start and the end were evaluated (--eval-every 0): each held-out curve is "
-                             "two points and its area is (start + end) / 2; rerun with --eval-every N for a curve.")
     return section

@@ -1,8 +1,9 @@
 """The whole ``grpolab compare`` report: its sections in order, written as HTML and as Markdown.
 
-``build_sections`` checks the results frame and lists the sections (verdict, summary, data, lr selection,
-families, start policy, pass@k, paired pass@k, learning curves, dynamics, compute per arm, gradient clipping,
-equal cost, effective rank, configuration);
+``build_sections`` checks the results frame and lists the sections: the verdict (its bottom line and forest
+plot, the pairs not tested, the verdict in detail), then the results (summary, data, lr selection, families,
+start policy, pass@k, paired pass@k, learning curves, dynamics, compute per arm, gradient clipping, equal
+cost, effective rank), then the methods and the configuration;
 ``write_report`` renders them to ``report.html`` and ``report.md`` with ``grpolab.render``. Figures and the
 tables that group by estimator alone see each ``--vary`` variant as an estimator ``name+variant``
 (``tables.labelled``).
@@ -24,6 +25,7 @@ from grpolab.report.compute import compute_section
 from grpolab.report.curves import curves_section
 from grpolab.report.data_section import data_sections
 from grpolab.report.families import families_section
+from grpolab.report.methods import methods_section
 from grpolab.report.paired_passk import paired_passk_section
 from grpolab.report.sections import (
     DYNAMIC,
@@ -39,7 +41,7 @@ from grpolab.report.sections import (
 from grpolab.report.selection import selection_section
 from grpolab.report.start import start_section
 from grpolab.report.tables import labelled, run_table
-from grpolab.report.verdict import verdict_section
+from grpolab.report.verdict import verdict_sections
 
 RESULTS_COLUMNS = tuple(
     "run_id estimator seed group_size phase step completions_generated greedy_accuracy n pass_at_k successes".split()
@@ -52,8 +54,8 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
     _check_results(results)
     usable, problem = usable_metrics(metrics)
     shown = labelled(usable)
-    sections = [verdict_section(results, selection, config, usable), *summary_sections(results, config, usable),
-                *data_sections(config)]
+    sections = [*verdict_sections(results, selection, config, usable, figure_png),
+                *summary_sections(results, config, usable), *data_sections(config)]
     if selection is not None and not selection.empty:
         sections.append(selection_section(selection))
     family = families_section(results)
@@ -76,6 +78,7 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
         sections.append(equal_cost_section(labelled(results)))
     if present(usable, ["grad/effective_rank"]):
         sections.append(rank_section(shown))
+    sections.append(methods_section(selection, config))
     sections.append(
         Section(
             "Configuration",

@@ -1,9 +1,12 @@
-"""The report's "Verdict" section: the answer first, computed, never written by hand.
+"""The report's verdict, computed, never written by hand, in three sections that open the report.
 
-First, when the primary comparison was declared (``primary_declaration``, recorded in ``compare.yaml`` by
-``grpolab.sweep.settings``), flagged when it replaced another primary after runs had trained. Then per group
-size (and variant), in this order:
+"Verdict": the bottom line first (``report.bottom_line``: one sentence per primary comparison), a one-line
+pointer to the Methods section after the results (``report.methods``), and the forest plot of every tested
+difference (``report.forest``). "Pairs not tested": the same-update pairs, the repeats of a stand-in's pair
+and the arms with too few runs, a table with each reason. "The verdict in detail", as bullets:
 
+0. When the primary comparison was declared (``primary_declaration``, recorded in ``compare.yaml`` by
+   ``grpolab.sweep.settings``), flagged when it replaced another primary after runs had trained.
 1. The primary comparison (``--primary``; see ``report.comparisons``), one family over every group size and
    variant, Holm-corrected together: the difference of means with its 95% interval (paired by seed where
    the arms share seeds, else Welch), its test and Holm-adjusted p, and, where it is not significant, TOST
@@ -14,10 +17,8 @@ size (and variant), in this order:
    over the runner-up with the p of that pair's family.
 3. Secondary: sign against each group-centred (zero-sum, by the registry) estimator, Holm-adjusted over the
    secondary family (every other tested pair of every group size and variant).
-4. What qualifies the numbers: pairs that are one update under Adam (named, not tested) and the pairs that
-   repeat another through such a stand-in, arms that ran at
-   different lrs, runs that diverged (left out of every mean and test, and counted here), chosen lrs at an
-   end of their grid, and arms clipped at very different rates.
+4. What qualifies the numbers: arms that ran at different lrs, runs that diverged (left out of every mean and
+   test, and counted here), chosen lrs at an end of their grid, and arms clipped at very different rates.
 
 Then sign at each group size (the gradient-starvation paper, arXiv 2605.07689, Fig. 3 right) and where the
 gain sits (per prompt family). Departure from the paper: it tests every pair with a t-test and no
@@ -27,6 +28,7 @@ and a difference that is not significant is never read as equality (TOST decides
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,7 @@ import pandas as pd
 from grpolab import stats
 from grpolab.advantages import display_order, entry_for
 from grpolab.render import Section
+from grpolab.report.bottom_line import bottom_line
 from grpolab.report.clipping import clipping_lines
 from grpolab.report.comparisons import (
     arm_label,
@@ -52,12 +55,17 @@ from grpolab.report.comparisons import (
     resolve_phrase,
     same_update_phrase,
 )
+from grpolab.report.forest import figure_forest, forest_rows, untested_table
+from grpolab.report.methods import methods_pointer
 from grpolab.report.selection import unbracketed_lines
-from grpolab.report.tables import ALPHA, diverged_table, family_split, family_table, labelled, run_table
+from grpolab.report.tables import diverged_table, family_split, family_table, labelled, run_table
 
-__all__ = ["verdict_section"]
+__all__ = ["DETAIL", "UNTESTED", "VERDICT", "verdict_sections"]
 
 SIGN = "sign"
+VERDICT = "Verdict"
+UNTESTED = "Pairs not tested"
+DETAIL = "The verdict in detail"
 
 
 def _pct(value: float) -> str:
@@ -191,23 +199,6 @@ def _sign_verdict(said: dict[str, list[str]], margin: float) -> str:
     return f"sign is {' and '.join(parts)}" + (f"; {unclear}" if unclear else "")
 
 
-def _same_update_lines(rows: list[dict[str, Any]], primary: tuple[str, str] | None) -> list[str]:
-    """The same-update pairs other than the primary one (that one is said in its own line)."""
-    others = [r for r in rows if r["role"] == "same_update"
-              and (primary is None or {r["name_a"], r["name_b"]} != set(primary))]
-    return [f"{arm_label(r['variant'], r['group_size'])}: {same_update_phrase(r)}." for r in others]
-
-
-def _repeat_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Per (variant, G) and repeated pair: the pairs that repeat it, not tested."""
-    repeats: dict[tuple[str, int, str], list[str]] = {}
-    for r in (r for r in rows if r["role"] == "repeat"):
-        repeats.setdefault((r["variant"], r["group_size"], r["repeats"]), []).append(f"{r['name_a']} vs {r['name_b']}")
-    return [f"{arm_label(variant, size)}: {_names(pairs)} {'repeats' if len(pairs) == 1 else 'repeat'} {pair}, "
-            "so not tested: the estimator that stands in is the same update under Adam, at the same lr."
-            for (variant, size, pair), pairs in repeats.items()]
-
-
 def _diverged_lines(results: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     """Per arm with diverged runs: how many, when, and that the means leave them out."""
     lines = []
@@ -266,39 +257,49 @@ def _change(value: float) -> str:
     return "no family" if value is None or not np.isfinite(value) else points(value)
 
 
-def _intro(selection: pd.DataFrame | None, config: dict[str, Any]) -> str:
-    lr_text = ("Each estimator ran at its own learning rate, chosen per group size on the validation split "
-               "(never on the test split; see Learning-rate selection). " if selection is not None else
-               "Every estimator ran at the same learning rate (no --lrs): a difference may come from the "
-               "learning rate rather than the estimator. ")
-    margin = 100 * equivalence_margin(config)
-    return (f"Held-out score = pass@1 on the test split (mean success of the evaluation samples at the training "
-            f"temperature; greedy accuracy when no samples were drawn), at the end of training; each verdict "
-            f"names its metric, and greedy accuracy is tested beside pass@1. {lr_text}"
-            f"The estimators ran the same seeds, so pairs are tested paired by seed (paired t-test, t interval "
-            f"of the per-seed differences) wherever both arms hold the same seeds, else by Welch's test; each "
-            f"line names its test. Two families, each Holm-corrected as one: the primary comparison (--primary) "
-            f"at every group size and variant, and every other tested pair. A pair is different when its "
-            f"Holm-adjusted p < {ALPHA}; equivalent when TOST (two one-sided tests, Holm-adjusted the same way) "
-            f"puts the difference within +-{margin:.1f} points (--equivalence-margin); otherwise there is no "
-            "evidence either way at this n. CIs are 95% t intervals over seeds (paired, Welch, or Student-t for "
-            "one arm).")
+def _headline(runs: pd.DataFrame, rows: list[dict[str, Any]], config: dict[str, Any],
+              png: Callable[[Any], bytes]) -> Section:
+    """The answer first: the bottom line (one sentence per primary comparison), where the methods are, and the
+    forest plot of every tested difference."""
+    section = Section(VERDICT, [*bottom_line(runs, rows, config), methods_pointer()])
+    forest = forest_rows(rows)
+    if forest.empty:
+        section.notes.append("No pair was tested (a test needs at least 2 finished runs per arm): no forest plot.")
+        return section
+    caption = ("Every tested difference A - B of the final score, the primary family first: dot the mean, bar its "
+               "95% interval (paired by seed, else Welch), shaded the equivalence margin; right, the Holm-adjusted "
+               "p of the pair's family. Green: A ahead, red: B ahead, blue: equivalent, grey: not resolved.")
+    section.figures.append(("tested_differences", caption, png(figure_forest(forest, equivalence_margin(config)))))
+    return section
 
 
-def verdict_section(results: pd.DataFrame, selection: pd.DataFrame | None, config: dict[str, Any] | None = None,
-                    metrics: pd.DataFrame | None = None) -> Section:
-    """The answer first: the primary comparison, who learns fastest and by how much, sign vs group-centred,
-    and everything that qualifies those numbers."""
-    config = config or {}
-    runs = run_table(results)
-    rows, _ = comparisons(runs, config)
-    primary = primary_pair(config, display_order(runs["estimator"]))
+def _untested(rows: list[dict[str, Any]]) -> list[Section]:
+    """The pairs not tested (the same update under Adam, repeats, too few runs), one table row each; no section
+    when every pair was tested."""
+    table = untested_table(rows)
+    text = "The pairs that have no test, and why; the forest plot above holds every tested pair."
+    return [] if table.empty else [Section(UNTESTED, [text], [("", table)])]
+
+
+def _detail(results: pd.DataFrame, runs: pd.DataFrame, rows: list[dict[str, Any]], selection: pd.DataFrame | None,
+            config: dict[str, Any], metrics: pd.DataFrame | None) -> Section:
+    """The verdict in detail: when the primary was declared, the primary comparison with all its numbers, who
+    learns fastest and by how much, sign vs group-centred, and everything that qualifies those numbers."""
     arms = runs[["variant", "group_size"]].drop_duplicates().sort_values(["variant", "group_size"])
     bullets = _primary_lines(runs, rows, config)
     bullets += [_best_line(runs, rows, v, int(g)) for v, g in arms.itertuples(index=False)]
     bullets += _sign_lines(runs, rows)
-    bullets += _same_update_lines(rows, primary) + _repeat_lines(rows)
     bullets += _diverged_lines(results, runs) + unbracketed_lines(selection) + clipping_lines(metrics, config)
     bullets += _sign_group_sizes(runs) + _family_lines(results)
-    return Section("Verdict", [_intro(selection, config)], bullets=bullets)
+    return Section(DETAIL, bullets=bullets)
 
+
+def verdict_sections(results: pd.DataFrame, selection: pd.DataFrame | None, config: dict[str, Any] | None,
+                     metrics: pd.DataFrame | None, png: Callable[[Any], bytes]) -> list[Section]:
+    """The sections that open the report, in order: "Verdict" (bottom line, pointer to the methods, forest
+    plot), "Pairs not tested" (where there are any) and "The verdict in detail"; ``png`` renders a figure."""
+    config = config or {}
+    runs = run_table(results)
+    rows, _ = comparisons(runs, config)
+    return [_headline(runs, rows, config, png), *_untested(rows),
+            _detail(results, runs, rows, selection, config, metrics)]
