@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from grpolab import advantages as advantage_registry
-from grpolab import devices, verifiers
+from grpolab import capabilities, devices, verifiers
 from grpolab.advantages import TokenStatistics
 from grpolab.config import TrainConfig
 from grpolab.config.budget import parse_budget
@@ -348,8 +348,8 @@ class Trainer:
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a checkpoint of this engine (``checkpoints/step-*``)."""
-    return any((run_dir / "checkpoints").glob("step-*"))
+    """Whether ``run_dir`` holds a checkpoint of this engine (its ``checkpoint_glob``: ``checkpoints/step-*``)."""
+    return capabilities.has_checkpoint(run_dir, "grpolab")
 
 
 def _check_estimator(config: TrainConfig) -> None:
