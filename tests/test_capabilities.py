@@ -34,6 +34,11 @@ def test_each_refused_setting_is_refused_in_one_line_naming_another_engine(name:
         assert "--engine" in str(error.value) and "\n" not in str(error.value)
 
 
+def test_the_docs_table_is_the_engine_table_rendered() -> None:
+    docs = Path(__file__).resolve().parents[1] / "docs" / "remedies.md"
+    assert capabilities.render_markdown() in docs.read_text(encoding="utf-8")
+
+
 def test_an_unknown_engine_is_named() -> None:
     with pytest.raises(UserError, match="unknown engine 'verl'; use one of grpolab, trl"):
         capabilities.engine("verl")

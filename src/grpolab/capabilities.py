@@ -23,7 +23,7 @@ from grpolab import remedies
 from grpolab.errors import UserError
 
 __all__ = ["ENGINES", "Engine", "Unsupported", "check_arm", "check_settings", "engine", "has_checkpoint",
-           "supports_remedy"]
+           "render_markdown", "supports_remedy"]
 
 
 @dataclass(frozen=True)
@@ -112,3 +112,15 @@ def has_checkpoint(run_dir: Path, name: str | None = None) -> bool:
     folder = Path(run_dir) / "checkpoints"
     rows = [engine(name)] if name is not None else list(ENGINES.values())
     return folder.is_dir() and any(any(folder.glob(row.checkpoint_glob)) for row in rows)
+
+
+def render_markdown() -> str:
+    """The engine table of docs/remedies.md (a test keeps the two equal)."""
+    lines = ["| engine | remedies | per-token estimators | refused by the config checks | checkpoints |",
+             "|---|---|---|---|---|"]
+    for row in ENGINES.values():
+        remedies_run = ", ".join(f"`{suffix}`" for suffix in row.remedies) or "none"
+        refused = ", ".join(f"`{entry.setting}`" for entry in row.unsupported) or "-"
+        lines.append(f"| `{row.name}` | {remedies_run} | {'yes' if row.per_token_estimators else 'no'} | {refused} | "
+                     f"`checkpoints/{row.checkpoint_glob}` |")
+    return "\n".join(lines) + "\n"
