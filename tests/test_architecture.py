@@ -195,3 +195,36 @@ def test_both_engines_run_in_one_shell_that_sits_below_them() -> None:
     both = sorted(name for name, deps in graph.items()
                   if all(any(dep.startswith(engine) for dep in deps) for engine in _ENGINES))
     assert both == ["grpolab.train.engines"]
+
+
+# The engine table and the dispatch: the only modules that may compare an engine's name.
+_ENGINE_NAMES_HOMES = {"grpolab.capabilities", "grpolab.train.engines"}
+
+
+def _engine_name_comparisons(source: str) -> list[str]:
+    """The comparisons in ``source`` of something named ``*engine*`` with an engine's name (``config.engine !=
+    "trl"``), as written."""
+    from grpolab.capabilities import ENGINES
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        names = [o for o in operands if isinstance(o, ast.Constant) and o.value in ENGINES]
+        if names and any("engine" in ast.unparse(o) for o in operands if o not in names):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_the_engine_name_finder_finds_a_comparison() -> None:
+    assert _engine_name_comparisons('if base.engine != "trl":\n    pass\nx = engine == "grpolab"') == [
+        "base.engine != 'trl'", "engine == 'grpolab'"]
+    assert _engine_name_comparisons('if source.kind == "trl":\n    pass') == []  # a file format, not an engine
+
+
+def test_no_module_but_the_engine_table_and_the_dispatch_compares_an_engine_name() -> None:
+    """What an engine supports is its row in ``grpolab.capabilities``; other modules ask the table."""
+    found = {name: hits for name, path in _modules().items() if name not in _ENGINE_NAMES_HOMES
+             and (hits := _engine_name_comparisons(path.read_text(encoding="utf-8")))}
+    assert found == {}

@@ -30,10 +30,12 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from grpolab.capabilities import ENGINES as _ENGINE_TABLE
+
 __all__ = ["ALWAYS", "ENGINES", "KEYS", "RENAMED", "MetricKey", "default_keys", "known", "lookup",
            "render_markdown", "trl_names", "unknown_keys", "upgrade_row"]
 
-ENGINES = ("grpolab", "trl")
+ENGINES = tuple(_ENGINE_TABLE)
 """The training engines (``TrainConfig.engine``)."""
 
 ALWAYS = ""

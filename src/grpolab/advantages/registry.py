@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from grpolab import remedies
+
 __all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "REMEDY_SUFFIXES", "UNAVAILABLE", "Estimator", "Paper", "available",
            "compute_advantages", "display_colors", "display_order", "entry_for", "get", "info",
            "normalise_token_rewards", "parse_arm", "parse_spec", "register", "split_remedies",
@@ -153,17 +155,12 @@ def display_colors(names: Iterable[str]) -> dict[str, str]:
 
 # A comparison may name an estimator with this suffix (``dr_grpo+dynamic``): the same estimator with DAPO's
 # dynamic sampling switched on in the trainer.
-DYNAMIC_SUFFIX = "+dynamic"
-
+DYNAMIC_SUFFIX = remedies.by_suffix("+dynamic").suffix
 
 # The remedies for gradient starvation a comparison arm may append to an estimator (``dr_grpo+mask``,
-# ``dr_grpo+dynamic+mask``): suffix -> the training setting it switches on (docs/losses.md, "Remedies").
-REMEDY_SUFFIXES: dict[str, str] = {
-    DYNAMIC_SUFFIX: "dynamic_sampling",
-    "+mask": "mask_degenerate_groups",
-    "+curriculum": "curriculum",
-    "+replay": "replay",
-}
+# ``dr_grpo+dynamic+mask``): suffix -> the training setting it switches on. Their table is ``grpolab.remedies``
+# (docs/remedies.md, "The remedy table"); this name reads it.
+REMEDY_SUFFIXES: dict[str, str] = remedies.SUFFIXES
 
 
 def split_remedies(spec: str) -> tuple[str, tuple[str, ...]]:

@@ -14,6 +14,7 @@ import types
 import typing
 from typing import Any
 
+from grpolab import capabilities, remedies
 from grpolab.config.fields import choices, lower_bounds, value_checks
 from grpolab.errors import UserError
 
@@ -64,22 +65,7 @@ def validate(config: Any) -> None:
     _validate_mappings(config)
     _validate_ranges(config)
     report_backends(config)
-    _validate_engine(config)
-
-
-def _validate_engine(config: Any) -> None:
-    """vLLM and the engine (what TRL refuses is checked when a TRL run starts)."""
-    if config.use_vllm and config.engine != "trl":
-        raise UserError("use_vllm is not supported by engine grpolab (it samples with its own decoder); "
-                        "add --engine trl or drop --use-vllm")
-    if config.engine == "trl":
-        return
-    trl_only = [("entropy_target", config.entropy_target is not None, "drop --entropy-target"),
-                ("top_entropy_quantile", config.top_entropy_quantile < 1, "drop --top-entropy-quantile")]
-    for name, off_default, fix in trl_only:
-        if off_default:
-            raise UserError(f"{name} is not supported by engine grpolab (TRL 1.16's option; not implemented in "
-                            f"grpolab's update): add --engine trl or {fix}")
+    capabilities.check_settings(config)  # what the engine's row refuses (the rest when a run or a sweep starts)
 
 
 # setting -> an example of its value, for the error message
@@ -168,9 +154,7 @@ def _validate_granularity(config: Any) -> None:
         from grpolab.process_rewards import check_token_estimator
 
         check_token_estimator(config.advantage)
-        if config.dynamic_sampling:
-            raise UserError("dynamic_sampling filters groups by outcome reward; it is not supported with "
-                            "reward_granularity token")
+    remedies.check(config)  # each active remedy's refusals (grpolab.remedies)
 
 
 def check_types(values: dict[str, Any], cls: type) -> None:

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from grpolab.capabilities import ENGINES
 from grpolab.config.budget import check_budget
 from grpolab.config.checks import check_seed, check_settings, validate
 from grpolab.config.fields import setting
@@ -255,7 +256,7 @@ class TrainConfig:
     # Training engine. Scope "training": the start evaluation is grpolab's own in both engines (the same
     # evaluate() on the same starting policy), so runs that differ only in the engine share it; everything
     # after step 0 (sampling, loss, optimiser) is the engine's.
-    engine: str = setting("grpolab", scope="training", choices=("grpolab", "trl"))
+    engine: str = setting("grpolab", scope="training", choices=tuple(ENGINES))
     """Training engine: grpolab (its own trainer, on --device) or trl (TRL's GRPOTrainer generates, computes the
     loss and steps the optimiser, on any device accelerate gives it; grpolab keeps the task, verifier, estimator,
     evaluation and logs). Settings TRL cannot honour are refused (docs/integrations.md)."""

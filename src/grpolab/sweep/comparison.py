@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from grpolab import capabilities, remedies
 from grpolab.config import CompareConfig, TrainConfig
 from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
@@ -124,12 +125,10 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
 def _check_engine(base: TrainConfig, cells: list[Cell]) -> None:
     """Refuse, before any run starts, an arm the config's engine cannot run (``--engine trl``: an estimator with a
     per-token baseline, a remedy TRL has no form for), in the engine's own one line."""
-    if base.engine != "trl":
+    if capabilities.engine(base.engine).arm_check is None:
         return
-    from grpolab.train.trl_engine.arguments import check_supported
-
     for cell in cells:
-        check_supported(run_config(base, cell, seed=base.seed, lr=base.lr))
+        capabilities.check_arm(run_config(base, cell, seed=base.seed, lr=base.lr))
 
 
 class _Runner:
@@ -179,7 +178,7 @@ def _task_summary(base: TrainConfig, estimators: list[str]) -> dict[str, Any]:
     from grpolab.train.lifecycle import load_task_for
 
     task = load_task_for(base)
-    if any("+curriculum" in parse_estimator(name)[1] for name in estimators):
+    if any(remedies.by_suffix("+curriculum").suffix in parse_estimator(name)[1] for name in estimators):
         check_curriculum(base.replace(curriculum=True), task)
     return task.summary()
 

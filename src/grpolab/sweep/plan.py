@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from grpolab import advantages
+from grpolab import advantages, capabilities
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
+from grpolab.remedies import SUFFIXES as REMEDY_SUFFIXES
 from grpolab.sweep.variants import NO_VARIANT, Variant
 from grpolab.train.settings import load_saved_config, same_run_settings
 
@@ -100,13 +101,12 @@ class RunSpec:
 
     @property
     def started(self) -> bool:
-        checkpoints = self.run_dir / "checkpoints"  # step-*: grpolab's engine; checkpoint-*: the TRL engine's
-        return checkpoints.is_dir() and (any(checkpoints.glob("step-*")) or any(checkpoints.glob("checkpoint-*")))
+        return capabilities.has_checkpoint(self.run_dir)  # a checkpoint of any engine (each names its folders)
 
 
 def parse_estimator(spec: str) -> tuple[str, tuple[str, ...]]:
     """``'dr_grpo+dynamic'`` -> (``'dr_grpo'``, (``'+dynamic'``,)) through the registry: the estimator and its
-    remedy suffixes (``advantages.REMEDY_SUFFIXES``); ``UserError`` if unknown."""
+    remedy suffixes (``grpolab.remedies``); ``UserError`` if unknown."""
     try:
         return advantages.parse_arm(spec)
     except ValueError as error:
@@ -116,7 +116,7 @@ def parse_estimator(spec: str) -> tuple[str, tuple[str, ...]]:
 def remedy_settings(base: TrainConfig, remedies: Sequence[str]) -> dict[str, bool]:
     """The settings an arm's remedy suffixes switch on (a remedy the base config already has stays on)."""
     return {setting: (suffix in remedies) or getattr(base, setting)
-            for suffix, setting in advantages.REMEDY_SUFFIXES.items()}
+            for suffix, setting in REMEDY_SUFFIXES.items()}
 
 
 def plan_cells(estimators: Sequence[str], group_sizes: Sequence[int],

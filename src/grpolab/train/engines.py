@@ -2,7 +2,9 @@
 
 ``engine: grpolab`` is grpolab's own engine (``grpolab.train.trainer``); ``engine: trl`` is TRL's
 ``GRPOTrainer`` under grpolab's run (``grpolab.train.trl_engine``, imported only when asked for, so that a run of
-the own engine never loads TRL). Both run inside the run shell (``grpolab.train.shell``).
+the own engine never loads TRL). Both run inside the run shell (``grpolab.train.shell``). What each engine supports
+(remedies, per-token estimators, checkpoint folders, refused settings) is its row in ``grpolab.capabilities``; this
+module and that table are the only ones that compare an engine's name.
 """
 
 from __future__ import annotations

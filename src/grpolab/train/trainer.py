@@ -12,6 +12,8 @@ Departures from the papers and from TRL, all deliberate:
 * Completions whose advantage is exactly 0 are not forwarded in the update when beta = 0: they add
   exactly nothing to the loss or its gradient (the loss's normaliser still counts them), so the
   result equals computing them; the starved share of compute is saved instead of wasted.
+* The remedies for gradient starvation below (dynamic sampling, the curriculum, replay, group masking) are rows of
+  ``grpolab.remedies``; each row names its code here (``hook``) and the metric that code logs.
 * Dynamic sampling (DAPO, arXiv 2503.14476) samples whole extra batches of P prompts per round and
   keeps the non-degenerate groups until P are kept or the rounds run out; it then trains on fewer
   than P groups rather than padding with degenerate ones. Its true cost is logged as
@@ -46,7 +48,7 @@ import numpy as np
 import torch
 
 from grpolab import advantages as advantage_registry
-from grpolab import devices, verifiers
+from grpolab import capabilities, devices, verifiers
 from grpolab.advantages import TokenStatistics
 from grpolab.config import TrainConfig
 from grpolab.config.budget import parse_budget
@@ -348,8 +350,8 @@ class Trainer:
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a checkpoint of this engine (``checkpoints/step-*``)."""
-    return any((run_dir / "checkpoints").glob("step-*"))
+    """Whether ``run_dir`` holds a checkpoint of this engine (its ``checkpoint_glob``: ``checkpoints/step-*``)."""
+    return capabilities.has_checkpoint(run_dir, "grpolab")
 
 
 def _check_estimator(config: TrainConfig) -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpolab import advantages as advantage_registry
-from grpolab import devices
+from grpolab import capabilities, devices, remedies
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 
@@ -154,16 +154,7 @@ GRPOLAB_SIDE: dict[str, str] = {
 
 REFUSED: dict[str, str] = {
     "reward_granularity": "TRL trains on one advantage per completion",
-    "dynamic_sampling": "TRL has no dynamic sampling (it would resample inside its generation step)",
-    "dynamic_max_rounds": "it only applies to dynamic sampling",
-    "mask_degenerate_groups": "TRL 1.16 has no group masking (its loss keeps zero-advantage groups in the "
-                              "denominator and the KL)",
     "budget": "TRL's trainer runs --steps steps; it cannot stop on a count of sampled completions or tokens",
-    "curriculum": "TRL's dataset holds every step's prompts before the run starts; the curriculum draws them from "
-                  "recent success",
-    "curriculum_window": "it only applies to the curriculum",
-    "replay": "TRL 1.16 removed GRPOWithReplayBuffer; its GRPOTrainer trains on the groups it has just sampled",
-    "replay_max_age": "it only applies to replay",
     "sampler_dtype": "TRL samples with the model as loaded (or with vLLM)",
     "grad_analysis_every": "the gradient geometry needs grpolab's own update",
     "grad_analysis_params": "the gradient geometry needs grpolab's own update",
@@ -171,6 +162,7 @@ REFUSED: dict[str, str] = {
     "grad_analysis_parts": "the gradient geometry needs grpolab's own update",
     "overlong_buffer": "TRL has no overlong reward shaping",
     "overlong_penalty": "TRL has no overlong reward shaping",
+    **remedies.engine_refusals("trl"),  # each remedy's row says why TRL cannot run it (grpolab.remedies)
 }
 
 _LOSS_TYPES = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
@@ -203,7 +195,8 @@ def check_supported(config: TrainConfig) -> None:
         why = REFUSED.get(name, "the TRL engine has no mapping for it yet")
         raise UserError(f"{name} {value!r} is not supported by engine trl ({why}); drop {_flag(name)} "
                         "or use --engine grpolab")
-    if advantage_registry.info(config.advantage).needs_token_statistics:
+    per_token = capabilities.engine(config.engine).per_token_estimators
+    if not per_token and advantage_registry.info(config.advantage).needs_token_statistics:
         from grpolab.integrations.trl import per_token_refusal  # imports trl: only on this refusal
 
         raise UserError(per_token_refusal(config.advantage))

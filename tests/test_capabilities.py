@@ -1,0 +1,61 @@
+"""The engine table (``grpolab.capabilities``): the ``engine`` setting's choices, the remedies each engine runs,
+its refused settings, its checkpoint folders and the check a sweep runs on each arm."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grpolab import capabilities, remedies
+from grpolab.config import TrainConfig
+from grpolab.config.fields import choices
+from grpolab.errors import UserError
+from grpolab.metric_keys import ENGINES as METRIC_ENGINES
+
+
+def test_the_engine_settings_choices_and_the_metric_table_read_the_engine_table() -> None:
+    assert choices(TrainConfig())["engine"] == tuple(capabilities.ENGINES) == METRIC_ENGINES
+    assert all(name == row.name for name, row in capabilities.ENGINES.items())
+
+
+def test_an_engines_remedies_are_the_remedy_rows_that_name_it() -> None:
+    for name, row in capabilities.ENGINES.items():
+        assert row.remedies == tuple(r.suffix for r in remedies.REMEDIES if name in r.engines)
+        assert all(capabilities.supports_remedy(name, s) == (s in row.remedies) for s in remedies.SUFFIXES)
+
+
+@pytest.mark.parametrize("name", list(capabilities.ENGINES))
+def test_each_refused_setting_is_refused_in_one_line_naming_another_engine(name: str) -> None:
+    for entry in capabilities.engine(name).unsupported:
+        value = {"use_vllm": True, "entropy_target": 0.3, "top_entropy_quantile": 0.2}[entry.setting]
+        with pytest.raises(UserError, match=f"^{entry.setting} is not supported by engine {name} ") as error:
+            TrainConfig(engine=name, **{entry.setting: value})
+        assert "--engine" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_docs_table_is_the_engine_table_rendered() -> None:
+    docs = Path(__file__).resolve().parents[1] / "docs" / "remedies.md"
+    assert capabilities.render_markdown() in docs.read_text(encoding="utf-8")
+
+
+def test_an_unknown_engine_is_named() -> None:
+    with pytest.raises(UserError, match="unknown engine 'verl'; use one of grpolab, trl"):
+        capabilities.engine("verl")
+
+
+def test_checkpoints_are_found_by_each_engines_folder_pattern(tmp_path: Path) -> None:
+    assert not capabilities.has_checkpoint(tmp_path)
+    for name, row in capabilities.ENGINES.items():
+        run = tmp_path / name
+        (run / "checkpoints" / row.checkpoint_glob.replace("*", "3")).mkdir(parents=True)
+        assert capabilities.has_checkpoint(run) and capabilities.has_checkpoint(run, name)
+        others = [other for other in capabilities.ENGINES if other != name]
+        assert not any(capabilities.has_checkpoint(run, other) for other in others)
+
+
+def test_an_arm_check_runs_only_for_an_engine_that_names_one() -> None:
+    capabilities.check_arm(TrainConfig(mask_degenerate_groups=True))  # grpolab's engine: the config checks suffice
+    pytest.importorskip("transformers")
+    with pytest.raises(UserError, match=r"^mask_degenerate_groups True is not supported by engine trl"):
+        capabilities.check_arm(TrainConfig(engine="trl", mask_degenerate_groups=True))
