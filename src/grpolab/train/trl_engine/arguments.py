@@ -159,6 +159,7 @@ REFUSED: dict[str, str] = {
     "mask_degenerate_groups": "TRL 1.16 has no group masking (its loss keeps zero-advantage groups in the "
                               "denominator and the KL)",
     "budget": "TRL's trainer runs --steps steps; it cannot stop on a count of sampled completions or tokens",
+    "stop_when_dead": "TRL's trainer runs --steps steps; grpolab's engine stops a run without signal",
     "curriculum": "TRL's dataset holds every step's prompts before the run starts; the curriculum draws them from "
                   "recent success",
     "curriculum_window": "it only applies to the curriculum",
