@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from grpolab.audit.fate_source import prompt_counts, run_fate
 from grpolab.diagnostics.fate import escaped_share, fate_counts, prompt_states, transitions
@@ -69,3 +70,19 @@ def test_the_reader_gives_the_same_counts_from_the_rollout_tables_a_run_writes(t
     assert fate["escaped"] == 1 and fate["all_wrong_first_resampled"] == 2 and fate["escaped_share"] == 0.5
     assert fate["transitions"]["mixed"] == {"all_wrong": 1, "mixed": 0, "all_right": 1}
     assert run_fate(tmp_path / "elsewhere") is None
+
+
+def test_the_audit_shows_the_fate_of_a_run_and_none_for_a_plain_table(tmp_path: Path) -> None:
+    from grpolab.audit import audit
+    from grpolab.audit.render import html_sections
+
+    _write_run(tmp_path / "run")
+    result = audit(tmp_path / "run")
+    assert result["prompt_fate"]["all_wrong_first"] == 3 and result["prompt_fate"]["solved"] == 1
+    [section] = [s for s in html_sections(result) if s.title == "Each prompt's fate"]
+    rows = dict(section.tables[0][1].itertuples(index=False))
+    assert rows["  later mixed or all right (escaped)"] == "1 (50.0%)" and rows["  of them sampled again"] == "2"
+    assert section.tables[1][1].set_index("from / to").loc["all_wrong", "mixed"] == 1
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pq.read_table(tmp_path / "run" / "rollouts" / "step-000001.parquet"), plain)
+    assert audit(plain)["prompt_fate"] is None
