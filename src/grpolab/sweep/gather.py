@@ -7,9 +7,9 @@ Every row carries the run's ``variant`` ("" when nothing is varied) and ``status
 ``diverged_at_step`` in results and runs), or ``no_signal`` for a run ``--stop-when-dead`` ended because its first
 steps carried no gradient signal (with ``no_signal_at_step``). A diverged run keeps
 the evaluations it made before it stopped and has no ``end`` evaluation, so it is never scored as 0%; the
-report marks it. A no-signal run has its end evaluation at the step it stopped: it is counted in its arm, and
-the report flags it. ``bracketed`` says whether the run's lr was chosen inside its selection grid (None when the
-sweep chose no lr).
+report marks it. Each results row also carries its run's prompt fate (``fate_columns``). A no-signal run has
+its end evaluation at the step it stopped: it is counted in its arm, and the report flags it. ``bracketed`` says
+whether the run's lr was chosen inside its selection grid (None when the sweep chose no lr).
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from typing import Any
 
 import pandas as pd
 
+from grpolab.audit.fate_source import run_fate
+from grpolab.diagnostics.fate import FATE_COUNTS
 from grpolab.io import atomic_write_with
 from grpolab.sweep.plan import Cell, RunSpec
 from grpolab.train.no_signal import NO_SIGNAL
 from grpolab.train.runlog import missing_steps, read_evaluations, read_metrics, spans
 
-__all__ = ["collect_results", "not_counted", "runs_table", "write_table", "write_tables"]
+__all__ = ["collect_results", "fate_columns", "not_counted", "runs_table", "write_table", "write_tables"]
 
 
 def not_counted(spec: RunSpec, why: str) -> dict[str, Any]:
@@ -48,6 +50,13 @@ def _run_columns(spec: RunSpec, bracketed: Mapping[Cell, bool] | None = None) ->
             "bracketed": None if bracketed is None else bracketed.get(spec.cell)}
 
 
+def fate_columns(run_dir: Path) -> dict[str, float]:
+    """``fate_<count>`` for each of ``FATE_COUNTS``: each prompt's fate over the run (``grpolab.diagnostics.fate``),
+    NaN for a run without rollout tables."""
+    fate = run_fate(run_dir) or {}
+    return {f"fate_{name}": float(fate.get(name, float("nan"))) for name in FATE_COUNTS}
+
+
 def _result_row(columns: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     passk = row.get("pass_at_k", {})
     return {**columns, "phase": row["phase"], "step": row["step"],
@@ -66,7 +75,7 @@ def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | N
     run with no end evaluation anywhere is named, and its outcome (``not_counted``) added to ``uncounted``."""
     results, metrics = [], []
     for spec in (s for s in specs if s.ended):
-        columns = _run_columns(spec, bracketed)
+        columns = {**_run_columns(spec, bracketed), **fate_columns(spec.run_dir)}
         evaluations = read_evaluations(spec.run_dir)
         if columns["status"] != "diverged" and not any(row.get("phase") == "end" for row in evaluations):
             message = (f"run {spec.run_dir} finished but neither its eval.jsonl nor its summary.json holds its end "
