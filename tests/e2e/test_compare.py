@@ -267,3 +267,21 @@ def test_a_diverged_selection_run_disqualifies_its_lr_and_is_never_retried(
     written = summary.stat().st_mtime_ns
     assert main(argv) == 0, capsys.readouterr().err[-2000:]  # the re-run trains nothing: a diverged run has ended
     assert summary.stat().st_mtime_ns == written and "0 run(s) trained" in capsys.readouterr().err
+
+
+def test_runs_stopped_for_no_signal_are_counted_and_their_arm_flagged(tmp_path: Path,
+                                                                       in_process_workers: None) -> None:
+    data = tmp_path / "q.jsonl"  # digit prompts, letter answers: the embedded model is always wrong
+    data.write_text("".join(json.dumps({"question": f"{i:03d}{i % 7}+=", "answer": "abc"}) + "\n" for i in range(40)))
+    out = tmp_path / "cmp"
+    assert main(["compare", "--estimators", "sign,dr_grpo", "--seeds", "2", "--group-sizes", "2", "--out", str(out),
+                 "--task", "file", "--data", str(data), "--prompt-column", "question", "--reference-column",
+                 "answer", "--verifier", "exact", "--task-options", '{"max_new_tokens": 8}', "--stop-when-dead",
+                 *ONE_LR, *TINY_FLAGS, "--steps", "5"]) == 0
+    results = pd.read_parquet(out / "results.parquet")
+    ends = results[results["phase"] == "end"]
+    assert len(ends) == 4 and set(ends["status"]) == {"no_signal"} and set(ends["step"]) == {3}
+    report = (out / "report.md").read_text()
+    for estimator in ("sign", "dr_grpo"):
+        assert f"{estimator} G = 2: 2 of 2 runs stopped with no learning signal at step 3" in report
+    assert "## Each prompt's fate" in report and set(ends["fate_escaped"]) == {0.0}

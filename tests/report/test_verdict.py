@@ -205,3 +205,16 @@ def test_no_evidence_either_way_says_how_many_seeds_would_resolve_it() -> None:
     assert needed == 7  # the t-test's power passes 0.8 below 7 seeds, but 2 / 2^6 >= 0.05 / 2: the sign-flip floor
     assert (f"{needed} seeds per arm would detect a difference of +4.0 points at 80% power (paired t, Holm over "
             "the primary family of 2; grpolab plan)") in _bullets(varied, config)[0]
+
+
+def test_runs_stopped_with_no_signal_are_counted_and_the_arm_flagged() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(4,))
+    stopped = results.copy()
+    dead = stopped["estimator"].eq("dr_grpo") & stopped["seed"].isin([0, 2])
+    stopped.loc[dead, "status"] = "no_signal"
+    stopped.loc[dead, "no_signal_at_step"] = 3.0
+    bullets = _bullets(stopped, config)
+    assert ("dr_grpo G = 4: 2 of 3 runs stopped with no learning signal at step 3 (--stop-when-dead)"
+            in "\n".join(bullets))
+    assert "no learning signal" not in "\n".join(_bullets(results, config))
+    assert summary_table(stopped).set_index("estimator").loc["dr_grpo", "n_seeds"] == 3  # counted, not left out

@@ -6,7 +6,7 @@ import json
 import warnings
 from pathlib import Path
 
-from grpolab.config import TrainConfig
+from grpolab.config import TrainConfig, save_config
 from grpolab.sweep.gather import collect_results, runs_table
 from grpolab.sweep.plan import plan_runs
 from grpolab.sweep.run import run_sweep
@@ -72,3 +72,21 @@ def test_a_run_its_budget_ended_early_is_complete_up_to_its_end_evaluation(tmp_p
         warnings.simplefilter("always")
         collect_results([spec])
     assert any("lacks step(s) 2 of its 2" in str(w.message) for w in caught)
+
+
+def test_a_run_stopped_for_no_signal_is_gathered_with_its_end_score_and_status(tmp_path: Path) -> None:
+    spec = plan_runs(BASE.replace(steps=10, stop_when_dead=True), ["dr_grpo"], [0], [2], tmp_path)[0]
+    spec.run_dir.mkdir(parents=True)
+    save_config(spec.config, spec.run_dir / "config.yaml")
+    summary = {"status": "no_signal", "no_signal_at_step": 3, "reason": "no gradient signal in the first 3 step(s)"}
+    (spec.run_dir / "summary.json").write_text(json.dumps(summary))
+    rows = [{"step": 0, "phase": "start", "greedy_accuracy": 0.25},
+            {"step": 3, "phase": "end", "greedy_accuracy": 0.25}]
+    (spec.run_dir / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (spec.run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither "lacks steps 4-10" nor "no end evaluation"
+        results, metrics = collect_results([spec])
+    assert results["status"].tolist() == ["no_signal"] * 2 and results["no_signal_at_step"].tolist() == [3.0, 3.0]
+    assert results["phase"].tolist() == ["start", "end"] and set(metrics["status"]) == {"no_signal"}
+    assert spec.ended and run_sweep([spec]) == []  # an ended run: never trained again

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grpolab.cli import _one_line_warning, main
-from grpolab.train.no_signal import WATCHED_STEPS, NoSignalWarning, NoSignalWatch, no_signal_line
+from grpolab.train.no_signal import NO_SIGNAL, WATCHED_STEPS, NoSignalWarning, NoSignalWatch, no_signal_line
 
 WRONG = {"starvation/degenerate": 1.0, "starvation/uniform": 1.0, "starvation/all_wrong": 1.0,
          "starvation/all_correct": 0.0, "starvation/unscorable_groups": 0.0, "starvation/useful_fraction": 0.0}
@@ -66,3 +66,39 @@ def test_a_run_that_cannot_learn_says_so_in_one_line(dead: bool, tmp_path: Path)
     line = _one_line_warning("train")(said[0].message, NoSignalWarning, said[0].filename, said[0].lineno)
     assert line.startswith("grpolab train: warning: no gradient signal in the first 3 step(s)")
     assert "every completion was wrong" in line and line.count("\n") == 1  # how grpolab.cli prints it: one line
+
+
+def test_with_stop_the_watch_marks_the_step_and_the_summary_fields() -> None:
+    going, stopping = NoSignalWatch(group_size=4), NoSignalWatch(group_size=4, stop=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for step in range(1, WATCHED_STEPS + 1):
+            going.observe(step, WRONG)
+            stopping.observe(step, WRONG)
+    assert going.stopped_at is None and going.summary_fields() == {}
+    fields = stopping.summary_fields()
+    assert fields["status"] == NO_SIGNAL and fields["no_signal_at_step"] == WATCHED_STEPS
+    assert fields["reason"].endswith(f"the run stops at step {WATCHED_STEPS} (--stop-when-dead)")
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_stop_when_dead_ends_a_run_with_every_advantage_zero(stop: bool, tmp_path: Path) -> None:
+    task = ["--task", "file", "--data", str(_impossible_task(tmp_path / "q.jsonl")), "--prompt-column", "question",
+            "--reference-column", "answer", "--verifier", "exact", "--task-options", '{"max_new_tokens": 8}',
+            "--advantage", "grpo"]  # every completion wrong, group-centred: every advantage 0
+    run = tmp_path / "run"
+    flags = [*TINY, "--steps", "5"] + (["--stop-when-dead"] if stop else [])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["train", "--model", "embedded", *task, "--out", str(run), *flags]) == 0
+    [said] = [str(w.message) for w in caught if w.category is NoSignalWarning]
+    summary = json.loads((run / "summary.json").read_text())
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    ends = [json.loads(line) for line in (run / "eval.jsonl").read_text().splitlines()]
+    if not stop:
+        assert summary["status"] == "finished" and steps == [1, 2, 3, 4, 5] and "stops" not in said
+        return
+    assert summary["status"] == NO_SIGNAL and summary["no_signal_at_step"] == WATCHED_STEPS
+    assert steps == [1, 2, 3] and [(e["phase"], e["step"]) for e in ends] == [("end", 3)]
+    assert said == summary["reason"] and "every completion was wrong" in said and "stops at step 3" in said
+    assert (run / "final").is_dir()

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from grpolab import diagnostics
+from grpolab.audit.fate_source import run_fate
 from grpolab.audit.sources import (
     Columns,
     distinct_files,
@@ -414,9 +415,11 @@ def _warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
 
 
 def audit(path: Path | str, *, window: int = diagnostics.DEFAULT_WINDOW_GROUPS, **options: Any) -> dict[str, Any]:
-    """Audit the rollout logs at ``path``: ``summarize(collect_groups(path, **options))``, the input read
-    and ``warnings`` (missing steps, non-binary rewards under ``threshold``)."""
+    """Audit the rollout logs at ``path``: ``summarize(collect_groups(path, **options))``, the input read,
+    ``warnings`` (missing steps, non-binary rewards under ``threshold``) and, for a grpolab run, ``prompt_fate``
+    (``grpolab.audit.fate_source.run_fate``; None for other logs)."""
     groups, info = collect_groups(Path(path), **options)
     result = {"input": info, **summarize(groups, window)}
+    result["prompt_fate"] = run_fate(Path(path)) if info["kind"] == "grpolab" else None
     result["warnings"] = _warnings(result, groups)
     return result

@@ -9,6 +9,7 @@ embedded as base64 PNGs, so it opens anywhere without side files. Input is the J
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ from grpolab.render import Section, render_html
 __all__ = ["TITLE", "html_sections", "render_terminal", "sample_steps", "write_html"]
 
 TITLE = "grpolab audit: gradient starvation"
+FATE_INTRO = ("A prompt's state each time it was sampled: all wrong, mixed or all right in its group. Of the prompts "
+              "all wrong when first sampled and sampled again, the share later mixed or all right tests paper 1's "
+              "pass@G failure descent directly (docs/audit.md).")
 
 
 def _pct(value: float | None) -> str:
@@ -65,6 +69,23 @@ def _headline_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         }
         rows.append(("pass@k", "  ".join(f"@{k} {_pct(v)}" for k, v in shown.items())))
     return rows
+
+
+def _fate_rows(fate: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each prompt's fate (``grpolab.diagnostics.fate``) in words."""
+    share = fate["escaped_share"]
+    return [
+        ("prompts sampled (with a scorable group)", f"{fate['prompts']:,}"),
+        ("all wrong when first sampled", f"{fate['all_wrong_first']:,}"),
+        ("  of them sampled again", f"{fate['all_wrong_first_resampled']:,}"),
+        ("  later mixed or all right (escaped)", f"{fate['escaped']:,} ({_pct(None if math.isnan(share) else share)})"),
+        ("  later all right (solved)", f"{fate['solved']:,}"),
+    ]
+
+
+def _transition_frame(fate: dict[str, Any]) -> pd.DataFrame:
+    """[3, 3] consecutive states of one prompt: rows the earlier, columns the later."""
+    return pd.DataFrame(fate["transitions"]).T.rename_axis("from / to").reset_index()
 
 
 def _input_rows(source: dict[str, Any]) -> list[tuple[str, str]]:
@@ -118,6 +139,14 @@ def render_terminal(result: dict[str, Any], console: Any = None) -> None:
                 _pct(row["success_rate"]),
             )
         console.print(steps)
+    fate = result.get("prompt_fate")
+    if fate:
+        prompts = Table(title="each prompt's fate")
+        prompts.add_column("prompts")
+        prompts.add_column("count", justify="right")
+        for name, value in _fate_rows(fate):
+            prompts.add_row(name, value)
+        console.print(prompts)
     hist = result["success_histogram"]
     if hist["counts"]:
         bars = Table(title="per-prompt success rate")
@@ -187,6 +216,11 @@ def html_sections(result: dict[str, Any]) -> list[Section]:
         ),
         Section("Starvation", tables=[("", _frame(_headline_rows(result), "metric", "value"))]),
     ]
+    fate = result.get("prompt_fate")
+    if fate:
+        sections.append(Section("Each prompt's fate", [FATE_INTRO], tables=[
+            ("", _frame(_fate_rows(fate), "prompts", "count")),
+            ("Transitions between consecutive samplings of a prompt", _transition_frame(fate))]))
     figures = _figures(result)
     return [*sections, Section("Figures", figures=figures)] if figures else sections
 

@@ -51,7 +51,8 @@ import pyarrow.parquet as pq
 
 from grpolab.errors import UserError
 
-__all__ = ["Columns", "Source", "distinct_files", "find_source", "iter_batches", "resolve_columns"]
+__all__ = ["Columns", "Source", "distinct_files", "find_source", "grpolab_rollout_files", "iter_batches",
+           "resolve_columns"]
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "json", ".json": "json"}
 PROMPT_CANDIDATES = ("prompt_id", "prompt_uid", "uid", "prompt_index", "problem_id", "question_id", "prompt")
@@ -114,6 +115,11 @@ def _trainer_files(folder: Path, pattern: str, kind: str) -> tuple[list[Path], l
     """(the files of ``folder`` matching ``pattern`` that the trainer wrote, the others), sorted."""
     found = sorted(p for p in folder.glob(pattern) if p.is_file()) if folder.is_dir() else []
     return [p for p in found if _written_by_trainer(p, kind)], [p for p in found if not _written_by_trainer(p, kind)]
+
+
+def grpolab_rollout_files(run_dir: Path) -> list[Path]:
+    """The rollout tables the trainer wrote in ``run_dir/rollouts``, in step order (none: an empty list)."""
+    return _trainer_files(run_dir / "rollouts", "*.parquet", "grpolab")[0]
 
 
 def find_source(path: Path) -> Source:

@@ -158,6 +158,10 @@ class TrainConfig:
     is set (docs/remedies.md)."""
     replay_max_age: int = setting(4, scope="training", at_least=1)
     """The oldest a replayed group may be, in steps."""
+    stop_when_dead: bool = setting(False, scope="training")
+    """Stop a run whose first steps (grpolab.train.no_signal) carried no gradient signal: it is evaluated and saved
+    at that step and its summary.json says "status": "no_signal" (docs/planning.md); without it the run warns and
+    goes on."""
     checkpoint_every: int = setting(10, scope="training", at_least=0)
     """Save a checkpoint every N steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = setting(2, scope="training", at_least=1)

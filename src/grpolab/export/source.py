@@ -20,6 +20,7 @@ from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.models import Policy, check_finite_weights, load_lora_adapter, load_policy
 from grpolab.train.checkpoint import checkpoint_dirs, verify_checkpoint
+from grpolab.train.no_signal import NO_SIGNAL
 from grpolab.train.runlog import read_summary
 from grpolab.train.settings import load_saved_config
 
@@ -39,7 +40,8 @@ class RunSource:
 
     @property
     def finished(self) -> bool:
-        return self.summary is not None and self.summary.get("status", "finished") == "finished"
+        """Ended with a final model: finished, or stopped by --stop-when-dead."""
+        return self.summary is not None and self.summary.get("status", "finished") in ("finished", NO_SIGNAL)
 
 
 def read_run(run_dir: Path, step: int | None = None) -> RunSource:

@@ -25,6 +25,7 @@ from grpolab.report.compute import compute_section
 from grpolab.report.curves import curves_section
 from grpolab.report.data_section import data_sections
 from grpolab.report.families import families_section
+from grpolab.report.fate import fate_section
 from grpolab.report.methods import methods_section
 from grpolab.report.paired_passk import paired_passk_section
 from grpolab.report.sections import (
@@ -70,6 +71,8 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
         curves_section(results, usable, figure_png),
         dynamics_section(shown, problem),
     ]
+    fate = fate_section(results)
+    sections += [fate] if fate is not None else []
     compute = compute_section(shown, config)
     sections += [compute] if compute is not None else []
     clipping = clipping_section(usable, config)
@@ -108,8 +111,9 @@ def write_report(
 
     results: one row per (run, evaluation) with run_id, estimator, seed, group_size, task, model, steps,
     phase ("start" / "step" / "end"), step, completions_generated, greedy_accuracy, n, pass_at_k [n],
-    successes [P], mean_length, and optionally lr, variant (a --vary setting, "" for none) and status
-    ("finished" / "diverged", with diverged_at_step). metrics: one row per (run, training step) with run_id,
+    successes [P], mean_length, and optionally lr, variant (a --vary setting, "" for none), status
+    ("finished" / "diverged" / "no_signal", with diverged_at_step / no_signal_at_step) and the ``fate_*`` counts
+    (``grpolab.report.fate``). metrics: one row per (run, training step) with run_id,
     estimator, seed, group_size, (variant,) step and ``rollout/``, ``starvation/``, ``loss/``, ``perf/``,
     ``grad/`` columns (any may be missing; empty or None is allowed). config: the sweep settings. selection:
     the lr-selection runs (``grpolab.sweep.select.select_lrs``), or None. Returns (html path, markdown path).

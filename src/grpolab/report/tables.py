@@ -41,6 +41,7 @@ from grpolab import stats
 from grpolab.advantages import display_order
 from grpolab.diagnostics.starvation import expected_degeneracy_from_counts, iid_degeneracy
 from grpolab.diagnostics.variance import mean_success_variance, snr_ratio_from_counts, snr_ratio_sign_vs_centred
+from grpolab.train.no_signal import NO_SIGNAL
 
 ALPHA = 0.05  # significance level of the verdict and the one-line readings
 START_STEPS = 5  # training steps averaged for D_real / D_iid of the start policy
@@ -83,16 +84,26 @@ def _statuses(frame: pd.DataFrame) -> pd.Series:
     return frame["status"].fillna("finished").astype(str)
 
 
-def diverged_table(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per run whose status is "diverged": run_id, variant, estimator, group_size, seed and
-    diverged_at_step (NaN when not recorded). Empty for a results table without ``status``."""
-    columns = ["run_id", "variant", "estimator", "group_size", "seed", "diverged_at_step"]
-    diverged = results[_statuses(results) == "diverged"]
-    if diverged.empty:
+def _ended_table(results: pd.DataFrame, status: str, at: str) -> pd.DataFrame:
+    """One row per run whose status is ``status``: run_id, variant, estimator, group_size, seed and the step
+    column ``at`` (NaN when not recorded). Empty for a results table without ``status``."""
+    columns = ["run_id", "variant", "estimator", "group_size", "seed", at]
+    ended = results[_statuses(results) == status]
+    if ended.empty:
         return pd.DataFrame(columns=columns)
-    rows = diverged.assign(variant=variants(diverged)).groupby("run_id").head(1)
-    at = rows["diverged_at_step"] if "diverged_at_step" in rows.columns else pd.Series(math.nan, index=rows.index)
-    return rows.assign(diverged_at_step=at.astype(float))[columns].reset_index(drop=True)
+    rows = ended.assign(variant=variants(ended)).groupby("run_id").head(1)
+    steps = rows[at] if at in rows.columns else pd.Series(math.nan, index=rows.index)
+    return rows.assign(**{at: steps.astype(float)})[columns].reset_index(drop=True)
+
+
+def diverged_table(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per run whose status is "diverged", with diverged_at_step (``_ended_table``)."""
+    return _ended_table(results, "diverged", "diverged_at_step")
+
+
+def no_signal_table(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per run that ``--stop-when-dead`` ended (status "no_signal"), with no_signal_at_step."""
+    return _ended_table(results, NO_SIGNAL, "no_signal_at_step")
 
 
 def run_table(results: pd.DataFrame) -> pd.DataFrame:

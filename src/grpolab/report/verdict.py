@@ -58,7 +58,15 @@ from grpolab.report.comparisons import (
 from grpolab.report.forest import figure_forest, forest_rows, untested_table
 from grpolab.report.methods import methods_pointer
 from grpolab.report.selection import unbracketed_lines
-from grpolab.report.tables import diverged_table, family_split, family_table, labelled, run_table
+from grpolab.report.tables import (
+    diverged_table,
+    family_split,
+    family_table,
+    labelled,
+    no_signal_table,
+    run_table,
+    variants,
+)
 
 __all__ = ["DETAIL", "UNTESTED", "VERDICT", "verdict_sections"]
 
@@ -213,6 +221,19 @@ def _diverged_lines(results: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _no_signal_lines(results: pd.DataFrame) -> list[str]:
+    """Per arm with runs that ``--stop-when-dead`` ended: how many of the arm's runs, and at which step."""
+    lines = []
+    for (variant, estimator, size), group in no_signal_table(results).groupby(["variant", "estimator", "group_size"]):
+        arm = results[(variants(results) == variant) & (results["estimator"] == estimator)
+                      & (results["group_size"] == size)]
+        steps = ", ".join(f"{s:.0f}" for s in sorted(set(group["no_signal_at_step"].dropna())))
+        lines.append(f"{estimator} {arm_label(variant, int(size))}: {len(group)} of {arm['run_id'].nunique()} runs "
+                     f"stopped with no learning signal at step {steps or '?'} (--stop-when-dead); they are counted "
+                     "with the score of the policy they stopped with.")
+    return lines
+
+
 def _sign_group_sizes(runs: pd.DataFrame) -> list[str]:
     """sign's gain at each group size, and a Welch test between the two smallest sizes (variant "" only)."""
     sign = runs[(runs["estimator"] == SIGN) & (runs["variant"] == "")]
@@ -289,7 +310,8 @@ def _detail(results: pd.DataFrame, runs: pd.DataFrame, rows: list[dict[str, Any]
     bullets = _primary_lines(runs, rows, config)
     bullets += [_best_line(runs, rows, v, int(g)) for v, g in arms.itertuples(index=False)]
     bullets += _sign_lines(runs, rows)
-    bullets += _diverged_lines(results, runs) + unbracketed_lines(selection) + clipping_lines(metrics, config)
+    bullets += _diverged_lines(results, runs) + _no_signal_lines(results)
+    bullets += unbracketed_lines(selection) + clipping_lines(metrics, config)
     bullets += _sign_group_sizes(runs) + _family_lines(results)
     return Section(DETAIL, bullets=bullets)
 

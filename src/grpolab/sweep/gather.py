@@ -7,10 +7,12 @@ over prompts: ``SAMPLED_COLUMNS``), so that a comparison's result leaves grpolab
 
 Every row carries the run's ``variant`` ("" when nothing is varied) and ``status``: ``finished``, or
 ``diverged`` for a run the trainer stopped on a non-finite loss, gradient or parameter (with
-``diverged_at_step`` in results and runs). A diverged run keeps
+``diverged_at_step`` in results and runs), or ``no_signal`` for a run ``--stop-when-dead`` ended because its first
+steps carried no gradient signal (with ``no_signal_at_step``). A diverged run keeps
 the evaluations it made before it stopped and has no ``end`` evaluation, so it is never scored as 0%; the
-report marks it. ``bracketed`` says whether the run's lr was chosen inside its selection grid (None when the
-sweep chose no lr).
+report marks it. Each results row also carries its run's prompt fate (``fate_columns``). A no-signal run has
+its end evaluation at the step it stopped: it is counted in its arm, and the report flags it. ``bracketed`` says
+whether the run's lr was chosen inside its selection grid (None when the sweep chose no lr).
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from typing import Any
 
 import pandas as pd
 
+from grpolab.audit.fate_source import run_fate
+from grpolab.diagnostics.fate import FATE_COUNTS
 from grpolab.io import atomic_write_with
 from grpolab.sweep.plan import Cell, RunSpec
+from grpolab.train.no_signal import NO_SIGNAL
 from grpolab.train.runlog import missing_steps, read_evaluations, read_metrics, spans
 
-__all__ = ["collect_results", "not_counted", "runs_table", "write_table", "write_tables"]
+__all__ = ["collect_results", "fate_columns", "not_counted", "runs_table", "write_table", "write_tables"]
 
 
 def not_counted(spec: RunSpec, why: str) -> dict[str, Any]:
@@ -37,12 +42,14 @@ def not_counted(spec: RunSpec, why: str) -> dict[str, Any]:
 
 def _run_columns(spec: RunSpec, bracketed: Mapping[Cell, bool] | None = None) -> dict[str, Any]:
     summary = spec.summary or {}
-    status = "diverged" if summary.get("status") == "diverged" else "finished"
+    status = summary["status"] if summary.get("status") in ("diverged", NO_SIGNAL) else "finished"
     at_step = summary.get("diverged_at_step") if status == "diverged" else None
+    dead_at = summary.get("no_signal_at_step") if status == NO_SIGNAL else None
     return {"run_id": spec.run_id, "variant": spec.variant.name, "estimator": spec.estimator, "seed": spec.seed,
             "group_size": spec.group_size, "lr": spec.lr, "task": spec.config.task, "model": spec.config.model,
             "steps": spec.config.steps, "status": status,
             "diverged_at_step": float("nan") if at_step is None else float(at_step),
+            "no_signal_at_step": float("nan") if dead_at is None else float(dead_at),
             "bracketed": None if bracketed is None else bracketed.get(spec.cell)}
 
 
@@ -63,6 +70,13 @@ def _sampled_columns(row: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def fate_columns(run_dir: Path) -> dict[str, float]:
+    """``fate_<count>`` for each of ``FATE_COUNTS``: each prompt's fate over the run (``grpolab.diagnostics.fate``),
+    NaN for a run without rollout tables."""
+    fate = run_fate(run_dir) or {}
+    return {f"fate_{name}": float(fate.get(name, float("nan"))) for name in FATE_COUNTS}
+
+
 def _result_row(columns: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     passk = row.get("pass_at_k", {})
     return {**columns, **_sampled_columns(row), "phase": row["phase"], "step": row["step"],
@@ -81,9 +95,9 @@ def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | N
     run with no end evaluation anywhere is named, and its outcome (``not_counted``) added to ``uncounted``."""
     results, metrics = [], []
     for spec in (s for s in specs if s.ended):
-        columns = _run_columns(spec, bracketed)
+        columns = {**_run_columns(spec, bracketed), **fate_columns(spec.run_dir)}
         evaluations = read_evaluations(spec.run_dir)
-        if columns["status"] == "finished" and not any(row.get("phase") == "end" for row in evaluations):
+        if columns["status"] != "diverged" and not any(row.get("phase") == "end" for row in evaluations):
             message = (f"run {spec.run_dir} finished but neither its eval.jsonl nor its summary.json holds its end "
                        "evaluation, so it has no end score in results.parquet; move the run aside and resume the "
                        "sweep to train it again")
@@ -93,7 +107,8 @@ def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | N
         results += [_result_row(columns, row) for row in evaluations]
         keys = ("run_id", "variant", "estimator", "seed", "group_size", "status")  # per step: no diverged_at_step
         steps = read_metrics(spec.run_dir / "metrics.jsonl")
-        upto = _last_step(spec, evaluations) if columns["status"] == "finished" else int(columns["diverged_at_step"])
+        upto = (int(columns["diverged_at_step"]) if columns["status"] == "diverged"
+                else _last_step(spec, evaluations, columns["status"]))
         lost = missing_steps([row["step"] for row in steps], upto)
         if lost:
             warnings.warn(f"{spec.run_dir / 'metrics.jsonl'} lacks step(s) {spans(lost)} of its {upto}; "
@@ -102,10 +117,10 @@ def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | N
     return pd.DataFrame(results), pd.DataFrame(metrics)
 
 
-def _last_step(spec: RunSpec, evaluations: list[dict[str, Any]]) -> int:
+def _last_step(spec: RunSpec, evaluations: list[dict[str, Any]], status: str = "finished") -> int:
     """The last step of a finished run: ``steps``, or the step of its end evaluation when a compute budget
-    (``--budget``) ended it sooner."""
-    if spec.config.budget is None:
+    (``--budget``) or ``--stop-when-dead`` (status ``no_signal``) ended it sooner."""
+    if spec.config.budget is None and status != NO_SIGNAL:
         return spec.config.steps
     return next((int(row["step"]) for row in reversed(evaluations) if row.get("phase") == "end"), spec.config.steps)
 

@@ -273,11 +273,12 @@ def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
 
 
 def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict[str, Any], *,
-               sampler: dict[str, Any] | None = None) -> RunResult:
+               sampler: dict[str, Any] | None = None, ended: dict[str, Any] | None = None) -> RunResult:
     """Save the final model (``policy.model``, LoRA-wrapped or not) and write ``summary.json`` (``"status":
     "finished"``), whose presence marks the run complete; returns the run's result. ``metrics`` is empty when
     a resume had no step left to train: the last logged step's metrics are kept instead. ``sampler``: how the run
-    (since its last start) sampled, written as ``"sampler"`` where given."""
+    (since its last start) sampled, written as ``"sampler"`` where given; ``ended``: the status fields of a run that
+    ended early (``NoSignalWatch.summary_fields``), written over ``"status"``."""
     _save_final_model(run_dir, policy, config.lora)
     evaluations = read_metrics(run_dir / "eval.jsonl")
     earlier = read_summary(run_dir) or {}  # a finished run resumed again: never lose what it already recorded
@@ -290,6 +291,7 @@ def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict
     summary = {"status": "finished", "steps": config.steps,
                "device": devices.describe(devices.model_device(policy.model)), "final_metrics": metrics,
                "evaluations": [{k: v for k, v in e.items() if k != "successes"} for e in evaluations]}
+    summary.update(ended or {})
     if sampler is not None:
         summary["sampler"] = sampler
     summary["grpolab"] = software()

@@ -8,6 +8,11 @@ engines write. A resumed run watches the steps of the window it still runs. The 
 were: every completion wrong (a verifier that always returns 0, an answer the verifier cannot read, a completion
 cap too short, or a task far too hard), every completion right, one-completion groups, nothing scorable, or each
 prompt solved always or never. Departure from the paper: it reports starvation rates; the warning is grpolab's.
+
+With ``stop_when_dead`` (``--stop-when-dead``) the run also stops at the last watched step: it is evaluated and
+saved there, and its ``summary.json`` holds ``"status": "no_signal"`` (``NO_SIGNAL``), ``"no_signal_at_step"`` and
+the line as ``"reason"`` (``NoSignalWatch.summary_fields``). Unlike a diverged run it has an end score (that of a
+policy that could not learn), so a comparison counts it in its arm and flags it.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__all__ = ["WATCHED_STEPS", "NoSignalWarning", "NoSignalWatch", "no_signal_line"]
+__all__ = ["NO_SIGNAL", "WATCHED_STEPS", "NoSignalWarning", "NoSignalWatch", "no_signal_line"]
 
 WATCHED_STEPS = 3
+NO_SIGNAL = "no_signal"  # the summary.json status of a run that --stop-when-dead ended
 
 _HARD = ("a verifier that always returns 0 (score a reference against itself and a completion), an answer format "
          "the verifier cannot read, --max-new-tokens too short for an answer, or a task far too hard for the model "
@@ -62,11 +68,14 @@ def no_signal_line(rows: list[dict[str, Any]], group_size: int) -> str | None:
 
 
 class NoSignalWatch:
-    """Collects the watched steps' metrics and warns once (``NoSignalWarning``) after the last of them."""
+    """Collects the watched steps' metrics and warns once (``NoSignalWarning``) after the last of them; with
+    ``stop`` it also marks the run as stopping there (``stopped_at``)."""
 
-    def __init__(self, group_size: int, watched: int = WATCHED_STEPS) -> None:
-        self.group_size, self.watched = group_size, watched
+    def __init__(self, group_size: int, watched: int = WATCHED_STEPS, *, stop: bool = False) -> None:
+        self.group_size, self.watched, self.stop = group_size, watched, stop
         self.rows: list[dict[str, Any]] = []
+        self.stopped_at: int | None = None
+        self.line: str | None = None
 
     def observe(self, step: int, metrics: dict[str, Any]) -> str | None:
         """Record step ``step``; at the last watched step, warn and return the line when the run had no signal."""
@@ -77,5 +86,15 @@ class NoSignalWatch:
             return None
         line = no_signal_line(self.rows, self.group_size)
         if line is not None:
+            if self.stop:
+                self.stopped_at = step
+                line += f"; the run stops at step {step} (--stop-when-dead)"
+            self.line = line
             warnings.warn(line, NoSignalWarning, stacklevel=2)
         return line
+
+    def summary_fields(self) -> dict[str, Any]:
+        """What a run that stopped here adds to its ``summary.json`` (empty when it did not stop)."""
+        if self.stopped_at is None:
+            return {}
+        return {"status": NO_SIGNAL, "no_signal_at_step": self.stopped_at, "reason": self.line}

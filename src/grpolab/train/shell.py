@@ -139,7 +139,7 @@ class RunShell:
         self.metrics_log: MetricsLog | None = None
         self.rollout_log: RolloutLog | None = None
         self.resumed_changes: dict[str, list] = {}
-        self.no_signal = NoSignalWatch(config.group_size)
+        self.no_signal = NoSignalWatch(config.group_size, stop=config.stop_when_dead)
         if writer:
             prepare_run_dir(self.run_dir)
             self.lock = DirectoryLock(self.run_dir, command).acquire()
@@ -222,6 +222,11 @@ class RunShell:
         self.metrics_log.write(step, metrics, sync=sync)
         self.no_signal.observe(step, metrics)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether the run ends at this step for want of signal (``--stop-when-dead``)."""
+        return self.no_signal.stopped_at is not None
+
     def sync_logs(self) -> None:
         """fsync ``metrics.jsonl`` (rows written with ``sync=False`` are flushed but not yet durable)."""
         if self.metrics_log is not None:
@@ -252,7 +257,8 @@ class RunShell:
         """Close the metrics log, save ``final/`` and write ``summary.json`` (``finish_run``); ``sampler``: how the
         run sampled (``engine.sampler_path.SamplerRecord.summary``), where the engine knows."""
         self._close_metrics()
-        return finish_run(self.run_dir, policy, self.config, metrics, sampler=sampler)
+        return finish_run(self.run_dir, policy, self.config, metrics, sampler=sampler,
+                          ended=self.no_signal.summary_fields())
 
     def diverged(self, step: int, reason: str, metrics: dict[str, Any]) -> RunDiverged:
         """Close the metrics log, write the diverged run's ``summary.json`` and return the error that ends it."""

@@ -317,7 +317,7 @@ class Trainer:
             metrics = self.step(step)
             self.shell.record_step(step, metrics)
             self._stop_if_diverged(step, metrics)
-            last = step == config.steps or self._budget_spent()
+            last = step == config.steps or self._budget_spent() or self.shell.stopping
             if self.shell.evaluation_due(step) and not last:
                 self._evaluate(step, "step")
             if last:

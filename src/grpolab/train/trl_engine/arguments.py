@@ -155,6 +155,7 @@ GRPOLAB_SIDE: dict[str, str] = {
 REFUSED: dict[str, str] = {
     "reward_granularity": "TRL trains on one advantage per completion",
     "budget": "TRL's trainer runs --steps steps; it cannot stop on a count of sampled completions or tokens",
+    "stop_when_dead": "TRL's trainer runs --steps steps; grpolab's engine stops a run without signal",
     "sampler_dtype": "TRL samples with the model as loaded (or with vLLM)",
     "grad_analysis_every": "the gradient geometry needs grpolab's own update",
     "grad_analysis_params": "the gradient geometry needs grpolab's own update",
