@@ -172,7 +172,7 @@ class _Plain:
         self.clock = _Clock()
         self.trainer = GRPOTrainer(
             model=copy.deepcopy(run.policy.model), processing_class=copy.deepcopy(run.policy.tokenizer),
-            args=GRPOConfig(**arguments, use_cpu=True), reward_funcs=verifier_reward(run.task.verifier),
+            args=GRPOConfig(**{**arguments, "use_cpu": True}), reward_funcs=verifier_reward(run.task.verifier),
             train_dataset=_dataset(run.task, run.config, chat), callbacks=[self.clock],
         )
         self.trainer.remove_callback(PrinterCallback)
@@ -212,8 +212,7 @@ class _Sides:
 
     def close(self) -> None:
         self.recorder.drain()
-        self.run.metrics_log.close()
-        self.run.release()
+        self.run.shell.release()  # the run shell's metrics log and lock
 
 
 SIDES = ("engine", "plain", "control")
