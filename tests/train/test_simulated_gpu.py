@@ -156,3 +156,14 @@ def test_a_bfloat16_run_trains_on_the_gpu_under_autocast(tmp_path: Path, monkeyp
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(np.isfinite(r["loss/total"]) and np.isfinite(r["loss/grad_norm"]) for r in rows)
+
+
+def test_a_finished_run_resumed_again_keeps_its_sampler_record(tmp_path: Path) -> None:
+    """`grpolab train --out RUN --resume` on a finished run trains nothing: summary.json keeps the rollouts its
+    first start recorded instead of an empty record."""
+    run = tmp_path / "run"
+    _train(run, "cpu", 2)
+    first = json.loads((run / "summary.json").read_text())["sampler"]
+    assert first == {"paths": {"lean dynamic": 2}, "fallback": None}
+    _train(run, "cpu", 2, resume=True)
+    assert json.loads((run / "summary.json").read_text())["sampler"] == first

@@ -287,6 +287,7 @@ def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict
         evaluations += [row for row in earlier.get("evaluations") or []
                         if isinstance(row, dict) and evaluation_key(row) not in logged]
         metrics = metrics or earlier.get("final_metrics") or {}
+        sampler = _with_earlier_sampler(earlier.get("sampler"), sampler)
     metrics = metrics or _last_logged_metrics(run_dir / "metrics.jsonl")
     summary = {"status": "finished", "steps": config.steps,
                "device": devices.describe(devices.model_device(policy.model)), "final_metrics": metrics,
@@ -297,6 +298,19 @@ def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict
     summary["grpolab"] = software()
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
     return RunResult(run_dir, config.steps, metrics, evaluations)
+
+
+def _with_earlier_sampler(earlier: Any, sampler: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A finished run's sampler record (``summary.json``) with what a later start of it sampled added: the rollouts
+    per path summed, the first fall-back kept."""
+    if not isinstance(earlier, dict) or not isinstance(earlier.get("paths"), dict):
+        return sampler
+    if sampler is None:
+        return earlier
+    paths = dict(earlier["paths"])
+    for path, count in sampler.get("paths", {}).items():
+        paths[path] = paths.get(path, 0) + count
+    return {"paths": paths, "fallback": earlier.get("fallback") or sampler.get("fallback")}
 
 
 def _last_logged_metrics(path: Path) -> dict[str, Any]:
