@@ -166,9 +166,10 @@ def _inverse_cdf_sample(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Ten
 class _HFDecoder:
     """The transformers forward with a ``DynamicCache``: the decoder of every model the lean path refuses."""
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel, fallback: str = ""):
         self.model = model
         self.cache_keyword = _cache_keyword(model)
+        self.fallback = fallback  # why the lean decoder was not used under engine "auto" ("" when asked for "hf")
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, copies: int = 1) -> torch.Tensor:
         ids, mask = ids.repeat_interleave(copies, dim=0), mask.repeat_interleave(copies, dim=0)
@@ -203,15 +204,19 @@ def _decoder(model: PreTrainedModel, engine: str, dtype: str) -> _HFDecoder | fa
                         f"got engine={engine!r}, dtype={dtype!r}")
     weights = fast_decode.preferred_dtype(model) if dtype == "auto" else _DTYPES[dtype]
     lean = fast_decode.build(model, weights) if engine != "hf" else None
-    if lean is None and engine != "hf":
-        name, reason = type(families.base_model(model)).__name__, fast_decode.refusal(model)
-        if engine == "lean":
-            raise UserError(f"the lean sampler does not take this {name} ({reason}); use engine='auto' or 'hf'")
-        if (name, reason) not in _FELL_BACK:  # one line per model class, reason and process
-            _FELL_BACK.add((name, reason))
-            warnings.warn(f"the lean sampler does not take this {name} ({reason}); it samples through the "
-                          "transformers forward (slower)", RuntimeWarning, stacklevel=4)
-    return lean if lean is not None else _HFDecoder(model)
+    if lean is not None:
+        return lean
+    if engine == "hf":
+        return _HFDecoder(model)
+    name, reason = type(families.base_model(model)).__name__, fast_decode.refusal(model)
+    refused = f"the lean sampler does not take this {name} ({reason})"
+    if engine == "lean":
+        raise UserError(f"{refused}; use engine='auto' or 'hf'")
+    if (name, reason) not in _FELL_BACK:  # one line per model class, reason and process
+        _FELL_BACK.add((name, reason))
+        warnings.warn(f"{refused}; it samples through the transformers forward (slower)", RuntimeWarning,
+                      stacklevel=4)
+    return _HFDecoder(model, fallback=refused)
 
 
 @torch.no_grad()
@@ -267,18 +272,15 @@ def sample(
             model.train()
     rollout = _rollout(tokenizer, ids, mask, tokens, entropies, logprobs)
     rollout.prompts_truncated = truncated
-    rollout.sampler, rollout.sampler_fallback = _sampler_path(decoder, engine)
+    rollout.sampler, rollout.sampler_fallback = _sampler_path(decoder)
     return rollout
 
 
-def _sampler_path(decoder: _HFDecoder | fast_decode.LeanLlama, engine: str) -> tuple[str, str]:
+def _sampler_path(decoder: _HFDecoder | fast_decode.LeanLlama) -> tuple[str, str]:
     """How ``decoder`` sampled (``fast_decode.SAMPLER_PATHS``) and why it fell back, if it did."""
     if isinstance(decoder, fast_decode.LeanLlama):
         return decoder.path, decoder.fallback
-    if engine == "hf":
-        return "transformers", ""
-    name = type(families.base_model(decoder.model)).__name__
-    return "transformers", f"the lean sampler does not take this {name} ({fast_decode.refusal(decoder.model)})"
+    return "transformers", decoder.fallback
 
 
 def fit_context(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
