@@ -92,6 +92,8 @@ def clipping_section(metrics: pd.DataFrame | None, config: dict[str, Any]) -> Se
     })
     text = (f"Share of training steps whose pre-clip gradient norm exceeded max_grad_norm = "
             f"{_max_grad_norm(config):g}, so that clipping rescaled the step (mean over runs; {source}). Adam "
-            "undoes a constant scale of the advantages but not clipping: an estimator clipped much more often "
-            "takes smaller steps than its advantages alone would give.")
+            "undoes a constant scale of the gradient, so clipping does not shrink every step: it scales the clipped "
+            "steps' gradients down against the unclipped ones, reweighting the steps of a run. Two estimators "
+            "clipped on different shares of their steps are reweighted differently, beyond what their advantages "
+            "give.")
     return Section("Gradient clipping", [text], [("Clipped share of steps", display)])

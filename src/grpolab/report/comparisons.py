@@ -354,8 +354,9 @@ def lr_phrase(row: dict[str, Any]) -> str:
 def same_update_phrase(row: dict[str, Any]) -> str:
     """Why a pair is not tested: the same update under Adam (and, at different lrs, that only the lr differs)."""
     text = (f"{row['name_a']} and {row['name_b']} are the same update under Adam at G = {row['group_size']} "
-            f"(advantages {row['ratio']:.3g} times each other on every reward pattern; equal up to Adam's epsilon "
-            f"and gradient clipping), so they are not tested against each other")
+            f"before gradient clipping (advantages {row['ratio']:.3g} times each other on every reward pattern; "
+            f"equal up to Adam's epsilon), so they are not tested against each other; clipping acts on each arm's "
+            f"steps at its own rate (see Gradient clipping), so an untested pair is not shown equal")
     if lr_phrase(row):
         text += f"; they ran at different lrs ({lr_phrase(row)[2:]}), so any difference between them is the lr's"
     return text
