@@ -144,7 +144,7 @@ class TrainConfig:
     budget: str | None = setting(None, scope="training", check=check_budget)
     """Compute budget, completions=N or tokens=N: the run stops after the step at which it has sampled N
     completions (or completion tokens), extra dynamic-sampling rounds included; --steps stays the upper bound.
-    With grpolab compare it holds every arm's compute equal (docs/remedies.md). None = no budget."""
+    With grpolab compare it holds every arm's sampled completions (tokens) equal (docs/remedies.md). None: no budget."""
     curriculum: bool = setting(False, scope="training",
                                sweep_owned="NAME+curriculum in --estimators (e.g. dr_grpo+curriculum)")
     """Difficulty curriculum (prime-rl DifficultyPoolSampler / AdvRangeGate, ROLL difficulty_mask, NeMo-RL #1475):
