@@ -193,3 +193,49 @@ def test_the_planning_worked_example_is_what_the_code_computes() -> None:
     assert f"gives {seeds_needed(0.05, 0.05)} seeds (power {paired_power(0.05, 0.05, 10):.3f}; at 5 seeds it is " \
            f"{paired_power(0.05, 0.05, 5):.2f})" in " ".join(text.split())
     assert f"Holm family of 2): {seeds_needed(0.05, 0.05, family=2)} seeds" in " ".join(text.split())
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _broken_links(path: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(path.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue  # a URL, or an anchor on the same page (checked below for the pages that use them)
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve()
+        if not resolved.exists():
+            broken.append(target)
+        elif anchor and resolved.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", resolved.read_text(encoding="utf-8"), flags=re.M)
+            if anchor not in {_slug(h) for h in headings}:
+                broken.append(target)
+    return broken
+
+
+@pytest.mark.parametrize(("heading", "slug"), [("The remedies map", "the-remedies-map"),
+                                               ("Paper 1, read with these tools", "paper-1-read-with-these-tools"),
+                                               ("Scaling out: TRL, verl, and existing logs",
+                                                "scaling-out-trl-verl-and-existing-logs")])
+def test_the_slug_is_githubs(heading: str, slug: str) -> None:
+    assert _slug(heading) == slug
+
+
+def test_a_missing_file_or_heading_is_a_broken_link(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A page\n\n## Its part\n", encoding="utf-8")
+    page = tmp_path / "b.md"
+    page.write_text("[ok](a.md) [ok](a.md#its-part) [no](c.md) [no](a.md#other) [url](https://x.org/c.md)",
+                    encoding="utf-8")
+    assert _broken_links(page) == ["c.md", "a.md#other"]
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    broken = {str(page.relative_to(REPO)): links for page in pages if (links := _broken_links(page))}
+    assert not broken, f"links to files or headings that do not exist: {broken}"
