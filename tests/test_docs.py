@@ -219,10 +219,14 @@ def _broken_links(path: Path) -> list[str]:
     return broken
 
 
-@pytest.mark.parametrize(("heading", "slug"), [("The remedies map", "the-remedies-map"),
-                                               ("Paper 1, read with these tools", "paper-1-read-with-these-tools"),
-                                               ("Scaling out: TRL, verl, and existing logs",
-                                                "scaling-out-trl-verl-and-existing-logs")])
+@pytest.mark.parametrize(
+    ("heading", "slug"),
+    [
+        ("The remedies map", "the-remedies-map"),
+        ("Paper 1, read with these tools", "paper-1-read-with-these-tools"),
+        ("Scaling out: TRL, verl, and existing logs", "scaling-out-trl-verl-and-existing-logs"),
+    ],
+)
 def test_the_slug_is_githubs(heading: str, slug: str) -> None:
     assert _slug(heading) == slug
 
@@ -230,8 +234,9 @@ def test_the_slug_is_githubs(heading: str, slug: str) -> None:
 def test_a_missing_file_or_heading_is_a_broken_link(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text("# A page\n\n## Its part\n", encoding="utf-8")
     page = tmp_path / "b.md"
-    page.write_text("[ok](a.md) [ok](a.md#its-part) [no](c.md) [no](a.md#other) [url](https://x.org/c.md)",
-                    encoding="utf-8")
+    page.write_text(
+        "[ok](a.md) [ok](a.md#its-part) [no](c.md) [no](a.md#other) [url](https://x.org/c.md)", encoding="utf-8"
+    )
     assert _broken_links(page) == ["c.md", "a.md#other"]
 
 
