@@ -378,7 +378,7 @@ def test_sign_flip_test_enumerates_every_sign_pattern() -> None:
 
 
 def test_two_seeds_with_equal_differences_are_not_significant() -> None:
-    """The README's own-task example: two seeds whose differences were both exactly 5.4 points read as
+    """The own-task example (docs/guide.md): two seeds whose differences were both exactly 5.4 points read as
     'CI [+5.4, +5.4], paired t p = 0'. Now: p at the floor 2 / 2^2 = 0.5, no interval, TOST not met."""
     row = compare_pair([0.60, 0.70], [0.546, 0.646], paired=True, margin=0.05, n_resamples=1000)
     assert row["test"] == "paired t (floored)" and row["p"] == pytest.approx(0.5)

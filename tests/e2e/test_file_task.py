@@ -1,5 +1,5 @@
 """The issue's acceptance run: ``grpolab train`` and ``grpolab compare`` on a 50-prompt JSONL file with
-``question`` / ``answer`` fields (the README's worked example), on the embedded model with tiny budgets."""
+``question`` / ``answer`` fields (docs/guide.md's worked example), on the embedded model with tiny budgets."""
 
 from __future__ import annotations
 
