@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpolab import stats
+from grpolab import equivalence, stats
 from grpolab.advantages import display_order
+from grpolab.pairing import compare_arms
 from grpolab.planning.power import seeds_needed
 from grpolab.report.same_update import same_update_ratio
 from grpolab.report.tables import ALPHA, N_RESAMPLES
@@ -47,7 +48,8 @@ __all__ = ["arm_label", "comparisons", "equivalence_margin", "finding", "finding
 
 DEFAULT_PRIMARY = ("sign", "dr_grpo")
 GREEDY = "greedy_"  # prefix of a row's fields computed on greedy accuracy
-GREEDY_FIELDS = ("test", "mean_difference", "difference_low", "difference_high", "difference_sd", "p", "tost_p")
+GREEDY_FIELDS = ("test", "mean_a", "mean_b", "mean_difference", "difference_low", "difference_high", "difference_sd",
+                 "p", "tost_p", "margin")
 PLANNED_POWER = 0.8  # the power at which an unclear finding says how many seeds would resolve it
 
 
@@ -164,17 +166,24 @@ def _tested(row: dict[str, Any], arms: dict[str, pd.DataFrame], margin: float) -
     if row["role"] not in ("primary", "secondary") or min(row["n_a"], row["n_b"]) < 2:
         return row
     a, b = arms[row["name_a"]], arms[row["name_b"]]
-    paired = a["seed"].is_unique and b["seed"].is_unique and set(a["seed"]) == set(b["seed"])
     sampled = bool((a["n"] > 0).all() and (b["n"] > 0).all())
     tested = {**row, "tested": True, "sampled": sampled}
-    for prefix, column in (("", "final_accuracy"), (GREEDY, "final_greedy")):
+    for prefix, column, start in (("", "final_accuracy", "start_accuracy"), (GREEDY, "final_greedy", "start_greedy")):
         x, y = _by_seed(a, column), _by_seed(b, column)
         if prefix and (not sampled or not (np.isfinite(x).all() and np.isfinite(y).all())):
             continue
-        result = stats.compare_pair(x.to_numpy(), y.to_numpy(), paired=paired, margin=margin,
-                                    n_resamples=N_RESAMPLES, random_state=0)
+        result = compare_arms(x, y, margin=_metric_margin(margin, a, b, start), n_resamples=N_RESAMPLES,
+                              random_state=0)
         tested.update(result if not prefix else {prefix + k: result[k] for k in GREEDY_FIELDS})
     return tested
+
+
+def _metric_margin(fixed: float, a: pd.DataFrame, b: pd.DataFrame, start: str) -> float:
+    """The TOST margin of one metric (``equivalence.margin``): the fixed margin cut to a share of the headroom above
+    the two arms' mean start score on that metric; the fixed margin where the start was not recorded."""
+    starts = pd.concat([a[start], b[start]]).astype(float) if start in a and start in b else pd.Series(dtype=float)
+    starts = starts[np.isfinite(starts)]
+    return equivalence.margin(fixed, float(starts.mean())) if len(starts) else fixed
 
 
 def _holm(rows: list[dict[str, Any]], family: str) -> list[dict[str, Any]]:
@@ -274,10 +283,15 @@ def p_phrase(row: dict[str, Any], prefix: str = "") -> str:
 
 
 def finding(row: dict[str, Any], prefix: str = "") -> str:
-    """What a tested row's family-adjusted tests say: "higher" (a > b), "lower", "equivalent" (TOST within the
-    margin) or "unclear" (neither: no evidence either way at this n); ``prefix`` GREEDY: on greedy accuracy."""
+    """What a tested row's family-adjusted tests say: "higher" (a > b), "lower", "ceiling" (not different, and both
+    arms end within the margin of 100%, where any two arms are within the margin of each other:
+    ``equivalence.at_ceiling``), "equivalent" (TOST within the margin) or "unclear" (no evidence either way at this
+    n); ``prefix`` GREEDY: on greedy accuracy."""
     if row[prefix + "p_holm"] < ALPHA:
         return "higher" if row[prefix + "mean_difference"] > 0 else "lower"
+    means = (row.get(prefix + "mean_a", row["mean_a"]), row.get(prefix + "mean_b", row["mean_b"]))
+    if equivalence.at_ceiling(*means, row.get(prefix + "margin", row["margin"])):
+        return "ceiling"
     return "equivalent" if row[prefix + "tost_p_holm"] < ALPHA else "unclear"
 
 
@@ -298,7 +312,12 @@ def finding_phrase(row: dict[str, Any], prefix: str = "") -> str:
         ends = ends if said == "higher" else (-ends[1], -ends[0])  # the interval of high - low
         return (f"{high} > {low} by {100 * abs(diff):.1f} points, 95% CI [{points(ends[0])}, {points(ends[1])}] "
                 f"({numbers})")
-    margin = 100 * row["margin"]
+    margin = 100 * row.get(prefix + "margin", row["margin"])
+    if said == "ceiling":
+        means = (row.get(prefix + "mean_a", row["mean_a"]), row.get(prefix + "mean_b", row["mean_b"]))
+        return (f"{a} and {b} both end at the ceiling ({100 * means[0]:.1f}% and {100 * means[1]:.1f}%, within "
+                f"+-{margin:.1f} points of 100%): cannot be resolved, and not called equivalent ({a} - {b} = "
+                f"{points(diff)}, {_interval(row, prefix)}, {numbers})")
     if said == "equivalent":
         return (f"{a} and {b} are equivalent within +-{margin:.1f} points ({tost}; {a} - {b} = {points(diff)}, "
                 f"{_interval(row, prefix)}, {numbers})")

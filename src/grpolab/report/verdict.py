@@ -182,7 +182,7 @@ def _sign_lines(runs: pd.DataFrame, rows: list[dict[str, Any]]) -> list[str]:
             continue
         parts = [f"vs {p['name_b']} {points(p['mean_difference'])} ({p_phrase(p)}{lr_phrase(p)})" for p in pairs]
         said = {kind: [p["name_b"] for p in pairs if finding(p) == kind]
-                for kind in ("higher", "lower", "equivalent")}
+                for kind in ("higher", "lower", "equivalent", "ceiling")}
         said["unclear"] = [f"{p['name_b']} ({resolve_phrase(p)})" for p in pairs if finding(p) == "unclear"]
         lines.append(f"{arm_label(variant, int(size))}, secondary: sign against the group-centred estimators on "
                      f"{metric_name(pairs[0])}: {'; '.join(parts)}: {_sign_verdict(said, pairs[0]['margin'])} "
@@ -201,6 +201,8 @@ def _sign_verdict(said: dict[str, list[str]], margin: float) -> str:
     parts += [f"significantly worse than {_names(said['lower'])}"] if said["lower"] else []
     parts += [f"equivalent within +-{100 * margin:.1f} points to {_names(said['equivalent'])}"] \
         if said["equivalent"] else []
+    parts += [f"at the ceiling with {_names(said['ceiling'])} (both within +-{100 * margin:.1f} points of 100%: "
+              "cannot be resolved)"] if said["ceiling"] else []
     unclear = f"no evidence either way at this n against {_names(said['unclear'])}" if said["unclear"] else ""
     if not parts:
         return unclear
