@@ -74,9 +74,19 @@ def test_when_the_primary_was_declared_is_said_and_a_change_after_results_flagge
     assert first.startswith("The primary comparison is sign vs dr_grpo; when it was declared is not recorded")
     record = {"primary_declared": "2026-11-26T13:00:00Z", "primary_declared_after_results": False,
               "primary_replaced": ""}
-    before = _detail(results, {**config, "primary_declaration": record})[0]
+    unknown = _detail(results, {**config, "primary_declaration": record})[0]
+    assert unknown.startswith("The primary comparison sign vs dr_grpo was declared at 2026-11-26T13:00:00Z, before "
+                              "any run of this sweep trained; whether earlier results of the same configuration were "
+                              "known then is not recorded")
+    before = _detail(results, {**config, "primary_declaration": {**record, "primary_earlier_results": ""}})[0]
     assert before == ("The primary comparison sign vs dr_grpo was declared at 2026-11-26T13:00:00Z, before any run "
-                      "of this sweep trained.")
+                      "of this sweep trained and before any result of the same configuration (none beside the "
+                      "sweep's folder or in experiments/).")
+    known = {**record, "primary_earlier_results": "experiments/smollm2"}
+    seen = _detail(results, {**config, "primary_declaration": known})[0]
+    assert "before any result" not in seen.split("not a test")[0]
+    assert ("but earlier results of the same configuration existed (experiments/smollm2): it was chosen with "
+            "earlier results known") in seen
     changed = {**record, "primary_declared_after_results": True, "primary_replaced": "sign,grpo"}
     after = _detail(results, {**config, "primary_declaration": changed})[0]
     assert after.startswith("CHANGED AFTER RESULTS: the primary comparison sign vs dr_grpo was declared at "

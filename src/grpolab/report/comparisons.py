@@ -1,5 +1,6 @@
-"""Which pairs of arms the report tests, and how: one primary comparison declared before the runs, the other
-pairs secondary, and the pairs that are one update under Adam named instead of tested.
+"""Which pairs of arms the report tests, and how: one primary comparison (``report.verdict.declaration_line`` says
+when it was declared, and whether earlier results of the same configuration were known), the other pairs
+secondary, and the pairs that are one update under Adam named instead of tested.
 
 Within each (variant, group size), the arms are the estimators' finished runs (``tables.run_table``). The
 primary pair is ``--primary`` (the sweep's ``primary`` setting, "A,B"; without it "sign,dr_grpo" when both

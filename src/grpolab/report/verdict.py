@@ -6,7 +6,9 @@ difference (``report.forest``). "Pairs not tested": the same-update pairs, the r
 and the arms with too few runs, a table with each reason. "The verdict in detail", as bullets:
 
 0. When the primary comparison was declared (``primary_declaration``, recorded in ``compare.yaml`` by
-   ``grpolab.sweep.settings``), flagged when it replaced another primary after runs had trained.
+   ``grpolab.sweep.settings``), flagged when it replaced another primary after runs had trained, and said to be
+   chosen with earlier results known where results of the same configuration existed then
+   (``grpolab.sweep.earlier``).
 1. The primary comparison (``--primary``; see ``report.comparisons``), one family over every group size and
    variant, Holm-corrected together: the difference of means with its 95% interval (paired by seed where
    the arms share seeds, else Welch), its test and Holm-adjusted p, and, where it is not significant, TOST
@@ -131,7 +133,18 @@ def declaration_line(config: dict[str, Any], pair: tuple[str, str]) -> str:
         return (f"CHANGED AFTER RESULTS: the primary comparison {name} was declared at {when}, after runs of this "
                 f"sweep had trained, replacing {replaced.replace(',', ' vs ')}: it was chosen with results in "
                 "view, so read its p-values as exploratory.")
-    return f"The primary comparison {name} was declared at {when}, before any run of this sweep trained."
+    earlier = record.get("primary_earlier_results")
+    if earlier is None:
+        return (f"The primary comparison {name} was declared at {when}, before any run of this sweep trained; whether "
+                "earlier results of the same configuration were known then is not recorded (a sweep saved before "
+                "compare.yaml recorded it).")
+    if earlier:
+        return (f"The primary comparison {name} was declared at {when}, before any run of this sweep trained, but "
+                f"earlier results of the same configuration existed ({earlier}): it was chosen with earlier results "
+                "known, so read its p-values as a replication of what was seen, not a test declared before any "
+                "result.")
+    return (f"The primary comparison {name} was declared at {when}, before any run of this sweep trained and before "
+            "any result of the same configuration (none beside the sweep's folder or in experiments/).")
 
 
 def _primary_lines(runs: pd.DataFrame, rows: list[dict[str, Any]], config: dict[str, Any]) -> list[str]:
