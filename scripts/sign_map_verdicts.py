@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from grpolab import equivalence, pairing, stats
@@ -68,14 +67,14 @@ def _scores(cell: pd.DataFrame, estimator: str, column: str) -> pd.Series:
 def _row(cell: pd.DataFrame, estimator: str, metric: str, unpaired: bool) -> dict:
     end, start = METRICS[metric]
     margin = equivalence.margin(MARGIN, float(cell[start].mean()))
-    result = pairing.compare_arms(_scores(cell, estimator, end), _scores(cell, REFERENCE, end), unpaired=unpaired,
-                                  margin=margin)
+    mine, reference = _scores(cell, estimator, end), _scores(cell, REFERENCE, end)
+    result = pairing.compare_arms(mine, reference, unpaired=unpaired, margin=margin)
     return {"estimator": estimator, "metric": metric, "start": float(cell[start].mean()), "margin": margin,
             "mean_a": result["mean_a"], "mean_b": result["mean_b"], "difference": result["mean_difference"],
             "low": result["difference_low"], "high": result["difference_high"], "test": result["test"],
             "p": result["p"], "welch_p": result["welch_p"], "tost_p": result["tost_p"], "n": result["n_a"],
             "seeds_shared": result["seeds_shared"], "unpaired": result["unpaired"],
-            "scores": tuple(_scores(cell, estimator, end).sort_index()) + tuple(_scores(cell, REFERENCE, end).sort_index())}
+            "scores": tuple(mine.sort_index()) + tuple(reference.sort_index())}
 
 
 def _mark_repeats(table: pd.DataFrame) -> pd.DataFrame:

@@ -19,7 +19,8 @@ then copies the three sign runs without the mask to ``sign60/`` and resumes them
 training temperature, 200 test prompts) and greedy accuracy, mean with a Student-t 95% interval over seeds;
 the end pass@1 difference from dr_grpo, and for a masked arm from the same estimator without the mask, each paired
 by seed (``grpolab.pairing``: the paired t-test and its 95% interval; Welch's only with ``--unpaired``, and the table
-says which ran), the estimators' differences from dr_grpo at 30 steps also Holm-adjusted as one family; and the share of training completions cut at the token cap in the
+says which ran), the estimators' differences from dr_grpo at 30 steps also Holm-adjusted as one family; and the
+share of training completions cut at the token cap in the
 first 5 steps and the last 5 before the evaluation. sign at 60 steps is read from its evaluations at steps 30
 and 60.
 """
@@ -232,7 +233,8 @@ def _floor_note(arms: pd.DataFrame) -> str:
     own = "; ".join(f"{row['arm']} {row['vs_dr_grpo_t_p']:.2g} (Holm {row['vs_dr_grpo_t_p_holm']:.3g})"
                     for row in floored.to_dict("records"))
     return (f" With {n} seeds no exact test of paired differences can give p below 2 / 2^{n} = {sign_flip_floor(n):.2g}"
-            f", so a paired t p below it is raised to it (docs/report-statistics.md); the paired t-test's own p against "
+            f", so a paired t p below it is raised to it (docs/report-statistics.md); the paired t-test's own p "
+            "against "
             f"dr_grpo, which rests on its normal model: {own}.")
 
 

@@ -10,8 +10,9 @@ from grpolab.errors import UserError
 from grpolab.stats import compare_pair
 
 
-@pytest.mark.parametrize(("start", "expected"), [(0.05, 0.05), (0.80, 0.05), (0.82, 0.045), (0.96, 0.01),
-                                                 (1.0, 0.0), (1.2, 0.0)])
+@pytest.mark.parametrize(
+    ("start", "expected"), [(0.05, 0.05), (0.80, 0.05), (0.82, 0.045), (0.96, 0.01), (1.0, 0.0), (1.2, 0.0)]
+)
 def test_the_margin_is_the_fixed_one_cut_to_a_quarter_of_the_headroom(start: float, expected: float) -> None:
     assert margin(0.05, start) == pytest.approx(expected)
 

@@ -25,8 +25,11 @@ def _script():
 def _rows() -> pd.DataFrame:
     sign, dr_grpo = [0.30, 0.52, 0.41, 0.60, 0.45], [0.25, 0.40, 0.44, 0.50, 0.47]
     rows = [{"run_id": "start", "estimator": "start", "seed": "", "greedy": 0.1}]
-    rows += [{"run_id": f"{name}-{seed}", "estimator": name, "seed": seed, "greedy": value}
-             for name, values in (("sign", sign), ("dr_grpo", dr_grpo)) for seed, value in enumerate(values)]
+    rows += [
+        {"run_id": f"{name}-{seed}", "estimator": name, "seed": seed, "greedy": value}
+        for name, values in (("sign", sign), ("dr_grpo", dr_grpo))
+        for seed, value in enumerate(values)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -41,9 +44,12 @@ def test_the_estimators_are_compared_paired_by_seed() -> None:
 
 def test_welch_only_when_asked_and_then_said() -> None:
     text = _script()._table(_rows(), [], unpaired=True)
-    welch = scipy_stats.ttest_ind([0.30, 0.52, 0.41, 0.60, 0.45], [0.25, 0.40, 0.44, 0.50, 0.47],
-                                  equal_var=False).pvalue
+    welch = scipy_stats.ttest_ind(
+        [0.30, 0.52, 0.41, 0.60, 0.45], [0.25, 0.40, 0.44, 0.50, 0.47], equal_var=False
+    ).pvalue
     assert UNPAIRED_NOTE in text
     assert f"Holm-adjusted Welch p = {welch:.2g}" in text
-    assert pytest.approx(welch) != scipy_stats.ttest_rel([0.30, 0.52, 0.41, 0.60, 0.45],
-                                                         [0.25, 0.40, 0.44, 0.50, 0.47]).pvalue
+    assert (
+        pytest.approx(welch)
+        != scipy_stats.ttest_rel([0.30, 0.52, 0.41, 0.60, 0.45], [0.25, 0.40, 0.44, 0.50, 0.47]).pvalue
+    )

@@ -66,8 +66,7 @@ def test_which_tests_names_the_tests_and_why_welch_ran() -> None:
     paired = compare_arms(a, b)
     assert which_tests([paired]) == "Test: paired t (paired by seed)."
     differ = compare_arms(a, b.drop(1))
-    assert which_tests([paired, differ]) == ("Test: Welch, paired t. Welch's test where the two arms' seeds "
-                                             "differ.")
+    assert which_tests([paired, differ]) == ("Test: Welch, paired t. Welch's test where the two arms' seeds differ.")
     assert UNPAIRED_NOTE in which_tests([compare_arms(a, b, unpaired=True)])
 
 

@@ -29,8 +29,10 @@ def test_each_gain_is_paired_by_seed_unless_asked() -> None:
     table = pd.DataFrame(script._cell_rows(runs, "mixed", "clip1"))
     nsr = table[(table["estimator"] == "nsr") & (table["group_size"] == 2)].iloc[0]
     result = runs[(runs["role"] == "result") & (runs["group_size"] == 2)]
-    a, b = (result[result["estimator"] == name].sort_values("seed")["end_pass_at_1"].to_numpy()
-            for name in ("nsr", "dr_grpo"))
+    a, b = (
+        result[result["estimator"] == name].sort_values("seed")["end_pass_at_1"].to_numpy()
+        for name in ("nsr", "dr_grpo")
+    )
     assert nsr["test"] in PAIRED_TESTS
     assert nsr["gain_p"] == pytest.approx(max(scipy_stats.ttest_rel(a, b).pvalue, sign_flip_floor(10)))
     assert script._verdict(table).startswith("Test: paired t")

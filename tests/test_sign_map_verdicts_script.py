@@ -53,7 +53,8 @@ def test_a_clip_no_clip_pair_with_identical_runs_is_one_test(table) -> None:
     reinforce = _family(table, "reinforce", "pass@1")
     repeats = reinforce[reinforce["same_runs_as"] != ""]
     assert set(zip(repeats["level"], repeats["clipping"], repeats["same_runs_as"], strict=True)) == {
-        ("plus", "noclip", "clip1")}  # at plus both arms' runs are the same with and without clipping
+        ("plus", "noclip", "clip1")
+    }  # at plus both arms' runs are the same with and without clipping
     distinct = reinforce[reinforce["same_runs_as"] == ""]
     assert len(distinct) == 14
     assert list(distinct["holm_p"]) == pytest.approx(list(holm_correction(distinct["p"])))  # a family of 14
@@ -89,10 +90,20 @@ def _synthetic(folder: Path, ends: dict[str, list[float]], *, noclip_shift: floa
     """LEVEL-clip1.csv and LEVEL-noclip.csv of one level at G = 2, 6 seeds; the no-clip runs of sign shifted."""
     folder.mkdir()
     for clipping in ("clip1", "noclip"):
-        rows = [{"role": "result", "estimator": name, "seed": seed, "group_size": 2, "start_pass_at_1": 0.5,
-                 "start_greedy": 0.5, "end_pass_at_1": value + (noclip_shift if clipping == "noclip" and name == "sign"
-                                                                else 0.0), "end_greedy": value}
-                for name, values in ends.items() for seed, value in enumerate(values)]
+        rows = [
+            {
+                "role": "result",
+                "estimator": name,
+                "seed": seed,
+                "group_size": 2,
+                "start_pass_at_1": 0.5,
+                "start_greedy": 0.5,
+                "end_pass_at_1": value + (noclip_shift if clipping == "noclip" and name == "sign" else 0.0),
+                "end_greedy": value,
+            }
+            for name, values in ends.items()
+            for seed, value in enumerate(values)
+        ]
         pd.DataFrame(rows).to_csv(folder / f"level-{clipping}.csv", index=False)
     return folder
 

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 import pandas as pd
+import pytest
 from scipy import stats as scipy_stats
 
 from grpolab.pairing import UNPAIRED_NOTE

@@ -22,8 +22,7 @@ import math
 
 from grpolab.errors import UserError
 
-__all__ = ["AT_CEILING", "CEILING", "HEADROOM_FRACTION", "VERDICTS", "at_ceiling", "inside_margin", "margin",
-           "verdict"]
+__all__ = ["AT_CEILING", "CEILING", "HEADROOM_FRACTION", "VERDICTS", "at_ceiling", "inside_margin", "margin", "verdict"]
 
 CEILING = 1.0  # the largest value of a score (pass@1, greedy accuracy) in [0, 1]
 HEADROOM_FRACTION = 0.25  # the margin is at most this share of (ceiling - start)
@@ -52,8 +51,17 @@ def inside_margin(difference: float, margin_: float) -> bool:
     return abs(difference) < margin_
 
 
-def verdict(p_holm: float, tost_p_holm: float, difference: float, mean_a: float, mean_b: float, margin_: float,
-            *, alpha: float = 0.05, ceiling: float = CEILING) -> str:
+def verdict(
+    p_holm: float,
+    tost_p_holm: float,
+    difference: float,
+    mean_a: float,
+    mean_b: float,
+    margin_: float,
+    *,
+    alpha: float = 0.05,
+    ceiling: float = CEILING,
+) -> str:
     """One of ``VERDICTS`` for a comparison of arm a against arm b: its Holm-adjusted difference and TOST p, its
     mean difference a - b, the arms' means and the equivalence margin."""
     if p_holm < alpha:

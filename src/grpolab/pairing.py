@@ -23,8 +23,10 @@ from grpolab import stats
 __all__ = ["UNPAIRED_FLAG", "UNPAIRED_NOTE", "compare_arms", "shares_seeds", "which_tests"]
 
 UNPAIRED_FLAG = "--unpaired"
-UNPAIRED_NOTE = (f"Welch's test on arms that share seeds, as asked ({UNPAIRED_FLAG}): it ignores the pairing by "
-                 "seed; without the flag the paired t-test runs.")
+UNPAIRED_NOTE = (
+    f"Welch's test on arms that share seeds, as asked ({UNPAIRED_FLAG}): it ignores the pairing by "
+    "seed; without the flag the paired t-test runs."
+)
 
 
 def shares_seeds(seeds_a: Any, seeds_b: Any) -> bool:
@@ -33,8 +35,14 @@ def shares_seeds(seeds_a: Any, seeds_b: Any) -> bool:
     return a.is_unique and b.is_unique and set(a) == set(b)
 
 
-def compare_arms(a: pd.Series, b: pd.Series, *, unpaired: bool = False,
-                 margin: float = stats.DEFAULT_EQUIVALENCE_MARGIN, **options: Any) -> dict[str, Any]:
+def compare_arms(
+    a: pd.Series,
+    b: pd.Series,
+    *,
+    unpaired: bool = False,
+    margin: float = stats.DEFAULT_EQUIVALENCE_MARGIN,
+    **options: Any,
+) -> dict[str, Any]:
     """``stats.compare_pair`` of arm a against arm b (each a score per run, indexed by seed; >= 2 runs each), paired
     by seed where they share seeds, else Welch; ``unpaired``: Welch even on shared seeds. Adds ``t_p`` (the t-test's
     own p, before ``stats.sign_flip_floor`` raises a paired one), ``seeds_shared`` and ``unpaired`` (Welch asked for

@@ -55,7 +55,8 @@ def search_roots(out: Path) -> list[Path]:
 
 def _has_results(folder: Path) -> bool:
     return any((folder / name).is_file() for name in _RESULT_FILES) or any(
-        log.stat().st_size for log in folder.glob("*/*/metrics.jsonl"))
+        log.stat().st_size for log in folder.glob("*/*/metrics.jsonl")
+    )
 
 
 def _same(folder: Path, wanted: dict[str, Any], primary: set[str], defaults: dict[str, Any]) -> bool:
@@ -64,7 +65,8 @@ def _same(folder: Path, wanted: dict[str, Any], primary: set[str], defaults: dic
     try:
         values = load_config_file(folder / "compare.yaml")
         compare, train = split_file_values(
-            {k: v for k, v in values.items() if not k.startswith("primary")}, CompareConfig, TrainConfig)
+            {k: v for k, v in values.items() if not k.startswith("primary")}, CompareConfig, TrainConfig
+        )
         estimators = compare.get("estimators", CompareConfig().estimators)
         names = {name.strip() for name in str(estimators).split(",")}
         return bool(names & primary) and configuration(train, defaults) == wanted
@@ -72,8 +74,9 @@ def _same(folder: Path, wanted: dict[str, Any], primary: set[str], defaults: dic
         return False
 
 
-def earlier_results(out: Path, train: dict[str, Any], primary: str, defaults: dict[str, Any],
-                    roots: list[Path] | None = None) -> list[str]:
+def earlier_results(
+    out: Path, train: dict[str, Any], primary: str, defaults: dict[str, Any], roots: list[Path] | None = None
+) -> list[str]:
     """The folders (other than ``out``) under ``roots`` (default ``search_roots(out)``) whose sweep ran an estimator
     of ``primary`` ("A,B") on the training settings ``train`` and holds results, as paths."""
     wanted = configuration(train, defaults)
