@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpolab.equivalence import AT_CEILING, at_ceiling, inside_margin, margin, verdict
+from grpolab.equivalence import AT_CEILING, at_ceiling, inside_margin, margin, margin_rule, verdict
 from grpolab.errors import UserError
 from grpolab.stats import compare_pair
 
@@ -41,3 +41,8 @@ def test_a_zero_margin_tests_no_equivalence() -> None:
     row = compare_pair([0.5, 0.51, 0.49], [0.5, 0.5, 0.5], paired=True, margin=0.0)
     assert row["tost_p"] == 1.0 and row["margin"] == 0.0
     assert verdict(row["p"], row["tost_p"], row["mean_difference"], 0.5, 0.5, 0.0) == "no evidence either way"
+
+
+def test_the_rule_in_words_names_the_fixed_margin_and_the_cut() -> None:
+    text = margin_rule(0.05)
+    assert text.startswith("margin +-5.0 points, cut to 25% of the headroom") and "at the ceiling" in text

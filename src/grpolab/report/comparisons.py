@@ -15,12 +15,15 @@ stand-in's pair: listed, not tested (sign vs grpo at G = 2 repeats sign vs dr_gr
 The estimators of a sweep run the same seeds, and seed s of each starts from the same policy and is
 evaluated on the same prompts, so where both arms hold the same seeds the test is paired by seed (the paired
 t-test and the t interval of the per-seed differences); where they do not (a seed diverged in one arm) it
-falls back to Welch's, and the row says which (``test``). Each tested pair carries
+falls back to Welch's, and the row says which (``test``): ``grpolab.pairing.compare_arms``, the rule every
+script shares. Each tested pair carries
 ``grpolab.stats.compare_pair`` on the report's score (pass@1, ``tables.score``) and, where the score is pass@1,
 the same test on greedy accuracy (``greedy_*``), so that a verdict that holds on one metric and not the other
-says so. Absence of a difference is tested, not read off a p-value: TOST at ``equivalence_margin`` (the sweep
-setting, default 0.05 = 5 points; Schuirmann 1987), Holm-corrected in the same family; a pair that is neither
-different nor equivalent is "no evidence either way at this n". Also shown: the Welch, permutation and
+says so. Absence of a difference is tested, not read off a p-value: TOST (Schuirmann 1987) at each metric's
+margin, ``equivalence_margin`` (the sweep setting, default 0.05 = 5 points) cut to a quarter of the headroom above
+that metric's start score (``grpolab.equivalence``), Holm-corrected in the same family; a pair whose arms both end
+within the margin of 100% is "ceiling" (cannot be resolved), never equivalent; a pair that is neither different nor
+equivalent is "no evidence either way at this n". Also shown: the Welch, permutation and
 Mann-Whitney p-values, Hedges' g, the interquartile means and P(A > B) with Newcombe's interval (rliable's
 summaries, Agarwal et al. 2021, arXiv 2108.13264). Departure from rliable: no stratified bootstrap (see
 ``grpolab.stats``).

@@ -38,6 +38,7 @@ import pandas as pd
 
 from grpolab import stats
 from grpolab.advantages import display_order, entry_for
+from grpolab.pairing import compare_arms
 from grpolab.render import Section
 from grpolab.report.bottom_line import bottom_line
 from grpolab.report.clipping import clipping_lines
@@ -61,6 +62,7 @@ from grpolab.report.forest import figure_forest, forest_rows, untested_table
 from grpolab.report.methods import methods_pointer
 from grpolab.report.selection import unbracketed_lines
 from grpolab.report.tables import (
+    N_RESAMPLES,
     diverged_table,
     family_split,
     family_table,
@@ -250,21 +252,22 @@ def _no_signal_lines(results: pd.DataFrame) -> list[str]:
 
 
 def _sign_group_sizes(runs: pd.DataFrame) -> list[str]:
-    """sign's gain at each group size, and a Welch test between the two smallest sizes (variant "" only)."""
+    """sign's gain at each group size, and a test between the two smallest sizes, paired by seed where both hold the
+    same seeds, else Welch (``grpolab.pairing``; variant "" only)."""
     sign = runs[(runs["estimator"] == SIGN) & (runs["variant"] == "")]
     sizes = sorted(sign["group_size"].unique())
     if len(sizes) < 2:
         return []
-    gains = {g: (r["final_accuracy"] - r["start_accuracy"]).dropna().to_numpy(float)
+    gains = {g: (r.set_index("seed")["final_accuracy"] - r.set_index("seed")["start_accuracy"]).dropna()
              for g, r in sign.groupby("group_size")}
     parts = ", ".join(f"G = {g}: {points(gains[g].mean())} (n = {gains[g].size})" for g in sizes)
     metric = "pass@1" if (sign["n"] > 0).all() else "greedy accuracy"
     line = f"sign's gain in held-out {metric} at each group size (the paper's Fig. 3, right; exploratory, not " \
            f"adjusted): {parts}"
     a, b = gains[sizes[0]], gains[sizes[1]]
-    if a.size >= 2 and b.size >= 2:
-        _, _, p = stats.welch_t_test(b, a)
-        line += f"; G = {sizes[1]} vs G = {sizes[0]}: Welch p = {p:.2g}"
+    if a.size >= 2 and b.size >= 2:  # seed s starts from the same policy at every G: paired where the seeds match
+        result = compare_arms(b, a, n_resamples=N_RESAMPLES)
+        line += f"; G = {sizes[1]} vs G = {sizes[0]}: {result['test']} p = {result['p']:.2g}"
     return [line + "."]
 
 
