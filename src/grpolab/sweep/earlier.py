@@ -20,7 +20,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import grpolab
 from grpolab.config import CompareConfig, TrainConfig
 from grpolab.config.fields import runtime_only, sweep_owned
 from grpolab.config.files import build_config, load_config_file, split_file_values
@@ -44,7 +43,7 @@ def configuration(train: dict[str, Any], defaults: dict[str, Any]) -> dict[str, 
 def search_roots(out: Path) -> list[Path]:
     """Where earlier results are looked for: the folder that holds ``out``, and the committed ``experiments/`` of
     the working directory and of the grpolab checkout this package runs from (where they exist)."""
-    package_root = Path(grpolab.__file__).resolve().parents[2]
+    package_root = Path(__file__).resolve().parents[3]  # src/grpolab/sweep/earlier.py -> the checkout
     roots = [Path(out).resolve().parent, Path.cwd() / EXPERIMENTS, package_root / EXPERIMENTS]
     unique: list[Path] = []
     for root in roots:
