@@ -73,6 +73,8 @@ def verdict(
 
 def margin_rule(fixed: float) -> str:
     """The margin rule in words, for a report's methods: 'margin +-5.0 points, cut to 25% of ...'."""
-    return (f"margin +-{100 * fixed:.1f} points, cut to {HEADROOM_FRACTION:.0%} of the headroom above each metric's "
-            f"start score (100% - start); a pair whose arms both end within the margin of 100% is at the ceiling, "
-            "where nothing is called equivalent")
+    return (
+        f"margin +-{100 * fixed:.1f} points, cut to {HEADROOM_FRACTION:.0%} of the headroom above each metric's "
+        f"start score (100% - start); a pair whose arms both end within the margin of 100% is at the ceiling, "
+        "where nothing is called equivalent"
+    )
