@@ -12,7 +12,8 @@ that the choice is interior: ``table`` says where it is not), then 10 fresh seed
 
 ``table`` reads each sweep's ``runs.csv`` and writes one row per (level, clipping, G, estimator): the start p,
 the end pass@1 (mean, sd, n), the chosen lr and whether it is interior to the grid, the gain over dr_grpo at the
-same (level, clipping, G) with its Welch t 95% interval and p value, and the variance view's predicted SNR ratio
+same (level, clipping, G) paired by seed (``grpolab.pairing``: the paired t-test and its 95% interval, Welch's only
+with ``--unpaired``, the output naming the test), and the variance view's predicted SNR ratio
 4p(1-p)/(1-1/G) (``grpolab.diagnostics.variance``). The figure plots the gains against start p beside the
 prediction. The Markdown table ends with the verdict: in how many cells the sign of sign's measured gain (where
 significant) matches the side of 1 the prediction falls on.
@@ -28,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from grpolab.advantages import display_colors
 from grpolab.diagnostics.variance import FIXED_BASELINES, snr_ratio_fixed_vs_centred
+from grpolab.pairing import UNPAIRED_FLAG, compare_arms, which_tests
 
 LEVELS = {
     "star-len6": {"markers": "*", "lengths": [6, 6]},
@@ -60,6 +61,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--lrs", default=LRS, help="the lr grid each estimator chooses from")
     parser.add_argument("--estimators", default=ESTIMATORS)
     parser.add_argument("--extra", default="", help="more compare flags, e.g. '--eval-limit 50' (smoke tests)")
+    parser.add_argument(UNPAIRED_FLAG, action="store_true", dest="unpaired",
+                        help="table: Welch's test although the arms share seeds (not the default; the output says so)")
     return parser.parse_args()
 
 
@@ -81,18 +84,19 @@ def run(args: argparse.Namespace) -> None:
         subprocess.run(command, check=False)
 
 
-def _welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """Mean difference a - b, the half-width of its Welch t 95% interval, and the two-sided p value."""
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    se = float(np.sqrt(va + vb))
-    if se == 0:
-        return float(a.mean() - b.mean()), 0.0, 1.0 if a.mean() == b.mean() else 0.0
-    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    p_value = float(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue)
-    return float(a.mean() - b.mean()), float(scipy_stats.t.ppf(0.975, dof) * se), p_value
+def _gain(arm: pd.DataFrame, reference: pd.DataFrame, unpaired: bool) -> dict:
+    """The arm's end pass@1 minus the reference's, paired by seed (``grpolab.pairing.compare_arms``; Welch only
+    with ``unpaired``): the mean difference, the half-width of its 95% interval, its p value and the test."""
+    if arm["estimator"].iloc[0] == REFERENCE:
+        return {"gain_vs_dr_grpo": 0.0, "gain_ci_half": float("nan"), "gain_p": float("nan"), "test": ""}
+    result = compare_arms(arm.set_index("seed")["end_pass_at_1"], reference.set_index("seed")["end_pass_at_1"],
+                          unpaired=unpaired)
+    return {"gain_vs_dr_grpo": result["mean_difference"],
+            "gain_ci_half": (result["difference_high"] - result["difference_low"]) / 2, "gain_p": result["p"],
+            "test": result["test"], "seeds_shared": result["seeds_shared"], "unpaired": result["unpaired"]}
 
 
-def _cell_rows(runs: pd.DataFrame, level: str, clip: str) -> list[dict]:
+def _cell_rows(runs: pd.DataFrame, level: str, clip: str, unpaired: bool = False) -> list[dict]:
     results, grid = runs[runs["role"] == "result"], runs[runs["role"] == "selection"]
     rows = []
     for (size, estimator), arm in results.groupby(["group_size", "estimator"]):
@@ -100,12 +104,11 @@ def _cell_rows(runs: pd.DataFrame, level: str, clip: str) -> list[dict]:
         tried = sorted(grid[(grid["group_size"] == size) & (grid["estimator"] == estimator)]["lr"].unique())
         lr = float(arm["lr"].iloc[0])
         start_p = float(arm["start_pass_at_1"].mean())
-        gain, half, p_value = _welch(arm["end_pass_at_1"].to_numpy(), reference["end_pass_at_1"].to_numpy())
         rows.append({"level": level, "clipping": clip, "group_size": int(size), "estimator": estimator,
                      "start_p": start_p, "end_mean": float(arm["end_pass_at_1"].mean()),
                      "end_sd": float(arm["end_pass_at_1"].std(ddof=1)), "n": len(arm), "lr": lr,
                      "lr_interior": bool(tried) and tried[0] < lr < tried[-1],
-                     "gain_vs_dr_grpo": gain, "gain_ci_half": half, "gain_p": p_value,
+                     **_gain(arm, reference, unpaired),
                      "predicted_snr_ratio": _predicted(estimator, start_p, int(size))})
     return rows
 
@@ -124,7 +127,7 @@ def _map_table(args: argparse.Namespace) -> pd.DataFrame:
     for level, clip in _cells(args):
         path = args.out / f"{level}-{clip}" / "runs.csv"
         if path.is_file():
-            rows += _cell_rows(pd.read_csv(path), level, clip)
+            rows += _cell_rows(pd.read_csv(path), level, clip, args.unpaired)
         else:
             print(f"missing: {path} (run it first)", file=sys.stderr)
     return pd.DataFrame(rows)
@@ -137,10 +140,16 @@ def _verdict(table: pd.DataFrame) -> str:
         significant = arm[arm["gain_p"] < 0.05]
         agree = int(((significant["gain_vs_dr_grpo"] > 0) == (significant["predicted_snr_ratio"] > 1)).sum())
         wins, losses = int((significant["gain_vs_dr_grpo"] > 0).sum()), int((significant["gain_vs_dr_grpo"] < 0).sum())
-        lines.append(f"- {estimator}: significantly different from dr_grpo (Welch p < 0.05, unadjusted) in "
+        lines.append(f"- {estimator}: significantly different from dr_grpo ({_test_name(arm)} p < 0.05, unadjusted; "
+                     "scripts/sign_map_verdicts.py Holm-adjusts and counts each condition once) in "
                      f"{len(significant)} of {len(arm)} cells ({wins} better, {losses} worse); in {agree} of those "
                      f"{len(significant)} the direction is the side of 1 that the predicted SNR ratio falls on.")
-    return "\n".join(lines)
+    return "\n".join([which_tests(table[table["estimator"] != REFERENCE].to_dict("records")), *lines])
+
+
+def _test_name(arm: pd.DataFrame) -> str:
+    tests = sorted(set(arm["test"]))
+    return " / ".join(tests)
 
 
 def _figure(table: pd.DataFrame, path: Path) -> None:
@@ -188,10 +197,11 @@ def table(args: argparse.Namespace) -> None:
     if data.empty:
         raise SystemExit(f"no finished sweep under {args.out}; run: python scripts/sign_map.py run --out {args.out}")
     args.dest.mkdir(parents=True, exist_ok=True)
+    verdict, data = _verdict(data), data.drop(columns=["seeds_shared", "unpaired"])
     data.to_csv(args.dest / "map.csv", index=False)
     shown = data.assign(**{c: (100 * data[c]).round(1) for c in ("start_p", "end_mean", "end_sd",
                                                                    "gain_vs_dr_grpo", "gain_ci_half")})
-    text = _markdown(shown) + "\n\n" + _verdict(data) + "\n"
+    text = _markdown(shown) + "\n\n" + verdict + "\n"
     (args.dest / "map.md").write_text(text)
     _figure(data, args.dest / "map.png")
     print(text)
