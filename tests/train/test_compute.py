@@ -18,8 +18,18 @@ from grpolab.train.compute import COUNTERS, ComputeSpent, update_spent
 from grpolab.train.trainer import Trainer
 from resumed_runs import metric_rows, straight_and_resumed
 
-TINY = dict(prompts_per_step=4, group_size=4, steps=2, eval_limit=8, eval_samples=0, checkpoint_every=0,
-            progress=False, threads=1, lr=1e-3, eval_start=False)
+TINY = dict(
+    prompts_per_step=4,
+    group_size=4,
+    steps=2,
+    eval_limit=8,
+    eval_samples=0,
+    checkpoint_every=0,
+    progress=False,
+    threads=1,
+    lr=1e-3,
+    eval_start=False,
+)
 STEP_KEYS = [COMPUTE[name][0] for name in COUNTERS]
 TOTAL_KEYS = [COMPUTE[name][1] for name in COUNTERS]
 
@@ -61,9 +71,11 @@ def test_a_run_logs_each_steps_compute_and_its_totals(tmp_path: Path) -> None:
         assert row["compute/trained_tokens"] <= row["compute/sampled_tokens"] * 2
         assert row["compute/forward_tokens"] > row["compute/trained_tokens"] or row["compute/trained_tokens"] == 0
     last = rows[-1]
-    assert summary["compute"] == {**{name: int(last[COMPUTE[name][1]]) for name in COUNTERS},
-                                  "sampled_completions": int(last["rollout/completions_generated"]),
-                                  "counted_from_step": 0}
+    assert summary["compute"] == {
+        **{name: int(last[COMPUTE[name][1]]) for name in COUNTERS},
+        "sampled_completions": int(last["rollout/completions_generated"]),
+        "counted_from_step": 0,
+    }
     assert summary["budget"] is None
 
 
@@ -85,10 +97,12 @@ def test_the_totals_survive_a_resume_exactly(tmp_path: Path) -> None:
     assert resumed_from == 2
     assert resumed.spent == straight.spent and resumed.spent.trained_tokens > 0
     keys = STEP_KEYS + TOTAL_KEYS
-    assert ([{k: r[k] for k in keys} for r in metric_rows(tmp_path / "killed")]
-            == [{k: r[k] for k in keys} for r in metric_rows(tmp_path / "straight")])
-    summaries = [json.loads((tmp_path / name / "summary.json").read_text())["compute"] for name in ("killed",
-                                                                                                      "straight")]
+    assert [{k: r[k] for k in keys} for r in metric_rows(tmp_path / "killed")] == [
+        {k: r[k] for k in keys} for r in metric_rows(tmp_path / "straight")
+    ]
+    summaries = [
+        json.loads((tmp_path / name / "summary.json").read_text())["compute"] for name in ("killed", "straight")
+    ]
     assert summaries[0] == summaries[1]
 
 
@@ -96,8 +110,10 @@ def test_a_trained_token_budget_ends_the_run_at_the_step_that_reaches_it(tmp_pat
     sign, summary = _run(tmp_path, "sign", advantage="sign", steps=12, budget="trained_tokens=200")
     totals = [row["compute/trained_tokens_total"] for row in sign]
     assert totals[-1] >= 200 and all(total < 200 for total in totals[:-1])
-    assert summary["budget"] == {"setting": "trained_tokens=200", "holds_equal": parse_budget("trained_tokens=200")
-                                 .holds_equal}
+    assert summary["budget"] == {
+        "setting": "trained_tokens=200",
+        "holds_equal": parse_budget("trained_tokens=200").holds_equal,
+    }
     assert "completion tokens trained" in summary["budget"]["holds_equal"]
     # dr_grpo skips its degenerate groups' rows, so it trains fewer tokens per step and runs more steps to 200
     grpo, _ = _run(tmp_path, "grpo", advantage="dr_grpo", steps=12, budget="trained_tokens=200")
@@ -105,8 +121,10 @@ def test_a_trained_token_budget_ends_the_run_at_the_step_that_reaches_it(tmp_pat
     assert totals[-1] >= 200 and all(total < 200 for total in totals[:-1])
     assert len(grpo) > len(sign)
     # under an equal-completions budget both run the same steps instead
-    equal = [len(_run(tmp_path, f"{name}-completions", advantage=name, steps=12, budget="completions=48")[0])
-             for name in ("sign", "dr_grpo")]
+    equal = [
+        len(_run(tmp_path, f"{name}-completions", advantage=name, steps=12, budget="completions=48")[0])
+        for name in ("sign", "dr_grpo")
+    ]
     assert equal == [3, 3]
 
 

@@ -70,5 +70,9 @@ def update_spent(batch: StepBatch, rows: Sequence[int], iterations: int) -> Comp
     sampled: the trainer counts that as it samples)."""
     completion = int(batch.completion_mask[list(rows)].sum()) if rows else 0
     prompt = int(batch.prompt_mask[list(rows)].sum()) if rows else 0
-    return ComputeSpent(optimizer_steps=iterations, trained_sequences=len(rows) * iterations,
-                        trained_tokens=completion * iterations, forward_tokens=(prompt + completion) * iterations)
+    return ComputeSpent(
+        optimizer_steps=iterations,
+        trained_sequences=len(rows) * iterations,
+        trained_tokens=completion * iterations,
+        forward_tokens=(prompt + completion) * iterations,
+    )
