@@ -1,6 +1,6 @@
 """The report's "Methods" section, after the results: how the verdict's numbers were computed (the metric, the
-learning rates, pairing by seed, the two Holm families, TOST and the intervals). The Verdict points here in
-one line (``methods_pointer``) instead of opening with it."""
+learning rates, pairing by seed, the two Holm families, TOST, the intervals, and what compute was held equal). The
+Verdict points here in one line (``methods_pointer``) instead of opening with it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pandas as pd
 
 from grpolab.render import Section
 from grpolab.report.comparisons import equivalence_margin
+from grpolab.report.compute import budget_sentence
 from grpolab.report.tables import ALPHA
 
 __all__ = ["METHODS", "methods_pointer", "methods_section"]
@@ -41,4 +42,4 @@ def methods_section(selection: pd.DataFrame | None, config: dict[str, Any]) -> S
         f"Holm-adjusted p < {ALPHA}; equivalent when TOST (two one-sided tests, Holm-adjusted the same way) "
         f"puts the difference within +-{margin:.1f} points (--equivalence-margin); otherwise there is no "
         "evidence either way at this n. CIs are 95% t intervals over seeds (paired, Welch, or Student-t for "
-        "one arm)."])
+        f"one arm). Compute: {budget_sentence(config)} Compute per arm states what each arm spent."])
