@@ -10,7 +10,8 @@ The design and the statistics were fixed before the runs in experiments/remedies
 ``grpolab compare --config experiments/remedies/compare.yaml`` once per (difficulty level, G): the embedded
 ``reverse`` task at the sign map's levels (``scripts/sign_map.py`` ``LEVELS``), with ``--budget
 completions=N``, N = steps x P x G, so that every arm samples the completions that 20 steps of ``dr_grpo``
-sample (``dr_grpo+dynamic`` runs fewer steps). A finished sweep is skipped, so an interrupted ``run`` resumes.
+sample (``dr_grpo+dynamic`` runs fewer steps); ``--budget`` sets another (``trained_tokens=N`` holds the tokens
+trained equal instead: ``grpolab.config.budget``). A finished sweep is skipped, so an interrupted ``run`` resumes.
 ``dr_grpo+curriculum`` is not an arm of that map: ``reverse`` streams its prompts and grpolab refuses the
 curriculum there. ``--map curriculum`` is its column, pre-registered in experiments/remedies-curriculum/README.md:
 the same levels with a fixed train pool (task option ``train_pool``), arms ``dr_grpo``, ``dr_grpo+curriculum`` and
@@ -102,6 +103,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--group-sizes", default=",".join(map(str, GROUP_SIZES)), help="comma-separated G")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--extra", default="", help="more compare flags, e.g. '--seeds 2' (smoke tests)")
+    parser.add_argument("--budget", default=None,
+                        help="run: every cell's --budget instead of completions=320*G, e.g. trained_tokens=N to hold "
+                             "the tokens trained equal (run each G on its own then, with its own N)")
     parser.add_argument("--runs", type=Path, default=None,
                         help="table: rebuild the tables from this runs.csv (one this script wrote) instead of --out")
     args = parser.parse_args()
@@ -130,7 +134,7 @@ def run(args: argparse.Namespace) -> None:
         command = [str(Path(sys.executable).with_name("grpolab")), "compare", "--config",
                    str(args.map.folder / "compare.yaml"),
                    "--task-options", json.dumps({**LEVELS[level], **args.map.task_options}),
-                   "--group-sizes", str(group_size), "--budget", f"completions={budget(group_size)}",
+                   "--group-sizes", str(group_size), "--budget", args.budget or f"completions={budget(group_size)}",
                    "--out", str(out), "--workers", str(args.workers), "--no-report", *args.extra.split()]
         print("$", " ".join(command[1:]), flush=True)
         subprocess.run(command, check=False)

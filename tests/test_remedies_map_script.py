@@ -224,3 +224,15 @@ def test_a_curriculum_sweep_is_read_with_its_replacements_per_step(tmp_path: Pat
                   "rollout/curriculum_replaced": [0.0, 3.0]}).to_parquet(tmp_path / "metrics.parquet")
     row = script.read_sweep(tmp_path, "plus", script.CURRICULUM_MAP).to_dict("records")[0]
     assert row["replaced_per_step"] == 1.5 and row["steps_run"] == 2 and row["completions"] == 64.0
+
+
+def test_run_takes_another_budget_for_every_cell(tmp_path: Path, monkeypatch) -> None:
+    commands = []
+    monkeypatch.setattr(script.subprocess, "run", lambda command, check: commands.append(command))
+    monkeypatch.setattr(sys, "argv", ["remedies_map.py", "run", "--out", str(tmp_path), "--levels", "star-len6,mixed",
+                                      "--group-sizes", "2", "--budget", "trained_tokens=9000"])
+    script.run(script._arguments())
+    assert [c[c.index("--budget") + 1] for c in commands] == ["trained_tokens=9000"] * 2
+    monkeypatch.setattr(sys, "argv", ["remedies_map.py", "run", "--out", str(tmp_path), "--levels", "mixed"])
+    script.run(script._arguments())
+    assert [c[c.index("--budget") + 1] for c in commands[2:]] == ["completions=640", "completions=1280"]
