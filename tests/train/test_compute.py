@@ -131,3 +131,14 @@ def test_a_trained_token_budget_ends_the_run_at_the_step_that_reaches_it(tmp_pat
 def test_a_budget_in_an_unknown_unit_is_refused_naming_the_forms() -> None:
     with pytest.raises(UserError, match="trained_tokens=N"):
         parse_budget("backward_tokens=5")
+
+
+def test_a_checkpoint_from_before_the_counters_counts_training_from_its_step() -> None:
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace()
+    Trainer._restore_spent(trainer, {"tokens_generated": 50}, 3)  # written before the counters: tokens sampled only
+    assert trainer.spent == ComputeSpent(sampled_tokens=50) and trainer.spent_from_step == 3
+    saved = ComputeSpent(4, 30, 200, 500, 260)
+    Trainer._restore_spent(trainer, {"compute": saved.state(), "compute_from_step": 0, "tokens_generated": 1}, 4)
+    assert trainer.spent == saved and trainer.spent_from_step == 0
