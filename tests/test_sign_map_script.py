@@ -26,11 +26,17 @@ def _runs(trained: dict[str, list[float]] | None) -> pd.DataFrame:
     rows = []
     for estimator, ends in (("dr_grpo", [0.5, 0.7]), ("sign", [0.8, 0.9])):
         for seed, end in enumerate(ends):
-            row = {"role": "result", "estimator": estimator, "seed": seed, "group_size": 2, "lr": 1e-3,
-                   "start_pass_at_1": 0.5, "end_pass_at_1": end}
+            row = {
+                "role": "result",
+                "estimator": estimator,
+                "seed": seed,
+                "group_size": 2,
+                "lr": 1e-3,
+                "start_pass_at_1": 0.5,
+                "end_pass_at_1": end,
+            }
             if trained is not None:
-                row.update({name: values[seed] * (2 if estimator == "sign" else 1)
-                            for name, values in trained.items()})
+                row.update({name: values[seed] * (2 if estimator == "sign" else 1) for name, values in trained.items()})
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -49,4 +55,5 @@ def test_runs_older_than_the_counters_show_not_recorded(tmp_path: Path) -> None:
     table = script._map_table(args)
     assert len(table) == 2 and all(math.isnan(v) for v in table[list(script.TRAINED)].to_numpy().ravel())
     assert "| dr_grpo | " + " | ".join(["not recorded"] * 5) + " |" in script._markdown(
-        table[["estimator", *script.TRAINED]])
+        table[["estimator", *script.TRAINED]]
+    )
