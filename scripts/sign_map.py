@@ -2,6 +2,7 @@
 
     python scripts/sign_map.py run --out runs/sign-map          # the sweeps (resumable; about an hour on 2 cores)
     python scripts/sign_map.py table --out runs/sign-map        # experiments/sign-map/map.csv, map.md and map.png
+    python scripts/sign_map.py table --out experiments/sign-map/runs   # the same from the kept runs.csv copies
 
 ``run`` makes one ``grpolab compare`` per (difficulty level, clipping): the embedded model on the ``reverse``
 task with the level's task options (docs/when-sign-helps.md lists their start pass@1), the estimators sign,
@@ -10,13 +11,15 @@ that the choice is interior: ``table`` says where it is not), then 10 fresh seed
 ``max_grad_norm`` 1 (the default) and once with 0 (no clipping). A finished sweep is skipped, so an interrupted
 ``run`` resumes.
 
-``table`` reads each sweep's ``runs.csv`` and writes one row per (level, clipping, G, estimator): the start p,
-the end pass@1 (mean, sd, n), the chosen lr and whether it is interior to the grid, the gain over dr_grpo at the
-same (level, clipping, G) paired by seed (``grpolab.pairing``: the paired t-test and its 95% interval, Welch's only
-with ``--unpaired``, the output naming the test), and the variance view's predicted SNR ratio
-4p(1-p)/(1-1/G) (``grpolab.diagnostics.variance``). The figure plots the gains against start p beside the
-prediction. The Markdown table ends with the verdict: in how many cells the sign of sign's measured gain (where
-significant) matches the side of 1 the prediction falls on.
+``table`` reads each sweep's ``runs.csv`` (``OUT/LEVEL-CLIP/runs.csv``, or its kept copy ``OUT/LEVEL-CLIP.csv``) and
+writes one row per (level, clipping, G, estimator): the start p, the end pass@1 (mean, sd, n), the chosen lr and
+whether it is interior to the grid, the gain over dr_grpo at the same (level, clipping, G) paired by seed
+(``grpolab.pairing``: the paired t-test and its 95% interval, Welch's only with ``--unpaired``, the output naming
+the test), the variance view's predicted SNR ratio 4p(1-p)/(1-1/G) (``grpolab.diagnostics.variance``), and the
+means over seeds of the compute each run spent (``TRAINED``: every arm ran the same steps, so sign, whose advantage
+is never 0, trains more rows than dr_grpo; "not recorded" for runs made before grpolab counted it). The figure plots
+the gains against start p beside the prediction. The Markdown table ends with the verdict: in how many cells the
+sign of sign's measured gain (where significant) matches the side of 1 the prediction falls on.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ ESTIMATORS = "sign,dr_grpo,reinforce,nsr"
 LRS = "1e-4,3e-4,1e-3,3e-3,1e-2"
 SEEDS = 10
 REFERENCE = "dr_grpo"
+TRAINED = ("optimizer_steps", "trained_sequences", "trained_tokens", "forward_tokens", "sampled_tokens")
+"""The compute columns of grpolab compare's runs.csv (``grpolab.metric_keys.COMPUTE``) the map carries."""
 
 
 def _arguments() -> argparse.Namespace:
@@ -109,8 +114,14 @@ def _cell_rows(runs: pd.DataFrame, level: str, clip: str, unpaired: bool = False
                      "end_sd": float(arm["end_pass_at_1"].std(ddof=1)), "n": len(arm), "lr": lr,
                      "lr_interior": bool(tried) and tried[0] < lr < tried[-1],
                      **_gain(arm, reference, unpaired),
-                     "predicted_snr_ratio": _predicted(estimator, start_p, int(size))})
+                     "predicted_snr_ratio": _predicted(estimator, start_p, int(size)), **_trained(arm)})
     return rows
+
+
+def _trained(arm: pd.DataFrame) -> dict[str, float]:
+    """The means over the arm's seeds of ``TRAINED``; NaN for a column some seed lacks (not recorded)."""
+    return {name: float(arm[name].mean()) if name in arm and arm[name].notna().all() else float("nan")
+            for name in TRAINED}
 
 
 def _predicted(estimator: str, start_p: float, size: int) -> float:
@@ -126,6 +137,7 @@ def _map_table(args: argparse.Namespace) -> pd.DataFrame:
     rows = []
     for level, clip in _cells(args):
         path = args.out / f"{level}-{clip}" / "runs.csv"
+        path = path if path.is_file() else args.out / f"{level}-{clip}.csv"  # a kept copy (experiments/sign-map/runs)
         if path.is_file():
             rows += _cell_rows(pd.read_csv(path), level, clip, args.unpaired)
         else:
@@ -187,9 +199,16 @@ def _figure(table: pd.DataFrame, path: Path) -> None:
 
 
 def _markdown(frame: pd.DataFrame) -> str:
-    cells = [[f"{v:.3g}" if isinstance(v, float) else str(v) for v in row] for row in frame.itertuples(index=False)]
+    cells = [[_cell(column, v) for column, v in zip(frame.columns, row, strict=True)]
+             for row in frame.itertuples(index=False)]
     lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
+
+
+def _cell(column: str, value: object) -> str:
+    if column in TRAINED:  # counts: in full, and named as missing rather than shown as nan
+        return "not recorded" if pd.isna(value) else f"{value:.0f}"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def table(args: argparse.Namespace) -> None:

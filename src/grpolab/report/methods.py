@@ -1,6 +1,6 @@
 """The report's "Methods" section, after the results: how the verdict's numbers were computed (the metric, the
-learning rates, pairing by seed, the two Holm families, TOST and the intervals). The Verdict points here in
-one line (``methods_pointer``) instead of opening with it."""
+learning rates, pairing by seed, the two Holm families, TOST, the intervals, and what compute was held equal). The
+Verdict points here in one line (``methods_pointer``) instead of opening with it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pandas as pd
 from grpolab.equivalence import margin_rule
 from grpolab.render import Section
 from grpolab.report.comparisons import equivalence_margin
+from grpolab.report.compute import budget_sentence
 from grpolab.report.tables import ALPHA
 
 __all__ = ["METHODS", "methods_pointer", "methods_section"]
@@ -42,4 +43,4 @@ def methods_section(selection: pd.DataFrame | None, config: dict[str, Any]) -> S
         f"puts the difference within the {margin_rule(equivalence_margin(config))} (--equivalence-margin); "
         "otherwise there is no "
         "evidence either way at this n. CIs are 95% t intervals over seeds (paired, Welch, or Student-t for "
-        "one arm)."])
+        f"one arm). Compute: {budget_sentence(config)} Compute per arm states what each arm spent."])
