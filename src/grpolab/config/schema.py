@@ -134,7 +134,7 @@ class TrainConfig:
     """Comma-separated module names that get adapters (those present in the model are used)."""
     dynamic_sampling: bool = setting(False, scope="training",
                                      sweep_owned="NAME+dynamic in --estimators (e.g. dr_grpo+dynamic)")
-    """DAPO dynamic sampling: drop groups with all-equal rewards and sample more prompts."""
+    """DAPO dynamic sampling: drop uniform groups (rewards all equal) and sample more prompts."""
     dynamic_max_rounds: int = setting(4, scope="training", at_least=0)
     """Extra generation rounds allowed per step with dynamic sampling."""
     mask_degenerate_groups: bool = setting(False, scope="training",
