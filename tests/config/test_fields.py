@@ -22,15 +22,22 @@ def test_every_field_is_classified(cls):
 def test_a_field_without_setting_is_reported():
     @dataclasses.dataclass(frozen=True)
     class Partly:
-        known: int = config_fields.setting(1, scope="training")
+        known: int = config_fields.setting(1, scope="training", group="loss")
         forgotten: int = 2
+        ungrouped: int = config_fields.setting(1, scope="training")
 
-    assert config_fields.unclassified(Partly) == ["forgotten"]
+    assert config_fields.unclassified(Partly) == ["forgotten", "ungrouped"]
 
 
 def test_unknown_scope_is_refused():
     with pytest.raises(ValueError, match="scope must be one of"):
         config_fields.setting(1, scope="sometimes")
+
+
+def test_unknown_help_group_is_refused():
+    with pytest.raises(ValueError, match="group must be one of model, task, sampling, loss, optimiser, evaluation, "
+                                         "sweep, engine, output, got 'misc'"):
+        config_fields.setting(1, scope="training", group="misc")
 
 
 def test_derived_sets_come_from_metadata():
