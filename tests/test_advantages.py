@@ -1037,6 +1037,23 @@ def test_display_order_and_colours_come_from_the_registry() -> None:
     assert entry_for("dr_grpo+dynamic") is info("dr_grpo") and entry_for("zzz_unknown") is None
 
 
+def test_every_estimator_has_its_own_colour_and_display_order() -> None:
+    """Two estimators of one colour, or of one order, would be told apart in no figure and no table."""
+    entries = [info(name) for name in ALL]
+    colours = [entry.color for entry in entries]
+    orders = [entry.order for entry in entries]
+    assert all(colours) and len(set(colours)) == len(colours), sorted(c for c in colours if colours.count(c) > 1)
+    assert len(set(orders)) == len(orders), sorted(o for o in orders if orders.count(o) > 1)
+
+
+def test_a_colour_already_registered_is_refused() -> None:
+    from grpolab.advantages.registry import register
+
+    with pytest.raises(ValueError, match=r"colour 'tab:blue' is sign's; pick another colour"):
+        register("zzz_same_colour", color="tab:blue")(lambda rewards: rewards)
+    assert "zzz_same_colour" not in available()
+
+
 @pytest.mark.parametrize("name", sorted(set(ALL) - set(BINARY_ONLY)))
 def test_estimators_without_the_binary_flag_take_non_binary_rewards(name: str) -> None:
     assert np.isfinite(_advantages(name, [[1.0, 0.5, 0.0]])).all()
