@@ -9,6 +9,7 @@ import pytest
 from grpolab.config import CompareConfig, TrainConfig
 from grpolab.config import fields as config_fields
 from grpolab.errors import UserError
+from grpolab.remedies import REMEDIES
 from grpolab.sweep.settings import SWEEP_OWNED
 from grpolab.train.lifecycle import start_evaluation_key
 from grpolab.train.settings import RESUME_MAY_CHANGE, RUNTIME_ONLY
@@ -43,8 +44,9 @@ def test_unknown_help_group_is_refused():
 def test_derived_sets_come_from_metadata():
     assert {"progress", "threads", "workers", "backend"} <= RUNTIME_ONLY
     assert RESUME_MAY_CHANGE == {"steps"} | config_fields.runtime_only(TrainConfig)
-    assert set(SWEEP_OWNED) == {"advantage", "group_size", "seed", "dynamic_sampling", "mask_degenerate_groups",
-                                "curriculum", "replay"}
+    remedy_settings = {remedy.setting for remedy in REMEDIES}  # each remedy's setting is an arm suffix
+    assert {"dynamic_sampling", "mask_degenerate_groups"} <= remedy_settings
+    assert set(SWEEP_OWNED) == {"advantage", "group_size", "seed"} | remedy_settings
     assert all(use for use in SWEEP_OWNED.values())
 
 
