@@ -19,6 +19,8 @@ from hypothesis.extra import numpy as hnp
 from grpolab import advantages as adv
 from grpolab.advantages import available, compute_advantages, get, info, register
 
+pytestmark = pytest.mark.fast
+
 NAN = math.nan
 ALL = available()
 GROUP = [name for name in ALL if info(name).needs_group]

@@ -18,6 +18,8 @@ from grpolab.audit.render import write_html
 from grpolab.cli import main
 from grpolab.errors import UserError
 
+pytestmark = pytest.mark.fast
+
 KEYS = ("all_correct", "all_wrong", "degenerate", "p_mean", "d_iid", "jensen_gap")
 
 

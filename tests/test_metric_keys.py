@@ -23,6 +23,8 @@ from grpolab.metric_keys import (
     upgrade_row,
 )
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(steps=2, prompts_per_step=2, group_size=2, eval_limit=4, eval_samples=2, max_new_tokens=12,
             checkpoint_every=0, progress=False, threads=1, lr=1e-3)

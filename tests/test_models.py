@@ -17,6 +17,8 @@ from grpolab.errors import UserError
 from grpolab.models import EMBEDDED, EMBEDDED_ARITH, SMOLLM2, embedded_model_dir, load_policy, resolve_model_dir
 from optional_models import needs_smollm2, skip_without_model
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize("name", [EMBEDDED, EMBEDDED_ARITH])
 def test_the_embedded_models_load_with_a_left_padding_tokenizer(name: str) -> None:

@@ -12,6 +12,8 @@ from scipy import stats as scipy_stats
 
 from grpolab.stats import holm_correction
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

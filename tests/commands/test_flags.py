@@ -13,6 +13,8 @@ from grpolab.commands.flags import add_config_arguments, config_from_args, field
 from grpolab.config import CompareConfig, TrainConfig
 from grpolab.config.fields import HELP_GROUPS, help_group, help_title
 
+pytestmark = pytest.mark.fast
+
 FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 
 

@@ -14,6 +14,8 @@ from grpolab.sweep.settings import SWEEP_OWNED
 from grpolab.train.lifecycle import start_evaluation_key
 from grpolab.train.settings import RESUME_MAY_CHANGE, RUNTIME_ONLY
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize("cls", [TrainConfig, CompareConfig])
 def test_every_field_is_classified(cls):

@@ -11,6 +11,8 @@ from grpolab.commands import train
 from grpolab.config import TrainConfig, build_config
 from grpolab.errors import UserError
 
+pytestmark = pytest.mark.fast
+
 
 def test_defaults_are_todays_loss() -> None:
     config = TrainConfig()

@@ -15,6 +15,8 @@ from grpolab import metric_keys
 from grpolab.report import figures
 from grpolab.report import sections as report_sections
 
+pytestmark = pytest.mark.fast
+
 RECORDED = ("rollout/reward_mean", "rollout/accuracy", "starvation/all_wrong", "starvation/all_correct",
             "starvation/degenerate")
 
