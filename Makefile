@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 VERL_VENV := .venv-verl
 VERL_BIN := $(VERL_VENV)/bin
 
-.PHONY: setup setup-verl demo test test-verl lint bench clean
+.PHONY: setup setup-verl demo test test-fast test-verl lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,12 @@ test-verl: setup-verl
 test: setup test-verl
 	$(BIN)/ruff check src tests benchmarks scripts examples
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The inner loop: the test modules marked fast (no subprocess, signal or kill; `make test` runs them too).
+# Measured 2026-11-27 on 2 cores shared with other jobs (load average 6.5): 1,710 tests, 2 min 21 s wall,
+# 66 s of CPU (user 61.2 s + sys 4.4 s): `/usr/bin/time -v python -m pytest -q -m "fast and not slow"`.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "fast and not slow"
 
 bench: setup
 	$(BIN)/python benchmarks/run.py

@@ -19,6 +19,8 @@ from hypothesis.extra import numpy as hnp
 from grpolab import advantages as adv
 from grpolab.advantages import available, compute_advantages, get, info, register
 
+pytestmark = pytest.mark.fast
+
 NAN = math.nan
 ALL = available()
 GROUP = [name for name in ALL if info(name).needs_group]
@@ -764,11 +766,14 @@ def test_torch_input_with_grad_is_accepted_and_not_tracked() -> None:
 
 
 @SETTINGS
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "passk", "maxrl"])
+@pytest.mark.parametrize("name", ZERO_SUM)
 @given(shape=st.tuples(st.integers(1, 4), st.integers(2, 6)), value=st.sampled_from([0.0, 1.0]))
 def test_constant_groups_give_zero_for_centred_estimators(
     name: str, shape: tuple[int, int], value: float
 ) -> None:
+    """Every estimator the registry flags zero-sum (a new one included): a constant group's members are alike
+    and sum to 0, so each gets 0."""
+    assert {"grpo", "dr_grpo", "rloo"} <= set(ZERO_SUM)
     np.testing.assert_array_equal(_advantages(name, np.full(shape, value)), np.zeros(shape))
 
 
@@ -1035,6 +1040,23 @@ def test_display_order_and_colours_come_from_the_registry() -> None:
     assert colors["sign"] == info("sign").color and colors["grpo"] == info("grpo").color
     assert colors["sign+dynamic"] != colors["sign"] and colors["zzz_unknown"] not in (colors["sign"], colors["grpo"])
     assert entry_for("dr_grpo+dynamic") is info("dr_grpo") and entry_for("zzz_unknown") is None
+
+
+def test_every_estimator_has_its_own_colour_and_display_order() -> None:
+    """Two estimators of one colour, or of one order, would be told apart in no figure and no table."""
+    entries = [info(name) for name in ALL]
+    colours = [entry.color for entry in entries]
+    orders = [entry.order for entry in entries]
+    assert all(colours) and len(set(colours)) == len(colours), sorted(c for c in colours if colours.count(c) > 1)
+    assert len(set(orders)) == len(orders), sorted(o for o in orders if orders.count(o) > 1)
+
+
+def test_a_colour_already_registered_is_refused() -> None:
+    from grpolab.advantages.registry import register
+
+    with pytest.raises(ValueError, match=r"colour 'tab:blue' is sign's; pick another colour"):
+        register("zzz_same_colour", color="tab:blue")(lambda rewards: rewards)
+    assert "zzz_same_colour" not in available()
 
 
 @pytest.mark.parametrize("name", sorted(set(ALL) - set(BINARY_ONLY)))

@@ -18,6 +18,8 @@ from grpolab.audit.render import write_html
 from grpolab.cli import main
 from grpolab.errors import UserError
 
+pytestmark = pytest.mark.fast
+
 KEYS = ("all_correct", "all_wrong", "degenerate", "p_mean", "d_iid", "jensen_gap")
 
 
@@ -130,6 +132,75 @@ def test_grpolab_run_directory(tmp_path: Path) -> None:
     assert result["input"]["columns"]["advantage"] == "advantage"
     assert [s["degenerate"] for s in result["per_step"]] == [0.5, 1.0]
     assert [s["uniform"] for s in result["per_step"]] == [0.5, 1.0]
+
+
+def _run_with_truncation(root: Path, truncated: list[list[bool]]) -> None:
+    """A grpolab run directory of one step per entry of ``truncated``: two prompts of two completions each."""
+    from grpolab.train.runlog import RolloutLog
+
+    log = RolloutLog(root / "rollouts")
+    for step, flags in enumerate(truncated, start=1):
+        log.write(step, {"step": [step] * 4, "prompt_id": ["p0", "p0", "p1", "p1"], "sample": [0, 1, 0, 1],
+                         "completion": ["x"] * 4, "reward": [1.0, 0.0, 0.0, 0.0], "advantage": [0.5, -0.5, 0, 0],
+                         "length": [3] * 4, "truncated": flags})
+
+
+def test_the_audit_shows_the_truncated_share(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from grpolab.audit.render import html_sections, render_terminal
+
+    _run_with_truncation(tmp_path, [[True, False, False, False], [True, True, True, False]])
+    result = audit(tmp_path)
+    assert result["input"]["columns"]["truncated"] == "truncated"
+    assert "truncated" not in result["input"]["columns"]["not_read"]
+    assert [s["truncated"] for s in result["per_step"]] == [0.25, 0.75]
+    assert result["truncated"] == 0.5
+    console = Console(record=True, width=200)
+    render_terminal(result, console)
+    text = console.export_text()
+    assert "Truncated" in text and "25.0%" in text and "75.0%" in text
+    (per_step,) = [section for section in html_sections(result) if section.title == "Per step"]
+    assert per_step.tables[0][1]["Truncated"].tolist() == ["25.0%", "75.0%"]
+
+
+def test_a_log_without_a_truncated_column_shows_a_dash(tmp_path: Path) -> None:
+    from grpolab.audit.render import step_table
+
+    pq.write_table(pa.table({"step": [1, 1], "prompt_id": ["a", "a"], "reward": [1.0, 0.0]}), tmp_path / "r.parquet")
+    result = audit(tmp_path / "r.parquet")
+    assert result["truncated"] is None and result["per_step"][0]["truncated"] is None
+    header, rows = step_table(result["per_step"])
+    assert rows[0][header.index("Truncated")] == "-"
+
+
+def test_a_truncated_column_of_text_is_one_line_naming_it(tmp_path: Path) -> None:
+    table = pa.table({"step": [1, 1], "prompt_id": ["a", "a"], "reward": [1.0, 0.0], "truncated": ["no", "yes"]})
+    pq.write_table(table, tmp_path / "r.parquet")
+    with pytest.raises(UserError, match=r"column 'truncated' holds string, not true/false") as error:
+        audit(tmp_path / "r.parquet")
+    assert "\n" not in str(error.value)
+
+
+def test_the_per_step_columns_are_the_metric_tables_audit_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row of ``grpolab.metric_keys.KEYS`` that names an audit field is a column under its label, in table
+    order; nothing else is."""
+    import dataclasses
+
+    from grpolab import metric_keys
+    from grpolab.audit.render import step_table
+
+    per_step = [{"step": 3, "groups": 4, "success_rate": 0.5, "truncated": None, "uniform": 0.25, "degenerate": 0.25,
+                 "d_iid": 0.125, "all_wrong": 0.75}]
+    header, rows = step_table(per_step)
+    assert header == [k.label for k in metric_keys.KEYS if k.audit]
+    assert "All-wrong groups" not in header
+    extra = [dataclasses.replace(k, audit="all_wrong") if k.name == "starvation/all_wrong" else k
+             for k in metric_keys.KEYS]
+    monkeypatch.setattr(metric_keys, "KEYS", tuple(extra))
+    header, rows = step_table(per_step)
+    assert rows[0][header.index("All-wrong groups")] == "75.0%"
+    assert rows[0][header.index("Step")] == "3" and rows[0][header.index("D_iid")] == "12.5%"
 
 
 def test_a_run_directory_reads_only_the_step_files_the_trainer_writes(
@@ -278,8 +349,9 @@ def test_html_page_comes_from_the_shared_renderer(tmp_path: Path, monkeypatch: p
     assert '<p class="note">Warning: 9 rewards are not 0 or 1: a success is a reward &gt;= 0.75</p>' in page
     assert '<div class="table-wrap"><table><caption>What was read</caption><thead><tr><th class="text">input' in page
     monkeypatch.setattr(render, "_html_table", lambda caption, frame: f"<TABLE rows={len(frame)}>")
-    page = write_html(result, tmp_path / "page.html").read_text()  # every table is the renderer's
-    assert page.count("<TABLE rows=") == 2 and "<tr>" not in page
+    page = write_html(result, tmp_path / "page.html").read_text()  # every table is the renderer's (3: input,
+    # summary, per step)
+    assert page.count("<TABLE rows=") == 3 and "<tr>" not in page
 
 
 def test_d_iid_over_trailing_windows_of_64_groups(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from scipy import stats as scipy_stats
 
 from grpolab.diagnostics.variance import snr_ratio_fixed_vs_centred
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -13,6 +13,8 @@ from grpolab.config.fields import choices
 from grpolab.errors import UserError
 from grpolab.metric_keys import ENGINES as METRIC_ENGINES
 
+pytestmark = pytest.mark.fast
+
 
 def test_the_engine_settings_choices_and_the_metric_table_read_the_engine_table() -> None:
     assert choices(TrainConfig())["engine"] == tuple(capabilities.ENGINES) == METRIC_ENGINES

@@ -19,6 +19,8 @@ from device_tensors import (
     simulated_cuda,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def _plain(value: object) -> bool:
     return type(value) is torch.Tensor

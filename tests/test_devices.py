@@ -14,6 +14,8 @@ from grpolab.cli import main
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 
+pytestmark = pytest.mark.fast
+
 TINY = ["--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--eval-limit", "2", "--eval-samples", "0",
         "--no-eval-start", "--checkpoint-every", "0", "--threads", "1", "--no-progress"]
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch sees no GPU")

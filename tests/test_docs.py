@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[1]
 # An absolute path into a machine's own directories: /work, /tmp, /home, /root, /Users, not preceded by a
 # character that would make it part of a relative path or a URL (runs/tmp, https://host/home/...).

@@ -13,6 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from grpolab.tasks import get_task
 from grpolab.tasks.arith import ALPHABET, make_task
 
+pytestmark = pytest.mark.fast
+
 ASSETS = Path(str(resources.files("grpolab") / "assets" / "embedded"))
 ARITH_ASSETS = Path(str(resources.files("grpolab") / "assets" / "embedded-arith"))
 

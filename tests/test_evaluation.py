@@ -14,6 +14,8 @@ from grpolab.evaluation import evaluate
 from grpolab.models import load_policy
 from grpolab.tasks import get_task
 
+pytestmark = pytest.mark.fast
+
 
 @verifiers.register("test-never-scores")
 def _never_scores(completion: str, reference: str) -> float | None:

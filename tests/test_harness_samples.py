@@ -19,6 +19,8 @@ from grpolab.diagnostics.sampled import sampled_metrics
 from grpolab.errors import UserError
 from grpolab.harness_samples import find_sample_files, read_samples, rescore, verifier_for
 
+pytestmark = pytest.mark.fast
+
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "lm_eval" / "samples_gsm8k_2026-11-27T10-00-00.000000.jsonl"
 LIGHTEVAL_NAME = "details_gsm8k|0_2026-11-27T10-00-00.000000.parquet"
 # The fixture's responses as designed (tests/fixtures/lm_eval/make_samples.py): per document, the correct

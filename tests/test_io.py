@@ -10,6 +10,8 @@ import pytest
 from grpolab.errors import UserError
 from grpolab.io import atomic_write_text, inside, write_error
 
+pytestmark = pytest.mark.fast
+
 
 def test_atomic_write_replaces_the_file_and_leaves_no_temporary_file(tmp_path):
     target = tmp_path / "a.txt"

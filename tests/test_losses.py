@@ -28,6 +28,8 @@ from grpolab.losses import (
     vespo_weights,
 )
 
+pytestmark = pytest.mark.fast
+
 SETTINGS = settings(max_examples=20, deadline=None, database=None)
 F64 = torch.float64
 

@@ -18,6 +18,8 @@ from grpolab.mechanism.render import markdown
 from grpolab.models import load_policy
 from grpolab.tasks import get_task
 
+pytestmark = pytest.mark.fast
+
 
 class PieceTokenizer:
     """A fake tokenizer whose ids stand for whole text pieces (as a BPE vocabulary's do); id 0 is EOS."""

@@ -28,6 +28,8 @@ from grpolab.mechanism.updates import (
 )
 from grpolab.train.checkpoint import save_checkpoint
 
+pytestmark = pytest.mark.fast
+
 BETAS = (0.9, 0.99)
 # t = 1: m̂ = m / 0.1 = [1, 0], v̂ = v / 0.01 = [1, 3] -> ‖m̂‖/‖√v̂‖ = sqrt(1 / 4) = 0.5, floor 1
 ADAM = {"w/exp_avg": torch.tensor([0.1, 0.0]), "w/exp_avg_sq": torch.tensor([0.01, 0.03]),

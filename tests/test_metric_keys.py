@@ -23,6 +23,8 @@ from grpolab.metric_keys import (
     upgrade_row,
 )
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(steps=2, prompts_per_step=2, group_size=2, eval_limit=4, eval_samples=2, max_new_tokens=12,
             checkpoint_every=0, progress=False, threads=1, lr=1e-3)
@@ -37,6 +39,32 @@ def test_every_row_is_complete() -> None:
         assert bool(k.reason) == (set(k.engines) != set(ENGINES)), f"{k.name}: a reason iff one engine writes it"
         assert not k.trl or "trl" in k.engines, k.name
     assert set(RENAMED).isdisjoint(names) and all(new in names for new in RENAMED.values())
+
+
+def test_every_shown_row_has_a_label_and_the_audit_fields_are_unique() -> None:
+    """A key the report's dynamics figure or the audit's per-step table shows has a caption; ``hidden_by`` names
+    another panel of the figure; no two rows claim one audit field."""
+    shown = [k for k in KEYS if k.dynamics or k.audit]
+    assert shown and all(k.label for k in shown), [k.name for k in shown if not k.label]
+    panels = {k.name for k in KEYS if k.dynamics}
+    assert all(k.hidden_by in panels - {k.name} for k in KEYS if k.hidden_by)
+    fields = [k.audit for k in KEYS if k.audit]
+    assert len(fields) == len(set(fields))
+    assert "truncated" in fields and lookup("rollout/truncated").audit == "truncated"
+
+
+def test_every_audit_field_is_one_the_audit_writes(tmp_path: Path) -> None:
+    """Each ``audit`` field of the table is a key of the audit's per-step rows (a misspelt field would show a
+    column of dashes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from grpolab.audit import audit
+
+    table = pa.table({"step": [1, 1], "prompt_id": ["a", "a"], "reward": [1.0, 0.0], "truncated": [True, False]})
+    pq.write_table(table, tmp_path / "r.parquet")
+    (row,) = audit(tmp_path / "r.parquet")["per_step"]
+    assert [k.audit for k in KEYS if k.audit and k.audit not in row] == []
 
 
 def test_lookup_prefers_the_exact_row_and_knows_families() -> None:

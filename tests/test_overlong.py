@@ -7,6 +7,8 @@ import pytest
 
 from grpolab.overlong import overlong_penalty, shape_rewards
 
+pytestmark = pytest.mark.fast
+
 
 def test_penalty_hand_values_cap_16_buffer_4() -> None:
     # L_max 16, L_cache 4: no penalty up to 12 tokens, then ((16 - 4) - |y|) / 4: 13 -> -0.25, 14 -> -0.5, 16 -> -1.

@@ -5,7 +5,10 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import pytest
 import tomllib
+
+pytestmark = pytest.mark.fast
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 

@@ -25,6 +25,8 @@ from grpolab.verifiers.process import MAX_EXTRA_CHARS, exact_chars, get_process_
 from gsm8k_cases import GSM8K_CASES
 from pathological_texts import PATHOLOGICAL
 
+pytestmark = pytest.mark.fast
+
 # ----------------------------------------------------------------------------------------- process verifiers
 
 

@@ -10,6 +10,8 @@ import pytest
 from grpolab import progress
 from grpolab.progress import LineProgress
 
+pytestmark = pytest.mark.fast
+
 
 def test_lines_at_start_every_interval_and_at_completion(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]

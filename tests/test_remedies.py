@@ -17,6 +17,8 @@ from grpolab.errors import UserError
 from grpolab.metric_keys import lookup
 from grpolab.sweep.plan import parse_estimator, remedy_settings
 
+pytestmark = pytest.mark.fast
+
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "remedies.md"
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 IDS = [remedy.suffix for remedy in remedies.REMEDIES]

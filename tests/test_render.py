@@ -8,6 +8,8 @@ import pytest
 
 from grpolab.render import Section, render_html, render_markdown
 
+pytestmark = pytest.mark.fast
+
 
 def _section() -> Section:
     table = pd.DataFrame({"name": ["a|b", "<i>"], "value": ["1.5%", "n/a"]})

@@ -14,6 +14,8 @@ from grpolab.errors import UserError
 from grpolab.rewards import Scores, check_scores, score_batch
 from grpolab.verifiers._user import VerifierTimeout
 
+pytestmark = pytest.mark.fast
+
 
 def test_rewards_keep_the_order_of_the_completions() -> None:
     scores = score_batch(lambda completion, reference: len(completion) / 10, ["a", "abc", "ab"], ["", "", ""])

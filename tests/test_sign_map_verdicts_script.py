@@ -16,6 +16,8 @@ from grpolab.equivalence import AT_CEILING
 from grpolab.pairing import UNPAIRED_NOTE
 from grpolab.stats import PAIRED_TESTS, holm_correction, sign_flip_floor
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "experiments" / "sign-map" / "runs"
 

@@ -16,6 +16,8 @@ from scipy import stats as scipy_stats
 from grpolab.pairing import UNPAIRED_NOTE
 from grpolab.stats import PAIRED_TESTS
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -32,6 +32,8 @@ from grpolab.stats import (
     welch_t_test,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def test_bootstrap_ci_basic() -> None:
     values = np.array([0.2, 0.4, 0.6, 0.8])

@@ -18,6 +18,8 @@ from grpolab.errors import UserError
 from grpolab.train.batch import mask_degenerate
 from grpolab.train.step import UpdateSettings, policy_token_statistics
 
+pytestmark = pytest.mark.fast
+
 NAME = "optimal_token_baseline"
 EPS = 1e-8
 # Two kinds of token: A drawn at pi = 0.5 with sum pi^2 = 0.5 (w = 1 - 2 pi + sum pi^2 = 0.5), B at pi = 0.25 with

@@ -10,6 +10,15 @@ it in the engine(s) and add its row here; nothing else lists it.
 Families whose keys are generated (``starvation/*`` from ``diagnostics.STARVATION_KEYS``, ``sampled/*``,
 ``grad/*``, ``trl/*``) appear as patterns ending in ``*``.
 
+Where a key is shown is a field of its row too: ``label`` is its caption, ``dynamics`` makes it a panel of the
+compare report's training-dynamics figure (``dynamics_keys``) and ``audit`` names the field of ``grpolab audit``'s
+per-step rows that holds it, which makes it a column of the audit's per-step table (``audit_columns``). Neither
+the report nor the audit lists keys of its own.
+
+Words: a *uniform* group has rewards all equal (all correct, all wrong or nothing scorable; D_real); a
+*degenerate* group has advantages all zero, as trained. Under a group-centred estimator and binary rewards the
+two coincide; under ``sign`` (A = 2r - 1) no group is degenerate.
+
 Renamed keys (``RENAMED``; ``upgrade_row`` maps an old row onto today's names, and ``runlog.read_metrics``
 applies it, so logs written before a rename read as if written today):
 
@@ -32,8 +41,8 @@ from typing import Any
 
 from grpolab.capabilities import ENGINES as _ENGINE_TABLE
 
-__all__ = ["ALWAYS", "COMPUTE", "ENGINES", "KEYS", "RENAMED", "MetricKey", "default_keys", "known", "lookup",
-           "render_markdown", "trl_names", "unknown_keys", "upgrade_row"]
+__all__ = ["ALWAYS", "COMPUTE", "ENGINES", "KEYS", "RENAMED", "MetricKey", "audit_columns", "default_keys",
+           "dynamics_keys", "known", "label", "lookup", "render_markdown", "trl_names", "unknown_keys", "upgrade_row"]
 
 ENGINES = tuple(_ENGINE_TABLE)
 """The training engines (``TrainConfig.engine``)."""
@@ -53,6 +62,11 @@ class MetricKey:
         absent never writes it.
     reason: why an engine never writes it; required when one engine is absent.
     trl: TRL's logged names that the TRL engine records under this key (``trl_names``).
+    label: its caption in figures and tables (the report's dynamics panels, the audit's per-step columns).
+    dynamics: a panel of the compare report's training-dynamics figure, where the runs recorded it.
+    hidden_by: a key whose panel shows the same figure: where the runs recorded that key, this one is not shown.
+    audit: the field of ``grpolab audit``'s per-step rows that holds this figure, read from the rollout tables
+        (a column of its per-step table); empty where the audit does not show it.
     """
 
     name: str
@@ -61,6 +75,10 @@ class MetricKey:
     engines: Mapping[str, str] = field(default_factory=lambda: dict.fromkeys(ENGINES, ALWAYS))
     reason: str = ""
     trl: tuple[str, ...] = ()
+    label: str = ""
+    dynamics: bool = False
+    hidden_by: str = ""
+    audit: str = ""
 
     @property
     def pattern(self) -> bool:
@@ -95,12 +113,16 @@ COMPUTE: dict[str, tuple[str, str]] = {
 tokens' cumulative key is ``rollout/tokens_generated``, which counted them before the other counters existed."""
 
 KEYS: tuple[MetricKey, ...] = (
-    MetricKey("step", "step", "the training step, 1-based (one rollout batch and its update)"),
+    MetricKey("step", "step", "the training step, 1-based (one rollout batch and its update)", label="Step",
+              audit="step"),
     # rollout/*: the sampled batch
-    MetricKey("rollout/reward_mean", "reward", "mean reward of the batch's scorable completions"),
-    MetricKey("rollout/accuracy", "share", "share of the batch's scorable completions with reward >= 0.5"),
+    MetricKey("rollout/reward_mean", "reward", "mean reward of the batch's scorable completions", label="Mean reward",
+              dynamics=True),
+    MetricKey("rollout/accuracy", "share", "share of the batch's scorable completions with reward >= 0.5",
+              label="Accuracy", dynamics=True, hidden_by="rollout/reward_mean", audit="success_rate"),
     MetricKey("rollout/completion_length", "tokens", "mean completion length"),
-    MetricKey("rollout/truncated", "share", "share of completions that hit max_new_tokens without ending"),
+    MetricKey("rollout/truncated", "share", "share of completions that hit max_new_tokens without ending",
+              label="Truncated", audit="truncated"),
     MetricKey("rollout/groups", "count", "prompt groups (P) in the batch trained on"),
     MetricKey("rollout/completions_generated", "count", "completions sampled so far in the run (cumulative)"),
     MetricKey("rollout/tokens_generated", "tokens", "completion tokens sampled so far in the run (cumulative, extra "
@@ -123,22 +145,27 @@ KEYS: tuple[MetricKey, ...] = (
     MetricKey("rollout/curriculum_replaced", "count", "prompts of the step the difficulty curriculum replaced "
               "(their recent groups were all wrong or all right)", _own("curriculum"),
               "the TRL engine refuses curriculum"),
-    MetricKey("rollout/replayed_groups", "count", "degenerate groups of the step replaced by stored informative "
+    MetricKey("rollout/replayed_groups", "count", "uniform groups of the step replaced by stored informative "
               "groups of earlier steps", _own("replay"), "the TRL engine refuses replay"),
     MetricKey("rollout/replay_age", "steps", "mean age of the replayed groups (0 when none)", _own("replay"),
               "the TRL engine refuses replay"),
     MetricKey("rollout/overlong_penalty", "reward", "mean overlong penalty of the batch's completions",
               _own("overlong_buffer"), _OWN_OPTION),
     # starvation/*: degeneracy of the batch's groups (grpolab.diagnostics.starvation_metrics)
-    MetricKey("starvation/groups", "count", "groups in the batch"),
-    MetricKey("starvation/all_correct", "share", "share of groups whose every completion is correct"),
-    MetricKey("starvation/all_wrong", "share", "share of groups whose every completion is wrong"),
+    MetricKey("starvation/groups", "count", "groups in the batch", label="Groups", audit="groups"),
+    MetricKey("starvation/all_correct", "share", "share of groups whose every completion is correct",
+              label="All-correct groups"),
+    MetricKey("starvation/all_wrong", "share", "share of groups whose every completion is wrong",
+              label="All-wrong groups", dynamics=True),
     MetricKey("starvation/unscorable_groups", "share", "share of groups with no scorable completion"),
-    MetricKey("starvation/uniform", "share", "all_correct + all_wrong + unscorable_groups (D_real)"),
-    MetricKey("starvation/degenerate", "share", "share of groups whose advantages are all zero, as trained"),
+    MetricKey("starvation/uniform", "share", "share of uniform groups (rewards all equal): all_correct + all_wrong "
+              "+ unscorable_groups (D_real)", label="Uniform groups (D_real)", audit="uniform"),
+    MetricKey("starvation/degenerate", "share", "share of degenerate groups (advantages all zero, as trained)",
+              label="Degenerate groups", dynamics=True, audit="degenerate"),
     MetricKey("starvation/p_mean", "share", "mean per-prompt success rate of the batch"),
     MetricKey("starvation/window_groups", "count", "groups in the success window behind d_iid"),
-    MetricKey("starvation/d_iid", "share", "degeneracy expected from the window's mean success rate, (1-p)^G + p^G"),
+    MetricKey("starvation/d_iid", "share", "degeneracy expected from the window's mean success rate, (1-p)^G + p^G",
+              label="D_iid", audit="d_iid"),
     MetricKey("starvation/jensen_gap", "share", "uniform - d_iid"),
     MetricKey("starvation/useful_fraction", "share", "share of completions with a non-zero advantage"),
     MetricKey("starvation/scorable_fraction", "share", "share of completions the verifier scored"),
@@ -181,7 +208,8 @@ KEYS: tuple[MetricKey, ...] = (
     MetricKey("loss/trained_sequences", "count", "completions forwarded in the update (zero-advantage rows are "
               "skipped when beta = 0)", _own(), "TRL forwards every completion"),
     MetricKey("loss/train_tokens", "tokens", "completion tokens in the loss", _own(), _OWN_UPDATE),
-    MetricKey("loss/masked_groups", "count", "degenerate groups left out of the update by group masking",
+    MetricKey("loss/masked_groups", "count", "uniform groups (rewards all equal) left out of the update by group "
+              "masking",
               _own("mask_degenerate_groups"), "the TRL engine refuses mask_degenerate_groups"),
     # compute/*: what the step spent (grpolab.train.compute); each per step and, under *_total, since the run began
     MetricKey("compute/optimizer_steps", "count", "optimizer steps the training step took (num_iterations)"),
@@ -247,6 +275,23 @@ def unknown_keys(keys: Iterable[str], engine: str) -> list[str]:
 def default_keys(engine: str) -> list[str]:
     """The exact keys the table says ``engine`` writes at every step at default settings."""
     return [k.name for k in KEYS if not k.pattern and k.engines.get(engine) == ALWAYS]
+
+
+def label(key: str) -> str:
+    """The caption of ``key`` in figures and tables: its row's ``label``, else the key itself."""
+    row = lookup(key)
+    return row.label if row is not None and row.label else key
+
+
+def dynamics_keys(recorded: Iterable[str]) -> list[str]:
+    """The panels of the training-dynamics figure, in table order, for runs that recorded the keys ``recorded``."""
+    have = set(recorded)
+    return [k.name for k in KEYS if k.dynamics and k.name in have and k.hidden_by not in have]
+
+
+def audit_columns() -> list[MetricKey]:
+    """The rows ``grpolab audit``'s per-step table shows (one column each, ``audit`` its field), in table order."""
+    return [k for k in KEYS if k.audit]
 
 
 def trl_names() -> dict[str, str]:

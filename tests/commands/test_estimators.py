@@ -12,6 +12,8 @@ from grpolab import advantages
 from grpolab.cli import main
 from grpolab.commands import estimators
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize("width", [60, 200])
 def test_every_estimator_is_printed_with_its_full_arxiv_id(width: int, monkeypatch) -> None:

@@ -9,6 +9,8 @@ import torch
 
 from grpolab.cli import main
 
+pytestmark = pytest.mark.fast
+
 
 def test_eval_applies_threads_and_limits(capsys: pytest.CaptureFixture[str]) -> None:
     before = torch.get_num_threads()

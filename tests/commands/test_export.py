@@ -8,6 +8,8 @@ import pytest
 
 from grpolab.cli import main
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize(("flags", "said"), [
     (["--step", "0"], "--step must be a training step >= 1, got 0"),

@@ -8,9 +8,12 @@ import dataclasses
 
 import pytest
 
-from grpolab.commands import evaluate, gradients, preflight, train
+from grpolab.commands import compare, evaluate, gradients, preflight, train
 from grpolab.commands.flags import add_config_arguments, config_from_args, field_docs
 from grpolab.config import CompareConfig, TrainConfig
+from grpolab.config.fields import HELP_GROUPS, help_group, help_title
+
+pytestmark = pytest.mark.fast
 
 FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 
@@ -143,3 +146,43 @@ def test_the_docs_give_flags_with_choices_only_values_of_the_schema() -> None:
                 if value not in allowed and not value.isupper():
                     wrong.append(f"{path.name}: --{name.replace('_', '-')} {value}")
     assert wrong == []
+
+
+def _titled_groups(parser: argparse.ArgumentParser) -> dict[str, list[argparse.Action]]:
+    """Title -> options of every argument group with at least one option (argparse's own groups included)."""
+    return {group.title: group._group_actions for group in parser._action_groups if group._group_actions}
+
+
+@pytest.mark.parametrize(("command", "classes"), [(train, (TrainConfig,)), (compare, (CompareConfig, TrainConfig))])
+def test_help_shows_every_option_in_exactly_one_group_titled_from_the_schema(command, classes) -> None:
+    parser = _parser(command)
+    groups = _titled_groups(parser)
+    options = [action for action in parser._actions if action.option_strings]
+    for action in options:
+        holders = [title for title, actions in groups.items() if action in actions]
+        assert len(holders) == 1, (action.option_strings, holders)
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            (action,) = [a for a in options if a.dest == f.name]
+            assert action in groups[help_title(help_group(cls, f.name))], f.name
+    schema_titles = [help_title(name) for name in HELP_GROUPS]
+    shown = [title for title in groups if title in schema_titles]
+    assert shown == [title for title in schema_titles if title in groups]  # the schema's order
+    assert set(groups) - set(shown) <= {"options", "optional arguments"}  # argparse's own: --help, --config, ...
+    help_text = parser.format_help()
+    positions = [help_text.index(f"\n{title}:\n") for title in shown]
+    assert positions == sorted(positions)
+
+
+def test_train_shows_no_sweep_group_and_compare_does() -> None:
+    assert help_title("sweep") not in _titled_groups(_parser(train))
+    sweep = _titled_groups(_parser(compare))[help_title("sweep")]
+    assert {"--estimators", "--seeds", "--large-plan"} <= {s for a in sweep for s in a.option_strings}
+    output = _titled_groups(_parser(train))[help_title("output")]
+    assert {"--out", "--overwrite", "--checkpoint-every"} <= {s for a in output for s in a.option_strings}
+
+
+def test_a_group_title_written_in_the_schema_is_the_title_help_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(HELP_GROUPS, "loss", "estimator and loss, as the schema says")
+    help_text = _parser(train).format_help()
+    assert "\nloss (estimator and loss, as the schema says):\n" in help_text

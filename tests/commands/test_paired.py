@@ -13,6 +13,8 @@ import pytest
 from grpolab.cli import main
 from grpolab.diagnostics.passk import pass_at_k_curve
 
+pytestmark = pytest.mark.fast
+
 FIXTURE = (Path(__file__).resolve().parents[1] / "fixtures" / "lm_eval"
            / "samples_gsm8k_2026-11-27T10-00-00.000000.jsonl")
 C_FIXTURE = [4, 2, 1, 0, 3, 1, 0, 2]  # the fixture's correct counts of 4 (tests/fixtures/lm_eval/make_samples.py)

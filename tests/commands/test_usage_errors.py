@@ -8,6 +8,8 @@ import pytest
 from grpolab.cli import main
 from grpolab.train.trl_engine.arguments import MAPPED, settings_for_trl_name
 
+pytestmark = pytest.mark.fast
+
 
 def _error(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
     with pytest.raises(SystemExit) as stopped:

@@ -11,6 +11,8 @@ import pytest
 from grpolab.config import CompareConfig, TrainConfig, build_config, load_config_file, split_file_values
 from grpolab.errors import UserError
 
+pytestmark = pytest.mark.fast
+
 
 def test_derived_sizes_are_properties_of_the_fields() -> None:
     config = TrainConfig(group_size=8, prompts_per_step=3, epsilon_low=0.2)

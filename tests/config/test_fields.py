@@ -9,9 +9,12 @@ import pytest
 from grpolab.config import CompareConfig, TrainConfig
 from grpolab.config import fields as config_fields
 from grpolab.errors import UserError
+from grpolab.remedies import REMEDIES
 from grpolab.sweep.settings import SWEEP_OWNED
 from grpolab.train.lifecycle import start_evaluation_key
 from grpolab.train.settings import RESUME_MAY_CHANGE, RUNTIME_ONLY
+
+pytestmark = pytest.mark.fast
 
 
 @pytest.mark.parametrize("cls", [TrainConfig, CompareConfig])
@@ -22,10 +25,11 @@ def test_every_field_is_classified(cls):
 def test_a_field_without_setting_is_reported():
     @dataclasses.dataclass(frozen=True)
     class Partly:
-        known: int = config_fields.setting(1, scope="training")
+        known: int = config_fields.setting(1, scope="training", group="loss")
         forgotten: int = 2
+        ungrouped: int = config_fields.setting(1, scope="training")
 
-    assert config_fields.unclassified(Partly) == ["forgotten"]
+    assert config_fields.unclassified(Partly) == ["forgotten", "ungrouped"]
 
 
 def test_unknown_scope_is_refused():
@@ -33,11 +37,18 @@ def test_unknown_scope_is_refused():
         config_fields.setting(1, scope="sometimes")
 
 
+def test_unknown_help_group_is_refused():
+    with pytest.raises(ValueError, match="group must be one of model, task, sampling, loss, optimiser, evaluation, "
+                                         "sweep, engine, output, got 'misc'"):
+        config_fields.setting(1, scope="training", group="misc")
+
+
 def test_derived_sets_come_from_metadata():
     assert {"progress", "threads", "workers", "backend"} <= RUNTIME_ONLY
     assert RESUME_MAY_CHANGE == {"steps"} | config_fields.runtime_only(TrainConfig)
-    assert set(SWEEP_OWNED) == {"advantage", "group_size", "seed", "dynamic_sampling", "mask_degenerate_groups",
-                                "curriculum", "replay"}
+    remedy_settings = {remedy.setting for remedy in REMEDIES}  # each remedy's setting is an arm suffix
+    assert {"dynamic_sampling", "mask_degenerate_groups"} <= remedy_settings
+    assert set(SWEEP_OWNED) == {"advantage", "group_size", "seed"} | remedy_settings
     assert all(use for use in SWEEP_OWNED.values())
 
 

@@ -11,6 +11,8 @@ from grpolab.commands import train
 from grpolab.config import TrainConfig, build_config
 from grpolab.errors import UserError
 
+pytestmark = pytest.mark.fast
+
 
 def test_defaults_are_todays_loss() -> None:
     config = TrainConfig()
@@ -99,3 +101,19 @@ def test_train_help_names_each_options_paper(name: str, paper: str) -> None:
     action = next(a for a in parser._actions if a.dest == name)
     assert paper in " ".join(action.help.split())
     assert paper in " ".join(parser.format_help().split())
+
+
+DOC_PAGES = ("losses.md", "estimators.md", "remedies.md")
+
+
+def test_every_setting_of_the_loss_group_is_documented() -> None:
+    """Each field whose help group is ``loss`` (the schema, not a list here) is named, as a setting or a flag, in
+    docs/losses.md, docs/estimators.md or docs/remedies.md: a new loss option without its page fails."""
+    import dataclasses
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    text = " ".join((docs / page).read_text(encoding="utf-8") for page in DOC_PAGES)
+    loss = [f.name for f in dataclasses.fields(TrainConfig) if f.metadata["group"] == "loss"]
+    assert {"policy_loss", "dual_clip_c", "entropy_coef"} <= set(loss)  # the group is the loss options
+    assert [name for name in loss if name not in text and "--" + name.replace("_", "-") not in text] == []

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 
 from grpolab.audit.fate_source import prompt_counts, run_fate
 from grpolab.diagnostics.fate import escaped_share, fate_counts, prompt_states, transitions
 from grpolab.train.runlog import RolloutLog
 from grpolab.train.shell import rollout_table
+
+pytestmark = pytest.mark.fast
 
 NAN = math.nan
 # step -> [(prompt_id, rewards of its group)], G = 2

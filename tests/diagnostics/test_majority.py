@@ -16,6 +16,8 @@ from grpolab.diagnostics.majority import MAX_SAMPLES, Votes, maj_at_k_curve, maj
 from grpolab.diagnostics.passk import pass_at_k
 from grpolab.errors import UserError
 
+pytestmark = pytest.mark.fast
+
 EPS = np.finfo(np.float64).eps
 
 

@@ -10,6 +10,8 @@ import pytest
 from grpolab.diagnostics import pass_at_k, pass_at_k_curve
 from grpolab.diagnostics import passk as passk_module
 
+pytestmark = pytest.mark.fast
+
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
     """Share of all k-subsets of n samples (c correct) that contain at least one correct sample."""

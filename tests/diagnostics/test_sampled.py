@@ -14,6 +14,8 @@ from grpolab.diagnostics.majority import Votes
 from grpolab.diagnostics.sampled import METRICS, pass_hat_k, sampled_metrics, standard_error
 from grpolab.errors import UserError
 
+pytestmark = pytest.mark.fast
+
 EPS = np.finfo(np.float64).eps
 
 

@@ -29,6 +29,8 @@ from grpolab.diagnostics import (
     zero_advantage_fraction,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def loop_degeneracy(rewards: list[list[float]], threshold: float = 0.5) -> dict[str, float]:
     """Plain-Python reference for the documented rules (NaN skipped; empty groups are degenerate)."""

@@ -21,6 +21,7 @@ import pytest
 import grpolab.models as models
 from grpolab.cli import main
 from grpolab.config import CompareConfig, TrainConfig, load_config_file
+from optional_models import skip_without_model
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 REDUCED = ["--seeds", "1", "--selection-seeds", "1", "--steps", "1", "--prompts-per-step", "2",
@@ -64,6 +65,7 @@ def test_compare_config_runs_reduced(config: Path, tmp_path: Path, in_process_wo
     if settings.get("use_vllm"):
         pytest.skip("needs CUDA, vLLM and its model; tests/integrations/test_trl_paper1.py runs it reduced")
     defaults = TrainConfig()
+    skip_without_model(settings.get("model", defaults.model))
     estimators = settings["estimators"].split(",")
     # one lr of the grid (the selection itself is tested on `embedded`), or the config's one lr
     grid = settings.get("lrs", None if "lr" in settings else CompareConfig().lrs)  # no lr given: the default grid

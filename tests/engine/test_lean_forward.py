@@ -29,6 +29,8 @@ from grpolab.models import load_policy
 from grpolab.train.batch import StepBatch
 from grpolab.train.step import UpdateSettings, _logprobs
 
+pytestmark = pytest.mark.fast
+
 VOCAB = 32
 KEEP = 7
 GRADIENT_K = 16  # the backward's gap, in units of the forward's (see the module docstring)

@@ -10,6 +10,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from grpolab.engine.rollout import _mask_through_first_eos, _next_token, encode_prompts, sample, token_logprobs
 from grpolab.models import load_policy
 
+pytestmark = pytest.mark.fast
+
 EOS = 9
 
 

@@ -11,6 +11,8 @@ from grpolab.engine.rollout import encode_prompts, sample
 from grpolab.errors import UserError
 from grpolab.models import load_policy
 
+pytestmark = pytest.mark.fast
+
 PROMPTS = ["abc", "hello world", "zz", "reverse me please", "q", "xyzzy"]
 
 

@@ -12,6 +12,8 @@ import torch
 
 from grpolab.engine.target_logprobs import entropy, target_logprobs
 
+pytestmark = pytest.mark.fast
+
 ROWS, VOCAB = 37, 1000  # 37 rows in chunks of 8: a remainder chunk
 
 

@@ -11,6 +11,8 @@ from grpolab.errors import UserError
 from grpolab.export import export
 from grpolab.export.folder import check_out, staged
 
+pytestmark = pytest.mark.fast
+
 
 def _model_files(folder: Path) -> Path:
     folder.mkdir(parents=True)

@@ -16,6 +16,8 @@ from grpolab.errors import UserError
 from grpolab.export import export
 from grpolab.export.source import read_run
 
+pytestmark = pytest.mark.fast
+
 
 def _refused(run_dir: Path, tmp_path: Path, match: str, **kwargs) -> str:
     """The one line ``export`` refuses ``run_dir`` with; it names the run and nothing was written."""

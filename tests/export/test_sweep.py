@@ -14,6 +14,8 @@ from grpolab.errors import UserError
 from grpolab.export import export
 from grpolab.export.sweep import result_runs
 
+pytestmark = pytest.mark.fast
+
 _RUNS = [("sign", 0), ("sign", 1), ("dr_grpo+dynamic", 0)]
 
 

@@ -25,6 +25,8 @@ from grpolab.gradients import (
 )
 from grpolab.gradients.geometry import analyze_gradients, decompose_group_gradient, gradient_metrics_for_step
 
+pytestmark = pytest.mark.fast
+
 REWARDS = np.array([[1, 0, 0, 1], [1, 1, 1, 0], [0, 0, 0, 0]], dtype=np.float64)  # [P=3, G=4]
 
 

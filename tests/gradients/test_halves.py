@@ -21,6 +21,8 @@ from grpolab.errors import UserError
 from grpolab.gradients import half_batch_cosine, half_rows, summed_policy_gradient, token_advantages
 from grpolab.gradients.geometry import gradient_metrics_for_step
 
+pytestmark = pytest.mark.fast
+
 REWARDS = np.array([[1, 0, 0, 1], [1, 1, 1, 0], [0, 1, 0, 0]], dtype=np.float64)  # [P=3, G=4]
 
 

@@ -17,6 +17,8 @@ from grpolab.planning import seeds_needed
 from grpolab.planning.pilot import pair_plans, variance_components
 from report_sweeps import FINALS, synthetic_sweep
 
+pytestmark = pytest.mark.fast
+
 PROMPTS, SAMPLES = 50, 8
 
 

@@ -12,6 +12,8 @@ from scipy import stats as scipy_stats
 from grpolab.errors import UserError
 from grpolab.planning import fewest_resolving_seeds, paired_power, seeds_needed
 
+pytestmark = pytest.mark.fast
+
 CASES = [(0.05, 0.05, 5, 1), (0.04, 0.02, 3, 2), (-0.1, 0.15, 8, 3), (0.02, 0.05, 12, 1)]
 
 

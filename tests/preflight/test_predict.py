@@ -12,6 +12,8 @@ from grpolab.diagnostics.variance import snr_ratio_from_counts
 from grpolab.errors import UserError
 from grpolab.preflight import analyse, predict
 
+pytestmark = pytest.mark.fast
+
 
 def _population(prompts: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Pass rates p [P] from a bimodal Beta(0.5, 0.5) (where the Jensen gap is large) and counts k [P] ~ Bin(n, p)."""

@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+import pytest
 
 from grpolab.planning import seeds_needed
 from grpolab.report.bottom_line import bottom_line
 from grpolab.report.comparisons import comparisons
 from grpolab.report.tables import run_table
 from report_sweeps import shifted, synthetic_sweep, with_variants
+
+pytestmark = pytest.mark.fast
 
 
 def _lines(results: pd.DataFrame, config: dict[str, Any]) -> list[str]:

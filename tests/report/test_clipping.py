@@ -10,6 +10,8 @@ import pytest
 from grpolab.report.clipping import clipping_lines, clipping_section, clipping_table
 from report_sweeps import STEPS, synthetic_sweep
 
+pytestmark = pytest.mark.fast
+
 
 def _metrics(clipped_steps: dict[str, int]) -> pd.DataFrame:
     """Metrics of a sign / dr_grpo sweep whose runs were clipped on their first clipped_steps[estimator] steps."""

@@ -12,6 +12,8 @@ from grpolab.report.curves import curve_table, curves_section, speed_table
 from grpolab.report.sections import figure_png
 from report_sweeps import FINALS, START_ACCURACY, synthetic_sweep
 
+pytestmark = pytest.mark.fast
+
 
 def test_the_held_out_curve_has_a_t_band_over_seeds_at_each_step() -> None:
     results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))

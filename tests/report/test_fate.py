@@ -6,9 +6,12 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from grpolab.report.fate import fate_section, fate_table
 from grpolab.sweep.gather import fate_columns
+
+pytestmark = pytest.mark.fast
 
 # run -> (estimator, G, seed, prompts, all_wrong_first, all_wrong_first_resampled, escaped, solved)
 RUNS = {"a0": ("sign", 2, 0, 10, 4, 3, 2, 1), "a1": ("sign", 2, 1, 10, 6, 5, 3, 0),

@@ -4,11 +4,14 @@ family first, and the pairs not tested in their own table."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import pytest
 
 from grpolab.report.comparisons import comparisons
 from grpolab.report.forest import figure_forest, forest_rows, untested_table
 from grpolab.report.tables import run_table
 from report_sweeps import shifted, synthetic_sweep, with_variants
+
+pytestmark = pytest.mark.fast
 
 
 def test_each_tested_pair_is_one_row_and_the_primary_family_comes_first() -> None:

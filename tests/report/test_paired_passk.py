@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from grpolab.report.paired_passk import paired_passk_section, paired_rows
 from grpolab.report.sections import figure_png
 from report_sweeps import synthetic_sweep
+
+pytestmark = pytest.mark.fast
 
 
 def test_the_primary_pair_comes_first_at_every_group_size():

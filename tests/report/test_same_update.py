@@ -9,6 +9,8 @@ import torch
 from grpolab import advantages
 from grpolab.report.same_update import binary_patterns, same_update_ratio
 
+pytestmark = pytest.mark.fast
+
 
 def test_binary_patterns_are_every_group_once() -> None:
     patterns = binary_patterns(3)

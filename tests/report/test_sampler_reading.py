@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from grpolab.report.sections import sampler_reading
+
+pytestmark = pytest.mark.fast
 
 
 def _metrics(graph: list[float], fell_back: list[float]) -> pd.DataFrame:

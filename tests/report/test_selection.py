@@ -4,8 +4,11 @@ selection tables with and without the sweep's ``round`` / ``bracketed`` columns.
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from grpolab.report.selection import bracketing, selection_section, unbracketed_lines
+
+pytestmark = pytest.mark.fast
 
 
 def _grid(arms: dict[tuple[str, int], tuple[list[float], float]], rounds: dict[float, int] | None = None,

@@ -10,6 +10,8 @@ from grpolab.diagnostics import iid_degeneracy
 from grpolab.report.tables import equal_cost_table, jensen_table, summary_table, variance_table
 from report_sweeps import N_SAMPLES, PROMPTS_PER_STEP, STEPS, shifted, synthetic_sweep
 
+pytestmark = pytest.mark.fast
+
 
 def test_summary_table_matches_hand_computation() -> None:
     results, _, _ = synthetic_sweep()

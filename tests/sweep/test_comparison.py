@@ -13,6 +13,8 @@ from grpolab.sweep import Cell, compare
 from grpolab.sweep.plan import plan_cells, plan_lr_grid, plan_runs
 from sweep_runs import diverge, finish
 
+pytestmark = pytest.mark.fast
+
 SWEEP = CompareConfig(estimators="sign,rloo", seeds=2, group_sizes="2", lrs="1e-4,3e-4,1e-3", selection_seeds=1,
                       workers=1)
 BASE = TrainConfig(steps=2)

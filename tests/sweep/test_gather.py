@@ -6,12 +6,16 @@ import json
 import warnings
 from pathlib import Path
 
+import pytest
+
 from grpolab.config import TrainConfig, save_config
 from grpolab.sweep.gather import collect_results, runs_table
 from grpolab.sweep.plan import plan_runs
 from grpolab.sweep.run import run_sweep
 from grpolab.sweep.variants import parse_vary
 from sweep_runs import diverge, finish
+
+pytestmark = pytest.mark.fast
 
 BASE = TrainConfig(steps=4, lr=1e-4)
 

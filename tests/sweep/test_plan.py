@@ -14,6 +14,8 @@ from grpolab.sweep.variants import NO_VARIANT, parse_vary
 from grpolab.train.lifecycle import start_evaluation_key
 from sweep_runs import diverge, finish
 
+pytestmark = pytest.mark.fast
+
 BASE = TrainConfig(steps=4, lr=1e-4)
 
 

@@ -13,6 +13,8 @@ from grpolab.sweep.plan import plan_cells, plan_lr_grid
 from grpolab.sweep.select import extend_grids, select_lrs, validation_score
 from sweep_runs import diverge, finish
 
+pytestmark = pytest.mark.fast
+
 BASE = TrainConfig(steps=4, lr=1e-4)
 
 

@@ -21,6 +21,8 @@ from grpolab.sweep.settings import (
     sweep_train_settings,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def _train_a_step(out: Path) -> None:
     (out / "runs" / "sign-G4-seed0").mkdir(parents=True)

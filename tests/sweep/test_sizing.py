@@ -15,6 +15,8 @@ from grpolab.sweep import local, sizing
 from grpolab.sweep.plan import plan_cells, plan_lr_grid, plan_runs
 from grpolab.sweep.variants import parse_vary
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize(("lrs", "vary"), [("1e-4", ""), ("1e-4,3e-4,1e-3", ""),
                                            ("1e-4,3e-4", "max_grad_norm=0,1;beta=0,0.01,0.1")])

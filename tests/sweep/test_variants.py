@@ -7,6 +7,8 @@ import pytest
 from grpolab.errors import UserError
 from grpolab.sweep.variants import NO_VARIANT, Variant, parse_vary
 
+pytestmark = pytest.mark.fast
+
 
 def test_no_axis_is_one_unnamed_variant() -> None:
     assert parse_vary("") == [NO_VARIANT] and parse_vary(" ; ") == [NO_VARIANT]

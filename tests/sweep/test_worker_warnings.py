@@ -9,11 +9,15 @@ import sys
 import warnings
 from pathlib import Path
 
+import pytest
+
 from grpolab.cli import _one_line_warning
 from grpolab.config import TrainConfig
 from grpolab.sweep import local
 from grpolab.sweep.plan import plan_runs
 from grpolab.sweep.worker import run_one, show_worker_warnings
+
+pytestmark = pytest.mark.fast
 
 
 class LibraryWarning(UserWarning):

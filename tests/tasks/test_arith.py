@@ -10,6 +10,8 @@ from grpolab.errors import UserError
 from grpolab.tasks import get_task
 from grpolab.tasks.arith import ALPHABET, bucket_of, evaluate, make_task
 
+pytestmark = pytest.mark.fast
+
 
 def _python_value(prompt: str) -> int:
     """Evaluate a prompt with Python itself (plain or word phrasing) as an independent oracle."""

@@ -14,6 +14,8 @@ from grpolab.errors import UserError
 from grpolab.report.data_section import data_sections
 from grpolab.tasks import Problem, Task, get_task, register_task
 
+pytestmark = pytest.mark.fast
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 

@@ -10,6 +10,8 @@ from grpolab.errors import UserError
 from grpolab.tasks import get_task, with_validation
 from grpolab.tasks.reverse import bucket_of, family_of, sample_string
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def task():

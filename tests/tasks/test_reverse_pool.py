@@ -13,6 +13,8 @@ from grpolab.tasks.base import splits_hash
 from grpolab.tasks.reverse import bucket_of
 from grpolab.train.shell import RunShell, step_problems
 
+pytestmark = pytest.mark.fast
+
 # splits_hash of the default task and of the sign map's lowest level before the pool existed (commit 96f55ce)
 DEFAULT_HASH = "7fd640bd93ab6e8bd3f3dca1708aaa2b511c114074a9285c696a07ea21b9e310"
 STAR_LEN6_HASH = "39b3c3520475eaee0d58d45b455c2d0851f6521fb4927d59249152702935c7d2"

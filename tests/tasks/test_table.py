@@ -19,6 +19,8 @@ from grpolab.tasks import get_task
 from grpolab.tasks.table import TaskDataWarning
 from grpolab.train.lifecycle import load_task_for
 
+pytestmark = pytest.mark.fast
+
 
 def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from grpolab.engine.collect import ScoredBatch
@@ -16,6 +17,8 @@ from grpolab.rewards import Scores
 from grpolab.tasks import Problem
 from grpolab.train.batch import StepBatch
 from grpolab.train.step import completion_view
+
+pytestmark = pytest.mark.fast
 
 
 def _rollout(rows: int, prompt_width: int, width: int, seed: int) -> Rollout:

@@ -16,6 +16,8 @@ from grpolab.train.checkpoint import (
     save_checkpoint,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def _weights(value: float) -> dict[str, torch.Tensor]:
     return {"layer.weight": torch.full((3, 2), value), "layer.bias": torch.arange(3, dtype=torch.float32) + value}

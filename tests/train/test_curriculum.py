@@ -17,6 +17,8 @@ from grpolab.train.curriculum import DifficultyCurriculum, check_curriculum
 from grpolab.train.shell import step_problems
 from resumed_runs import metric_rows, straight_and_resumed
 
+pytestmark = pytest.mark.fast
+
 CONFIG = TrainConfig(task="arith", curriculum=True, curriculum_window=2, prompts_per_step=4, seed=3)
 
 

@@ -13,6 +13,8 @@ import pytest
 from grpolab.config import TrainConfig
 from grpolab.train.trainer import Trainer
 
+pytestmark = pytest.mark.fast
+
 TINY = dict(prompts_per_step=2, group_size=2, steps=3, eval_limit=4, eval_samples=0, eval_start=False,
             checkpoint_every=0, progress=False, threads=1, lr=1e-3, dynamic_sampling=True, dynamic_max_rounds=1)
 

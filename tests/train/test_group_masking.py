@@ -17,6 +17,8 @@ from grpolab.config import TrainConfig
 from grpolab.train.batch import StepBatch, mask_degenerate
 from grpolab.train.step import UpdateSettings, update_policy
 
+pytestmark = pytest.mark.fast
+
 G = 2
 MAX_LENGTH = 5
 MIXED = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])

@@ -24,6 +24,8 @@ from grpolab.train import step, train
 from grpolab.train.batch import StepBatch
 from grpolab.train.step import UpdateSettings, _logprobs, loss_mask, step_advantages, update_policy
 
+pytestmark = pytest.mark.fast
+
 CAP = 16
 TRUNCATED_ROWS = [0, 5, 10]
 

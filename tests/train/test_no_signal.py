@@ -12,6 +12,8 @@ import pytest
 from grpolab.cli import _one_line_warning, main
 from grpolab.train.no_signal import NO_SIGNAL, WATCHED_STEPS, NoSignalWarning, NoSignalWatch, no_signal_line
 
+pytestmark = pytest.mark.fast
+
 WRONG = {"starvation/degenerate": 1.0, "starvation/uniform": 1.0, "starvation/all_wrong": 1.0,
          "starvation/all_correct": 0.0, "starvation/unscorable_groups": 0.0, "starvation/useful_fraction": 0.0}
 SPLIT = {**WRONG, "starvation/all_wrong": 0.5, "starvation/all_correct": 0.5}  # every prompt solved always or never

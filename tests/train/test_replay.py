@@ -18,6 +18,8 @@ from grpolab.train.batch import StepBatch
 from grpolab.train.replay import ReplayBuffer
 from resumed_runs import metric_rows, straight_and_resumed
 
+pytestmark = pytest.mark.fast
+
 G = 2
 
 

@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 
+from grpolab import capabilities
 from grpolab.train.runlog import read_metrics
 
 GRPOLAB = [sys.executable, "-m", "grpolab.cli", "train"]
 SRC = Path(__file__).resolve().parents[2] / "src"
 TINY = ["--steps", "2", "--prompts-per-step", "2", "--group-size", "2", "--eval-limit", "2", "--eval-samples", "0",
         "--no-eval-start", "--checkpoint-every", "0", "--threads", "1", "--no-progress", "--max-new-tokens", "12"]
-ENGINES = ["grpolab", "trl"]
+ENGINES = list(capabilities.ENGINES)  # every engine of the table reports to the backends
 TIMEOUT = 300  # seconds; a backend waiting on the network would hang the run, and fail here instead
 BACKENDS = [name for name in ("tensorboard", "wandb", "trackio") if importlib.util.find_spec(name) is not None]
 DEAD_PROXY = "http://127.0.0.1:9"  # nothing listens there: any attempt to reach the network fails at once

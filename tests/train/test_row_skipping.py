@@ -23,6 +23,8 @@ from grpolab.train import step
 from grpolab.train.batch import StepBatch
 from grpolab.train.step import UpdateSettings, loss_mask, update_policy
 
+pytestmark = pytest.mark.fast
+
 MAX_LENGTH = 5
 TRUNCATED = [0, 4]  # row 0 carries an advantage, row 4 none
 OUTCOME = torch.tensor([[1.0, 0.0, -0.75], [0.0, 0.0, 1.5]])  # [P, G]: rows 1, 3, 4 carry nothing

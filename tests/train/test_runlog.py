@@ -10,6 +10,8 @@ import pytest
 
 from grpolab.train.runlog import ROLLOUT_SCHEMA, MetricsLog, RolloutLog, read_metrics, rewrite_jsonl
 
+pytestmark = pytest.mark.fast
+
 
 def _log_steps(path: Path, steps: range, *, resume_from_step: int | None = None) -> None:
     log = MetricsLog(path, resume_from_step=resume_from_step)

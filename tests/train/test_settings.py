@@ -14,6 +14,8 @@ from grpolab.train.lifecycle import load_task_for
 from grpolab.train.lock import DirectoryLock
 from grpolab.train.settings import resume_config
 
+pytestmark = pytest.mark.fast
+
 
 def test_yaml_and_toml_read_numbers_alike(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("lr: 1e-5\nweight_decay: 1\nmax_grad_norm: 2E+1\nseed: 3\nverifier: 1e5x\n")

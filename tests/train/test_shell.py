@@ -15,6 +15,8 @@ from grpolab.errors import UserError
 from grpolab.train.lifecycle import load_task_for
 from grpolab.train.shell import RunShell, rollout_figures, rollout_table, step_problems, step_seed
 
+pytestmark = pytest.mark.fast
+
 TINY = dict(steps=2, prompts_per_step=3, group_size=2, eval_limit=4, eval_samples=1, progress=False, threads=1,
             eval_start=False, seed=11)
 

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from grpolab.config import TrainConfig
 from grpolab.train.step import build_optimizer
+
+pytestmark = pytest.mark.fast
 
 
 def _params(seed: int) -> dict[str, torch.nn.Parameter]:

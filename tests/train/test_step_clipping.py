@@ -14,6 +14,8 @@ from grpolab.config import TrainConfig
 from grpolab.train.batch import StepBatch
 from grpolab.train.step import UpdateSettings, build_optimizer, update_policy
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def setup():

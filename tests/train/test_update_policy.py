@@ -24,6 +24,8 @@ from grpolab.losses import AGGREGATION_MODES
 from grpolab.train.batch import StepBatch
 from grpolab.train.step import UpdateSettings, trained_rows, update_policy
 
+pytestmark = pytest.mark.fast
+
 V = 5  # vocabulary
 PAD = 0  # the pad token; the context model gives it a large embedding, so an unmasked pad changes the logits
 

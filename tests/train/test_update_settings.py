@@ -7,9 +7,13 @@ from __future__ import annotations
 import inspect
 from dataclasses import fields
 
+import pytest
+
 from grpolab.config import TrainConfig
 from grpolab.train import step
 from grpolab.train.step import UpdateSettings
+
+pytestmark = pytest.mark.fast
 
 
 def test_every_update_setting_is_read_by_the_update() -> None:

@@ -9,6 +9,8 @@ from grpolab import verifiers
 from grpolab.verifiers.votes import VOTE_KEYS, vote_key_fn
 from gsm8k_cases import GSM8K_CASES
 
+pytestmark = pytest.mark.fast
+
 
 def test_every_built_in_verifier_has_a_vote_key() -> None:
     built_in = {name for name in verifiers.available()

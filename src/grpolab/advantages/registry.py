@@ -104,8 +104,8 @@ def register(
     order: int = 100, color: str | None = None, paper: Paper | None = None,
     granularities: tuple[str, ...] = ("outcome",), needs_lengths: bool = False, needs_token_statistics: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Decorator that registers ``fn`` under ``name``; a name can be registered only once. ``order`` and
-    ``color`` are display metadata (reports, figures); estimators without a colour get a spare one."""
+    """Decorator that registers ``fn`` under ``name``; a name, and a colour, can be registered only once. ``order``
+    and ``color`` are display metadata (reports, figures); estimators without a colour get a spare one."""
     unknown = set(granularities) - set(GRANULARITIES)
     if "outcome" not in granularities or unknown:
         raise ValueError(f"advantage estimator {name!r}: granularities must include 'outcome' and be among "
@@ -114,6 +114,9 @@ def register(
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         if name in _REGISTRY:
             raise ValueError(f"advantage estimator {name!r} is already registered; pick another name")
+        taken = next((e.name for e in _REGISTRY.values() if color is not None and e.color == color), None)
+        if taken is not None:
+            raise ValueError(f"advantage estimator {name!r}: colour {color!r} is {taken}'s; pick another colour")
         _REGISTRY[name] = Estimator(name, fn, needs_group, binary_only, zero_sum, order, color, paper,
                                     tuple(granularities), needs_lengths, needs_token_statistics)
         return fn

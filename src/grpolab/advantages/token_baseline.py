@@ -77,7 +77,7 @@ class TokenStatistics:
         return TokenStatistics(mask, torch.where(valid, logprobs, 0.0), torch.where(valid, squares, 0.0))
 
 
-@register("optimal_token_baseline", needs_group=True, order=17, color="teal", needs_token_statistics=True,
+@register("optimal_token_baseline", needs_group=True, order=17, color="mediumvioletred", needs_token_statistics=True,
           paper=Paper("The Optimal Token Baseline: Variance Reduction for Long-Horizon LLM-RL", "2602.07078", 2026))
 def optimal_token_baseline(rewards: torch.Tensor, *, statistics: TokenStatistics, handle_zero_tail: bool = True,
                            epsilon: float = 1e-8) -> torch.Tensor:

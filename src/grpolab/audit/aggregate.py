@@ -22,6 +22,8 @@ Definitions and where they depart from the papers (see also ``grpolab.diagnostic
   every completion of a group whose scorable rewards are all equal, plus every unscorable one); ``sign``
   (A = 2r - 1) would use every scorable completion.
 * pass@k uses the groups that are fully scored at the nominal size (k = 1..G), pooled over all steps.
+* truncated: the share of completions that hit the token budget without ending (``rollout/truncated``), from
+  the table's truncated column (grpolab runs write one); None without one.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from grpolab.audit.sources import (
     Columns,
     distinct_files,
     find_source,
+    flag_values,
     iter_batches,
     numeric_values,
     prompt_keys,
@@ -52,7 +55,7 @@ from grpolab.errors import UserError
 
 __all__ = ["GroupTable", "audit", "collect_groups", "summarize"]
 
-_SUMS = ("rows", "n", "c", "nonbinary", "zero_adv", "tokens", "tokens_scored", "tokens_zero_adv")
+_SUMS = ("rows", "n", "c", "nonbinary", "zero_adv", "tokens", "tokens_scored", "tokens_zero_adv", "truncated")
 _COMPACT_ROWS = 4_000_000  # merge the partial group sums once they hold this many rows
 _MERGE_ROWS = 250_000  # partial rows per step range in one merge
 
@@ -60,7 +63,8 @@ _MERGE_ROWS = 250_000  # partial rows per step range in one merge
 @dataclass(frozen=True)
 class GroupTable:
     """Per-group sums, all arrays [groups], in step order. step is None when the log has no step column;
-    zero_adv (rows with zero advantage) is None without an advantage column, tokens without lengths."""
+    zero_adv (rows with zero advantage) is None without an advantage column, tokens without lengths,
+    truncated (rows that hit the token budget) without a truncated column."""
 
     step: np.ndarray | None
     rows: np.ndarray
@@ -73,6 +77,7 @@ class GroupTable:
     tokens: np.ndarray | None
     tokens_scored: np.ndarray | None
     tokens_zero_adv: np.ndarray | None
+    truncated: np.ndarray | None = None
 
 
 def _group_keys(batch: pa.RecordBatch, offset: int, columns: Columns, block: int | None) -> pa.Array:
@@ -101,6 +106,8 @@ def _partial(
         advantage = np.nan_to_num(numeric_values(batch, columns.advantage, "advantage"), nan=0.0)
         zero_adv = np.abs(advantage) <= diagnostics.starvation.ZERO_ADVANTAGE_ATOL
         data["zero_adv"] = zero_adv.astype(np.int64)
+    if columns.truncated:
+        data["truncated"] = flag_values(batch, columns.truncated)
     if columns.step:
         data["step"] = batch.column(columns.step).cast(pa.int64())
     if columns.length:
@@ -204,6 +211,7 @@ def collect_groups(
             "advantage": columns.advantage,
             "step": columns.step,
             "length": columns.length,
+            "truncated": columns.truncated,
             "not_read": list(columns.ignored),
         },
         "grouping": _grouping(columns, block, how),
@@ -245,6 +253,7 @@ def _to_group_table(table: pa.Table, columns: Columns) -> GroupTable:
         step=step, rows=col("rows"), n=col("n"), c=col("c"), nonbinary=col("nonbinary"),  # type: ignore[arg-type]
         zero_adv=col("zero_adv"), reward_min=bound("reward_min"), reward_max=bound("reward_max"),
         tokens=col("tokens"), tokens_scored=col("tokens_scored"), tokens_zero_adv=col("tokens_zero_adv"),
+        truncated=col("truncated"),
     )
 
 
@@ -266,7 +275,15 @@ def _rates(groups: GroupTable, degenerate: np.ndarray, members: slice, d_iid: fl
         "success_rate": float(c.sum() / max(n.sum(), 1)),
         "d_iid": d_iid,
         "jensen_gap": shares["uniform"] - d_iid,
+        "truncated": _truncated_share(groups, members),
     }
+
+
+def _truncated_share(groups: GroupTable, members: slice) -> float | None:
+    """Share of the completions of ``members`` that hit the token budget; None without a truncated column."""
+    if groups.truncated is None:
+        return None
+    return float(groups.truncated[members].sum() / max(int(groups.rows[members].sum()), 1))
 
 
 def _step_bounds(groups: GroupTable) -> tuple[list[int], list[int]]:

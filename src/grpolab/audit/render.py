@@ -15,10 +15,11 @@ from typing import Any
 
 import pandas as pd
 
+from grpolab import metric_keys
 from grpolab.io import atomic_write_text
 from grpolab.render import Section, render_html
 
-__all__ = ["TITLE", "html_sections", "render_terminal", "sample_steps", "write_html"]
+__all__ = ["TITLE", "html_sections", "render_terminal", "sample_steps", "step_table", "write_html"]
 
 TITLE = "grpolab audit: gradient starvation"
 FATE_INTRO = ("A prompt's state each time it was sampled: all wrong, mixed or all right in its group. Of the prompts "
@@ -38,6 +39,20 @@ def sample_steps(per_step: list[dict[str, Any]], limit: int = 12) -> list[dict[s
     return [per_step[i] for i in picks]
 
 
+def step_table(per_step: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the per-step table (sampled): one column per row of ``grpolab.metric_keys.KEYS`` that
+    names an ``audit`` field, under its ``label``; shares in percent."""
+    columns = metric_keys.audit_columns()
+    rows = [[_cell(row.get(key.audit), key.unit) for key in columns] for row in sample_steps(per_step)]
+    return [key.label or key.name for key in columns], rows
+
+
+def _cell(value: Any, unit: str) -> str:
+    if unit == "share":
+        return _pct(value)
+    return "-" if value is None else f"{value:,}"
+
+
 def _headline_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         (
@@ -45,8 +60,8 @@ def _headline_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
             f"{result['groups']:,} (G = {result['group_size']}"
             + (f", {result['steps']:,} steps)" if result["steps"] else ")"),
         ),
-        ("degenerate groups (all advantages zero)", _pct(result["degenerate"])),
-        ("uniform groups (D_real)", _pct(result["uniform"])),
+        ("degenerate groups (advantages all zero)", _pct(result["degenerate"])),
+        ("uniform groups (rewards all equal; D_real)", _pct(result["uniform"])),
         ("  all correct", _pct(result["all_correct"])),
         ("  all wrong", _pct(result["all_wrong"])),
         ("  nothing scorable", _pct(result["unscorable_groups"])),
@@ -56,6 +71,8 @@ def _headline_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("zero-advantage completions", _pct(result["zero_gradient_completions"])),
         ("completions sign (2r-1) would use", _pct(result["sign_used_completions"])),
     ]
+    if result.get("truncated") is not None:
+        rows.append(("truncated completions (no end within the token budget)", _pct(result["truncated"])))
     if result["tokens"] is not None:
         rows += [
             ("zero-advantage tokens", _pct(result["zero_gradient_tokens"])),
@@ -127,17 +144,11 @@ def render_terminal(result: dict[str, Any], console: Any = None) -> None:
     console.print(summary)
     if result["per_step"]:
         steps = Table(title="per step (sampled)" if len(result["per_step"]) > 12 else "per step")
-        for name in ("step", "groups", "degenerate", "uniform", "D_iid", "success"):
+        header, rows = step_table(result["per_step"])
+        for name in header:
             steps.add_column(name, justify="right")
-        for row in sample_steps(result["per_step"]):
-            steps.add_row(
-                str(row["step"]),
-                str(row["groups"]),
-                _pct(row["degenerate"]),
-                _pct(row["uniform"]),
-                _pct(row["d_iid"]),
-                _pct(row["success_rate"]),
-            )
+        for row in rows:
+            steps.add_row(*row)
         console.print(steps)
     fate = result.get("prompt_fate")
     if fate:
@@ -182,9 +193,9 @@ def _figures(result: dict[str, Any]) -> list[tuple[str, str, bytes]]:
             alpha=0.7,
         )
         ax.plot(steps, [r["d_iid"] for r in result["per_step"]], "k--", label="D_iid")
-        ax.set(xlabel="step", ylabel="fraction of groups", ylim=(0, 1), title="Degenerate groups per step")
+        ax.set(xlabel="step", ylabel="fraction of groups", ylim=(0, 1), title="Uniform groups per step")
         ax.legend(loc="upper right")
-        figures.append(("degenerate_per_step", "Degenerate groups per step", _png(fig)))
+        figures.append(("uniform_per_step", "Uniform groups (rewards all equal) per step", _png(fig)))
         plt.close(fig)
     hist = result["success_histogram"]
     if hist["counts"]:
@@ -205,7 +216,8 @@ def _figures(result: dict[str, Any]) -> list[tuple[str, str, bytes]]:
 
 
 def html_sections(result: dict[str, Any]) -> list[Section]:
-    """The report's sections: what was read (and the warnings), the starvation summary, the figures."""
+    """The report's sections: what was read (and the warnings), the starvation summary, the per-step table
+    (sampled), each prompt's fate, the figures."""
     source = result["input"]
     sections = [
         Section(
@@ -216,6 +228,9 @@ def html_sections(result: dict[str, Any]) -> list[Section]:
         ),
         Section("Starvation", tables=[("", _frame(_headline_rows(result), "metric", "value"))]),
     ]
+    if result["per_step"]:
+        header, rows = step_table(result["per_step"])
+        sections.append(Section("Per step", tables=[("", pd.DataFrame(rows, columns=header))]))
     fate = result.get("prompt_fate")
     if fate:
         sections.append(Section("Each prompt's fate", [FATE_INTRO], tables=[

@@ -60,6 +60,7 @@ REWARD_CANDIDATES = ("reward", "rewards", "score", "correct", "accuracy")
 ADVANTAGE_CANDIDATES = ("advantage", "advantages")
 STEP_CANDIDATES = ("step", "global_step", "iteration", "train_step")
 LENGTH_CANDIDATES = ("length", "completion_length", "response_length", "num_tokens")
+TRUNCATED_CANDIDATES = ("truncated", "is_truncated")
 TRL_NON_REWARD = {"step", "prompt", "completion", "advantage", "image", "images"}
 BATCH_BYTES = 32 << 20
 """The most uncompressed bytes of the needed columns one Parquet record batch holds."""
@@ -83,7 +84,8 @@ class Source:
 @dataclass(frozen=True)
 class Columns:
     """Resolved column names: ``reward`` is the correctness column; ``ignored``: numeric columns not read;
-    ``choice``: how the correctness column was picked, for the report."""
+    ``choice``: how the correctness column was picked, for the report; ``truncated``: the 0/1 column of
+    completions that hit the token budget without ending (grpolab's rollout tables write it)."""
 
     prompt: str
     reward: str
@@ -92,6 +94,7 @@ class Columns:
     length: str | None
     ignored: tuple[str, ...] = ()
     choice: str = ""
+    truncated: str | None = None
 
 
 def _tables_in(directory: Path) -> tuple[list[Path], str]:
@@ -254,9 +257,11 @@ def resolve_columns(
     advantage_col = None if advantage == "none" else _pick(advantage, names, ADVANTAGE_CANDIDATES, "advantage", path)
     step_col = _pick(step, names, STEP_CANDIDATES, "step", path)
     length_col = _pick(length, names, LENGTH_CANDIDATES, "length", path)
-    used = {prompt_col, reward_col, advantage_col, step_col, length_col}
+    truncated_col = _pick(None, names, TRUNCATED_CANDIDATES, "truncated", path)
+    used = {prompt_col, reward_col, advantage_col, step_col, length_col, truncated_col}
     ignored = tuple(name for name in ignored if name not in used)
-    return Columns(prompt_col, reward_col, advantage_col, step_col, length_col, ignored, choice)  # type: ignore
+    return Columns(prompt_col, reward_col, advantage_col, step_col, length_col, ignored, choice,  # type: ignore
+                   truncated_col)
 
 
 def _read_parquet(path: Path, columns: list[str] | None = None) -> pa.Table:
@@ -445,7 +450,8 @@ def iter_batches(
     files: list[Path], fmt: str, columns: Columns, batch_rows: int = 1 << 20
 ) -> Iterator[tuple[pa.RecordBatch, int]]:
     """(record batch holding only the needed columns, offset of its first row in its file), file by file."""
-    needed = [c for c in (columns.step, columns.prompt, columns.reward, columns.advantage, columns.length) if c]
+    needed = [c for c in (columns.step, columns.prompt, columns.reward, columns.advantage, columns.length,
+                          columns.truncated) if c]
     needed = list(dict.fromkeys(needed))
     for path in files:
         schema_names = read_schema(path, fmt).names
@@ -460,6 +466,16 @@ def iter_batches(
                 offset += batch.num_rows
         except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as error:
             raise UserError(f"{path}: cannot read it as {fmt}: {str(error).splitlines()[0][:160]}") from None
+
+
+def flag_values(batch: pa.RecordBatch, column: str) -> np.ndarray:
+    """[N] int64 0/1 of a boolean or integer column (missing values count 0); ``UserError`` for other types."""
+    values = batch.column(column)
+    if not (pa.types.is_boolean(values.type) or pa.types.is_integer(values.type)):
+        raise UserError(f"column {column!r} holds {values.type}, not true/false; rename the column, or write it "
+                        "as booleans or 0/1")
+    flags = pc.fill_null(pc.not_equal(values.cast(pa.int64()), 0), False)
+    return flags.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def _refuse_empty_steps(path: Path, batch: pa.RecordBatch, step: str | None, offset: int) -> None:

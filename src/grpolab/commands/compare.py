@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from grpolab.commands.flags import add_config_arguments, config_from_args
+from grpolab.commands.flags import add_config_arguments, argument_groups, config_from_args
 from grpolab.config import CompareConfig, TrainConfig, load_config_file, split_file_values
 from grpolab.errors import UserError
 from grpolab.progress import console, progress_bar, results_console
@@ -26,17 +26,20 @@ MAX_PLAN_RUNS = 10_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``grpolab compare``: the config file, then every field of ``CompareConfig`` and ``TrainConfig``
+    in its help group (``grpolab.commands.flags``), the command's own flags in the sweep and output groups."""
     parser.add_argument("--config", help="YAML or TOML file with sweep and training settings (flags override it)")
-    parser.add_argument("--out", default="runs/compare", help="output directory (default: runs/compare)")
-    parser.add_argument("--no-report", action="store_true", help="gather results but skip the report")
-    parser.add_argument("--large-plan", action="store_true",
-                        help=f"run a plan of more than {MAX_PLAN_RUNS:,} runs (refused without it)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an earlier comparison in --out (files grpolab did not write are kept; "
-                             "without it, a --out holding files compare did not write is refused)")
-    add_config_arguments(parser, CompareConfig)
+    groups = argument_groups(parser)
+    groups["output"].add_argument("--out", default="runs/compare", help="output directory (default: runs/compare)")
+    groups["output"].add_argument("--no-report", action="store_true", help="gather results but skip the report")
+    groups["sweep"].add_argument("--large-plan", action="store_true",
+                                 help=f"run a plan of more than {MAX_PLAN_RUNS:,} runs (refused without it)")
+    groups["output"].add_argument("--overwrite", action="store_true",
+                                  help="replace an earlier comparison in --out (files grpolab did not write are "
+                                       "kept; without it, a --out holding files compare did not write is refused)")
+    add_config_arguments(parser, CompareConfig, groups=groups)
     refused = {name: f"refused: the sweep sets it for each run; use {use}" for name, use in SWEEP_OWNED.items()}
-    add_config_arguments(parser, TrainConfig, defaults=COMPARE_TRAIN_DEFAULTS, help_overrides=refused)
+    add_config_arguments(parser, TrainConfig, defaults=COMPARE_TRAIN_DEFAULTS, help_overrides=refused, groups=groups)
 
 
 def run(args: argparse.Namespace) -> int:

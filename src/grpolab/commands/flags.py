@@ -8,6 +8,11 @@ A command exposes every field (``grpolab train``) or the ones it uses (``only``:
 (shown in the help), and may keep an older spelling of a flag as an alias (``--n`` for ``--eval-samples``).
 Every flag's default is None, so that a flag the user did not set is recognisable: precedence is the class
 defaults < the command's defaults < the config file < the flags. Why argparse and not tyro: ``grpolab.config``.
+
+``--help`` shows the flags in titled groups (model, task, sampling, loss, optimiser, evaluation, sweep, engine,
+output): each field's ``group`` metadata picks its group, ``grpolab.config.fields.HELP_GROUPS`` holds the
+titles and their order (``argument_groups``); a command puts its own flags (``--out``) in one of them, and a
+group with no flag is not shown.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from grpolab.config import TrainConfig, build_config, load_config_file
+from grpolab.config.fields import HELP_GROUPS, help_title
 
-__all__ = ["add_config_arguments", "config_from_args", "field_docs"]
+__all__ = ["add_config_arguments", "argument_groups", "config_from_args", "field_docs"]
 
 
 @functools.cache
@@ -47,13 +53,21 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def argument_groups(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """One argparse group per entry of ``HELP_GROUPS``, titled from it, in its order (name -> group)."""
+    return {name: parser.add_argument_group(help_title(name)) for name in HELP_GROUPS}
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfig,
                          defaults: dict[str, Any] | None = None, help_overrides: dict[str, str] | None = None, *,
-                         only: Iterable[str] | None = None, aliases: dict[str, str] | None = None) -> None:
-    """Add one flag per field of ``cls`` (or per field named in ``only``, in the class's order); every default is
+                         only: Iterable[str] | None = None, aliases: dict[str, str] | None = None,
+                         groups: dict[str, Any] | None = None) -> None:
+    """Add one flag per field of ``cls`` (or per field named in ``only``, in the class's order), each in the help
+    group its metadata names (``groups``, from ``argument_groups``; made here when not given); every default is
     None so that unset flags are recognisable. ``defaults`` are the command's own defaults for some fields
     (shown in the help instead of the class's); ``help_overrides`` replaces the help of some fields
     (setting -> text); ``aliases`` gives a field a second flag (setting -> '--old-spelling')."""
+    groups = groups if groups is not None else argument_groups(parser)
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     defaults, aliases = defaults or {}, aliases or {}
@@ -68,12 +82,13 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type = TrainConfi
         help_text = f"{docs.get(name, '')} (default: {shown})".replace("%", "%%")
         help_text = (help_overrides or {}).get(name, help_text)
         spellings = [_flag(name), *([aliases[name]] if name in aliases else [])]
+        group = groups[fields[name].metadata["group"]]
         if kind is bool:
-            parser.add_argument(*spellings, dest=name, action=argparse.BooleanOptionalAction, default=None,
-                                help=help_text)
+            group.add_argument(*spellings, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                               help=help_text)
         else:  # a field with choices lists them in the usage and the help, and argparse refuses any other value
-            parser.add_argument(*spellings, dest=name, type=_parser_for(kind, name), default=None, help=help_text,
-                                choices=fields[name].metadata.get("choices"))
+            group.add_argument(*spellings, dest=name, type=_parser_for(kind, name), default=None, help=help_text,
+                               choices=fields[name].metadata.get("choices"))
 
 
 def _default_text(f: dataclasses.Field[Any]) -> str:

@@ -7,25 +7,28 @@ from pathlib import Path
 from typing import Any
 
 from grpolab import devices
-from grpolab.commands.flags import add_config_arguments, config_from_args
+from grpolab.commands.flags import add_config_arguments, argument_groups, config_from_args
 from grpolab.config import TrainConfig, load_config_file
 from grpolab.progress import console, progress_bar, results_console
 from grpolab.train.settings import explicit_values, resume_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``grpolab train``: the config file and resuming, then every field of ``TrainConfig`` in its help
+    group (``grpolab.commands.flags``), the run directory's flags in the output group."""
     parser.add_argument("--config", help="YAML or TOML file with settings (flags override it)")
-    parser.add_argument("--out", help="run directory (default: runs/<task>-<advantage>-G<G>-seed<seed>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its newest checkpoint, with its saved settings "
                              "(config.yaml); flags may repeat them, and --steps may change")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the run already in --out (its logs, checkpoints and final model); files "
-                             "grpolab did not write are kept")
     parser.add_argument("--trust-run-code", action="store_true",
                         help="on --resume, import the task or verifier that the run's config.yaml names by dotted "
                              "path (pkg.module:function); only for run directories you trust")
-    add_config_arguments(parser)
+    groups = argument_groups(parser)
+    groups["output"].add_argument("--out", help="run directory (default: runs/<task>-<advantage>-G<G>-seed<seed>)")
+    groups["output"].add_argument("--overwrite", action="store_true",
+                                  help="replace the run already in --out (its logs, checkpoints and final model); "
+                                       "files grpolab did not write are kept")
+    add_config_arguments(parser, groups=groups)
 
 
 def run(args: argparse.Namespace) -> int:

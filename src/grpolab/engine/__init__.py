@@ -1,11 +1,12 @@
-"""Generation and forward passes of a policy on the CPU: what turns prompts into scored completions and
-completions into log-probabilities.
+"""Generation and forward passes of a policy, on the CPU or a CUDA GPU (the run's ``device``:
+``grpolab.devices``): what turns prompts into scored completions and completions into log-probabilities.
 
 * ``collect``: one scored rollout batch (encode -> sample -> score), used by training, evaluation,
   ``grpolab gradients`` and ``grpolab mechanism``;
 * ``rollout``: sampling with a KV cache and per-token log-probabilities, through the transformers forward
   or the lean paths below;
-* ``fast_decode``: a lean Llama-family decoder (preallocated KV cache, bf16 weight copies);
+* ``fast_decode``: a lean Llama-family decoder (preallocated KV cache, bf16 weight copies; on CUDA a static-shape
+  step replayed as a CUDA graph);
 * ``lean_forward``: a lean Llama-family training forward with autograd;
 * ``prefix_packing``: the update's forward with each prompt computed once for its whole group.
 * ``memory``: estimates of the memory sampling and the update need, and the memory available;

@@ -15,7 +15,8 @@ Departures from the paper's figures (arXiv 2605.07689):
 * Figure 3 (pass@k): the start policy is one shared black dashed curve (mean over all runs of that group
   size) instead of one per estimator: every estimator starts from the same model.
 * Figure 4 (training dynamics): curves are a rolling mean over ``window`` steps (the paper also smooths);
-  the band is the 95% Student-t interval over seeds of the smoothed curves (none for one seed).
+  the band is the 95% Student-t interval over seeds of the smoothed curves (none for one seed). Its panels and
+  their labels are the rows of ``grpolab.metric_keys.KEYS`` marked ``dynamics`` (``dynamics_keys``, ``label``).
 * Learning curves (not in the paper): held-out score at each evaluation step per estimator, mean over seeds
   with its 95% Student-t band (``figure_learning_curves``).
 """
@@ -33,17 +34,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from grpolab import metric_keys
 from grpolab.advantages import display_colors, display_order
 from grpolab.stats import t_interval
 
 DPI = 110
-DYNAMICS_LABELS = {
-    "rollout/reward_mean": "Mean reward",
-    "rollout/accuracy": "Rollout accuracy",
-    "starvation/all_wrong": "All-wrong group fraction",
-    "starvation/all_correct": "All-correct group fraction",
-    "starvation/degenerate": "Zero-advantage group fraction",
-}
 
 
 def _panels(n_panels: int, width: float, height: float, sharey: bool = True) -> tuple[Figure, list]:
@@ -277,7 +272,7 @@ def figure_dynamics(metrics: pd.DataFrame, columns: list[str], x: str, x_label: 
                     ax.fill_between(band[0], band[2], band[3], color=colors[name], alpha=0.18, lw=0)
             ax.set_ylim(-0.03, 1.03)
             ax.grid(alpha=0.3)
-            ax.set_ylabel(DYNAMICS_LABELS.get(column, column) if col == 0 else "")
+            ax.set_ylabel(metric_keys.label(column) if col == 0 else "")
             if row == 0:
                 ax.set_title(f"G = {size}")
             if row == len(columns) - 1:

@@ -1,14 +1,13 @@
 """The sections of the ``grpolab compare`` report, one function each, after arXiv 2605.07689.
 
-Summary; final accuracy per estimator (paper Fig. 1); statistics of every pairwise comparison (no claim
-without its p-value and n); pass@k (Fig. 3); training reward and all-wrong / degenerate fractions (Fig. 4), also
+Summary; final accuracy per estimator (paper Fig. 1); statistics of every pairwise comparison (no claim without its
+p-value and n); pass@k (Fig. 3); training dynamics (Fig. 4: the ``dynamics`` rows of ``grpolab.metric_keys``), also
 against completions generated when an estimator uses dynamic sampling (``+dynamic``), with an equal-cost table; the
-gradient's
-effective rank when ``grad/effective_rank`` was tracked. Each function returns a ``Section`` with its
-figures already rendered to PNG; a section whose inputs are missing (no metrics, missing columns) says so
-in a note instead of failing. The numbers come from ``grpolab.report.tables``, the figures from
-``grpolab.report.figures``; ``grpolab.report.document`` puts the sections in order. The start policy's section
-(Fig. 2) is ``grpolab.report.start``, the learning curves ``grpolab.report.curves``.
+gradient's effective rank when ``grad/effective_rank`` was tracked. Each function returns a ``Section`` with its
+figures already rendered to PNG; a section whose inputs are missing (no metrics, missing columns) says so in a note
+instead of failing. The numbers come from ``grpolab.report.tables``, the figures from ``grpolab.report.figures``;
+``grpolab.report.document`` puts the sections in order. The start policy's section (Fig. 2) is
+``grpolab.report.start``, the learning curves ``grpolab.report.curves``.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from grpolab import advantages
+from grpolab import advantages, metric_keys
 from grpolab.advantages import display_order, entry_for
 from grpolab.equivalence import margin_rule
 from grpolab.render import Section
@@ -272,18 +271,17 @@ def present(metrics: pd.DataFrame, columns: list[str]) -> list[str]:
 
 def dynamics_section(metrics: pd.DataFrame, problem: str | None) -> Section:
     section = Section("Training dynamics")
-    reward = present(metrics, ["rollout/reward_mean", "rollout/accuracy"])[:1]
-    columns = reward + present(metrics, ["starvation/all_wrong", "starvation/degenerate"])
+    columns = metric_keys.dynamics_keys(present(metrics, list(metrics.columns)))
     if problem or not columns:
         section.notes.append(problem or "None of the reward / starvation metric columns were recorded.")
         return section
     window = max(1, round(metrics.groupby("run_id")["step"].nunique().median() / 20))
+    panels = "; ".join(f"{metric_keys.label(key)}: {metric_keys.lookup(key).meaning}" for key in columns)
     section.paragraphs.append(
-        "Mean training reward, the share of all-wrong groups (every completion wrong) and the share of "
-        "zero-advantage groups (every advantage zero as trained: all-right or all-wrong under a group-centred "
-        "estimator, all-right never under sign, whose all-wrong groups still push), "
-        f"per estimator: mean over seeds with its 95% Student-t band, smoothed by a rolling mean over {window} "
-        "step(s). A group-centred estimator stuck at a high all-wrong fraction is starved of gradient."
+        f"Per estimator, mean over seeds with its 95% Student-t band, smoothed by a rolling mean over {window} "
+        f"step(s). {panels} (docs/metrics.md). A uniform group (rewards all equal) is degenerate (advantages all "
+        "zero) under a group-centred estimator, never under sign: a group-centred estimator stuck at a high "
+        "all-wrong share is starved of gradient."
     )
     section.figures.append(
         (

@@ -108,7 +108,7 @@ class StepBatch:
                                 for f in fields(self)})
 
     def informative_groups(self) -> list[int]:
-        """The groups whose scorable rewards are not all equal (the others are degenerate)."""
+        """The groups whose scorable rewards are not all equal (the others are uniform)."""
         return [p for p, row in enumerate(self.rewards) if len(set(row[~np.isnan(row)].tolist())) > 1]
 
     def non_degenerate(self) -> StepBatch:

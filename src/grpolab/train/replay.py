@@ -1,5 +1,5 @@
-"""Replay of informative groups (``replay``, ``replay_max_age``): a step's degenerate groups are replaced by
-informative groups kept from earlier steps.
+"""Replay of informative groups (``replay``, ``replay_max_age``): a step's uniform groups (rewards all equal) are
+replaced by informative groups kept from earlier steps.
 
 Sources: TRL's experimental ``GRPOWithReplayBuffer`` (removed in TRL 1.16.0), which kept the groups of highest
 reward spread and put them in place of zero-spread groups, and verl's replay buffer.
@@ -8,8 +8,8 @@ How it works (``ReplayBuffer.refill``, once per step, after sampling and before 
 
 * The buffer holds the informative groups (rewards not all equal) of the last ``replay_max_age`` steps, each
   with the step that sampled it; older ones are dropped.
-* Each degenerate group of the step's batch is replaced, in place, by the newest group in the buffer (the least
-  off-policy), and a group is replayed at most once. With an empty buffer a degenerate group stays.
+* Each uniform group of the step's batch is replaced, in place, by the newest group in the buffer (the least
+  off-policy), and a group is replayed at most once. With an empty buffer a uniform group stays.
 * Then the step's own informative groups enter the buffer (those just replayed are not stored again).
 * The advantages are computed on the batch after the replacement, from each group's own rewards.
 

@@ -25,7 +25,7 @@ Departures from the papers and from TRL, all deliberate:
   ``steps`` stays the bound.
 * The difficulty curriculum (``curriculum``: ``grpolab.train.curriculum``) replaces the prompts whose recent
   groups were all wrong or all right before sampling; its per-prompt history is saved in the checkpoint.
-* Replay (``replay``: ``grpolab.train.replay``) replaces a step's degenerate groups by informative groups of
+* Replay (``replay``: ``grpolab.train.replay``) replaces a step's uniform groups by informative groups of
   earlier steps before the advantages; the step's logs then describe the batch trained. Its buffer is saved
   in the checkpoint.
 * Group masking (``mask_degenerate_groups``: SkyRL's zero_variance_filter, prime-rl's filter_zero_advantages)
