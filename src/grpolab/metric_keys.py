@@ -78,6 +78,7 @@ def _trl(when: str = ALWAYS) -> dict[str, str]:
     return {"trl": when}
 
 
+_MIX_PARTS = "TRL's trainer computes the mixed advantages inside its step; grpolab's engine logs their parts"
 _NO_TRL_SCORES = "TRL's reward functions return a float or None; they report no verifier errors or timeouts"
 _OWN_UPDATE = "grpolab's update computes it; TRL's GRPOTrainer logs no such figure"
 _OWN_OPTION = "a grpolab loss option; the TRL engine refuses or maps the option and TRL logs no such figure"
@@ -171,6 +172,15 @@ KEYS: tuple[MetricKey, ...] = (
     MetricKey("loss/train_tokens", "tokens", "completion tokens in the loss", _own(), _OWN_UPDATE),
     MetricKey("loss/masked_groups", "count", "degenerate groups left out of the update by group masking",
               _own("mask_degenerate_groups"), "the TRL engine refuses mask_degenerate_groups"),
+    MetricKey("loss/mix_first", "advantage", "mean |L * A_first| over the scored completions of a mixed estimator "
+              "mix-FIRST-SECOND-L (grpolab.advantages.mix)", _own("advantage mix-*"), _MIX_PARTS),
+    MetricKey("loss/mix_second", "advantage", "mean |(1 - L) * A_second| over the scored completions of a mixed "
+              "estimator", _own("advantage mix-*"), _MIX_PARTS),
+    MetricKey("loss/mix_first_share", "share", "loss/mix_first / (loss/mix_first + loss/mix_second): the first "
+              "part's share of the mixed advantages (absent when both are 0)", _own("advantage mix-*"), _MIX_PARTS),
+    MetricKey("loss/variance_filtered_share", "share", "share of the step's groups the reward-variance filter left "
+              "out of the update (their variance fell outside the top variance_filter_p share)",
+              _own("variance_filter"), "the TRL engine refuses variance_filter"),
     # perf/*: wall time
     MetricKey("perf/step_time", "s", "wall time of the step"),
     MetricKey("perf/rollout_time", "s", "wall time of sampling and scoring"),

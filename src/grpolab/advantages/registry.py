@@ -17,6 +17,8 @@ Input rules (enforced here for every estimator):
 * An estimator flagged ``needs_token_statistics`` (``optimal_token_baseline``) gives each token its own advantage:
   it also takes the sampling policy's per-token statistics (``token_statistics=``, a ``TokenStatistics``) and
   returns [P * G, T]. Without them it raises a ``ValueError``; other estimators ignore them.
+* ``mix-A-B-L`` names L * A + (1 - L) * B of two registered estimators (``grpolab.advantages.mix``); lookup
+  resolves it, refusing a malformed one in one line.
 * A few estimators that users ask for cannot be expressed as ``fn(rewards[P, G])`` at all (``UNAVAILABLE``);
   naming one raises a ``ValueError`` that says what it needs, instead of "unknown estimator".
 """
@@ -129,7 +131,20 @@ _SPARE_COLORS = ("tab:cyan", "tab:olive", "tab:gray", "tab:pink", "tab:brown", "
 
 def entry_for(name: str) -> Estimator | None:
     """The entry of an estimator spelled ``name`` or ``name+variant``; None if unregistered."""
-    return _REGISTRY.get(name.split("+", 1)[0])
+    try:
+        return _lookup(name.split("+", 1)[0])
+    except ValueError:  # a malformed mix
+        return None
+
+
+def _lookup(name: str) -> Estimator | None:
+    """The entry of ``name``: a registered estimator, or a mix of two (``grpolab.advantages.mix``: ``ValueError`` if
+    malformed); None if neither."""
+    from grpolab.advantages import mix  # it computes its parts through this module
+
+    if name in _REGISTRY or not mix.is_mix(name):
+        return _REGISTRY.get(name)
+    return mix.entry(name, _REGISTRY)
 
 
 def display_order(names: Iterable[str]) -> list[str]:
@@ -177,9 +192,9 @@ def parse_arm(spec: str) -> tuple[str, tuple[str, ...]]:
     name, remedies = split_remedies(spec)
     if name in UNAVAILABLE:
         raise ValueError(f"estimator {name!r} is not available: {UNAVAILABLE[name]}")
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown estimator {spec!r}; choose from {', '.join(available())} "
-                         f"(append {', '.join(REMEDY_SUFFIXES)} for a remedy: {DYNAMIC_SUFFIX} is dynamic sampling)")
+    if _lookup(name) is None:
+        raise ValueError(f"unknown estimator {spec!r}; choose from {', '.join(available())} or a mix "
+                         f"(mix-sign-dr_grpo-0.5) (append {', '.join(REMEDY_SUFFIXES)} for a remedy: {DYNAMIC_SUFFIX} is dynamic sampling)")
     return name, remedies
 
 
@@ -204,9 +219,11 @@ def info(name: str) -> Estimator:
     """The registry entry of ``name`` (``ValueError`` listing the known names if it is unknown)."""
     if name in UNAVAILABLE:
         raise ValueError(f"advantage estimator {name!r} is not available: {UNAVAILABLE[name]}")
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {', '.join(available())}")
-    return _REGISTRY[name]
+    entry = _lookup(name)
+    if entry is None:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {', '.join(available())}, or a mix "
+                         "of two (mix-sign-dr_grpo-0.5)")
+    return entry
 
 
 def get(name: str) -> EstimatorFn:
