@@ -1151,7 +1151,7 @@ def test_a_malformed_mix_is_refused_in_one_line(name: str, match: str) -> None:
 
 
 def test_a_mix_takes_no_hyperparameters() -> None:
-    with pytest.raises(ValueError, match="a mix takes no hyper-parameters .* got eps"):
+    with pytest.raises(ValueError, match=r"a mix takes no hyper-parameters .* got eps"):
         compute_advantages("mix-sign-grpo-0.5", MIX_REWARDS, eps=0.1)
 
 

@@ -39,7 +39,8 @@ import torch
 
 from grpolab.advantages.registry import Paper, register
 
-__all__ = ["AVSPO", "DEEPSEEKMATH", "avspo", "batch_std", "dr_grpo", "gpg", "grpo", "maxrl", "ngrpo", "opo", "reinforce_pp", "rloo"]
+__all__ = ["AVSPO", "DEEPSEEKMATH", "avspo", "batch_std", "dr_grpo", "gpg", "grpo", "maxrl", "ngrpo", "opo",
+           "reinforce_pp", "rloo"]
 
 DEEPSEEKMATH = Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models",
                      "2402.03300", 2024)

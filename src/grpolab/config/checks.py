@@ -18,7 +18,8 @@ from grpolab import capabilities, remedies
 from grpolab.config.fields import choices, lower_bounds, value_checks
 from grpolab.errors import UserError
 
-__all__ = ["MAX_SEED", "REPORT_BACKENDS", "check_seed", "check_settings", "check_types", "check_variance_share", "report_backends", "validate"]
+__all__ = ["MAX_SEED", "REPORT_BACKENDS", "check_seed", "check_settings", "check_types", "check_variance_share",
+           "report_backends", "validate"]
 
 MAX_SEED = 2**32 - 1
 """The largest seed: numpy's legacy bound, far inside torch's 64 bits, so that the step seeds derived from it
