@@ -335,7 +335,9 @@ class CompareConfig:
     """Comma-separated estimators; append a remedy for gradient starvation (docs/remedies.md): +dynamic for DAPO
     dynamic sampling (arXiv 2503.14476), +mask for group masking (SkyRL zero_variance_filter, prime-rl
     filter_zero_advantages), +curriculum for the difficulty curriculum (prime-rl DifficultyPoolSampler), +replay
-    for replay of informative groups (TRL GRPOWithReplayBuffer); they combine (e.g. dr_grpo+dynamic+mask)."""
+    for replay of informative groups (TRL GRPOWithReplayBuffer), +varfilter for RAGEN-2's reward-variance filter
+    (arXiv 2604.06268); they combine (e.g. dr_grpo+dynamic+mask). mix-A-B-L is L * A + (1 - L) * B of two
+    estimators (e.g. mix-sign-dr_grpo-0.5; docs/estimators.md)."""
     seeds: int = setting(5, scope="sweep")
     """Seeds per estimator: runs use seeds 0..N-1."""
     group_sizes: str = setting("2,4", scope="sweep")
