@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from grpolab import remedies
 from grpolab.config import CompareConfig, TrainConfig
 from grpolab.config import fields as config_fields
 from grpolab.errors import UserError
@@ -36,8 +37,9 @@ def test_unknown_scope_is_refused():
 def test_derived_sets_come_from_metadata():
     assert {"progress", "threads", "workers", "backend"} <= RUNTIME_ONLY
     assert RESUME_MAY_CHANGE == {"steps"} | config_fields.runtime_only(TrainConfig)
-    assert set(SWEEP_OWNED) == {"advantage", "group_size", "seed", "dynamic_sampling", "mask_degenerate_groups",
-                                "curriculum", "replay"}
+    remedy_settings = {remedy.setting for remedy in remedies.REMEDIES}  # each an arm suffix of --estimators
+    assert remedy_settings >= {"dynamic_sampling", "mask_degenerate_groups", "curriculum", "replay", "variance_filter"}
+    assert set(SWEEP_OWNED) == {"advantage", "group_size", "seed"} | remedy_settings
     assert all(use for use in SWEEP_OWNED.values())
 
 
@@ -163,11 +165,12 @@ def test_each_fields_docstring_names_its_choices(cls):
 
 def test_device_values_follow_a_pattern_checked_from_the_metadata():
     from grpolab.config.budget import check_budget
-    from grpolab.config.checks import check_seed
+    from grpolab.config.checks import check_seed, check_variance_share
     from grpolab.devices import check_name
 
     assert config_fields.value_checks(TrainConfig) == {"device": check_name, "seed": check_seed,
-                                                        "budget": check_budget}
+                                                        "budget": check_budget,
+                                                        "variance_filter_p": check_variance_share}
     with pytest.raises(UserError, match=r"^budget must be completions=N or tokens=N with N >= 1, got 'steps=3'"):
         TrainConfig(budget="steps=3")
     assert TrainConfig(budget="tokens=5").budget == "tokens=5"
