@@ -37,7 +37,10 @@ def test_a_mix_logs_each_parts_share_and_trains_where_its_group_centred_part_sta
     assert rows[0]["loss/mix_first_share"] == pytest.approx(2 / 3, rel=1e-12)
     for step in STARVED:  # all wrong: sign's -1 is all there is
         assert (rows[step]["loss/mix_first"], rows[step]["loss/mix_second"], rows[step]["loss/mix_first_share"]) == (
-            0.5, 0.0, 1.0)
+            0.5,
+            0.0,
+            1.0,
+        )
         assert rows[step]["loss/trained_sequences"] > 0
     plain = _metrics(tmp_path / "dr_grpo", advantage="dr_grpo")
     assert all(plain[step]["loss/trained_sequences"] == 0 for step in STARVED)

@@ -23,7 +23,9 @@ SPREAD = np.array([[1.0, 0.0], [0.6, 0.4], [0.0, 1.0]])
 
 
 def test_group_variances_are_population_variances_and_exactly_zero_when_degenerate() -> None:
-    rewards = np.array([[1.0, 0.0, 0.0, 0.0], [0.1, 0.1, 0.1, 0.1], [1.0, NAN, 0.0, NAN], [NAN] * 4, [0.3, NAN, NAN, NAN]])
+    rewards = np.array(
+        [[1.0, 0.0, 0.0, 0.0], [0.1, 0.1, 0.1, 0.1], [1.0, NAN, 0.0, NAN], [NAN] * 4, [0.3, NAN, NAN, NAN]]
+    )
     np.testing.assert_allclose(group_variances(rewards), [3 / 16, 0.0, 0.25, 0.0, 0.0], rtol=1e-12)
     assert group_variances(rewards)[1] == 0.0  # 0.1 is inexact in binary; its group is still exactly degenerate
 
