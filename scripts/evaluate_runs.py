@@ -12,8 +12,9 @@ policy (the sweep's model), this runs ``grpolab eval --model <run directory> ...
 measurement resumes. Runs are taken seed by seed, one estimator after another, so that a partial measurement
 stays balanced. ``--same-task`` takes the task, its options, the verifier and the temperature from the
 sweep's ``compare.yaml``. Then it prints a Markdown table: the start policy and, per estimator, the mean
-greedy accuracy (and pass@k for k = 1, 2, 4, ... with ``--samples``) over the runs, with the Holm-adjusted
-Welch p of every pair of estimators (``grpolab.stats``) on greedy accuracy, or on the largest k's pass@k.
+greedy accuracy (and pass@k for k = 1, 2, 4, ... with ``--samples``) over the runs, with the Holm-adjusted p of
+every pair of estimators on greedy accuracy, or on the largest k's pass@k: paired by seed where the two share
+seeds (``grpolab.pairing``; Welch's test only with ``--unpaired``), and the output names the test.
 ``--no-run`` prints the table from the results so far; ``--csv`` also writes one row per policy.
 """
 
@@ -32,6 +33,7 @@ import yaml
 from grpolab import stats
 from grpolab.advantages import display_order
 from grpolab.io import inside
+from grpolab.pairing import UNPAIRED_FLAG, compare_arms, which_tests
 
 
 def _arguments() -> argparse.Namespace:
@@ -48,6 +50,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--seeds", help="comma-separated seeds of the reported runs to evaluate (default: all)")
     parser.add_argument("--no-run", action="store_true", help="only print the table of the results so far")
     parser.add_argument("--csv", type=Path, help="also write one row per policy")
+    parser.add_argument(UNPAIRED_FLAG, action="store_true", dest="unpaired",
+                        help="Welch's test although the estimators share seeds (not the default; the output says so)")
     args = parser.parse_args()
     if args.same_task:
         _take_sweep_task(args)
@@ -116,26 +120,30 @@ def _rows(runs: pd.DataFrame, results: Path, start_model: str, ks: list[int]) ->
     return pd.DataFrame([start, *rows]).reindex(columns=columns)
 
 
-def _table(rows: pd.DataFrame, ks: list[int]) -> str:
+def _table(rows: pd.DataFrame, ks: list[int], unpaired: bool = False) -> str:
     columns = ["greedy", *[f"pass@{k}" for k in ks]]
     lines = ["| policy | runs | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
-    scores: dict[str, list[float]] = {}
+    scores: dict[str, pd.Series] = {}
     for estimator, group in rows.groupby("estimator", sort=False):
         done = group.dropna(subset=["greedy"])
         cells = [f"{100 * done[c].mean():.1f}%" if len(done) else "-" for c in columns]
         lines.append(f"| {estimator} | {len(done)} of {len(group)} | " + " | ".join(cells) + " |")
         if estimator != "start":
-            scores[str(estimator)] = done[columns[-1]].tolist()
-    return "\n".join(lines) + f"\n\nTests on {columns[-1]}:\n" + _pairs(scores)
+            scores[str(estimator)] = done.set_index("seed")[columns[-1]].astype(float)
+    return "\n".join(lines) + f"\n\nTests on {columns[-1]}:\n" + _pairs(scores, unpaired)
 
 
-def _pairs(scores: dict[str, list[float]]) -> str:
+def _pairs(scores: dict[str, pd.Series], unpaired: bool) -> str:
+    """Every pair of estimators, paired by seed where they share seeds (``grpolab.pairing``), Holm-adjusted over
+    the pairs; the first line names the tests that ran."""
     pairs = [(a, b) for a, b in itertools.combinations(scores, 2) if len(scores[a]) > 1 and len(scores[b]) > 1]
     if not pairs:
         return "(fewer than 2 runs per estimator: no test)"
-    adjusted = stats.holm_correction([stats.welch_t_test(scores[a], scores[b])[2] for a, b in pairs])
-    return "\n".join(f"- {a} vs {b}: Holm-adjusted Welch p = {p:.2g} (n = {len(scores[a])} vs {len(scores[b])})"
-                     for (a, b), p in zip(pairs, adjusted, strict=True))
+    results = [compare_arms(scores[a], scores[b], unpaired=unpaired) for a, b in pairs]
+    adjusted = stats.holm_correction([result["p"] for result in results])
+    return which_tests(results) + "\n" + "\n".join(
+        f"- {a} vs {b}: Holm-adjusted {result['test']} p = {p:.2g} (n = {len(scores[a])} vs {len(scores[b])})"
+        for (a, b), result, p in zip(pairs, results, adjusted, strict=True))
 
 
 def main() -> None:
@@ -153,7 +161,7 @@ def main() -> None:
                 _evaluate(str(run_dir), results / f"{run.run_id}.json", args)
     ks = _ks(args.samples)
     rows = _rows(runs, results, start_model, ks)
-    print(_table(rows, ks))
+    print(_table(rows, ks, args.unpaired))
     if args.csv:
         rows.to_csv(args.csv, index=False)
 

@@ -6,12 +6,14 @@
     python scripts/remedies_map.py table --map curriculum   # experiments/remedies-curriculum/*.csv and table.md
     python scripts/remedies_map.py run --map new            # the newer remedies at one level: runs/remedies-new
     python scripts/remedies_map.py table --map new          # experiments/remedies-new/*.csv and table.md
+    python scripts/remedies_map.py table --runs experiments/remedies/runs.csv   # the tables again from kept rows
 
 The design and the statistics were fixed before the runs in experiments/remedies/README.md. ``run`` drives
 ``grpolab compare --config experiments/remedies/compare.yaml`` once per (difficulty level, G): the embedded
 ``reverse`` task at the sign map's levels (``scripts/sign_map.py`` ``LEVELS``), with ``--budget
 completions=N``, N = steps x P x G, so that every arm samples the completions that 20 steps of ``dr_grpo``
-sample (``dr_grpo+dynamic`` runs fewer steps). A finished sweep is skipped, so an interrupted ``run`` resumes.
+sample (``dr_grpo+dynamic`` runs fewer steps); ``--budget`` sets another (``trained_tokens=N`` holds the tokens
+trained equal instead: ``grpolab.config.budget``). A finished sweep is skipped, so an interrupted ``run`` resumes.
 ``dr_grpo+curriculum`` is not an arm of that map: ``reverse`` streams its prompts and grpolab refuses the
 curriculum there. ``--map curriculum`` is its column, pre-registered in experiments/remedies-curriculum/README.md:
 the same levels with a fixed train pool (task option ``train_pool``), arms ``dr_grpo``, ``dr_grpo+curriculum`` and
@@ -19,12 +21,14 @@ the same levels with a fixed train pool (task option ``train_pool``), arms ``dr_
 experiments/remedies-new/README.md: the reward-variance filter, AVSPO's virtual samples and a sign/dr_grpo mix at
 the lowest level, beside ``dr_grpo``, ``sign``, ``grpo`` and ``dr_grpo+mask``.
 
-``table`` reads each sweep's ``runs.csv`` (end pass@1 and greedy accuracy per result run) and
-``metrics.parquet`` (completions sampled and steps run) and writes
+``table`` reads each sweep's ``runs.csv`` (end pass@1 and greedy accuracy per result run, and the compute each run
+spent: ``TRAINED``, columns of ``grpolab compare``'s runs.csv) and ``metrics.parquet`` (completions sampled and steps
+run), or with ``--runs`` a ``runs.csv`` it wrote before, and writes
 
 * ``runs.csv``: one row per result run (the inputs of every other table);
 * ``cells.csv``: one row per (level, G, arm): the lr and whether it is bracketed, the means over seeds of end
-  pass@1, greedy accuracy, completions and steps;
+  pass@1, greedy accuracy, completions, steps and ``TRAINED`` (optimizer steps, sequences and tokens trained, tokens
+  forwarded and sampled; empty, "not recorded" in table.md, for runs made before grpolab counted them);
 * ``tests.csv``: the paired differences (arm - versus, same seed) with Student-t 95% intervals, raw p and Holm p
   within each family (primary: each remedy vs dr_grpo and vs sign per cell; secondary: sign vs dr_grpo, and
   in the remedies map reinforce and pkpo vs dr_grpo and vs sign), on end pass@1, and the same on greedy accuracy
@@ -64,6 +68,9 @@ REMEDIES = ("dr_grpo+dynamic", "dr_grpo+mask", "dr_grpo+replay")
 REFERENCES = ("dr_grpo", "sign")
 ARMS = ("dr_grpo", *REMEDIES, "sign", "reinforce", "pkpo")
 EXPERIMENT = Path("experiments/remedies")
+TRAINED = ("optimizer_steps", "trained_sequences", "trained_tokens", "forward_tokens", "sampled_tokens")
+"""The compute columns of grpolab compare's runs.csv (``grpolab.metric_keys.COMPUTE``) the tables carry."""
+NOT_RECORDED = "not recorded"
 ALPHA = 0.05
 
 
@@ -105,6 +112,11 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--group-sizes", default=",".join(map(str, GROUP_SIZES)), help="comma-separated G")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--extra", default="", help="more compare flags, e.g. '--seeds 2' (smoke tests)")
+    parser.add_argument("--budget", default=None,
+                        help="run: every cell's --budget instead of completions=320*G, e.g. trained_tokens=N to hold "
+                             "the tokens trained equal (run each G on its own then, with its own N)")
+    parser.add_argument("--runs", type=Path, default=None,
+                        help="table: rebuild the tables from this runs.csv (one this script wrote) instead of --out")
     args = parser.parse_args()
     args.map = MAPS[args.map]
     args.levels = args.levels or ",".join(args.map.levels)
@@ -132,7 +144,7 @@ def run(args: argparse.Namespace) -> None:
         command = [str(Path(sys.executable).with_name("grpolab")), "compare", "--config",
                    str(args.map.folder / "compare.yaml"),
                    "--task-options", json.dumps({**LEVELS[level], **args.map.task_options}),
-                   "--group-sizes", str(group_size), "--budget", f"completions={budget(group_size)}",
+                   "--group-sizes", str(group_size), "--budget", args.budget or f"completions={budget(group_size)}",
                    "--out", str(out), "--workers", str(args.workers), "--no-report", *args.extra.split()]
         print("$", " ".join(command[1:]), flush=True)
         subprocess.run(command, check=False)
@@ -230,10 +242,15 @@ def read_sweep(folder: Path, level: str, map_: Map = REMEDIES_MAP) -> pd.DataFra
     spent = metrics.groupby("run_id").agg(steps_run=("step", "max"),
                                           completions=("rollout/completions_generated", "max"),
                                           **({"replaced_per_step": (REPLACED, "mean")} if curriculum else {}))
-    runs = runs.join(spent, on="run_id")
+    runs = with_trained(runs.join(spent, on="run_id"))
     runs.insert(0, "level", level)
     return runs[["level", "group_size", "estimator", "seed", "lr", "bracketed", "status", "steps_run", "completions",
-                 *(["replaced_per_step"] if curriculum else []), "end_pass_at_1", "end_greedy"]]
+                 *(["replaced_per_step"] if curriculum else []), "end_pass_at_1", "end_greedy", *TRAINED]]
+
+
+def with_trained(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with every ``TRAINED`` column, empty (NaN) where its runs did not record it: never a made-up 0."""
+    return runs.assign(**{name: runs[name] if name in runs else np.nan for name in TRAINED})
 
 
 def read_runs(args: argparse.Namespace) -> pd.DataFrame:
@@ -250,11 +267,18 @@ def cells_table(runs: pd.DataFrame, map_: Map = REMEDIES_MAP) -> pd.DataFrame:
                         end_pass_at_1=("end_pass_at_1", "mean"), end_pass_at_1_sd=("end_pass_at_1", "std"),
                         end_greedy=("end_greedy", "mean"), completions=("completions", "mean"),
                         completions_max=("completions", "max"), steps_run=("steps_run", "mean"),
+                        **{name: (name, _mean_if_recorded) for name in TRAINED},
                         **({"replaced_per_step": ("replaced_per_step", "mean")} if "replaced_per_step" in runs
                            else {})).reset_index()
     order = {**{arm: i for i, arm in enumerate(map_.arms)}, **{level: i for i, level in enumerate(BY_START_P)}}
     return cells.sort_values(["group_size", "level", "estimator"], key=lambda c: c if c.name == "group_size" else
                              c.map(order), kind="stable").reset_index(drop=True)
+
+
+def _mean_if_recorded(values: pd.Series) -> float:
+    """The mean over seeds, or NaN when some seed did not record the count (a mean of the others would pass for
+    the arm's)."""
+    return float("nan") if values.isna().any() else float(values.mean())
 
 
 # ---------------------------------------------------------------- writing
@@ -274,7 +298,9 @@ def _number(value: float, digits: int) -> str:
 def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
     shown = frame.copy()
     for column in shown.columns:
-        if shown[column].dtype.kind == "f":
+        if column in TRAINED:  # counts: in full, and named as missing rather than left blank
+            shown[column] = shown[column].map(lambda v: NOT_RECORDED if pd.isna(v) else f"{v:.0f}")
+        elif shown[column].dtype.kind == "f":
             if column in ("p", "p_holm"):  # 3 significant digits, so that 0.0503 never shows as 0.05
                 shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.3g}")
             else:
@@ -284,7 +310,7 @@ def _markdown(frame: pd.DataFrame, digits: int = 3) -> str:
 
 
 def table(args: argparse.Namespace) -> None:
-    runs, map_ = read_runs(args), args.map
+    runs, map_ = (with_trained(pd.read_csv(args.runs)) if args.runs else read_runs(args)), args.map
     cells, tests = cells_table(runs, map_), tests_table(runs, map_)
     args.dest.mkdir(parents=True, exist_ok=True)
     runs.to_csv(args.dest / "runs.csv", index=False)
@@ -293,14 +319,20 @@ def table(args: argparse.Namespace) -> None:
     shown = ["level", "group_size", "arm", "versus", "mean", "low", "high", "p", "p_holm", "reading"]
     pass_at_1 = tests[tests["metric"] == "end_pass_at_1"]
     flags = f"--out {args.out}" if map_ is REMEDIES_MAP else f"--map {map_.name} --out {args.out}"
+    map_flag = "" if map_ is REMEDIES_MAP else f" --map {map_.name}"
+    rebuilt = f" (rebuilt by `python scripts/remedies_map.py table{map_flag} --runs {args.runs}`)" if args.runs else ""
     title = {"remedies": "The remedies map", "curriculum": "The remedies map's curriculum column",
              "new": "The newer remedies at the remedies map's lowest level"}[map_.name]
     lines = [f"# {title}: tables", "",
              f"Written by `python scripts/remedies_map.py table {flags}` from the sweeps of",
-             f"`python scripts/remedies_map.py run {flags}`; design and statistics: README.md.",
+             f"`python scripts/remedies_map.py run {flags}`{rebuilt}; design and statistics: README.md.",
              "Differences are in pass@1 (a fraction: 0.1 is 10 points; arm - versus, paired by seed) with",
              "Student-t 95% intervals; p_holm is Holm over the family the section names.", "",
-             "## Per arm: lr, end scores (means over seeds) and the compute spent", "", _markdown(cells)]
+             "## Per arm: lr, end scores (means over seeds) and the compute spent", "",
+             "Compute: completions sampled and steps run (the budget held the completions equal), and the means over "
+             "seeds of the optimizer steps, sequences and tokens trained (rows that reached the backward pass), "
+             f"tokens forwarded and sampled; \"{NOT_RECORDED}\" where the runs predate these counters.", "",
+             _markdown(cells)]
     titles = {"primary": "each remedy vs dr_grpo and vs sign",
               "secondary": "sign, reinforce and pkpo" if map_ is REMEDIES_MAP else
               ", ".join(f"{arm} vs {versus}" for arm, versus in map_.secondary)}

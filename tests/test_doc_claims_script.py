@@ -115,4 +115,5 @@ def test_the_sign_map_wins_sit_in_four_conditions() -> None:
     assert len(wins) == 7 and len(wins[["level", "G"]].drop_duplicates()) == 4
     plus = wins[wins["level"] == "plus"]
     assert len(plus) == 4 and plus["difference"].between(1.6, 2.6).all()
-    assert set(plus["verdict"]) == {"equivalent"}  # on greedy accuracy
+    # on greedy accuracy the plus wins vanish: equivalent at G = 2, unresolved at G = 4 (its 1.1-point margin)
+    assert plus.groupby("G")["verdict"].agg(set).to_dict() == {2: {"equivalent"}, 4: {"no evidence either way"}}

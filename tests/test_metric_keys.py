@@ -79,7 +79,7 @@ def _string_constants(path: Path) -> set[str]:
     return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
 
 
-PREFIXES = ("rollout/", "loss/", "perf/", "starvation/", "sampled/", "grad/")
+PREFIXES = ("rollout/", "loss/", "perf/", "starvation/", "sampled/", "grad/", "compute/")
 
 
 @pytest.mark.parametrize("package", ["train", "report", "audit", "mechanism", "commands"])
@@ -121,7 +121,7 @@ def test_the_engines_differ_only_where_the_table_says(written: dict[str, set[str
             assert row is not None and row.engines.get(other, "never") != ALWAYS, f"only {one} wrote {key}"
 
 
-DOC_KEY = re.compile(r"`((?:rollout|loss|perf|starvation|sampled|grad)/[A-Za-z0-9_*]+)`")
+DOC_KEY = re.compile(r"`((?:rollout|loss|perf|starvation|sampled|grad|compute)/[A-Za-z0-9_*]+)`")
 
 
 def test_every_metric_key_the_docs_name_is_in_the_table() -> None:

@@ -152,10 +152,30 @@ def test_a_sweep_is_read_as_its_result_runs_with_the_compute_they_spent(tmp_path
                             "rollout/completions_generated": [32.0, 160.0, 416.0, 672.0]})
     metrics.to_parquet(tmp_path / "metrics.parquet")
     runs = script.read_sweep(tmp_path, "mixed")
-    assert runs.to_dict("records") == [{"level": "mixed", "group_size": 2, "estimator": "dr_grpo+dynamic", "seed": 0,
-                                        "lr": 3e-4, "bracketed": True, "status": "finished", "steps_run": 3,
-                                        "completions": 672.0, "end_pass_at_1": 0.4, "end_greedy": 0.5}]
+    assert runs.drop(columns=list(script.TRAINED)).to_dict("records") == [
+        {"level": "mixed", "group_size": 2, "estimator": "dr_grpo+dynamic", "seed": 0, "lr": 3e-4, "bracketed": True,
+         "status": "finished", "steps_run": 3, "completions": 672.0, "end_pass_at_1": 0.4, "end_greedy": 0.5}]
+    assert runs[list(script.TRAINED)].isna().all().all()  # a sweep older than the counters: not recorded, not 0
     assert script.budget(2) == 640 and script.budget(4) == 1280
+
+
+def test_the_compute_each_run_trained_is_read_averaged_per_cell_and_shown_or_named_missing(tmp_path: Path) -> None:
+    trained = [{"optimizer_steps": 20, "trained_sequences": s, "trained_tokens": 10 * s, "forward_tokens": 30 * s,
+                "sampled_tokens": 500} for s in (400, 200)]
+    pd.DataFrame([{"role": "result", "run_id": f"r{seed}", "estimator": "dr_grpo", "seed": seed, "group_size": 2,
+                   "lr": 1e-3, "bracketed": True, "status": "finished", "steps": 20, "end_pass_at_1": 0.5,
+                   "end_greedy": 0.5, **trained[seed]} for seed in (0, 1)]).to_csv(tmp_path / "runs.csv", index=False)
+    pd.DataFrame({"run_id": ["r0", "r1"], "step": [20, 20], "rollout/completions_generated": [640.0, 640.0]}
+                 ).to_parquet(tmp_path / "metrics.parquet")
+    runs = script.read_sweep(tmp_path, "mixed")
+    assert runs["trained_tokens"].tolist() == [4000, 2000]
+    old = runs.assign(seed=runs["seed"] + 2, estimator="sign", **dict.fromkeys(script.TRAINED, np.nan))
+    cells = script.cells_table(pd.concat([runs, old], ignore_index=True)).set_index("estimator")
+    assert cells.loc["dr_grpo", "trained_sequences"] == 300 and cells.loc["dr_grpo", "forward_tokens"] == 9000
+    assert cells.loc["sign", list(script.TRAINED)].isna().all()
+    shown = script._markdown(cells.reset_index()[["estimator", *script.TRAINED]])
+    assert "| dr_grpo | 20 | 300 | 3000 | 9000 | 500 |" in shown
+    assert "| sign | " + " | ".join(["not recorded"] * len(script.TRAINED)) + " |" in shown
 
 
 # ---------------------------------------------------------------- the curriculum column (--map curriculum)
@@ -204,6 +224,18 @@ def test_a_curriculum_sweep_is_read_with_its_replacements_per_step(tmp_path: Pat
                   "rollout/curriculum_replaced": [0.0, 3.0]}).to_parquet(tmp_path / "metrics.parquet")
     row = script.read_sweep(tmp_path, "plus", script.CURRICULUM_MAP).to_dict("records")[0]
     assert row["replaced_per_step"] == 1.5 and row["steps_run"] == 2 and row["completions"] == 64.0
+
+
+def test_run_takes_another_budget_for_every_cell(tmp_path: Path, monkeypatch) -> None:
+    commands = []
+    monkeypatch.setattr(script.subprocess, "run", lambda command, check: commands.append(command))
+    monkeypatch.setattr(sys, "argv", ["remedies_map.py", "run", "--out", str(tmp_path), "--levels", "star-len6,mixed",
+                                      "--group-sizes", "2", "--budget", "trained_tokens=9000"])
+    script.run(script._arguments())
+    assert [c[c.index("--budget") + 1] for c in commands] == ["trained_tokens=9000"] * 2
+    monkeypatch.setattr(sys, "argv", ["remedies_map.py", "run", "--out", str(tmp_path), "--levels", "mixed"])
+    script.run(script._arguments())
+    assert [c[c.index("--budget") + 1] for c in commands[2:]] == ["completions=640", "completions=1280"]
 
 
 def test_the_new_remedies_run_one_level_at_both_g_and_test_their_preregistered_families(tmp_path: Path,

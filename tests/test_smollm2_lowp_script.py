@@ -1,5 +1,6 @@
 """scripts/smollm2_lowp.py's table on synthetic run folders: which runs form which arm, the evaluation step
-read for each, the Welch difference from dr_grpo and the truncated shares."""
+read for each, the difference from dr_grpo paired by seed and the truncated shares; and the committed table's
+tests, paired by seed (Welch's only when asked)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
+
+from grpolab.pairing import UNPAIRED_NOTE
+from grpolab.stats import PAIRED_TESTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,8 +67,10 @@ def test_arms_their_steps_and_the_difference_from_dr_grpo(out: Path) -> None:
     assert table.loc["sign", "end_ci_low"] == pytest.approx(0.12 - half, rel=1e-6)
     assert table.loc["sign", "end_ci_high"] == pytest.approx(0.12 + half, rel=1e-6)
     assert table.loc["sign", "vs_dr_grpo"] == pytest.approx(sign.mean() - dr_grpo.mean())
-    welch = scipy_stats.ttest_ind(sign, dr_grpo, equal_var=False)
-    assert table.loc["sign", "vs_dr_grpo_p"] == pytest.approx(welch.pvalue)
+    paired = scipy_stats.ttest_rel(sign, dr_grpo)  # the same seeds 0-2: paired by seed, floored at 2 / 2^3
+    assert table.loc["sign", "vs_dr_grpo_test"] in PAIRED_TESTS
+    assert table.loc["sign", "vs_dr_grpo_t_p"] == pytest.approx(paired.pvalue)
+    assert table.loc["sign", "vs_dr_grpo_p"] == pytest.approx(max(paired.pvalue, 0.25))
     assert table.loc["sign (60-step runs, at step 60)", "end_pass_at_1"] == pytest.approx(0.32)
     assert table.loc["sign (60-step runs, at step 30)", "end_pass_at_1"] == pytest.approx(0.12)
     assert table.loc["sign +mask", "mask_effect"] == pytest.approx(0.1)
@@ -78,3 +85,25 @@ def test_arms_their_steps_and_the_difference_from_dr_grpo(out: Path) -> None:
 def test_no_finished_run_says_how_to_make_them(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"smollm2_lowp\.py run --out"):
         _script().lowp_table(tmp_path)
+
+
+def test_the_committed_table_is_paired_by_seed_and_holm_adjusted_over_the_four_estimators() -> None:
+    per_run = pd.read_csv(ROOT / "experiments" / "smollm2" / "lowp_runs.csv")
+    table = _script().arm_table(per_run).set_index("arm")
+    assert set(table["vs_dr_grpo_test"].dropna()) <= set(PAIRED_TESTS)
+    # the paired t-test's own p, Holm over sign, reinforce, fixed_baseline and nsr against dr_grpo
+    assert table.loc["sign", "vs_dr_grpo_t_p_holm"] == pytest.approx(0.107, abs=5e-4)
+    assert table.loc["nsr", "vs_dr_grpo_t_p_holm"] == pytest.approx(0.0555, abs=5e-4)
+    assert table.loc["nsr", "vs_dr_grpo_p"] == 0.25  # 3 seeds: no exact paired test goes below 2 / 2^3
+    assert np.isnan(table.loc["sign +mask", "vs_dr_grpo_p_holm"])  # outside the family
+    text = _script()._markdown(table.reset_index())
+    assert "Test: paired t" in text and "sign 0.036 (Holm 0.107)" in text and UNPAIRED_NOTE not in text
+
+
+def test_welch_runs_on_shared_seeds_only_when_asked_and_says_so() -> None:
+    per_run = pd.read_csv(ROOT / "experiments" / "smollm2" / "lowp_runs.csv")
+    table = _script().arm_table(per_run, unpaired=True).set_index("arm")
+    assert set(table["vs_dr_grpo_test"].dropna()) == {"Welch"}
+    assert table.loc["sign", "vs_dr_grpo_p_holm"] == pytest.approx(0.030, abs=5e-4)  # the earlier, unpaired table
+    assert table.loc["nsr", "vs_dr_grpo_p_holm"] == pytest.approx(0.031, abs=5e-4)
+    assert UNPAIRED_NOTE in _script()._markdown(table.reset_index())

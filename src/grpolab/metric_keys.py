@@ -32,7 +32,7 @@ from typing import Any
 
 from grpolab.capabilities import ENGINES as _ENGINE_TABLE
 
-__all__ = ["ALWAYS", "ENGINES", "KEYS", "RENAMED", "MetricKey", "default_keys", "known", "lookup",
+__all__ = ["ALWAYS", "COMPUTE", "ENGINES", "KEYS", "RENAMED", "MetricKey", "default_keys", "known", "lookup",
            "render_markdown", "trl_names", "unknown_keys", "upgrade_row"]
 
 ENGINES = tuple(_ENGINE_TABLE)
@@ -82,6 +82,18 @@ _MIX_PARTS = "TRL's trainer computes the mixed advantages inside its step; grpol
 _NO_TRL_SCORES = "TRL's reward functions return a float or None; they report no verifier errors or timeouts"
 _OWN_UPDATE = "grpolab's update computes it; TRL's GRPOTrainer logs no such figure"
 _OWN_OPTION = "a grpolab loss option; the TRL engine refuses or maps the option and TRL logs no such figure"
+_NO_TRL_BACKWARD = ("TRL's GRPOTrainer does not report which rows and tokens reached its backward pass, so the TRL "
+                    "engine leaves it unrecorded rather than assuming")
+
+COMPUTE: dict[str, tuple[str, str]] = {
+    "optimizer_steps": ("compute/optimizer_steps", "compute/optimizer_steps_total"),
+    "trained_sequences": ("compute/trained_sequences", "compute/trained_sequences_total"),
+    "trained_tokens": ("compute/trained_tokens", "compute/trained_tokens_total"),
+    "forward_tokens": ("compute/forward_tokens", "compute/forward_tokens_total"),
+    "sampled_tokens": ("compute/sampled_tokens", "rollout/tokens_generated"),
+}
+"""The compute counters (``grpolab.train.compute``): counter -> (its key per step, its cumulative key). The sampled
+tokens' cumulative key is ``rollout/tokens_generated``, which counted them before the other counters existed."""
 
 KEYS: tuple[MetricKey, ...] = (
     MetricKey("step", "step", "the training step, 1-based (one rollout batch and its update)"),
@@ -181,6 +193,24 @@ KEYS: tuple[MetricKey, ...] = (
     MetricKey("loss/variance_filtered_share", "share", "share of the step's groups the reward-variance filter left "
               "out of the update (their variance fell outside the top variance_filter_p share)",
               _own("variance_filter"), "the TRL engine refuses variance_filter"),
+    # compute/*: what the step spent (grpolab.train.compute); each per step and, under *_total, since the run began
+    MetricKey("compute/optimizer_steps", "count", "optimizer steps the training step took (num_iterations)"),
+    MetricKey("compute/optimizer_steps_total", "count", "optimizer steps so far in the run (cumulative)"),
+    MetricKey("compute/trained_sequences", "count", "completions that reached the backward pass, once per "
+              "optimizer step (zero-advantage rows skipped at beta = 0 are not counted)", _own(), _NO_TRL_BACKWARD),
+    MetricKey("compute/trained_sequences_total", "count", "compute/trained_sequences so far in the run (cumulative)",
+              _own(), _NO_TRL_BACKWARD),
+    MetricKey("compute/trained_tokens", "tokens", "completion tokens of the completions that reached the backward "
+              "pass, once per optimizer step", _own(), _NO_TRL_BACKWARD),
+    MetricKey("compute/trained_tokens_total", "tokens", "compute/trained_tokens so far in the run (cumulative; "
+              "what --budget trained_tokens=N counts)", _own(), _NO_TRL_BACKWARD),
+    MetricKey("compute/forward_tokens", "tokens", "prompt and completion tokens (padding aside) of the completions "
+              "forwarded with a gradient, once per optimizer step; forwards without one (reference, old log-probs) "
+              "are not counted", _own(), _NO_TRL_BACKWARD),
+    MetricKey("compute/forward_tokens_total", "tokens", "compute/forward_tokens so far in the run (cumulative)",
+              _own(), _NO_TRL_BACKWARD),
+    MetricKey("compute/sampled_tokens", "tokens", "completion tokens the step sampled (extra dynamic-sampling rounds "
+              "included; the cumulative count is rollout/tokens_generated)"),
     # perf/*: wall time
     MetricKey("perf/step_time", "s", "wall time of the step"),
     MetricKey("perf/rollout_time", "s", "wall time of sampling and scoring"),

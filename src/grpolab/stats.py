@@ -411,14 +411,16 @@ def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAUL
     ``difference_sd`` the SD of one seed's difference (of the paired differences, else sqrt(var_a + var_b),
     what ``grpolab.planning`` plans seeds from). Also:
     n_a, n_b, mean_a, mean_b, mean_difference, welch_t, welch_dof, welch_p (shown whichever test is used),
-    tost_p (``equivalence_test`` at ``margin``, paired like the test) and margin, permutation_p,
+    tost_p (``equivalence_test`` at ``margin``, paired like the test; 1 at margin 0, where the start is at the ceiling:
+    ``grpolab.equivalence.margin``) and margin, permutation_p,
     mann_whitney_p, cohens_d, hedges_g, the interquartile means iqm_a / iqm_b, and P(a > b) with its 95%
     Newcombe interval (prob_improvement, prob_improvement_low / _high). No multiplicity correction: that
     belongs to the family the pair is in.
     """
     x, y = _as_runs(a, "compare_pair a", 2), _as_runs(b, "compare_pair b", 2)
     t, dof, welch_p = welch_t_test(x, y)
-    test, tost_p = ("paired t" if paired else "Welch"), equivalence_test(x, y, margin, paired=paired)
+    test = "paired t" if paired else "Welch"
+    tost_p = 1.0 if margin == 0 else equivalence_test(x, y, margin, paired=paired)  # margin 0: nothing is equivalent
     if paired:
         p, low, high, test = _paired_within_its_floor(x, y)
         both_vary = x.std() > 0 and y.std() > 0

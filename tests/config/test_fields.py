@@ -171,7 +171,8 @@ def test_device_values_follow_a_pattern_checked_from_the_metadata():
     assert config_fields.value_checks(TrainConfig) == {"device": check_name, "seed": check_seed,
                                                         "budget": check_budget,
                                                         "variance_filter_p": check_variance_share}
-    with pytest.raises(UserError, match=r"^budget must be completions=N or tokens=N with N >= 1, got 'steps=3'"):
+    with pytest.raises(UserError, match=r"^budget must be completions=N, tokens=N or trained_tokens=N with N >= 1, "
+                                        r"got 'steps=3'"):
         TrainConfig(budget="steps=3")
     assert TrainConfig(budget="tokens=5").budget == "tokens=5"
     for name in ("auto", "cpu", "cuda", "cuda:1"):

@@ -69,8 +69,7 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path) -> None
         assert torch.equal(a, b), name
     steps = [json.loads(line)["step"] for line in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
-    assert (resumed.completions_generated, resumed.tokens_generated) == (straight.completions_generated,
-                                                                         straight.tokens_generated)
+    assert (resumed.completions_generated, resumed.spent) == (straight.completions_generated, straight.spent)
     assert sorted(p.name for p in (tmp_path / "killed" / "rollouts").iterdir()) == [
         f"step-{s:06d}.parquet" for s in (1, 2, 3, 4)]
 

@@ -76,6 +76,21 @@ def test_the_run_directory_is_a_grpolab_run_directory(trl_run: tuple[Path, Any])
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
 
 
+def test_it_records_the_compute_trl_reports_and_marks_the_rest_unrecorded(trl_run: tuple[Path, Any]) -> None:
+    run_dir, _ = trl_run
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [(r["compute/optimizer_steps"], r["compute/optimizer_steps_total"]) for r in rows] == [(1, 1), (1, 2)]
+    for row in rows:  # the step's completion tokens: the rollout table's lengths
+        lengths = pq.read_table(run_dir / "rollouts" / f"step-{row['step']:06d}.parquet").column("length").to_pylist()
+        assert row["compute/sampled_tokens"] == sum(lengths)
+        assert not any(key.startswith(("compute/trained", "compute/forward")) for key in row)
+    compute = json.loads((run_dir / "summary.json").read_text())["compute"]
+    assert (compute["optimizer_steps"], compute["sampled_completions"]) == (2, 8)
+    unrecorded = ["trained_sequences", "trained_tokens", "forward_tokens", "sampled_tokens"]
+    assert [compute[name] for name in unrecorded] == [None] * 4
+    assert sorted(compute["unavailable"]) == sorted(unrecorded) and all(compute["unavailable"].values())
+
+
 def test_audit_and_the_model_loader_read_it(trl_run: tuple[Path, Any]) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -5,10 +5,11 @@ and never tested."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from grpolab.report.comparisons import comparisons, primary_pair
+from grpolab.report.comparisons import comparisons, finding, primary_pair, reading
 from grpolab.report.tables import run_table
 from grpolab.stats import holm_correction
 from report_sweeps import FINALS, synthetic_sweep, with_lrs, with_variants
@@ -117,5 +118,47 @@ def test_the_equivalence_margin_comes_from_the_sweep_settings() -> None:
     default, = [r for r in comparisons(run_table(results), config)[0] if r["tested"]]
     wide, = [r for r in comparisons(run_table(results), {**config, "compare": {"equivalence_margin": 0.6}})[0]
              if r["tested"]]
-    assert default["margin"] == 0.05 and wide["margin"] == 0.6
+    runs = run_table(results)
+    start = float(runs["start_accuracy"].mean())
+    assert 0.25 * (1 - start) < 0.6  # this start leaves too little headroom for a 60-point margin
+    assert default["margin"] == 0.05 and wide["margin"] == pytest.approx(0.25 * (1 - start))
     assert wide["tost_p"] < default["tost_p"]  # a wider margin is easier to be within
+
+
+def test_the_margin_of_each_metric_is_cut_to_a_quarter_of_its_headroom() -> None:
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(4,))
+    results = results.copy()
+    start = results["phase"].eq("start")
+    results.loc[start, "greedy_accuracy"] = 0.9  # greedy starts 10 points under the ceiling, pass@1 lower
+    row, = [r for r in comparisons(run_table(results), config)[0] if r["tested"]]
+    assert row["margin"] == 0.05  # pass@1 has the headroom for the fixed margin
+    assert row["greedy_margin"] == pytest.approx(0.25 * 0.1)  # greedy accuracy has a quarter of its 10 points
+
+
+def _near_equal_sweep():
+    """6 seeds of sign and dr_grpo whose end scores differ by +-0.3 points, alternating with the seed (mean
+    difference 0): (results, the end rows' mask, the end offsets to add to a level, config)."""
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=6, sizes=(4,))
+    results = results.copy()
+    ends = results["phase"].eq("end")
+    seeds, is_sign = results.loc[ends, "seed"].to_numpy(), (results.loc[ends, "estimator"] == "sign").to_numpy()
+    offsets = 0.002 * seeds + np.where(is_sign, 0.003 * (-1.0) ** seeds, 0.0)
+    return results, ends, offsets, config
+
+
+def test_two_arms_at_the_ceiling_are_not_called_equivalent() -> None:
+    results, ends, offsets, config = _near_equal_sweep()
+    results.loc[ends, "greedy_accuracy"] = 0.97 + offsets  # every run ends within 3 points of 100%
+    results.loc[ends, "pass_at_k"] = pd.Series([[0.97 + o] for o in offsets], index=results.index[ends])
+    row, = [r for r in comparisons(run_table(results), config)[0] if r["tested"]]
+    assert row["p_holm"] >= 0.05 and row["tost_p_holm"] < 0.05  # TOST alone would say "equivalent"
+    assert finding(row) == "ceiling" and finding(row, "greedy_") == "ceiling"
+    said = reading(row)
+    assert "both end at the ceiling" in said and "cannot be resolved" in said and "are equivalent" not in said
+
+
+def test_the_same_difference_below_the_ceiling_is_equivalent() -> None:
+    results, ends, offsets, config = _near_equal_sweep()
+    results.loc[ends, "pass_at_k"] = pd.Series([[0.60 + o] for o in offsets], index=results.index[ends])
+    row, = [r for r in comparisons(run_table(results), config)[0] if r["tested"]]
+    assert finding(row) == "equivalent"

@@ -14,8 +14,8 @@ from scipy import stats as scipy_stats
 from grpolab.errors import UserError
 from grpolab.render import Section
 from grpolab.report import write_report
-from grpolab.report.tables import summary_table
-from grpolab.report.verdict import DETAIL, UNTESTED, verdict_sections
+from grpolab.report.tables import run_table, summary_table
+from grpolab.report.verdict import DETAIL, UNTESTED, _sign_group_sizes, verdict_sections
 from report_sweeps import EXTRA_FINALS, FINALS, shifted, synthetic_sweep, with_diverged, with_lrs, with_variants
 
 
@@ -74,9 +74,19 @@ def test_when_the_primary_was_declared_is_said_and_a_change_after_results_flagge
     assert first.startswith("The primary comparison is sign vs dr_grpo; when it was declared is not recorded")
     record = {"primary_declared": "2026-11-26T13:00:00Z", "primary_declared_after_results": False,
               "primary_replaced": ""}
-    before = _detail(results, {**config, "primary_declaration": record})[0]
+    unknown = _detail(results, {**config, "primary_declaration": record})[0]
+    assert unknown.startswith("The primary comparison sign vs dr_grpo was declared at 2026-11-26T13:00:00Z, before "
+                              "any run of this sweep trained; whether earlier results of the same configuration were "
+                              "known then is not recorded")
+    before = _detail(results, {**config, "primary_declaration": {**record, "primary_earlier_results": ""}})[0]
     assert before == ("The primary comparison sign vs dr_grpo was declared at 2026-11-26T13:00:00Z, before any run "
-                      "of this sweep trained.")
+                      "of this sweep trained and before any result of the same configuration (none beside the "
+                      "sweep's folder or in experiments/).")
+    known = {**record, "primary_earlier_results": "experiments/smollm2"}
+    seen = _detail(results, {**config, "primary_declaration": known})[0]
+    assert "before any result" not in seen.split("not a test")[0]
+    assert ("but earlier results of the same configuration existed (experiments/smollm2): it was chosen with "
+            "earlier results known") in seen
     changed = {**record, "primary_declared_after_results": True, "primary_replaced": "sign,grpo"}
     after = _detail(results, {**config, "primary_declaration": changed})[0]
     assert after.startswith("CHANGED AFTER RESULTS: the primary comparison sign vs dr_grpo was declared at "
@@ -218,3 +228,15 @@ def test_runs_stopped_with_no_signal_are_counted_and_the_arm_flagged() -> None:
             in "\n".join(bullets))
     assert "no learning signal" not in "\n".join(_bullets(results, config))
     assert summary_table(stopped).set_index("estimator").loc["dr_grpo", "n_seeds"] == 3  # counted, not left out
+
+
+def test_signs_gain_between_group_sizes_is_paired_by_seed() -> None:
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=4, sizes=(2, 4))
+    runs = run_table(results)
+    line, = _sign_group_sizes(runs)
+    sign = runs[runs["estimator"] == "sign"]
+    gains = {g: (r.set_index("seed")["final_accuracy"] - r.set_index("seed")["start_accuracy"]).sort_index()
+             for g, r in sign.groupby("group_size")}
+    expected = max(scipy_stats.ttest_rel(gains[4].to_numpy(), gains[2].to_numpy()).pvalue, 2 / 2**4)
+    assert "G = 4 vs G = 2: paired t" in line and "Welch" not in line
+    assert f"p = {expected:.2g}." in line

@@ -90,3 +90,22 @@ def test_a_run_stopped_for_no_signal_is_gathered_with_its_end_score_and_status(t
     assert results["status"].tolist() == ["no_signal"] * 2 and results["no_signal_at_step"].tolist() == [3.0, 3.0]
     assert results["phase"].tolist() == ["start", "end"] and set(metrics["status"]) == {"no_signal"}
     assert spec.ended and run_sweep([spec]) == []  # an ended run: never trained again
+
+
+def test_results_and_runs_carry_the_compute_each_run_spent_by_each_evaluation(tmp_path: Path) -> None:
+    counted, older = plan_runs(BASE.replace(steps=2), ["sign", "dr_grpo"], [0], [2], tmp_path)
+    finish(counted, 0.5)
+    finish(older, 0.5)  # its metrics rows predate the counters
+    rows = [{"step": step, "compute/optimizer_steps_total": step, "compute/trained_sequences_total": 4 * step,
+             "compute/trained_tokens_total": 30 * step, "compute/forward_tokens_total": 70 * step,
+             "rollout/tokens_generated": 35 * step} for step in (1, 2)]
+    (counted.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    names = ["optimizer_steps", "trained_sequences", "trained_tokens", "forward_tokens", "sampled_tokens"]
+    results, _ = collect_results([counted, older])
+    by_phase = results[results["run_id"] == counted.run_id].set_index("phase")[names]
+    assert by_phase.loc["start"].tolist() == [0, 0, 0, 0, 0]
+    assert by_phase.loc["end"].tolist() == [2, 8, 60, 140, 70]
+    assert results.loc[results["run_id"] == older.run_id, names].isna().all().all()  # not recorded, not 0
+    runs = runs_table([], [counted, older], None).set_index("run_id")
+    assert runs.loc[counted.run_id, names].tolist() == [2, 8, 60, 140, 70]
+    assert runs.loc[older.run_id, names].isna().all()

@@ -145,3 +145,22 @@ def test_the_equivalence_margin_is_a_share_of_the_score(margin: float) -> None:
     with pytest.raises(UserError, match="equivalence_margin must lie in"):
         CompareConfig(equivalence_margin=margin)
     assert CompareConfig().equivalence_margin == 0.05
+
+
+def test_a_declaration_records_the_earlier_results_of_the_same_configuration(tmp_path: Path) -> None:
+    train = sweep_train_settings(TrainConfig(steps=7))
+    fresh = primary_declaration(tmp_path / "new", "sign,dr_grpo", train=train, roots=[tmp_path])
+    assert fresh["primary_earlier_results"] == ""  # nothing of this configuration exists yet
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "compare.yaml").write_text(yaml_text({**CompareConfig().to_dict(), **train}))
+    (earlier / "runs.csv").write_text("role,estimator\nresult,sign\n")
+    found = primary_declaration(tmp_path / "new", "sign,dr_grpo", train=train, roots=[tmp_path])
+    assert found["primary_earlier_results"] == str(earlier)
+    out = tmp_path / "kept"
+    out.mkdir()
+    first = check_sweep_settings(out, {"compare": CompareConfig(primary="sign,dr_grpo").to_dict(), "train": train},
+                                 sweep_defaults())
+    assert str(earlier) in first["primary_earlier_results"]  # the folder beside it, found through --out's parent
+    (earlier / "runs.csv").unlink()  # what was known when it was declared stays recorded
+    assert primary_declaration(out, "sign,dr_grpo", train=train, roots=[tmp_path]) == first

@@ -1,33 +1,54 @@
-"""A run's compute budget (``--budget``): ``completions=N`` or ``tokens=N``, the completions or completion tokens
-a run may sample before it stops.
+"""A run's compute budget (``--budget``): ``completions=N``, ``tokens=N`` or ``trained_tokens=N``, the completions
+sampled, the completion tokens sampled or the completion tokens trained that a run may spend before it stops.
 
-A comparison holds compute equal with it: every arm of ``grpolab compare --budget completions=N`` samples about
-N completions, so that a remedy that resamples (DAPO's dynamic sampling) cannot win by sampling more. A run
-stops after the step at which its count reaches N (it takes its end evaluation and checkpoint there), so it
-may overshoot N by at most one step's sampling; ``--steps`` stays an upper bound, and a learning-rate schedule
-still decays over ``--steps``. The counts are those the run logs as ``rollout/completions_generated`` and
-``rollout/tokens_generated`` (everything sampled, extra dynamic-sampling rounds included). grpolab's engine
-only: the TRL engine samples inside TRL's step and refuses a budget.
+A comparison holds one kind of compute equal with it, and only that one (``Budget.holds_equal`` says which):
+
+* ``completions=N`` / ``tokens=N``: equal sampling. Every arm of ``grpolab compare --budget completions=N``
+  samples about N completions, so that a remedy that resamples (DAPO's dynamic sampling) cannot win by sampling
+  more. The update is not held equal: grpolab's update skips rows whose advantage is 0, so ``sign`` (never 0)
+  backpropagates more rows than ``dr_grpo``, and ``+dynamic`` takes fewer optimizer steps.
+* ``trained_tokens=N``: equal training. Every arm backpropagates about N completion tokens
+  (``compute/trained_tokens_total``, ``grpolab.train.compute``); an arm that skips more zero-advantage rows runs
+  more steps and samples more to get there.
+
+A run stops after the step at which its count reaches N (it takes its end evaluation and checkpoint there), so it
+may overshoot N by at most one step's count; ``--steps`` stays an upper bound, and a learning-rate schedule still
+decays over ``--steps``. The counts are those the run logs as ``rollout/completions_generated``,
+``rollout/tokens_generated`` (everything sampled, extra dynamic-sampling rounds included) and
+``compute/trained_tokens_total``. grpolab's engine only: the TRL engine samples and trains inside TRL's step and
+refuses a budget.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from grpolab.errors import UserError
 
 __all__ = ["UNITS", "Budget", "check_budget", "parse_budget"]
 
-UNITS = ("completions", "tokens")
+UNITS = {
+    "completions": "completions sampled (equal sampling; the update is not held equal)",
+    "tokens": "completion tokens sampled (equal sampling; the update is not held equal)",
+    "trained_tokens": "completion tokens trained, the backward pass's tokens (equal training; sampling is not "
+                      "held equal)",
+}
+"""Each unit and what a budget in it holds equal."""
 
 
 class Budget(NamedTuple):
     unit: str  # one of UNITS
     amount: int
 
-    def spent(self, completions: int, tokens: int) -> bool:
-        """Whether a run that has sampled ``completions`` completions of ``tokens`` tokens has spent it."""
-        return (completions if self.unit == "completions" else tokens) >= self.amount
+    def spent(self, counts: Mapping[str, int]) -> bool:
+        """Whether a run whose counts so far are ``counts`` (unit -> count, ``UNITS``' keys) has spent it."""
+        return counts[self.unit] >= self.amount
+
+    @property
+    def holds_equal(self) -> str:
+        """What the budget holds equal across runs, in words."""
+        return f"{self.amount:,} {UNITS[self.unit]}"
 
 
 def parse_budget(text: str) -> Budget:
@@ -39,7 +60,7 @@ def parse_budget(text: str) -> Budget:
     except ValueError:
         value = 0
     if unit not in UNITS or value < 1:
-        raise UserError(f"budget must be completions=N or tokens=N with N >= 1, got {text!r}; "
+        raise UserError(f"budget must be completions=N, tokens=N or trained_tokens=N with N >= 1, got {text!r}; "
                         "e.g. --budget completions=4096")
     return Budget(unit, value)
 

@@ -142,9 +142,11 @@ class TrainConfig:
     """Group masking (SkyRL zero_variance_filter, prime-rl filter_zero_advantages, TRL PR #7068): groups whose
     rewards are all equal are left out of the update (loss numerator, denominator and KL); logs keep them."""
     budget: str | None = setting(None, scope="training", check=check_budget)
-    """Compute budget, completions=N or tokens=N: the run stops after the step at which it has sampled N
-    completions (or completion tokens), extra dynamic-sampling rounds included; --steps stays the upper bound.
-    With grpolab compare it holds every arm's sampled completions (tokens) equal (docs/remedies.md). None: no budget."""
+    """Compute budget, completions=N, tokens=N or trained_tokens=N: the run stops after the step at which it has
+    sampled N completions (or completion tokens; extra dynamic-sampling rounds included) or backpropagated N
+    completion tokens; --steps stays the upper bound. With grpolab compare it holds that one count equal across
+    arms, and only it: completions=N and tokens=N hold sampling equal (arms that skip zero-advantage rows train
+    less), trained_tokens=N holds training equal (docs/remedies.md). None: no budget."""
     curriculum: bool = setting(False, scope="training",
                                sweep_owned="NAME+curriculum in --estimators (e.g. dr_grpo+curriculum)")
     """Difficulty curriculum (prime-rl DifficultyPoolSampler / AdvRangeGate, ROLL difficulty_mask, NeMo-RL #1475):

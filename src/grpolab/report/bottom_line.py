@@ -48,6 +48,9 @@ def _tested(row: dict[str, Any]) -> str:
         return (f"{ahead} is ahead by {100 * abs(diff):.1f} points [{_signed(ends[0])}, {_signed(ends[1])}] "
                 f"(resolved: Holm-adjusted p = {row['p_holm']:.2g})")
     numbers = f"{_signed(diff)} points [{_signed(low)}, {_signed(high)}]"
+    if said == "ceiling":
+        return (f"{numbers}; both at the ceiling (within ±{100 * row['margin']:.1f} points of 100%), cannot be "
+                f"resolved (Holm-adjusted p = {row['p_holm']:.2g})")
     if said == "equivalent":
         return (f"{numbers}, equivalent within ±{100 * row['margin']:.1f} points (Holm-adjusted TOST p = "
                 f"{row['tost_p_holm']:.2g})")

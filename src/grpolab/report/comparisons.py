@@ -1,5 +1,6 @@
-"""Which pairs of arms the report tests, and how: one primary comparison declared before the runs, the other
-pairs secondary, and the pairs that are one update under Adam named instead of tested.
+"""Which pairs of arms the report tests, and how: one primary comparison (``report.verdict.declaration_line`` says
+when it was declared, and whether earlier results of the same configuration were known), the other pairs
+secondary, and the pairs that are one update under Adam named instead of tested.
 
 Within each (variant, group size), the arms are the estimators' finished runs (``tables.run_table``). The
 primary pair is ``--primary`` (the sweep's ``primary`` setting, "A,B"; without it "sign,dr_grpo" when both
@@ -14,12 +15,15 @@ stand-in's pair: listed, not tested (sign vs grpo at G = 2 repeats sign vs dr_gr
 The estimators of a sweep run the same seeds, and seed s of each starts from the same policy and is
 evaluated on the same prompts, so where both arms hold the same seeds the test is paired by seed (the paired
 t-test and the t interval of the per-seed differences); where they do not (a seed diverged in one arm) it
-falls back to Welch's, and the row says which (``test``). Each tested pair carries
+falls back to Welch's, and the row says which (``test``): ``grpolab.pairing.compare_arms``, the rule every
+script shares. Each tested pair carries
 ``grpolab.stats.compare_pair`` on the report's score (pass@1, ``tables.score``) and, where the score is pass@1,
 the same test on greedy accuracy (``greedy_*``), so that a verdict that holds on one metric and not the other
-says so. Absence of a difference is tested, not read off a p-value: TOST at ``equivalence_margin`` (the sweep
-setting, default 0.05 = 5 points; Schuirmann 1987), Holm-corrected in the same family; a pair that is neither
-different nor equivalent is "no evidence either way at this n". Also shown: the Welch, permutation and
+says so. Absence of a difference is tested, not read off a p-value: TOST (Schuirmann 1987) at each metric's
+margin, ``equivalence_margin`` (the sweep setting, default 0.05 = 5 points) cut to a quarter of the headroom above
+that metric's start score (``grpolab.equivalence``), Holm-corrected in the same family; a pair whose arms both end
+within the margin of 100% is "ceiling" (cannot be resolved), never equivalent; a pair that is neither different nor
+equivalent is "no evidence either way at this n". Also shown: the Welch, permutation and
 Mann-Whitney p-values, Hedges' g, the interquartile means and P(A > B) with Newcombe's interval (rliable's
 summaries, Agarwal et al. 2021, arXiv 2108.13264). Departure from rliable: no stratified bootstrap (see
 ``grpolab.stats``).
@@ -35,8 +39,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpolab import stats
+from grpolab import equivalence, stats
 from grpolab.advantages import display_order
+from grpolab.pairing import compare_arms
 from grpolab.planning.power import seeds_needed
 from grpolab.report.same_update import same_update_ratio
 from grpolab.report.tables import ALPHA, N_RESAMPLES
@@ -47,7 +52,8 @@ __all__ = ["arm_label", "comparisons", "equivalence_margin", "finding", "finding
 
 DEFAULT_PRIMARY = ("sign", "dr_grpo")
 GREEDY = "greedy_"  # prefix of a row's fields computed on greedy accuracy
-GREEDY_FIELDS = ("test", "mean_difference", "difference_low", "difference_high", "difference_sd", "p", "tost_p")
+GREEDY_FIELDS = ("test", "mean_a", "mean_b", "mean_difference", "difference_low", "difference_high", "difference_sd",
+                 "p", "tost_p", "margin")
 PLANNED_POWER = 0.8  # the power at which an unclear finding says how many seeds would resolve it
 
 
@@ -164,17 +170,24 @@ def _tested(row: dict[str, Any], arms: dict[str, pd.DataFrame], margin: float) -
     if row["role"] not in ("primary", "secondary") or min(row["n_a"], row["n_b"]) < 2:
         return row
     a, b = arms[row["name_a"]], arms[row["name_b"]]
-    paired = a["seed"].is_unique and b["seed"].is_unique and set(a["seed"]) == set(b["seed"])
     sampled = bool((a["n"] > 0).all() and (b["n"] > 0).all())
     tested = {**row, "tested": True, "sampled": sampled}
-    for prefix, column in (("", "final_accuracy"), (GREEDY, "final_greedy")):
+    for prefix, column, start in (("", "final_accuracy", "start_accuracy"), (GREEDY, "final_greedy", "start_greedy")):
         x, y = _by_seed(a, column), _by_seed(b, column)
         if prefix and (not sampled or not (np.isfinite(x).all() and np.isfinite(y).all())):
             continue
-        result = stats.compare_pair(x.to_numpy(), y.to_numpy(), paired=paired, margin=margin,
-                                    n_resamples=N_RESAMPLES, random_state=0)
+        result = compare_arms(x, y, margin=_metric_margin(margin, a, b, start), n_resamples=N_RESAMPLES,
+                              random_state=0)
         tested.update(result if not prefix else {prefix + k: result[k] for k in GREEDY_FIELDS})
     return tested
+
+
+def _metric_margin(fixed: float, a: pd.DataFrame, b: pd.DataFrame, start: str) -> float:
+    """The TOST margin of one metric (``equivalence.margin``): the fixed margin cut to a share of the headroom above
+    the two arms' mean start score on that metric; the fixed margin where the start was not recorded."""
+    starts = pd.concat([a[start], b[start]]).astype(float) if start in a and start in b else pd.Series(dtype=float)
+    starts = starts[np.isfinite(starts)]
+    return equivalence.margin(fixed, float(starts.mean())) if len(starts) else fixed
 
 
 def _holm(rows: list[dict[str, Any]], family: str) -> list[dict[str, Any]]:
@@ -274,10 +287,15 @@ def p_phrase(row: dict[str, Any], prefix: str = "") -> str:
 
 
 def finding(row: dict[str, Any], prefix: str = "") -> str:
-    """What a tested row's family-adjusted tests say: "higher" (a > b), "lower", "equivalent" (TOST within the
-    margin) or "unclear" (neither: no evidence either way at this n); ``prefix`` GREEDY: on greedy accuracy."""
+    """What a tested row's family-adjusted tests say: "higher" (a > b), "lower", "ceiling" (not different, and both
+    arms end within the margin of 100%, where any two arms are within the margin of each other:
+    ``equivalence.at_ceiling``), "equivalent" (TOST within the margin) or "unclear" (no evidence either way at this
+    n); ``prefix`` GREEDY: on greedy accuracy."""
     if row[prefix + "p_holm"] < ALPHA:
         return "higher" if row[prefix + "mean_difference"] > 0 else "lower"
+    means = (row.get(prefix + "mean_a", row["mean_a"]), row.get(prefix + "mean_b", row["mean_b"]))
+    if equivalence.at_ceiling(*means, row.get(prefix + "margin", row["margin"])):
+        return "ceiling"
     return "equivalent" if row[prefix + "tost_p_holm"] < ALPHA else "unclear"
 
 
@@ -298,7 +316,12 @@ def finding_phrase(row: dict[str, Any], prefix: str = "") -> str:
         ends = ends if said == "higher" else (-ends[1], -ends[0])  # the interval of high - low
         return (f"{high} > {low} by {100 * abs(diff):.1f} points, 95% CI [{points(ends[0])}, {points(ends[1])}] "
                 f"({numbers})")
-    margin = 100 * row["margin"]
+    margin = 100 * row.get(prefix + "margin", row["margin"])
+    if said == "ceiling":
+        means = (row.get(prefix + "mean_a", row["mean_a"]), row.get(prefix + "mean_b", row["mean_b"]))
+        return (f"{a} and {b} both end at the ceiling ({100 * means[0]:.1f}% and {100 * means[1]:.1f}%, within "
+                f"+-{margin:.1f} points of 100%): cannot be resolved, and not called equivalent ({a} - {b} = "
+                f"{points(diff)}, {_interval(row, prefix)}, {numbers})")
     if said == "equivalent":
         return (f"{a} and {b} are equivalent within +-{margin:.1f} points ({tost}; {a} - {b} = {points(diff)}, "
                 f"{_interval(row, prefix)}, {numbers})")

@@ -1,10 +1,13 @@
-"""The compute each arm of a comparison spent: completions and completion tokens sampled, per (arm, G).
+"""The compute each arm of a comparison spent, per (arm, G): optimizer steps, trained sequences, trained and
+forwarded tokens, and the completions and completion tokens sampled.
 
-A remedy for gradient starvation that resamples (``+dynamic``) spends more sampling per step than one that
-does not (``+mask``, ``sign``), so a comparison at equal steps is not one at equal compute. This section states
-what each arm spent (the runs' last ``rollout/completions_generated`` and ``rollout/tokens_generated``, mean
-over finished runs, with the range over seeds), and the budget when ``--budget`` held compute equal
-(``grpolab.config.budget``). Diverged runs are left out, as in every other table.
+Equal steps are not equal compute, and neither are equal completions: a remedy that resamples (``+dynamic``) spends
+more sampling per step than one that does not (``+mask``, ``sign``), and grpolab's update skips zero-advantage rows,
+so ``sign`` (never 0) backpropagates more rows than ``dr_grpo``. This section states what each arm spent (each run's
+last cumulative counts, ``grpolab.metric_keys.COMPUTE`` and ``rollout/completions_generated``; mean over finished
+runs, with the range over seeds), and what ``--budget`` held equal when it was set (``grpolab.config.budget``). A
+count a run did not record (a run older than the counter, or one the TRL engine cannot count) shows as "not
+recorded". Diverged runs are left out, as in every other table.
 """
 
 from __future__ import annotations
@@ -15,30 +18,41 @@ import numpy as np
 import pandas as pd
 
 from grpolab.advantages import display_order
+from grpolab.config.budget import parse_budget
+from grpolab.metric_keys import COMPUTE
 from grpolab.render import Section
 
-__all__ = ["COMPLETIONS", "TOKENS", "compute_section", "compute_table"]
+__all__ = ["COUNTED", "budget_sentence", "compute_section", "compute_table"]
 
-COMPLETIONS = "rollout/completions_generated"
-TOKENS = "rollout/tokens_generated"
+COUNTED = {"optimizer_steps": COMPUTE["optimizer_steps"][1], "trained_sequences": COMPUTE["trained_sequences"][1],
+           "trained_tokens": COMPUTE["trained_tokens"][1], "forward_tokens": COMPUTE["forward_tokens"][1],
+           "completions": "rollout/completions_generated", "sampled_tokens": COMPUTE["sampled_tokens"][1]}
+"""The table's counts (column -> the cumulative metric key it reads), in the order it shows them."""
+
+LABELS = {"optimizer_steps": "Optimizer steps", "trained_sequences": "Sequences trained",
+          "trained_tokens": "Tokens trained", "forward_tokens": "Tokens forwarded",
+          "completions": "Completions sampled", "sampled_tokens": "Tokens sampled"}
 
 
 def compute_table(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Per (estimator, group_size), over the finished runs: seeds, mean last step, and the mean, min and max of
-    the completions and the tokens sampled by the end (tokens NaN where the engine does not count them)."""
-    columns = ["estimator", "group_size", "n_seeds", "steps", "completions", "completions_min", "completions_max",
-               "tokens", "tokens_min", "tokens_max"]
-    if metrics.empty or COMPLETIONS not in metrics.columns:
+    """Per (estimator, group_size), over the finished runs: seeds, mean last step, and for each of ``COUNTED`` the
+    mean, min and max of the runs' counts by the end (NaN where the runs did not record it)."""
+    spreads = [f"{name}{suffix}" for name in COUNTED for suffix in ("", "_min", "_max")]
+    columns = ["estimator", "group_size", "n_seeds", "steps", *spreads]
+    if metrics.empty or COUNTED["completions"] not in metrics.columns:
         return pd.DataFrame(columns=columns)
     finished = metrics if "status" not in metrics.columns else metrics[metrics["status"] != "diverged"]
     last = finished.sort_values("step").groupby("run_id").tail(1)
-    tokens = last[TOKENS] if TOKENS in last.columns else pd.Series(np.nan, index=last.index)
-    last = last.assign(_tokens=tokens.astype(float), _completions=last[COMPLETIONS].astype(float))
+    counts = {f"_{name}": (last[key] if key in last.columns else pd.Series(np.nan, index=last.index)).astype(float)
+              for name, key in COUNTED.items()}
+    last = last.assign(**counts)
     rows = []
     for (estimator, size), runs in last.groupby(["estimator", "group_size"]):
-        rows.append({"estimator": estimator, "group_size": int(size), "n_seeds": len(runs),
-                     "steps": float(runs["step"].mean()), **_spread(runs["_completions"], "completions"),
-                     **_spread(runs["_tokens"], "tokens")})
+        row = {"estimator": estimator, "group_size": int(size), "n_seeds": len(runs),
+               "steps": float(runs["step"].mean())}
+        for name in COUNTED:
+            row.update(_spread(runs[f"_{name}"], name))
+        rows.append(row)
     table = pd.DataFrame(rows, columns=columns)
     order = {name: i for i, name in enumerate(display_order(table["estimator"]))}
     return table.sort_values(["group_size", "estimator"], key=lambda c: c.map(order) if c.name == "estimator" else c,
@@ -46,15 +60,28 @@ def compute_table(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def _spread(values: pd.Series, name: str) -> dict[str, float]:
-    if values.isna().all():
+    """Mean, min and max of the runs' counts; NaN when any run did not record it (a mean over some seeds would
+    pass for the arm's)."""
+    if values.isna().any():
         return {name: np.nan, f"{name}_min": np.nan, f"{name}_max": np.nan}
     return {name: float(values.mean()), f"{name}_min": float(values.min()), f"{name}_max": float(values.max())}
 
 
 def _count(mean: float, low: float, high: float) -> str:
     if not np.isfinite(mean):
-        return "not counted"
+        return "not recorded"
     return f"{mean:,.0f}" if low == high else f"{mean:,.0f} ({low:,.0f} to {high:,.0f})"
+
+
+def budget_sentence(config: dict[str, Any]) -> str:
+    """What the comparison held equal: the ``--budget`` and its unit's meaning, or equal steps without one."""
+    budget = (config.get("train") or {}).get("budget")
+    if not budget:
+        return ("No --budget was set, so every arm ran the same steps: equal steps, not equal compute (arms that "
+                "resample, +dynamic, sample more per step; arms whose advantages are 0 less often, such as sign, "
+                "train more rows per step).")
+    return (f"Every run had the budget {budget} (--budget), which holds equal {parse_budget(budget).holds_equal}: "
+            "each run stopped after the step that reached it, so arms differ in that count by at most one step's.")
 
 
 def compute_section(metrics: pd.DataFrame, config: dict[str, Any]) -> Section | None:
@@ -62,17 +89,13 @@ def compute_section(metrics: pd.DataFrame, config: dict[str, Any]) -> Section | 
     table = compute_table(metrics)
     if table.empty:
         return None
-    display = pd.DataFrame({
-        "Arm": table["estimator"], "G": table["group_size"], "Seeds": table["n_seeds"],
-        "Steps": table["steps"].map(lambda v: f"{v:,.1f}".removesuffix(".0")),
-        "Completions sampled": [_count(*r) for r in table[["completions", "completions_min", "completions_max"]]
-                                .itertuples(index=False)],
-        "Tokens sampled": [_count(*r) for r in table[["tokens", "tokens_min", "tokens_max"]].itertuples(index=False)],
-    })
-    text = ("The sampling each arm spent by the end of its runs (mean over finished seeds, range in brackets): "
-            "completions and completion tokens sampled, extra dynamic-sampling rounds included.")
-    budget = (config.get("train") or {}).get("budget")
-    text += (f" Every run had the budget {budget} (--budget): it stopped after the step that reached it, so arms "
-             "differ by at most one step's sampling." if budget else
-             " No --budget was set: arms that resample (+dynamic) spent more per step than the others.")
-    return Section("Compute per arm", [text], [("Compute spent per arm", display)])
+    display = pd.DataFrame({"Arm": table["estimator"], "G": table["group_size"], "Seeds": table["n_seeds"],
+                            "Steps": table["steps"].map(lambda v: f"{v:,.1f}".removesuffix(".0"))})
+    for name, label in LABELS.items():
+        spread = table[[name, f"{name}_min", f"{name}_max"]].itertuples(index=False)
+        display[label] = [_count(*r) for r in spread]
+    text = ("The compute each arm spent by the end of its runs (mean over finished seeds, range in brackets): "
+            "optimizer steps; completions that reached the backward pass and their completion tokens (zero-advantage "
+            "rows are skipped); the prompt and completion tokens of the forwards with a gradient; and the completions "
+            "and completion tokens sampled, extra dynamic-sampling rounds included. ")
+    return Section("Compute per arm", [text + budget_sentence(config)], [("Compute spent per arm", display)])

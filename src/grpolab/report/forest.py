@@ -24,21 +24,23 @@ from grpolab.report.comparisons import arm_label, finding, lr_phrase, metric_nam
 __all__ = ["FOREST_COLUMNS", "figure_forest", "forest_rows", "untested_table"]
 
 FAMILIES = ("primary", "secondary")
-FOREST_COLUMNS = ("label", "family", "metric", "difference", "low", "high", "p_holm", "finding")
-FINDING_COLORS = {"higher": "#1a7f37", "lower": "#cf222e", "equivalent": "#0969da", "unclear": "#57606a"}
+FOREST_COLUMNS = ("label", "family", "metric", "difference", "low", "high", "p_holm", "finding", "margin")
+FINDING_COLORS = {"higher": "#1a7f37", "lower": "#cf222e", "equivalent": "#0969da", "ceiling": "#9a6700",
+                  "unclear": "#57606a"}
 
 
 def forest_rows(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """The plot's rows, top to bottom: each tested pair once, the primary family first.
 
     rows: ``comparisons.comparisons``. Columns: label ("G = 2: sign - dr_grpo"), family, metric, difference,
-    low, high (A - B and its 95% interval, as fractions), p_holm and finding ("higher", "lower", "equivalent",
-    "unclear"; ``comparisons.finding``)."""
+    low, high (A - B and its 95% interval, as fractions), p_holm and finding ("higher", "lower", "ceiling",
+    "equivalent", "unclear"; ``comparisons.finding``) and margin (the pair's equivalence margin)."""
     tested = sorted((r for r in rows if r["tested"]), key=lambda r: FAMILIES.index(r["role"]))  # stable
     return pd.DataFrame([{
         "label": f"{arm_label(r['variant'], r['group_size'])}: {r['name_a']} - {r['name_b']}",
         "family": r["role"], "metric": metric_name(r), "difference": r["mean_difference"],
         "low": r["difference_low"], "high": r["difference_high"], "p_holm": r["p_holm"], "finding": finding(r),
+        "margin": r["margin"],
     } for r in tested], columns=list(FOREST_COLUMNS))
 
 
@@ -49,12 +51,13 @@ def figure_forest(forest: pd.DataFrame, margin: float) -> Figure:
     fig, ax = plt.subplots(figsize=(8.5, height))
     y = list(range(len(forest)))[::-1]  # the first row on top
     ax.axvspan(-100 * margin, 100 * margin, color="#0969da", alpha=0.12, lw=0,
-               label=f"equivalence margin ±{100 * margin:.1f} points")
+               label=f"equivalence margin ±{100 * margin:.1f} points (ticks: each pair's, cut near the ceiling)")
     ax.axvline(0, color="#222", lw=0.9)
     for yi, row in zip(y, forest.itertuples(index=False), strict=True):
         color = FINDING_COLORS[row.finding]
         ax.plot([100 * row.low, 100 * row.high], [yi, yi], color=color, lw=2)
         ax.plot(100 * row.difference, yi, "o", color=color, ms=6)
+        ax.plot([-100 * row.margin, 100 * row.margin], [yi, yi], "|", color="#0969da", ms=9)
         ax.annotate(f"p = {row.p_holm:.2g}", (1.01, yi), xycoords=("axes fraction", "data"), va="center",
                     fontsize=8.5)
     if (forest["family"] == "primary").any() and (forest["family"] == "secondary").any():

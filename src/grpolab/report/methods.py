@@ -1,6 +1,6 @@
 """The report's "Methods" section, after the results: how the verdict's numbers were computed (the metric, the
-learning rates, pairing by seed, the two Holm families, TOST and the intervals). The Verdict points here in
-one line (``methods_pointer``) instead of opening with it."""
+learning rates, pairing by seed, the two Holm families, TOST, the intervals, and what compute was held equal). The
+Verdict points here in one line (``methods_pointer``) instead of opening with it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any
 
 import pandas as pd
 
+from grpolab.equivalence import margin_rule
 from grpolab.render import Section
 from grpolab.report.comparisons import equivalence_margin
+from grpolab.report.compute import budget_sentence
 from grpolab.report.tables import ALPHA
 
 __all__ = ["METHODS", "methods_pointer", "methods_section"]
@@ -29,7 +31,6 @@ def methods_section(selection: pd.DataFrame | None, config: dict[str, Any]) -> S
                "(never on the test split; see Learning-rate selection). " if selection is not None else
                "Every estimator ran at the same learning rate (no --lrs): a difference may come from the "
                "learning rate rather than the estimator. ")
-    margin = 100 * equivalence_margin(config)
     return Section(METHODS, [
         f"Held-out score = pass@1 on the test split (mean success of the evaluation samples at the training "
         f"temperature; greedy accuracy when no samples were drawn), at the end of training; each verdict "
@@ -39,6 +40,7 @@ def methods_section(selection: pd.DataFrame | None, config: dict[str, Any]) -> S
         f"line names its test. Two families, each Holm-corrected as one: the primary comparison (--primary) "
         f"at every group size and variant, and every other tested pair. A pair is different when its "
         f"Holm-adjusted p < {ALPHA}; equivalent when TOST (two one-sided tests, Holm-adjusted the same way) "
-        f"puts the difference within +-{margin:.1f} points (--equivalence-margin); otherwise there is no "
+        f"puts the difference within the {margin_rule(equivalence_margin(config))} (--equivalence-margin); "
+        "otherwise there is no "
         "evidence either way at this n. CIs are 95% t intervals over seeds (paired, Welch, or Student-t for "
-        "one arm)."])
+        f"one arm). Compute: {budget_sentence(config)} Compute per arm states what each arm spent."])

@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 
 from grpolab import advantages
 from grpolab.advantages import display_order, entry_for
+from grpolab.equivalence import margin_rule
 from grpolab.render import Section
 from grpolab.report import figures as figs
 from grpolab.report.comparisons import comparisons, equivalence_margin, permutation_floor_notes, reading
@@ -222,7 +223,7 @@ def summary_sections(results: pd.DataFrame, config: dict[str, Any],
             )
         ],
     )
-    margin = 100 * equivalence_margin(config)
+    margin = equivalence_margin(config)
     text = (
         "Pairs are compared within each group size (and variant) on the final score per seed, paired by seed "
         "where both arms ran the same seeds (Test: paired t; the interval is the t interval of the per-seed "
@@ -230,7 +231,7 @@ def summary_sections(results: pd.DataFrame, config: dict[str, Any],
         "families, each Holm-corrected as one (Holm 1979): the primary pair (--primary) at every group size and "
         "variant, and every other tested pair; pairs that are the same update under Adam are listed, not tested. "
         f"A pair is called different when its Holm-adjusted p is < {ALPHA}, equivalent when its Holm-adjusted "
-        f"TOST p (Schuirmann 1987, margin +-{margin:.1f} points) is < {ALPHA}, and otherwise neither: no evidence "
+        f"TOST p (Schuirmann 1987; {margin_rule(margin)}) is < {ALPHA}, and otherwise neither: no evidence "
         "either way at this n. Greedy accuracy is tested the same way beside pass@1. Also shown: Welch's p, a "
         f"permutation test (exact when at most {N_RESAMPLES:,} splits), Hedges' g, and rliable's interquartile "
         "means and probability of improvement P(A > B) (Agarwal et al. 2021) with Newcombe's 95% interval."

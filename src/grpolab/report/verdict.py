@@ -6,7 +6,9 @@ difference (``report.forest``). "Pairs not tested": the same-update pairs, the r
 and the arms with too few runs, a table with each reason. "The verdict in detail", as bullets:
 
 0. When the primary comparison was declared (``primary_declaration``, recorded in ``compare.yaml`` by
-   ``grpolab.sweep.settings``), flagged when it replaced another primary after runs had trained.
+   ``grpolab.sweep.settings``), flagged when it replaced another primary after runs had trained, and said to be
+   chosen with earlier results known where results of the same configuration existed then
+   (``grpolab.sweep.earlier``).
 1. The primary comparison (``--primary``; see ``report.comparisons``), one family over every group size and
    variant, Holm-corrected together: the difference of means with its 95% interval (paired by seed where
    the arms share seeds, else Welch), its test and Holm-adjusted p, and, where it is not significant, TOST
@@ -36,6 +38,7 @@ import pandas as pd
 
 from grpolab import stats
 from grpolab.advantages import display_order, entry_for
+from grpolab.pairing import compare_arms
 from grpolab.render import Section
 from grpolab.report.bottom_line import bottom_line
 from grpolab.report.clipping import clipping_lines
@@ -59,6 +62,7 @@ from grpolab.report.forest import figure_forest, forest_rows, untested_table
 from grpolab.report.methods import methods_pointer
 from grpolab.report.selection import unbracketed_lines
 from grpolab.report.tables import (
+    N_RESAMPLES,
     diverged_table,
     family_split,
     family_table,
@@ -131,7 +135,18 @@ def declaration_line(config: dict[str, Any], pair: tuple[str, str]) -> str:
         return (f"CHANGED AFTER RESULTS: the primary comparison {name} was declared at {when}, after runs of this "
                 f"sweep had trained, replacing {replaced.replace(',', ' vs ')}: it was chosen with results in "
                 "view, so read its p-values as exploratory.")
-    return f"The primary comparison {name} was declared at {when}, before any run of this sweep trained."
+    earlier = record.get("primary_earlier_results")
+    if earlier is None:
+        return (f"The primary comparison {name} was declared at {when}, before any run of this sweep trained; whether "
+                "earlier results of the same configuration were known then is not recorded (a sweep saved before "
+                "compare.yaml recorded it).")
+    if earlier:
+        return (f"The primary comparison {name} was declared at {when}, before any run of this sweep trained, but "
+                f"earlier results of the same configuration existed ({earlier}): it was chosen with earlier results "
+                "known, so read its p-values as a replication of what was seen, not a test declared before any "
+                "result.")
+    return (f"The primary comparison {name} was declared at {when}, before any run of this sweep trained and before "
+            "any result of the same configuration (none beside the sweep's folder or in experiments/).")
 
 
 def _primary_lines(runs: pd.DataFrame, rows: list[dict[str, Any]], config: dict[str, Any]) -> list[str]:
@@ -182,7 +197,7 @@ def _sign_lines(runs: pd.DataFrame, rows: list[dict[str, Any]]) -> list[str]:
             continue
         parts = [f"vs {p['name_b']} {points(p['mean_difference'])} ({p_phrase(p)}{lr_phrase(p)})" for p in pairs]
         said = {kind: [p["name_b"] for p in pairs if finding(p) == kind]
-                for kind in ("higher", "lower", "equivalent")}
+                for kind in ("higher", "lower", "equivalent", "ceiling")}
         said["unclear"] = [f"{p['name_b']} ({resolve_phrase(p)})" for p in pairs if finding(p) == "unclear"]
         lines.append(f"{arm_label(variant, int(size))}, secondary: sign against the group-centred estimators on "
                      f"{metric_name(pairs[0])}: {'; '.join(parts)}: {_sign_verdict(said, pairs[0]['margin'])} "
@@ -201,6 +216,8 @@ def _sign_verdict(said: dict[str, list[str]], margin: float) -> str:
     parts += [f"significantly worse than {_names(said['lower'])}"] if said["lower"] else []
     parts += [f"equivalent within +-{100 * margin:.1f} points to {_names(said['equivalent'])}"] \
         if said["equivalent"] else []
+    parts += [f"at the ceiling with {_names(said['ceiling'])} (both within +-{100 * margin:.1f} points of 100%: "
+              "cannot be resolved)"] if said["ceiling"] else []
     unclear = f"no evidence either way at this n against {_names(said['unclear'])}" if said["unclear"] else ""
     if not parts:
         return unclear
@@ -235,21 +252,22 @@ def _no_signal_lines(results: pd.DataFrame) -> list[str]:
 
 
 def _sign_group_sizes(runs: pd.DataFrame) -> list[str]:
-    """sign's gain at each group size, and a Welch test between the two smallest sizes (variant "" only)."""
+    """sign's gain at each group size, and a test between the two smallest sizes, paired by seed where both hold the
+    same seeds, else Welch (``grpolab.pairing``; variant "" only)."""
     sign = runs[(runs["estimator"] == SIGN) & (runs["variant"] == "")]
     sizes = sorted(sign["group_size"].unique())
     if len(sizes) < 2:
         return []
-    gains = {g: (r["final_accuracy"] - r["start_accuracy"]).dropna().to_numpy(float)
+    gains = {g: (r.set_index("seed")["final_accuracy"] - r.set_index("seed")["start_accuracy"]).dropna()
              for g, r in sign.groupby("group_size")}
     parts = ", ".join(f"G = {g}: {points(gains[g].mean())} (n = {gains[g].size})" for g in sizes)
     metric = "pass@1" if (sign["n"] > 0).all() else "greedy accuracy"
     line = f"sign's gain in held-out {metric} at each group size (the paper's Fig. 3, right; exploratory, not " \
            f"adjusted): {parts}"
     a, b = gains[sizes[0]], gains[sizes[1]]
-    if a.size >= 2 and b.size >= 2:
-        _, _, p = stats.welch_t_test(b, a)
-        line += f"; G = {sizes[1]} vs G = {sizes[0]}: Welch p = {p:.2g}"
+    if a.size >= 2 and b.size >= 2:  # seed s starts from the same policy at every G: paired where the seeds match
+        result = compare_arms(b, a, n_resamples=N_RESAMPLES)
+        line += f"; G = {sizes[1]} vs G = {sizes[0]}: {result['test']} p = {result['p']:.2g}"
     return [line + "."]
 
 

@@ -13,6 +13,10 @@ the evaluations it made before it stopped and has no ``end`` evaluation, so it i
 report marks it. Each results row also carries its run's prompt fate (``fate_columns``). A no-signal run has
 its end evaluation at the step it stopped: it is counted in its arm, and the report flags it. ``bracketed`` says
 whether the run's lr was chosen inside its selection grid (None when the sweep chose no lr).
+
+Each results row and each runs row also carries the run's compute spent by that evaluation (``spent_columns``: one
+column per counter of ``grpolab.metric_keys.COMPUTE``, read from the run's metrics row of that step), NaN where the
+run did not record the counter (a run older than it, or the TRL engine's unrecorded ones).
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ import pandas as pd
 from grpolab.audit.fate_source import run_fate
 from grpolab.diagnostics.fate import FATE_COUNTS
 from grpolab.io import atomic_write_with
+from grpolab.metric_keys import COMPUTE
 from grpolab.sweep.plan import Cell, RunSpec
 from grpolab.train.no_signal import NO_SIGNAL
 from grpolab.train.runlog import missing_steps, read_evaluations, read_metrics, spans
 
-__all__ = ["collect_results", "fate_columns", "not_counted", "runs_table", "write_table", "write_tables"]
+__all__ = ["collect_results", "fate_columns", "not_counted", "runs_table", "spent_columns", "write_table",
+           "write_tables"]
 
 
 def not_counted(spec: RunSpec, why: str) -> dict[str, Any]:
@@ -77,6 +83,16 @@ def fate_columns(run_dir: Path) -> dict[str, float]:
     return {f"fate_{name}": float(fate.get(name, float("nan"))) for name in FATE_COUNTS}
 
 
+def spent_columns(steps: Sequence[dict[str, Any]], step: int) -> dict[str, float]:
+    """The run's cumulative compute counts at ``step``: one column per counter of ``COMPUTE``, from its metrics row
+    ``steps`` of that step (0 at step 0 for a counter the run records), NaN where the run did not record it."""
+    row = next((r for r in steps if r.get("step") == step), None)
+    recorded = {name for name, (_, total) in COMPUTE.items() if any(total in r for r in steps)}
+    if step == 0:
+        return {name: 0.0 if name in recorded else float("nan") for name in COMPUTE}
+    return {name: float((row or {}).get(total, float("nan"))) for name, (_, total) in COMPUTE.items()}
+
+
 def _result_row(columns: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     passk = row.get("pass_at_k", {})
     return {**columns, **_sampled_columns(row), "phase": row["phase"], "step": row["step"],
@@ -104,9 +120,9 @@ def collect_results(specs: Sequence[RunSpec], bracketed: Mapping[Cell, bool] | N
             warnings.warn(message, UserWarning, stacklevel=2)
             if uncounted is not None:
                 uncounted.append(not_counted(spec, message))
-        results += [_result_row(columns, row) for row in evaluations]
         keys = ("run_id", "variant", "estimator", "seed", "group_size", "status")  # per step: no diverged_at_step
         steps = read_metrics(spec.run_dir / "metrics.jsonl")
+        results += [{**_result_row(columns, row), **spent_columns(steps, row["step"])} for row in evaluations]
         upto = (int(columns["diverged_at_step"]) if columns["status"] == "diverged"
                 else _last_step(spec, evaluations, columns["status"]))
         lost = missing_steps([row["step"] for row in steps], upto)
@@ -140,7 +156,8 @@ def runs_table(grid: Sequence[RunSpec], specs: Sequence[RunSpec], choice: Mappin
                bracketed: Mapping[Cell, bool] | None = None) -> pd.DataFrame:
     """One row per ended run, the lr-grid runs included (``role`` selection or result): its variant,
     estimator, G, seed, lr, status, the split it was scored on, ``n`` samples per prompt, and its start and
-    end figures. ``selected`` marks the grid runs at the lr chosen for their cell."""
+    end figures and the compute it spent by its end evaluation (``spent_columns``). ``selected`` marks the grid runs
+    at the lr chosen for their cell."""
     rows = []
     for role, group in (("selection", grid), ("result", specs)):
         for spec in (s for s in group if s.ended):
@@ -148,9 +165,11 @@ def runs_table(grid: Sequence[RunSpec], specs: Sequence[RunSpec], choice: Mappin
             start = next((r for r in evaluations if r["phase"] == "start"), None)
             end = next((r for r in reversed(evaluations) if r["phase"] == "end"), None)
             selected = choice.get(spec.cell) == spec.lr if role == "selection" and choice else None
+            spent = spent_columns(read_metrics(spec.run_dir / "metrics.jsonl"), end["step"]) if end else {}
             rows.append({"role": role, **_run_columns(spec, bracketed), "selected": selected,
                          "split": (end or {}).get("split", spec.config.eval_split), "n": (end or {}).get("n", 0),
-                         **_evaluation_columns("start", start), **_evaluation_columns("end", end)})
+                         **_evaluation_columns("start", start), **_evaluation_columns("end", end),
+                         **{name: spent.get(name, float("nan")) for name in COMPUTE}})
     return pd.DataFrame(rows)
 
 

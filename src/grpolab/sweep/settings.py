@@ -11,7 +11,9 @@
 * The primary comparison is recorded with when it was declared (``primary_declared``, UTC), kept while the
   primary stays the same. A primary changed once a run has trained is recorded with a new time,
   ``primary_declared_after_results: true`` and the pair it replaced, so the report can say that it was not
-  declared before the results (``primary_declaration``).
+  declared before the results (``primary_declaration``). A new declaration also records the folders that held
+  earlier results of the same configuration when it was made (``primary_earlier_results``, ``sweep.earlier``):
+  a primary named before this sweep's runs may still have been chosen with those in view.
 * A saved ``OUT/compare.yaml`` given as ``--config`` reruns the comparison as it was made (``settings_to_rerun``):
   its declaration record is dropped (the new --out declares its own primary), and so is its ``lr`` where its
   ``lrs`` grid chose the lrs (the file holds the base config's unused ``lr`` beside the grid).
@@ -31,6 +33,7 @@ from grpolab.config.fields import resume_may_change, runtime_only, sweep_owned
 from grpolab.config.files import SAVED_FOOTER, SAVED_HEADER, read_saved_settings
 from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
+from grpolab.sweep.earlier import earlier_results
 
 __all__ = ["COMPARE_TRAIN_DEFAULTS", "DECLARATION_KEYS", "SWEEP_FILE", "SWEEP_OWNED", "adopt_saved_settings",
            "check_sweep_settings", "primary_declaration", "refuse_sweep_owned", "settings_to_rerun", "sweep_defaults",
@@ -39,7 +42,8 @@ __all__ = ["COMPARE_TRAIN_DEFAULTS", "DECLARATION_KEYS", "SWEEP_FILE", "SWEEP_OW
 SWEEP_OWNED: dict[str, str] = sweep_owned(TrainConfig)
 SWEEP_FILE = "compare.yaml"
 # What ``OUT/compare.yaml`` records besides the settings: when its primary comparison was declared.
-DECLARATION_KEYS = ("primary_declared", "primary_declared_after_results", "primary_replaced")
+DECLARATION_KEYS = ("primary_declared", "primary_declared_after_results", "primary_replaced",
+                    "primary_earlier_results")
 
 # The training settings of a comparison that differ from `grpolab train`'s: a fixed, short budget, so the
 # comparison measures how fast each estimator learns (and the default sweep runs in minutes on 2 cores).
@@ -96,10 +100,14 @@ def _changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[tuple[str, A
             if saved.get(name) != value and name not in _MAY_CHANGE]
 
 
-def primary_declaration(out: Path, primary: str, *, now: datetime | None = None) -> dict[str, Any]:
+def primary_declaration(out: Path, primary: str, *, now: datetime | None = None, train: dict[str, Any] | None = None,
+                        roots: list[Path] | None = None) -> dict[str, Any]:
     """When the sweep in ``out`` declared ``primary`` ("A,B"): ``primary_declared`` (UTC, "" for a sweep saved
     before declarations were recorded), ``primary_declared_after_results`` (a run had trained a step when
-    this primary replaced another) and ``primary_replaced`` (that other primary, else "")."""
+    this primary replaced another), ``primary_replaced`` (that other primary, else "") and, given the sweep's
+    training settings ``train``, ``primary_earlier_results``: the folders with earlier results of the same
+    configuration found when it was declared (``sweep.earlier.earlier_results`` under ``roots``; "" for none),
+    absent for a declaration recorded before this was looked for."""
     path = Path(out) / SWEEP_FILE
     try:
         saved = read_saved_settings(path) if path.is_file() else {}
@@ -107,13 +115,19 @@ def primary_declaration(out: Path, primary: str, *, now: datetime | None = None)
         saved = {}
     trained = _trained(out)
     if saved.get("primary") == primary and ("primary_declared" in saved or trained):
-        return {"primary_declared": str(saved.get("primary_declared", "")),
+        kept = {"primary_declared": str(saved.get("primary_declared", "")),
                 "primary_declared_after_results": bool(saved.get("primary_declared_after_results", False)),
                 "primary_replaced": str(saved.get("primary_replaced", ""))}
+        earlier = saved.get("primary_earlier_results")
+        return kept if earlier is None else {**kept, "primary_earlier_results": str(earlier)}
     changed = trained and bool(saved.get("primary"))
     when = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"primary_declared": when, "primary_declared_after_results": changed,
-            "primary_replaced": str(saved.get("primary")) if changed else ""}
+    declared = {"primary_declared": when, "primary_declared_after_results": changed,
+                "primary_replaced": str(saved.get("primary")) if changed else ""}
+    if train is None:
+        return declared
+    found = earlier_results(out, train, primary, COMPARE_TRAIN_DEFAULTS, roots)
+    return {**declared, "primary_earlier_results": ", ".join(found)}
 
 
 def settings_to_rerun(values: dict[str, Any], *, saved: bool) -> dict[str, Any]:
@@ -136,7 +150,7 @@ def check_sweep_settings(out: Path, settings: dict[str, dict[str, Any]], default
     primary's ``primary_declaration``, which it returns."""
     path = Path(out) / SWEEP_FILE
     flat = {**settings["compare"], **settings["train"]}
-    declaration = primary_declaration(out, str(settings["compare"].get("primary", "")))
+    declaration = primary_declaration(out, str(settings["compare"].get("primary", "")), train=settings["train"])
     if path.is_file() and _trained(out):
         saved = {**defaults, **_BEFORE_THE_SETTING, **read_saved_settings(path)}
         changes = _changes(saved, flat)

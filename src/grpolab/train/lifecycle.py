@@ -20,6 +20,7 @@ from typing import Any
 
 from grpolab import devices
 from grpolab.config import TrainConfig
+from grpolab.config.budget import parse_budget
 from grpolab.config.fields import names_in_scope
 from grpolab.errors import UserError
 from grpolab.evaluation import EvalResult, evaluate
@@ -37,8 +38,8 @@ from grpolab.train.runlog import (
     spans,
 )
 
-__all__ = ["RunResult", "append_evaluation", "check_logs_reach", "evaluate_policy", "finish_run", "load_task_for",
-           "prepare_eval_log", "start_evaluation_key", "wrap_lora", "write_task_summary"]
+__all__ = ["RunResult", "append_evaluation", "budget_record", "check_logs_reach", "evaluate_policy", "finish_run",
+           "load_task_for", "prepare_eval_log", "start_evaluation_key", "wrap_lora", "write_task_summary"]
 
 
 @dataclass
@@ -273,12 +274,14 @@ def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
 
 
 def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict[str, Any], *,
-               sampler: dict[str, Any] | None = None, ended: dict[str, Any] | None = None) -> RunResult:
+               sampler: dict[str, Any] | None = None, ended: dict[str, Any] | None = None,
+               compute: dict[str, Any] | None = None) -> RunResult:
     """Save the final model (``policy.model``, LoRA-wrapped or not) and write ``summary.json`` (``"status":
     "finished"``), whose presence marks the run complete; returns the run's result. ``metrics`` is empty when
     a resume had no step left to train: the last logged step's metrics are kept instead. ``sampler``: how the run
     (since its last start) sampled, written as ``"sampler"`` where given; ``ended``: the status fields of a run that
-    ended early (``NoSignalWatch.summary_fields``), written over ``"status"``."""
+    ended early (``NoSignalWatch.summary_fields``), written over ``"status"``; ``compute``: the run's compute totals
+    (``grpolab.train.compute``), written as ``"compute"`` where given, beside ``"budget"`` (``budget_record``)."""
     _save_final_model(run_dir, policy, config.lora)
     evaluations = read_metrics(run_dir / "eval.jsonl")
     earlier = read_summary(run_dir) or {}  # a finished run resumed again: never lose what it already recorded
@@ -295,9 +298,20 @@ def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict
     summary.update(ended or {})
     if sampler is not None:
         summary["sampler"] = sampler
+    if compute is not None:
+        summary["compute"] = compute
+    summary["budget"] = budget_record(config.budget)
     summary["grpolab"] = software()
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
     return RunResult(run_dir, config.steps, metrics, evaluations)
+
+
+def budget_record(budget: str | None) -> dict[str, str] | None:
+    """summary.json's ``budget``: the ``--budget`` setting and what it held equal (``Budget.holds_equal``); None
+    when the run had none (it ran ``--steps`` steps: equal steps, not equal compute)."""
+    if budget is None:
+        return None
+    return {"setting": budget, "holds_equal": parse_budget(budget).holds_equal}
 
 
 def _with_earlier_sampler(earlier: Any, sampler: dict[str, Any] | None) -> dict[str, Any] | None:

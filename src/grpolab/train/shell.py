@@ -253,11 +253,13 @@ class RunShell:
         every = self.config.eval_every
         return bool(every) and step % every == 0 and step < self.config.steps
 
-    def finish(self, policy: Policy, metrics: dict[str, Any], *, sampler: dict[str, Any] | None = None) -> RunResult:
+    def finish(self, policy: Policy, metrics: dict[str, Any], *, sampler: dict[str, Any] | None = None,
+               compute: dict[str, Any] | None = None) -> RunResult:
         """Close the metrics log, save ``final/`` and write ``summary.json`` (``finish_run``); ``sampler``: how the
-        run sampled (``engine.sampler_path.SamplerRecord.summary``), where the engine knows."""
+        run sampled (``engine.sampler_path.SamplerRecord.summary``), where the engine knows; ``compute``: the run's
+        compute totals (``grpolab.train.compute``)."""
         self._close_metrics()
-        return finish_run(self.run_dir, policy, self.config, metrics, sampler=sampler,
+        return finish_run(self.run_dir, policy, self.config, metrics, sampler=sampler, compute=compute,
                           ended=self.no_signal.summary_fields())
 
     def diverged(self, step: int, reason: str, metrics: dict[str, Any]) -> RunDiverged:

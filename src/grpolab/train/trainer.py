@@ -18,8 +18,11 @@ Departures from the papers and from TRL, all deliberate:
   keeps the non-degenerate groups until P are kept or the rounds run out; it then trains on fewer
   than P groups rather than padding with degenerate ones. Its true cost is logged as
   ``rollout/completions_generated``.
+* What each step spent (optimizer steps, trained sequences and tokens, forwarded and sampled tokens:
+  ``grpolab.train.compute``) is logged per step and in total, saved in the checkpoint and written to summary.json.
 * A compute budget (``budget``: ``grpolab.config.budget``) ends the run after the step at which it has sampled
-  that many completions or tokens, with its end evaluation and checkpoint there; ``steps`` stays the bound.
+  that many completions or tokens, or trained that many tokens, with its end evaluation and checkpoint there;
+  ``steps`` stays the bound.
 * The difficulty curriculum (``curriculum``: ``grpolab.train.curriculum``) replaces the prompts whose recent
   groups were all wrong or all right before sampling; its per-prompt history is saved in the checkpoint.
 * Replay (``replay``: ``grpolab.train.replay``) replaces a step's degenerate groups by informative groups of
@@ -67,6 +70,7 @@ from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
 from grpolab.train.batch import StepBatch, mask_degenerate, variance_filter
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
+from grpolab.train.compute import ComputeSpent, update_spent
 from grpolab.train.curriculum import DifficultyCurriculum, check_curriculum
 from grpolab.train.divergence import divergence_reason
 from grpolab.train.lifecycle import RunResult, wrap_lora
@@ -78,6 +82,7 @@ from grpolab.train.step import (
     completion_view,
     estimator_statistics,
     step_advantages,
+    trained_rows,
     update_policy,
 )
 from grpolab.verifiers.process import get_process_verifier
@@ -133,7 +138,9 @@ class Trainer:
         self.optimizer = build_optimizer(self.params, config)
         self.sampler = SamplerRecord()  # how the run sampled, for summary.json
         self.completions_generated = 0  # restored from the checkpoint on resume
-        self.tokens_generated = 0  # completion tokens sampled; restored from the checkpoint on resume
+        self.spent = ComputeSpent()  # the run's compute totals (grpolab.train.compute); restored on resume
+        self.spent_from_step = 0  # the step the totals count from: 0, or an older checkpoint's step (no totals)
+        self.sampled_this_step = 0  # completion tokens the current step has sampled so far
         self.budget = parse_budget(config.budget) if config.budget else None
         self.success_window = SuccessWindow()  # pbar of starvation/d_iid; restored from the checkpoint
         self.curriculum = DifficultyCurriculum(config.curriculum_window) if config.curriculum else None
@@ -158,7 +165,7 @@ class Trainer:
         names = {id(p): n for n, p in self.params.items()}
         restore_optimizer(self.optimizer, names, checkpoint.optimizer, checkpoint.state.get("optimizer", {}))
         self.completions_generated = int(checkpoint.state.get("completions_generated", 0))
-        self.tokens_generated = int(checkpoint.state.get("tokens_generated", 0))
+        self._restore_spent(checkpoint.state, checkpoint.step)
         self.success_window.load_state(checkpoint.state.get("success_window", []))
         if self.curriculum is not None:
             self.curriculum.load_state(checkpoint.state.get("curriculum", {}))
@@ -166,11 +173,21 @@ class Trainer:
             self.replay.load_state(checkpoint.state.get("replay", []))
         return checkpoint.step
 
+    def _restore_spent(self, state: dict[str, Any], step: int) -> None:
+        """The compute totals a checkpoint saved; one written before the counters holds only the tokens sampled,
+        so the other totals count from its step (``spent_from_step``, stated in summary.json)."""
+        if "compute" in state:
+            self.spent = ComputeSpent.from_state(state["compute"])
+            self.spent_from_step = int(state.get("compute_from_step", 0))
+        else:
+            self.spent = ComputeSpent(sampled_tokens=int(state.get("tokens_generated", 0)))
+            self.spent_from_step = step
+
     def _save(self, step: int) -> None:
         names = {id(p): n for n, p in self.params.items()}
         tensors, extras = optimizer_tensors(self.optimizer, names)
         state = {"optimizer": extras, "completions_generated": self.completions_generated,
-                 "tokens_generated": self.tokens_generated,
+                 "compute": self.spent.state(), "compute_from_step": self.spent_from_step,
                  "success_window": self.success_window.state(), "settings": self.config.to_dict()}
         if self.curriculum is not None:
             state["curriculum"] = self.curriculum.state()
@@ -192,7 +209,7 @@ class Trainer:
             self.model.train()
         self.sampler.note(scored.rollout)
         self.completions_generated += len(scored.rollout.texts)
-        self.tokens_generated += int(scored.rollout.completion_mask.sum())
+        self.sampled_this_step += int(scored.rollout.completion_mask.sum())
         if self.curriculum is not None:
             self.curriculum.record(step, scored.problems, scored.rewards)
         check_scores(scored.scores, verifier_name=self.config.verifier or self.task.verifier, where=f"step {step}")
@@ -209,6 +226,7 @@ class Trainer:
     def _collect(self, step: int) -> tuple[StepBatch, dict[str, float]]:
         """Sample (with dynamic sampling: several rounds) and return the batch to train on."""
         self.curriculum_replaced = 0
+        self.sampled_this_step = 0
         scored = self._sample_round(step, 0)
         scores = scored.scores
         extra: dict[str, float] = {"rollout/verifier_errors": scores.errors,
@@ -261,16 +279,25 @@ class Trainer:
         update = update_policy(self.model, self.optimizer, trained, trained_advantages, UpdateSettings.of(self.config),
                                lr=lr, max_length=self.max_new_tokens, reference=self.reference)
         update_time = time.perf_counter() - update_started
+        spent = self._count_spent(trained, trained_advantages)
         self._log_rollouts(step, batch, per_completion)
         figures = rollout_figures(batch.rewards, batch.lengths, batch.truncated.tolist(), self.completions_generated,
-                                  self.tokens_generated)
+                                  self.spent.sampled_tokens)
         starvation = starvation_metrics(batch.rewards, per_completion, lengths=batch.lengths,
                                         window=self.success_window) if batch.num_groups else {}
         entropy = {"rollout/entropy": batch.sampling_entropy()} if batch.num_groups else {}
         parts = part_metrics(self.config.advantage, batch.rewards, batch.lengths)
-        metrics = {**figures, **entropy, **extra, **starvation, **update, **masked, **parts, **grad_metrics}
+        metrics = {**figures, **entropy, **extra, **starvation, **update, **masked, **parts, **grad_metrics, **spent}
         metrics.update(_perf_metrics(batch, started, rollout_time, update_time, update.get("loss/train_tokens", 0)))
         return metrics
+
+    def _count_spent(self, trained: StepBatch, advantages: torch.Tensor) -> dict[str, float]:
+        """Add the step's compute (``grpolab.train.compute``) to the run's totals; returns both as metrics."""
+        rows = trained_rows(trained, advantages, UpdateSettings.of(self.config))  # the rows the update forwarded
+        step = update_spent(trained, rows, self.config.num_iterations) + ComputeSpent(
+            sampled_tokens=self.sampled_this_step)
+        self.spent = self.spent + step
+        return {**step.step_metrics(), **self.spent.total_metrics()}
 
     def _trained(self, batch: StepBatch, advantages: torch.Tensor) -> tuple[StepBatch, torch.Tensor, dict[str, float]]:
         """The batch and advantages the update trains on: all of them, under ``mask_degenerate_groups`` those of
@@ -339,11 +366,19 @@ class Trainer:
                 self.on_step(step, metrics)
             if last:
                 break
-        return self.shell.finish(self._current_policy(), metrics, sampler=self.sampler.summary())
+        return self.shell.finish(self._current_policy(), metrics, sampler=self.sampler.summary(),
+                                 compute=self._compute_summary())
+
+    def _compute_summary(self) -> dict[str, Any]:
+        """summary.json's ``compute``: the run's totals, the completions sampled and the step they count from."""
+        return {**self.spent.state(), "sampled_completions": self.completions_generated,
+                "counted_from_step": self.spent_from_step}
 
     def _budget_spent(self) -> bool:
-        """Whether the run has sampled its ``budget`` (``grpolab.config.budget``); False without one."""
-        return self.budget is not None and self.budget.spent(self.completions_generated, self.tokens_generated)
+        """Whether the run has spent its ``budget`` (``grpolab.config.budget``); False without one."""
+        return self.budget is not None and self.budget.spent(
+            {"completions": self.completions_generated, "tokens": self.spent.sampled_tokens,
+             "trained_tokens": self.spent.trained_tokens})
 
     def _stop_if_diverged(self, step: int, metrics: dict[str, Any]) -> None:
         reason = divergence_reason(metrics, self.params.values())

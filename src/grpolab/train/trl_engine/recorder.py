@@ -15,6 +15,11 @@ each step's rollout table is written on a writer thread (waited for at each chec
 ``loss/total`` is TRL's loss (policy term plus beta * KL); ``loss/entropy`` is TRL's mean entropy of the trained
 tokens (every key's meaning: ``grpolab.metric_keys``); ``perf/update_time`` is the step time less the generation time.
 With num_iterations mu > 1 a grpolab step is mu optimiser steps; its row has the last one's loss figures.
+
+Compute (``grpolab.train.compute``): a row records the optimiser steps (TRL's ``global_step``, which its checkpoints
+restore) and the completion tokens the step sampled; TRL reports neither the rows and tokens that reached its
+backward pass nor a sampled-token count across its checkpoints, so those counters are left out of the rows and
+written as null in summary.json with the reason (``compute_summary``), never assumed.
 """
 
 from __future__ import annotations
@@ -31,12 +36,12 @@ from transformers import TrainerCallback
 
 from grpolab.devices import to_host
 from grpolab.integrations.trl import GRPOTrainer
-from grpolab.metric_keys import trl_names
+from grpolab.metric_keys import COMPUTE, lookup, trl_names
 from grpolab.train.divergence import non_finite_metric
 from grpolab.train.shell import RunShell, rollout_figures, rollout_table
 from grpolab.train.trl_engine.checkpoints import prune, record_identity, seal
 
-__all__ = ["RecordingGRPOTrainer", "RolloutRecord", "RunRecorder"]
+__all__ = ["RecordingGRPOTrainer", "RolloutRecord", "RunRecorder", "compute_summary"]
 
 _TRL_NAMES = trl_names()  # TRL's logged name -> grpolab's metric name (grpolab.metric_keys)
 
@@ -158,6 +163,9 @@ class RunRecorder(TrainerCallback):
         row: dict[str, Any] = {**rollout_figures(rewards, lengths, record.truncated, step * rewards.size),
                                **groups.starvation}
         row.update({ours: float(logs[theirs]) for theirs, ours in _TRL_NAMES.items() if _number(logs.get(theirs))})
+        row.update({"compute/optimizer_steps": float(self.iterations),
+                    "compute/optimizer_steps_total": float(step * self.iterations),  # TRL's global_step
+                    "compute/sampled_tokens": float(lengths.sum())})
         row.update({"perf/step_time": step_time, "perf/rollout_time": record.seconds,
                     "perf/update_time": max(step_time - record.seconds, 0.0)})
         row.update({f"trl/{k}": float(v) for k, v in logs.items() if _number(v) and not k.startswith("starvation/")})
@@ -175,6 +183,15 @@ class RunRecorder(TrainerCallback):
         if self._pending is not None:
             self._pending.result()
         self._pending = self._writer.submit(self.shell.write_rollouts, step, table)
+
+
+def compute_summary(optimizer_steps: int, completions: int) -> dict[str, Any]:
+    """summary.json's ``compute`` for a TRL-engine run: its optimiser steps and completions sampled, and null for
+    each counter TRL does not report, with the reason (``unavailable``: counter -> the metric table's reason)."""
+    recorded = {"optimizer_steps": optimizer_steps}
+    unavailable = {name: lookup(total).reason for name, (_, total) in COMPUTE.items() if name not in recorded}
+    return {**{name: recorded.get(name) for name in COMPUTE}, "sampled_completions": completions,
+            "counted_from_step": 0, "unavailable": unavailable}
 
 
 def _number(value: Any) -> bool:

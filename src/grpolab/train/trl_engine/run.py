@@ -234,10 +234,14 @@ class TRLRun:
         return bool(broadcast_object_list(ended)[0]) if self.state.num_processes > 1 else ended[0]
 
     def _finish(self) -> RunResult:
+        from grpolab.train.trl_engine.recorder import compute_summary
+
         metrics = self.recorder.last_metrics or _last_row(self.run_dir)
         if self.main:
             self.recorder.drain()
-            result = self.shell.finish(self._current_policy(), metrics)
+            done = self.trainer.state.global_step  # TRL's optimiser steps, restored with its checkpoint
+            result = self.shell.finish(self._current_policy(), metrics, compute=compute_summary(
+                done, done // self.config.num_iterations * self.config.completions_per_step))
         else:
             result = RunResult(self.run_dir, self.config.steps, metrics, [])
         self.state.wait_for_everyone()
