@@ -3,10 +3,10 @@
 
 The spelling is one word of estimator names, ``-`` and a number (``mix-sign-dr_grpo-0.5``), so that it passes
 unchanged through the comma-separated ``--estimators`` list, an arm's ``+remedy`` suffixes
-(``mix-sign-dr_grpo-0.5+mask``) and the run folders named after an arm; no estimator's name holds a ``-``, so the
-parts cannot be misread. Importing this module registers the spelling (``registry.register_composition``), and
-the registry resolves it to an ``Estimator`` wherever a name is looked up (``--advantage``, ``--estimators``,
-``compute_advantages``), so nothing else lists the mixes.
+(``mix-sign-dr_grpo-0.5+mask``) and the run folders named after an arm; no built-in estimator's name holds a
+``-``, so the parts cannot be misread. Importing this module registers the spelling
+(``registry.register_composition``), and the registry resolves it to an ``Estimator`` wherever a name is looked up
+(``--advantage``, ``--estimators``, ``compute_advantages``), so nothing else lists the mixes.
 
 Refused in one line (a ``ValueError`` naming the spelling and the fix): a part that is not registered, a part that
 is itself a mix (no nesting), a wrong number of parts, L not a number in [0, 1], and a part with per-token
