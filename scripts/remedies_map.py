@@ -4,6 +4,8 @@
     python scripts/remedies_map.py table --out runs/remedies   # experiments/remedies/*.csv and table.md
     python scripts/remedies_map.py run --map curriculum     # its curriculum column: runs/remedies-curriculum
     python scripts/remedies_map.py table --map curriculum   # experiments/remedies-curriculum/*.csv and table.md
+    python scripts/remedies_map.py run --map new            # the newer remedies at one level: runs/remedies-new
+    python scripts/remedies_map.py table --map new          # experiments/remedies-new/*.csv and table.md
     python scripts/remedies_map.py table --runs experiments/remedies/runs.csv   # the tables again from kept rows
 
 The design and the statistics were fixed before the runs in experiments/remedies/README.md. ``run`` drives
@@ -15,7 +17,9 @@ trained equal instead: ``grpolab.config.budget``). A finished sweep is skipped, 
 ``dr_grpo+curriculum`` is not an arm of that map: ``reverse`` streams its prompts and grpolab refuses the
 curriculum there. ``--map curriculum`` is its column, pre-registered in experiments/remedies-curriculum/README.md:
 the same levels with a fixed train pool (task option ``train_pool``), arms ``dr_grpo``, ``dr_grpo+curriculum`` and
-``sign``, the same budget, lr selection and statistics (a ``Map`` says what differs).
+``sign``, the same budget, lr selection and statistics (a ``Map`` says what differs). ``--map new`` is pre-registered in
+experiments/remedies-new/README.md: the reward-variance filter, AVSPO's virtual samples and a sign/dr_grpo mix at
+the lowest level, beside ``dr_grpo``, ``sign``, ``grpo`` and ``dr_grpo+mask``.
 
 ``table`` reads each sweep's ``runs.csv`` (end pass@1 and greedy accuracy per result run, and the compute each run
 spent: ``TRAINED``, columns of ``grpolab compare``'s runs.csv) and ``metrics.parquet`` (completions sampled and steps
@@ -81,6 +85,7 @@ class Map(NamedTuple):  # a NamedTuple, not a dataclass: the tests load this scr
     secondary: tuple[tuple[str, str], ...]  # (arm, versus)
     preregistered: tuple[str, ...]  # the other levels' tests are families of their own (RESTORED)
     task_options: dict
+    levels: tuple[str, ...] = tuple(LEVELS)  # the levels ``run`` and ``table`` cover unless --levels says otherwise
 
 
 REMEDIES_MAP = Map("remedies", EXPERIMENT, ARMS, REMEDIES,
@@ -89,17 +94,21 @@ REMEDIES_MAP = Map("remedies", EXPERIMENT, ARMS, REMEDIES,
 POOL = 64  # the curriculum column's train pool: 4 x P, each prompt drawn about 5 times in 20 steps
 CURRICULUM_MAP = Map("curriculum", Path("experiments/remedies-curriculum"), ("dr_grpo", "dr_grpo+curriculum", "sign"),
                      ("dr_grpo+curriculum",), (("sign", "dr_grpo"),), tuple(LEVELS), {"train_pool": POOL})
-MAPS = {m.name: m for m in (REMEDIES_MAP, CURRICULUM_MAP)}
+NEW_ARMS = ("dr_grpo+varfilter", "avspo", "mix-sign-dr_grpo-0.5")
+NEW_MAP = Map("new", Path("experiments/remedies-new"), ("dr_grpo", "sign", "grpo", "dr_grpo+mask", *NEW_ARMS), NEW_ARMS,
+              (("sign", "dr_grpo"), ("avspo", "grpo"), ("dr_grpo+varfilter", "dr_grpo+mask")), ("star-len6",), {},
+              ("star-len6",))
+MAPS = {m.name: m for m in (REMEDIES_MAP, CURRICULUM_MAP, NEW_MAP)}
 
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["run", "table"])
     parser.add_argument("--map", choices=list(MAPS), default="remedies",
-                        help="the remedies map, or its curriculum column on a fixed train pool")
+                        help="the remedies map, its curriculum column on a fixed train pool, or the new remedies")
     parser.add_argument("--out", type=Path, default=None, help="folder of the sweeps (runs/remedies[-curriculum])")
     parser.add_argument("--dest", type=Path, default=None, help="where table writes (the map's experiments folder)")
-    parser.add_argument("--levels", default=",".join(LEVELS), help="comma-separated level names")
+    parser.add_argument("--levels", default=None, help="comma-separated level names (default: the map's)")
     parser.add_argument("--group-sizes", default=",".join(map(str, GROUP_SIZES)), help="comma-separated G")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--extra", default="", help="more compare flags, e.g. '--seeds 2' (smoke tests)")
@@ -110,6 +119,7 @@ def _arguments() -> argparse.Namespace:
                         help="table: rebuild the tables from this runs.csv (one this script wrote) instead of --out")
     args = parser.parse_args()
     args.map = MAPS[args.map]
+    args.levels = args.levels or ",".join(args.map.levels)
     args.out = args.out or Path("runs") / args.map.folder.name
     args.dest = args.dest or args.map.folder
     return args
@@ -311,7 +321,8 @@ def table(args: argparse.Namespace) -> None:
     flags = f"--out {args.out}" if map_ is REMEDIES_MAP else f"--map {map_.name} --out {args.out}"
     map_flag = "" if map_ is REMEDIES_MAP else f" --map {map_.name}"
     rebuilt = f" (rebuilt by `python scripts/remedies_map.py table{map_flag} --runs {args.runs}`)" if args.runs else ""
-    title = "The remedies map" if map_ is REMEDIES_MAP else "The remedies map's curriculum column"
+    title = {"remedies": "The remedies map", "curriculum": "The remedies map's curriculum column",
+             "new": "The newer remedies at the remedies map's lowest level"}[map_.name]
     lines = [f"# {title}: tables", "",
              f"Written by `python scripts/remedies_map.py table {flags}` from the sweeps of",
              f"`python scripts/remedies_map.py run {flags}`{rebuilt}; design and statistics: README.md.",
@@ -323,7 +334,8 @@ def table(args: argparse.Namespace) -> None:
              f"tokens forwarded and sampled; \"{NOT_RECORDED}\" where the runs predate these counters.", "",
              _markdown(cells)]
     titles = {"primary": "each remedy vs dr_grpo and vs sign",
-              "secondary": "sign, reinforce and pkpo" if map_ is REMEDIES_MAP else "sign vs dr_grpo"}
+              "secondary": "sign, reinforce and pkpo" if map_ is REMEDIES_MAP else
+              ", ".join(f"{arm} vs {versus}" for arm, versus in map_.secondary)}
     for family in ("primary", "secondary", "primary" + RESTORED, "secondary" + RESTORED):
         rows = pass_at_1[pass_at_1["family"] == family]
         if len(rows):

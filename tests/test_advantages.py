@@ -88,6 +88,7 @@ HAND_REWARDS = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
 S3 = math.sqrt(1 / 3)  # sample std of row 1: squares = 4 * 0.25 = 1, / (G - 1) = 1/3
 POP_STD_PP = math.sqrt(1.75 / 16)  # reinforce_pp: see its table
 NGRPO_STD = math.sqrt(0.24)  # ngrpo rows 0 and 1: see its table
+AVSPO_STD = math.sqrt(2 / 9)  # avspo row 0: see its table
 BATCH_STD = math.sqrt(0.2625)  # batch_std: see its table
 
 HAND_TABLES: list[tuple[str, dict, list[list[float]]]] = [
@@ -180,6 +181,19 @@ HAND_TABLES: list[tuple[str, dict, list[list[float]]]] = [
             [0.4 / (NGRPO_STD + 1e-4)] * 2 + [-0.6 / (NGRPO_STD + 1e-4)] * 2,
             [0, 0, 0, 0],
             [-0.2 / 0.4001] * 4,
+        ],
+    ),
+    # avspo, a virtual 0 and a virtual 1 in each group's statistics (6 values, population std), eps 1e-4.
+    # row 0: [1,0,0,0,0,1] mean 1/3, var (2 * 4/9 + 4 * 1/9) / 6 = 2/9;  row 1: [1,1,0,0,0,1] mean 1/2, var 1/4;
+    # row 2: [1,1,1,1,0,1] mean 5/6, var (5 * 1/36 + 25/36) / 6 = 5/36;  row 3: [0,0,0,0,0,1] mean 1/6, var 5/36.
+    (
+        "avspo",
+        {},
+        [
+            [(2 / 3) / (AVSPO_STD + 1e-4)] + [(-1 / 3) / (AVSPO_STD + 1e-4)] * 3,
+            [0.5 / 0.5001] * 2 + [-0.5 / 0.5001] * 2,
+            [(1 / 6) / (math.sqrt(5) / 6 + 1e-4)] * 4,
+            [(-1 / 6) / (math.sqrt(5) / 6 + 1e-4)] * 4,
         ],
     ),
     # maxrl: (r - mean) / mean. row 0: 0.75 / 0.25 = 3, -0.25 / 0.25 = -1; row 1: +-1; rows 2, 3: 0.
@@ -373,6 +387,12 @@ def _loop_ngrpo(group: list[float], max_reward: float = 1.0, eps: float = 1e-4) 
     return [_ratio(x - mu, sigma, eps) for x in group]
 
 
+def _loop_avspo(group: list[float], low: float = 0.0, high: float = 1.0, eps: float = 1e-4) -> list[float]:
+    augmented = [*_scored(group), low, high]
+    mu, sigma = _mean(augmented), _pstd(augmented)
+    return [_ratio(x - mu, sigma, eps) for x in group]
+
+
 def _loop_maxrl(group: list[float]) -> list[float]:
     scored = _scored(group)
     mu = _mean(scored) if scored else 0.0
@@ -387,6 +407,7 @@ PER_GROUP = {
     "pkpo": _loop_pkpo,
     "grpo_passk": _loop_grpo_passk,
     "ngrpo": _loop_ngrpo,
+    "avspo": _loop_avspo,
     "maxrl": _loop_maxrl,
     "sign": lambda g: [2 * x - 1 for x in g],
     "fixed_baseline": lambda g, baseline=0.5: [x - baseline for x in g],
@@ -462,6 +483,8 @@ EQUIVALENCE_CASES = [
     ("passk", {"k": 5}),
     ("ngrpo", {}),
     ("ngrpo", {"max_reward": 2.0, "eps": 0.0}),
+    ("avspo", {}),
+    ("avspo", {"low": -1.0, "high": 2.0, "eps": 0.0}),
     ("maxrl", {}),
     ("batch_std", {}),
     ("batch_std", {"eps": 0.0, "std": "population"}),
@@ -806,6 +829,15 @@ def test_ngrpo_constant_groups(g: int) -> None:
     assert (_advantages("ngrpo", np.zeros((2, g))) < 0).all()  # all wrong: negative, no starvation
 
 
+@pytest.mark.parametrize("g", [2, 3, 8])
+def test_avspo_constant_groups_are_not_starved(g: int) -> None:
+    assert (_advantages("avspo", np.ones((2, g))) > 0).all()  # all correct: pushed up
+    assert (_advantages("avspo", np.zeros((2, g))) < 0).all()  # all wrong: pushed down
+    mixed = np.array([[1.0, 0.0] * (g // 2) + [0.0] * (g % 2)])  # the virtual 0 and 1 keep a mixed group's order
+    advantages = _advantages("avspo", mixed)
+    assert (advantages[mixed == 1] > 0).all() and (advantages[mixed == 0] < 0).all()
+
+
 @pytest.mark.parametrize("g", [1, 2, 5])
 def test_sign_on_constant_groups_is_plus_minus_one(g: int) -> None:
     np.testing.assert_array_equal(_advantages("sign", np.ones((3, g))), np.ones((3, g)))
@@ -1094,3 +1126,66 @@ def test_a_bad_std_kind_names_the_estimator() -> None:
         _std(torch.ones(1, 1), torch.ones(1, 1), "median", "my_estimator")
     with pytest.raises(ValueError, match="'grpo': std must be"):
         compute_advantages("grpo", [[1.0, 0.0]], std="median")
+
+
+# ---------------------------------------------------------------------------- mixes of two estimators
+
+MIX_REWARDS = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, NAN]], dtype=np.float64)
+
+
+@pytest.mark.parametrize(("first", "second", "weight"),
+                         [("sign", "dr_grpo", 0.5), ("sign", "dr_grpo", 0.25), ("grpo", "opo", 0.7),
+                          ("avspo", "rloo", 0.0), ("reinforce", "maxrl", 1.0)])
+def test_a_mix_is_the_weighted_sum_of_its_parts(first: str, second: str, weight: float) -> None:
+    name = f"mix-{first}-{second}-{weight}"
+    expected = weight * _advantages(first, MIX_REWARDS) + (1 - weight) * _advantages(second, MIX_REWARDS)
+    np.testing.assert_allclose(_advantages(name, MIX_REWARDS), expected, rtol=1e-12, atol=1e-12)
+    assert adv.parse_arm(f"{name}+mask") == (name, ("+mask",))
+
+
+def test_a_mix_combines_its_parts_flags() -> None:
+    entry = info("mix-sign-dr_grpo-0.5")
+    assert entry.binary_only and entry.needs_group and not entry.zero_sum and entry.paper is None
+    assert entry.granularities == ("outcome", "token") and not entry.needs_lengths
+    assert info("mix-grpo-dr_grpo-0.3").zero_sum and info("mix-sign-dr_grpo-0").zero_sum  # sign weighs 0
+    assert not info("mix-sign-dr_grpo-1").zero_sum
+    assert info("mix-sign-opo-0.5").needs_lengths and info("mix-sign-opo-0.5").granularities == ("outcome",)
+    assert "mix-sign-dr_grpo-0.5" not in available()  # resolved on lookup, never registered
+
+
+@pytest.mark.parametrize(("name", "match"), [
+    ("mix-sign-dr_grpo-1.5", "lambda must be a number in \\[0, 1\\]"),
+    ("mix-sign-dr_grpo--0.5", "not a mix of two estimators"),
+    ("mix-sign-dr_grpo-nan", "lambda must be a number in \\[0, 1\\]"),
+    ("mix-sign-dr_grpo-half", "lambda must be a number in \\[0, 1\\]"),
+    ("mix-sign-nope-0.5", "unknown part 'nope'"),
+    ("mix-mix-sign-grpo-0.5-dr_grpo-0.5", "cannot hold another mix"),
+    ("mix-sign-0.5", "not a mix of two estimators"),
+    ("mix-sign-optimal_token_baseline-0.5", "gives each token its own advantage"),
+])
+def test_a_malformed_mix_is_refused_in_one_line(name: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as error:
+        info(name)
+    assert "\n" not in str(error.value) and repr(name) in str(error.value)
+    with pytest.raises(ValueError, match=match):
+        adv.parse_arm(f"{name}+mask")
+    assert adv.entry_for(name) is None
+
+
+def test_a_mix_takes_no_hyperparameters() -> None:
+    with pytest.raises(ValueError, match=r"a mix takes no hyper-parameters .* got eps"):
+        compute_advantages("mix-sign-grpo-0.5", MIX_REWARDS, eps=0.1)
+
+
+def test_part_metrics_are_each_parts_mean_weighted_magnitude() -> None:
+    from grpolab.advantages.mix import part_metrics
+
+    lengths = np.ones_like(MIX_REWARDS)
+    metrics = part_metrics("mix-sign-dr_grpo-0.25", MIX_REWARDS, lengths)
+    # 15 scored rewards: sign's |A| is 1 each; dr_grpo's row 0: 0.75 + 3 * 0.25, row 1: 4 * 0.5, rows 2, 3: 0
+    first, second = 0.25, 0.75 * (1.5 + 2.0) / 15
+    assert metrics == pytest.approx({"loss/mix_first": first, "loss/mix_second": second,
+                                     "loss/mix_first_share": first / (first + second)}, rel=1e-12)
+    assert part_metrics("dr_grpo", MIX_REWARDS, lengths) == {}
+    degenerate = part_metrics("mix-grpo-dr_grpo-0.5", np.zeros((2, 3)), np.ones((2, 3)))
+    assert degenerate == {"loss/mix_first": 0.0, "loss/mix_second": 0.0}  # no share of nothing

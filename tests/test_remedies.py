@@ -99,10 +99,11 @@ class _PhasedVerifier:
         return float(self.mixed and self.calls % 2 == 0)
 
 
-def _metrics(tmp_path: Path, **settings: bool) -> list[dict[str, float]]:
+def _metrics(tmp_path: Path, **settings: object) -> list[dict[str, float]]:
+    """The metrics of the ``RUN``'s steps under ``_PhasedVerifier``, with ``settings`` changed."""
     from grpolab.train.trainer import Trainer
 
-    trainer = Trainer(TrainConfig(**RUN, **settings), tmp_path / "run")
+    trainer = Trainer(TrainConfig(**{**RUN, **settings}), tmp_path / "run")
     verifier = trainer.verifier = _PhasedVerifier()
     rows = []
     try:
@@ -124,3 +125,33 @@ def test_each_remedy_acts_in_a_short_run_and_logs_its_metric(remedy: remedies.Re
 def test_without_a_remedy_no_remedy_metric_is_logged(tmp_path: Path) -> None:
     rows = _metrics(tmp_path)
     assert not {remedy.metric for remedy in remedies.REMEDIES} & {key for row in rows for key in row}
+
+
+def test_a_comparison_lists_a_remedy_a_mix_and_avspo_as_arms() -> None:
+    """The comma-separated --estimators carries ``+varfilter``, a ``mix-A-B-L`` (with a remedy) and ``avspo``, and
+    each arm's runs get its estimator and remedy settings."""
+    from grpolab.config import CompareConfig
+    from grpolab.sweep.plan import Cell, plan_cells, run_config
+
+    arms = CompareConfig(estimators="dr_grpo+varfilter, mix-sign-dr_grpo-0.5+mask,avspo").estimator_list
+    assert arms == ["dr_grpo+varfilter", "mix-sign-dr_grpo-0.5+mask", "avspo"]
+    cells = plan_cells(arms, [2])
+    configs = [run_config(TrainConfig(), cell, seed=0, lr=1e-3) for cell in cells]
+    assert [(c.advantage, c.variance_filter, c.mask_degenerate_groups) for c in configs] == [
+        ("dr_grpo", True, False), ("mix-sign-dr_grpo-0.5", False, True), ("avspo", False, False)]
+    assert cells[1] == Cell(cells[1].variant, "mix-sign-dr_grpo-0.5+mask", 2)
+    with pytest.raises(UserError, match=r"lambda must be a number in \[0, 1\].* in --estimators$"):
+        plan_cells(["mix-sign-dr_grpo-2"], [2])
+
+
+def test_the_trl_engine_runs_avspo_and_a_mix_and_refuses_the_variance_filter_in_one_line() -> None:
+    """grpolab's estimator replaces TRL's advantages, so TRL runs every estimator with one advantage per completion;
+    the reward-variance filter would drop groups from TRL's batch, which TRL has no form for."""
+    from grpolab.train.trl_engine.arguments import check_supported
+
+    for name in ("avspo", "mix-sign-dr_grpo-0.5"):
+        check_supported(TrainConfig(engine="trl", advantage=name))
+    for settings in ({"variance_filter": True}, {"variance_filter_p": 0.5}):
+        with pytest.raises(UserError, match=r"is not supported by engine trl \(") as error:
+            check_supported(TrainConfig(engine="trl", **settings))
+        assert "\n" not in str(error.value) and next(iter(settings)) in str(error.value)

@@ -236,3 +236,26 @@ def test_run_takes_another_budget_for_every_cell(tmp_path: Path, monkeypatch) ->
     monkeypatch.setattr(sys, "argv", ["remedies_map.py", "run", "--out", str(tmp_path), "--levels", "mixed"])
     script.run(script._arguments())
     assert [c[c.index("--budget") + 1] for c in commands[2:]] == ["completions=640", "completions=1280"]
+
+
+def test_the_new_remedies_run_one_level_at_both_g_and_test_their_preregistered_families(tmp_path: Path,
+                                                                                          monkeypatch) -> None:
+    commands = []
+    monkeypatch.setattr(script.subprocess, "run", lambda command, check: commands.append(command))
+    monkeypatch.setattr(sys, "argv", ["remedies_map.py", "run", "--map", "new", "--out", str(tmp_path)])
+    script.run(script._arguments())
+    assert [json.loads(c[c.index("--task-options") + 1]) for c in commands] == [{"markers": "*", "lengths": [6, 6]}] * 2
+    assert [c[c.index("--budget") + 1] for c in commands] == ["completions=640", "completions=1280"]
+    assert {c[c.index("--config") + 1] for c in commands} == {"experiments/remedies-new/compare.yaml"}
+    config = (ROOT / "experiments" / "remedies-new" / "compare.yaml").read_text(encoding="utf-8")
+    listed = next(line for line in config.splitlines() if line.startswith("estimators:")).split(":", 1)[1]
+    assert tuple(arm.strip() for arm in listed.split(",")) == script.NEW_MAP.arms
+    rng = np.random.default_rng(0)
+    runs = pd.DataFrame([{"level": "star-len6", "group_size": g, "estimator": arm, "seed": seed,
+                          "end_pass_at_1": rng.random(), "end_greedy": rng.random()}
+                         for g in (2, 4) for arm in script.NEW_MAP.arms for seed in range(10)])
+    tests = script.tests_table(runs, script.NEW_MAP)
+    # primary: 3 new arms vs dr_grpo and vs sign at 2 G; secondary: 3 pairs at 2 G; greedy reported for all
+    assert tests.groupby("family").size().to_dict() == {"primary": 12, "secondary": 6, "reported": 18}
+    primary = tests[tests["family"] == "primary"]
+    np.testing.assert_allclose(primary["p_holm"], _holm_by_hand(list(primary["p"])), atol=1e-12)

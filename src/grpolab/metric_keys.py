@@ -96,6 +96,7 @@ def _trl(when: str = ALWAYS) -> dict[str, str]:
     return {"trl": when}
 
 
+_MIX_PARTS = "TRL's trainer computes the mixed advantages inside its step; grpolab's engine logs their parts"
 _NO_TRL_SCORES = "TRL's reward functions return a float or None; they report no verifier errors or timeouts"
 _OWN_UPDATE = "grpolab's update computes it; TRL's GRPOTrainer logs no such figure"
 _OWN_OPTION = "a grpolab loss option; the TRL engine refuses or maps the option and TRL logs no such figure"
@@ -211,6 +212,15 @@ KEYS: tuple[MetricKey, ...] = (
     MetricKey("loss/masked_groups", "count", "uniform groups (rewards all equal) left out of the update by group "
               "masking",
               _own("mask_degenerate_groups"), "the TRL engine refuses mask_degenerate_groups"),
+    MetricKey("loss/mix_first", "advantage", "mean |L * A_first| over the scored completions of a mixed estimator "
+              "mix-FIRST-SECOND-L (grpolab.advantages.mix)", _own("advantage mix-*"), _MIX_PARTS),
+    MetricKey("loss/mix_second", "advantage", "mean |(1 - L) * A_second| over the scored completions of a mixed "
+              "estimator", _own("advantage mix-*"), _MIX_PARTS),
+    MetricKey("loss/mix_first_share", "share", "loss/mix_first / (loss/mix_first + loss/mix_second): the first "
+              "part's share of the mixed advantages (absent when both are 0)", _own("advantage mix-*"), _MIX_PARTS),
+    MetricKey("loss/variance_filtered_share", "share", "share of the step's groups the reward-variance filter left "
+              "out of the update (their variance fell outside the top variance_filter_p share)",
+              _own("variance_filter"), "the TRL engine refuses variance_filter"),
     # compute/*: what the step spent (grpolab.train.compute); each per step and, under *_total, since the run began
     MetricKey("compute/optimizer_steps", "count", "optimizer steps the training step took (num_iterations)"),
     MetricKey("compute/optimizer_steps_total", "count", "optimizer steps so far in the run (cumulative)"),

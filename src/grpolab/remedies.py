@@ -113,6 +113,18 @@ REMEDIES: tuple[Remedy, ...] = (
                                 "just sampled"},
         symbols={"replay_max_age": "A"},
     ),
+    Remedy(
+        "the reward-variance filter", "reward-variance filter", "+varfilter", "variance_filter", ("variance_filter_p",),
+        "grpolab.train.batch:variance_filter", "loss/variance_filtered_share",
+        "the groups of the step's batch are sorted by their reward variance and only the smallest set whose "
+        "variances sum to a share p of the batch's total is trained (default p = 0.9); the others are left out of "
+        "the update as group masking leaves them out (so the degenerate groups always are); nothing is resampled; "
+        "p = 0.9 is grpolab's default, not a value taken from the paper",
+        "RAGEN-2 SNR-aware filtering, Wang et al. 2026, arXiv 2604.06268",
+        engine_refusals={"trl": "TRL 1.16 has no reward-variance filter (its GRPOTrainer trains every group it "
+                                "sampled)"},
+        symbols={"variance_filter_p": "p"},
+    ),
 )
 
 

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
+from grpolab import remedies
 from grpolab.config import CompareConfig, TrainConfig
 from grpolab.config import fields as config_fields
 from grpolab.errors import UserError
-from grpolab.remedies import REMEDIES
 from grpolab.sweep.settings import SWEEP_OWNED
 from grpolab.train.lifecycle import start_evaluation_key
 from grpolab.train.settings import RESUME_MAY_CHANGE, RUNTIME_ONLY
@@ -46,8 +46,8 @@ def test_unknown_help_group_is_refused():
 def test_derived_sets_come_from_metadata():
     assert {"progress", "threads", "workers", "backend"} <= RUNTIME_ONLY
     assert RESUME_MAY_CHANGE == {"steps"} | config_fields.runtime_only(TrainConfig)
-    remedy_settings = {remedy.setting for remedy in REMEDIES}  # each remedy's setting is an arm suffix
-    assert {"dynamic_sampling", "mask_degenerate_groups"} <= remedy_settings
+    remedy_settings = {remedy.setting for remedy in remedies.REMEDIES}  # each an arm suffix of --estimators
+    assert remedy_settings >= {"dynamic_sampling", "mask_degenerate_groups", "curriculum", "replay", "variance_filter"}
     assert set(SWEEP_OWNED) == {"advantage", "group_size", "seed"} | remedy_settings
     assert all(use for use in SWEEP_OWNED.values())
 
@@ -174,11 +174,12 @@ def test_each_fields_docstring_names_its_choices(cls):
 
 def test_device_values_follow_a_pattern_checked_from_the_metadata():
     from grpolab.config.budget import check_budget
-    from grpolab.config.checks import check_seed
+    from grpolab.config.checks import check_seed, check_variance_share
     from grpolab.devices import check_name
 
     assert config_fields.value_checks(TrainConfig) == {"device": check_name, "seed": check_seed,
-                                                        "budget": check_budget}
+                                                        "budget": check_budget,
+                                                        "variance_filter_p": check_variance_share}
     with pytest.raises(UserError, match=r"^budget must be completions=N, tokens=N or trained_tokens=N with N >= 1, "
                                         r"got 'steps=3'"):
         TrainConfig(budget="steps=3")

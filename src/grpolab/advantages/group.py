@@ -1,7 +1,7 @@
 """Group-centred estimators: each completion's advantage is measured against its own group's statistics.
 
-``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp``, ``ngrpo``, ``maxrl``, ``batch_std``, ``gpg`` and ``opo``, with
-the group statistics they share (over scorable members only: NaN rewards are left out).
+``grpo``, ``dr_grpo``, ``rloo``, ``reinforce_pp``, ``ngrpo``, ``avspo``, ``maxrl``, ``batch_std``, ``gpg`` and ``opo``,
+with the group statistics they share (over scorable members only: NaN rewards are left out).
 
 Departures from the papers:
 
@@ -12,6 +12,12 @@ Departures from the papers:
   every completion is scored.
 * ``ngrpo`` implements only NGRPO's advantage calibration (the virtual maximum-reward sample); its
   asymmetric clipping belongs to the loss (``epsilon_low`` / ``epsilon_high`` in ``grpolab.losses``).
+* ``avspo`` implements only AVSPO's virtual samples in the group statistics, as a stateless estimator: one
+  virtual ``low`` (0) and one virtual ``high`` (1) reward join every group's mean and population std. The paper
+  injects its virtual samples adaptively, guided by its Advantage Collapse Rate monitored during training; that
+  schedule needs state across steps, which the registry's ``fn(rewards[P, G])`` does not have. It is an estimator,
+  not a remedy: it changes only how advantages are computed from a group's rewards (as ``ngrpo``'s one virtual
+  sample does), needs no trainer code, and runs wherever grpolab's estimators run (the TRL engine included).
 * ``reinforce_pp`` whitens per completion, not per token (equal under outcome rewards when all completions
   have the same length).
 * ``batch_std`` takes the batch's standard deviation over completions, as TRL's ``scale_rewards="batch"`` does;
@@ -33,7 +39,8 @@ import torch
 
 from grpolab.advantages.registry import Paper, register
 
-__all__ = ["DEEPSEEKMATH", "batch_std", "dr_grpo", "gpg", "grpo", "maxrl", "ngrpo", "opo", "reinforce_pp", "rloo"]
+__all__ = ["AVSPO", "DEEPSEEKMATH", "avspo", "batch_std", "dr_grpo", "gpg", "grpo", "maxrl", "ngrpo", "opo",
+           "reinforce_pp", "rloo"]
 
 DEEPSEEKMATH = Paper("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models",
                      "2402.03300", 2024)
@@ -144,11 +151,34 @@ def ngrpo(rewards: torch.Tensor, *, max_reward: float = 1.0, eps: float = 1e-4) 
     virtual ``max_reward``. An all-wrong group then gets negative advantages instead of 0; an
     all-correct group still gets 0.
     """
-    count, mean, squares = _group_stats(rewards)
-    virtual_mean = mean + (max_reward - mean) / (count + 1)  # = (count * mean + max_reward) / (count + 1)
-    virtual_squares = squares + count * (mean - virtual_mean) ** 2 + (max_reward - virtual_mean) ** 2
-    virtual_std = torch.sqrt(virtual_squares / (count + 1))
-    return _divide(rewards - virtual_mean, virtual_std, eps)
+    count, mean, squares = _with_virtual(*_group_stats(rewards), max_reward)
+    return _divide(rewards - mean, torch.sqrt(squares / count), eps)
+
+
+def _with_virtual(count: torch.Tensor, mean: torch.Tensor, squares: torch.Tensor,
+                  value: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A group's (count, mean, sum of squared deviations) [P, 1] with one virtual reward ``value`` added."""
+    virtual_mean = mean + (value - mean) / (count + 1)  # = (count * mean + value) / (count + 1)
+    virtual_squares = squares + count * (mean - virtual_mean) ** 2 + (value - virtual_mean) ** 2
+    return count + 1, virtual_mean, virtual_squares
+
+
+AVSPO = Paper("Advantage Collapse in Group Relative Policy Optimization: Diagnosis and Mitigation", "2605.21125",
+              2026)
+
+
+@register("avspo", needs_group=True, order=18, color="slateblue", paper=AVSPO)
+def avspo(rewards: torch.Tensor, *, low: float = 0.0, high: float = 1.0, eps: float = 1e-4) -> torch.Tensor:
+    """AVSPO's virtual samples: each group's mean and std include two virtual rewards, ``low`` and ``high``.
+
+    He et al. 2026, Advantage Collapse in Group Relative Policy Optimization: Diagnosis and Mitigation (arXiv
+    2605.21125). A = (r - mean') / (std' + eps), mean' and std' (population) over the G scored rewards plus a
+    virtual ``low`` and a virtual ``high``; the virtual samples are statistics only and carry no gradient. An
+    all-correct group of binary rewards then gets positive advantages and an all-wrong one negative advantages
+    (a Beta(1, 1)-style prior on the group's success rate), instead of 0.
+    """
+    count, mean, squares = _with_virtual(*_with_virtual(*_group_stats(rewards), low), high)
+    return _divide(rewards - mean, torch.sqrt(squares / count), eps)
 
 
 @register("maxrl", needs_group=True, zero_sum=True, order=11, color="navy",

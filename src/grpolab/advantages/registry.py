@@ -17,6 +17,8 @@ Input rules (enforced here for every estimator):
 * An estimator flagged ``needs_token_statistics`` (``optimal_token_baseline``) gives each token its own advantage:
   it also takes the sampling policy's per-token statistics (``token_statistics=``, a ``TokenStatistics``) and
   returns [P * G, T]. Without them it raises a ``ValueError``; other estimators ignore them.
+* ``mix-A-B-L`` names L * A + (1 - L) * B of two registered estimators (``grpolab.advantages.mix``, which
+  registers the spelling with ``register_composition``); lookup resolves it, refusing a malformed one in one line.
 * A few estimators that users ask for cannot be expressed as ``fn(rewards[P, G])`` at all (``UNAVAILABLE``);
   naming one raises a ``ValueError`` that says what it needs, instead of "unknown estimator".
 """
@@ -35,8 +37,8 @@ from grpolab import remedies
 
 __all__ = ["DYNAMIC_SUFFIX", "GRANULARITIES", "REMEDY_SUFFIXES", "UNAVAILABLE", "Estimator", "Paper", "available",
            "compute_advantages", "display_colors", "display_order", "entry_for", "get", "info",
-           "normalise_token_rewards", "parse_arm", "parse_spec", "register", "split_remedies",
-           "token_estimators"]
+           "normalise_token_rewards", "parse_arm", "parse_spec", "register", "register_composition",
+           "split_remedies", "token_estimators"]
 
 EstimatorFn = Callable[..., torch.Tensor]
 
@@ -132,7 +134,31 @@ _SPARE_COLORS = ("tab:cyan", "tab:olive", "tab:gray", "tab:pink", "tab:brown", "
 
 def entry_for(name: str) -> Estimator | None:
     """The entry of an estimator spelled ``name`` or ``name+variant``; None if unregistered."""
-    return _REGISTRY.get(name.split("+", 1)[0])
+    try:
+        return _lookup(name.split("+", 1)[0])
+    except ValueError:  # a malformed mix
+        return None
+
+
+def _lookup(name: str) -> Estimator | None:
+    """The entry of ``name``: a registered estimator, or a composition of registered ones (``ValueError`` if
+    malformed); None if neither."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    build = next((build for prefix, build in _COMPOSITIONS.items() if name.startswith(prefix)), None)
+    return build(name, _REGISTRY) if build is not None else None
+
+
+# Spellings that compose registered estimators (``mix-A-B-L``: ``grpolab.advantages.mix``): prefix -> the function
+# that builds the composition's entry from its spelling and the registry, raising ``ValueError`` if malformed.
+_COMPOSITIONS: dict[str, Callable[[str, dict[str, Estimator]], Estimator]] = {}
+
+
+def register_composition(prefix: str, build: Callable[[str, dict[str, Estimator]], Estimator]) -> None:
+    """Resolve the names that start with ``prefix`` with ``build(name, registry)``; a prefix is registered once."""
+    if prefix in _COMPOSITIONS:
+        raise ValueError(f"estimator composition prefix {prefix!r} is already registered; pick another")
+    _COMPOSITIONS[prefix] = build
 
 
 def display_order(names: Iterable[str]) -> list[str]:
@@ -180,9 +206,10 @@ def parse_arm(spec: str) -> tuple[str, tuple[str, ...]]:
     name, remedies = split_remedies(spec)
     if name in UNAVAILABLE:
         raise ValueError(f"estimator {name!r} is not available: {UNAVAILABLE[name]}")
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown estimator {spec!r}; choose from {', '.join(available())} "
-                         f"(append {', '.join(REMEDY_SUFFIXES)} for a remedy: {DYNAMIC_SUFFIX} is dynamic sampling)")
+    if _lookup(name) is None:
+        raise ValueError(f"unknown estimator {spec!r}; choose from {', '.join(available())} or a mix of two "
+                         f"(mix-sign-dr_grpo-0.5) (append {', '.join(REMEDY_SUFFIXES)} for a remedy: {DYNAMIC_SUFFIX} "
+                         "is dynamic sampling)")
     return name, remedies
 
 
@@ -207,9 +234,11 @@ def info(name: str) -> Estimator:
     """The registry entry of ``name`` (``ValueError`` listing the known names if it is unknown)."""
     if name in UNAVAILABLE:
         raise ValueError(f"advantage estimator {name!r} is not available: {UNAVAILABLE[name]}")
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {', '.join(available())}")
-    return _REGISTRY[name]
+    entry = _lookup(name)
+    if entry is None:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {', '.join(available())}, or a mix "
+                         "of two (mix-sign-dr_grpo-0.5)")
+    return entry
 
 
 def get(name: str) -> EstimatorFn:

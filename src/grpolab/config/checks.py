@@ -18,7 +18,8 @@ from grpolab import capabilities, remedies
 from grpolab.config.fields import choices, lower_bounds, value_checks
 from grpolab.errors import UserError
 
-__all__ = ["MAX_SEED", "REPORT_BACKENDS", "check_seed", "check_settings", "check_types", "report_backends", "validate"]
+__all__ = ["MAX_SEED", "REPORT_BACKENDS", "check_seed", "check_settings", "check_types", "check_variance_share",
+           "report_backends", "validate"]
 
 MAX_SEED = 2**32 - 1
 """The largest seed: numpy's legacy bound, far inside torch's 64 bits, so that the step seeds derived from it
@@ -51,6 +52,13 @@ def check_seed(seed: int) -> None:
     """A seed is an integer in [0, ``MAX_SEED``]: torch and numpy refuse larger ones with a traceback."""
     if seed > MAX_SEED:
         raise UserError(f"seed must be at most {MAX_SEED} (2**32 - 1), got {seed}; pick a smaller seed")
+
+
+def check_variance_share(share: float) -> None:
+    """The reward-variance filter keeps a share p in (0, 1] of the batch's reward variance."""
+    if not 0 < share <= 1:
+        raise UserError(f"variance_filter_p must be in (0, 1] (the share of the batch's reward variance the kept "
+                        f"groups reach), got {share}; pick e.g. 0.9")
 
 
 def validate(config: Any) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from grpolab.capabilities import ENGINES
 from grpolab.config.budget import check_budget
-from grpolab.config.checks import check_seed, check_settings, validate
+from grpolab.config.checks import check_seed, check_settings, check_variance_share, validate
 from grpolab.config.fields import setting
 from grpolab.devices import check_name as check_device_name
 from grpolab.errors import UserError
@@ -162,6 +162,13 @@ class TrainConfig:
     is set (docs/remedies.md)."""
     replay_max_age: int = setting(4, scope="training", group="sampling", at_least=1)
     """The oldest a replayed group may be, in steps."""
+    variance_filter: bool = setting(False, scope="training", group="sampling",
+                                    sweep_owned="NAME+varfilter in --estimators (e.g. dr_grpo+varfilter)")
+    """RAGEN-2's reward-variance filter (SNR-aware filtering, arXiv 2604.06268): only the groups that carry the top
+    --variance-filter-p share of the batch's reward variance are trained; the others are left out of the update as
+    group masking leaves them out (docs/remedies.md); logs keep them."""
+    variance_filter_p: float = setting(0.9, scope="training", group="sampling", check=check_variance_share)
+    """p, in (0, 1]: the share of the batch's reward variance the kept groups reach, from the largest variance down."""
     stop_when_dead: bool = setting(False, scope="training", group="optimiser")
     """Stop a run whose first steps (grpolab.train.no_signal) carried no gradient signal: it is evaluated and saved
     at that step and its summary.json says "status": "no_signal" (docs/planning.md); without it the run warns and
@@ -333,7 +340,9 @@ class CompareConfig:
     """Comma-separated estimators; append a remedy for gradient starvation (docs/remedies.md): +dynamic for DAPO
     dynamic sampling (arXiv 2503.14476), +mask for group masking (SkyRL zero_variance_filter, prime-rl
     filter_zero_advantages), +curriculum for the difficulty curriculum (prime-rl DifficultyPoolSampler), +replay
-    for replay of informative groups (TRL GRPOWithReplayBuffer); they combine (e.g. dr_grpo+dynamic+mask)."""
+    for replay of informative groups (TRL GRPOWithReplayBuffer), +varfilter for RAGEN-2's reward-variance filter
+    (arXiv 2604.06268); they combine (e.g. dr_grpo+dynamic+mask). mix-A-B-L is L * A + (1 - L) * B of two
+    estimators (e.g. mix-sign-dr_grpo-0.5; docs/estimators.md)."""
     seeds: int = setting(5, scope="sweep", group="sweep")
     """Seeds per estimator: runs use seeds 0..N-1."""
     group_sizes: str = setting("2,4", scope="sweep", group="sweep")

@@ -4,7 +4,8 @@ completion tokens.
 ``collect_batch`` gives a ``ScoredBatch`` (problems, rollout, scores, per-token rewards); ``StepBatch.from_scored``
 turns it into the ``StepBatch`` that dynamic sampling filters and joins, the advantages are computed on, and the
 update (``grpolab.train.step``) trains on (without its degenerate groups under group masking:
-``mask_degenerate``). Every field says in its metadata how it is indexed, so that selecting
+``mask_degenerate``; without its low-variance groups under the reward-variance filter: ``variance_filter``).
+Every field says in its metadata how it is indexed, so that selecting
 groups and joining batches handle every field, the optional ones included. The batch stays on the host, where the
 sampler returns it and the verifiers read it.
 """
@@ -23,7 +24,7 @@ from grpolab.engine.rollout import Rollout
 from grpolab.process_rewards import is_per_token
 from grpolab.tasks import Problem
 
-__all__ = ["StepBatch", "mask_degenerate"]
+__all__ = ["StepBatch", "group_variances", "mask_degenerate", "top_variance_groups", "variance_filter"]
 
 
 def _pad_to(tensor: torch.Tensor, width: int, *, left: bool, value: float = 0.0) -> torch.Tensor:
@@ -135,7 +136,46 @@ def mask_degenerate(batch: StepBatch, advantages: torch.Tensor) -> tuple[StepBat
     ``mask_zero_advantage_groups``): the batch and its advantages ([P, G], or [B, T] per token) without the
     degenerate groups, so that the update leaves them out of the loss's numerator, its denominator and the KL
     term. The advantages were computed on the whole batch (as those trainers do)."""
-    keep = batch.informative_groups()
+    return _keep_groups(batch, advantages, batch.informative_groups())
+
+
+def variance_filter(batch: StepBatch, advantages: torch.Tensor, share: float) -> tuple[StepBatch, torch.Tensor]:
+    """RAGEN-2's reward-variance filter (SNR-aware filtering, arXiv 2604.06268): the batch and its advantages
+    ([P, G], or [B, T] per token) of only the groups that carry the top ``share`` of the batch's reward variance
+    (``top_variance_groups``); the update leaves the others out as group masking does. The advantages were
+    computed on the whole batch."""
+    return _keep_groups(batch, advantages, top_variance_groups(batch.rewards, share))
+
+
+def top_variance_groups(rewards: np.ndarray, share: float) -> list[int]:
+    """The smallest set of groups whose reward variances sum to at least ``share`` (in (0, 1]) of the batch's
+    total, taken from the largest variance down (ties in group order); in group order. A group's variance is the
+    population variance of its scored rewards (0 for a degenerate group), so a batch whose groups are all
+    degenerate keeps none. ``rewards``: [P, G], NaN = unscorable."""
+    variances = group_variances(rewards)  # [P]
+    order = np.argsort(-variances, kind="stable")
+    cumulative = np.cumsum(variances[order])
+    if cumulative.size == 0 or cumulative[-1] == 0:
+        return []
+    count = int(np.searchsorted(cumulative, share * cumulative[-1], side="left")) + 1
+    return sorted(order[:count].tolist())
+
+
+def group_variances(rewards: np.ndarray) -> np.ndarray:
+    """[P] the population variance of each group's scored rewards in ``rewards[P, G]``; exactly 0 for a group
+    whose scored rewards are all equal (or fewer than two)."""
+    valid = ~np.isnan(rewards)
+    count = valid.sum(axis=1)
+    values = np.where(valid, rewards, 0.0)
+    mean = values.sum(axis=1) / np.maximum(count, 1)
+    variances = np.where(valid, (values - mean[:, None]) ** 2, 0.0).sum(axis=1) / np.maximum(count, 1)
+    lowest = np.where(valid, rewards, np.inf).min(axis=1)
+    highest = np.where(valid, rewards, -np.inf).max(axis=1)
+    return np.where(highest > lowest, variances, 0.0)
+
+
+def _keep_groups(batch: StepBatch, advantages: torch.Tensor, keep: list[int]) -> tuple[StepBatch, torch.Tensor]:
+    """The batch and its advantages ([P, G], or [B, T] per token) of the groups ``keep`` only."""
     if len(keep) == batch.num_groups:
         return batch, advantages
     g = batch.group_size

@@ -31,6 +31,8 @@ Departures from the papers and from TRL, all deliberate:
 * Group masking (``mask_degenerate_groups``: SkyRL's zero_variance_filter, prime-rl's filter_zero_advantages)
   computes the advantages on the whole batch, then drops the degenerate groups from what the update trains on
   (out of the loss's numerator and denominator and out of the KL); the step's logs describe the whole batch.
+* The reward-variance filter (``variance_filter``: RAGEN-2's SNR-aware filtering) trains only the groups that carry
+  the top ``variance_filter_p`` share of the batch's reward variance, left out as group masking leaves them out.
 * The run computes on its ``device`` setting (``grpolab.devices``): the model, the sampler, the update and the
   optimiser state live there; the step's batch, the rewards and the logs stay on the host. Checkpoints hold host
   tensors, so a run resumes on any device (the restored weights and moments go to the run's device).
@@ -53,6 +55,7 @@ import torch
 from grpolab import advantages as advantage_registry
 from grpolab import capabilities, devices, verifiers
 from grpolab.advantages import TokenStatistics
+from grpolab.advantages.mix import part_metrics
 from grpolab.config import TrainConfig
 from grpolab.config.budget import parse_budget
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
@@ -65,7 +68,7 @@ from grpolab.io import is_write_error, write_error
 from grpolab.models import Policy, load_policy
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
-from grpolab.train.batch import StepBatch, mask_degenerate
+from grpolab.train.batch import StepBatch, mask_degenerate, variance_filter
 from grpolab.train.checkpoint import load_latest, optimizer_tensors, restore_optimizer, save_checkpoint
 from grpolab.train.compute import ComputeSpent, update_spent
 from grpolab.train.curriculum import DifficultyCurriculum, check_curriculum
@@ -283,7 +286,8 @@ class Trainer:
         starvation = starvation_metrics(batch.rewards, per_completion, lengths=batch.lengths,
                                         window=self.success_window) if batch.num_groups else {}
         entropy = {"rollout/entropy": batch.sampling_entropy()} if batch.num_groups else {}
-        metrics = {**figures, **entropy, **extra, **starvation, **update, **masked, **grad_metrics, **spent}
+        parts = part_metrics(self.config.advantage, batch.rewards, batch.lengths)
+        metrics = {**figures, **entropy, **extra, **starvation, **update, **masked, **parts, **grad_metrics, **spent}
         metrics.update(_perf_metrics(batch, started, rollout_time, update_time, update.get("loss/train_tokens", 0)))
         return metrics
 
@@ -296,12 +300,19 @@ class Trainer:
         return {**step.step_metrics(), **self.spent.total_metrics()}
 
     def _trained(self, batch: StepBatch, advantages: torch.Tensor) -> tuple[StepBatch, torch.Tensor, dict[str, float]]:
-        """The batch and advantages the update trains on: all of them, or under ``mask_degenerate_groups`` those
-        of the non-degenerate groups (``batch.mask_degenerate``); the step's logs keep the whole batch."""
-        if not self.config.mask_degenerate_groups:
-            return batch, advantages, {}
-        trained, kept = mask_degenerate(batch, advantages)
-        return trained, kept, {"loss/masked_groups": float(batch.num_groups - trained.num_groups)}
+        """The batch and advantages the update trains on: all of them, under ``mask_degenerate_groups`` those of
+        the non-degenerate groups (``batch.mask_degenerate``), under ``variance_filter`` those carrying the top
+        share of the reward variance (``batch.variance_filter``); the step's logs keep the whole batch."""
+        trained, kept, logged = batch, advantages, {}
+        if self.config.mask_degenerate_groups:
+            trained, kept = mask_degenerate(batch, advantages)
+            logged["loss/masked_groups"] = float(batch.num_groups - trained.num_groups)
+        if self.config.variance_filter:
+            filtered, kept = variance_filter(trained, kept, self.config.variance_filter_p)
+            dropped = trained.num_groups - filtered.num_groups
+            logged["loss/variance_filtered_share"] = dropped / batch.num_groups if batch.num_groups else 0.0
+            trained = filtered
+        return trained, kept, logged
 
     def _advantages(self, batch: StepBatch, step: int) -> torch.Tensor:
         """Advantages [P, G] of the outcome rewards, or [B, T] of the per-token rewards."""
