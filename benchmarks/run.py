@@ -25,8 +25,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import Row, format_table, machine, markdown_table, row
 
-BENCHMARKS = ("trainer", "engine", "rollout", "smollm2", "diagnostics", "verifiers", "spectrum", "per_sample_grads",
-              "compare", "trl_engine", "rescore", "cli")
+BENCHMARKS = (
+    "trainer",
+    "engine",
+    "rollout",
+    "smollm2",
+    "diagnostics",
+    "verifiers",
+    "spectrum",
+    "per_sample_grads",
+    "compare",
+    "trl_engine",
+    "rescore",
+    "cli",
+    "preflight",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -77,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(results, indent=1))
         return 0
     info = machine()
-    print(f"grpolab benchmarks ({'quick' if args.quick else 'full'}), {total:.0f} s; nproc {info['nproc']}, "
-          f"torch {info['torch']}, load {info['load_avg_1min']}")
+    print(
+        f"grpolab benchmarks ({'quick' if args.quick else 'full'}), {total:.0f} s; nproc {info['nproc']}, "
+        f"torch {info['torch']}, load {info['load_avg_1min']}"
+    )
     print(markdown_table(results) if args.markdown else format_table(results))
     return 0
 

@@ -1,0 +1,342 @@
+"""How much of the held-out end score the early degenerate share explains, on the committed experiments.
+
+    python scripts/early_warning_calibration.py   # experiments/early-warning/: table.md, table.csv, cells.csv, fit.png
+
+The question is that of an early-warning calibration: arXiv 2605.21125 reports that the early "advantage collapse
+rate" explains 62% of the variance of final MATH-500 accuracy over 245 configurations. Here the configurations
+are the cells (estimator x condition, mean over seeds) and the runs of ``experiments/sign-map``,
+``experiments/remedies``, ``experiments/remedies-curriculum`` and ``experiments/batch-size``, all on the embedded
+model's ``reverse`` task, 20 steps, end score = held-out end pass@1 (8 samples on the 200 test prompts).
+
+What the committed files hold, and the departure it forces: no committed file holds a run's per-step
+``starvation/uniform`` or ``starvation/degenerate`` (they live in each run's ``metrics.jsonl`` under the
+git-ignored ``runs/`` folders). What is committed is the start policy's per-prompt spread E[p(1 - p)] of each
+difficulty level (unbiased from the start evaluation's counts, mean over seeds 0-9: ``experiments/sign-map/
+variance.md``) and the start pass@1. From them this script computes the *expected step-1* shares of the start
+policy, the same for every seed and estimator of a (level, G) condition:
+
+* all-equal-reward share (``starvation/uniform``): E[p^G + (1 - p)^G]. At G = 2 exactly 1 - 2 E[p(1 - p)], the
+  value ``grpolab preflight`` predicts from counts (``grpolab.preflight.predict``). At G = 4 it is
+  1 - 4 E[q] + 2 E[q^2] with q = p(1 - p) in [0, 1/4], and E[q^2] is not committed: only its bounds
+  E[q]^2 <= E[q^2] <= E[q]/4, so every analysis with G = 4 cells is run at both ends.
+* zero-advantage share (``starvation/degenerate``, G = 2 only): each reward pair's probability, summed over the
+  pairs to which the arm's estimator (``grpolab.advantages``, the remedy suffix dropped: counted as sampled,
+  before the remedy acts) gives all-zero advantages. That is the all-equal share for a group-centred estimator, 0
+  for ``sign`` (never zero), E[(1 - p)^2] = 1 - pbar - E[q] (all-wrong pairs) for ``reinforce`` and
+  E[p^2] = pbar - E[q] (all-right pairs) for ``nsr``.
+
+Steps 2-3 (the steps ``--stop-when-dead`` also watches) are not recoverable from the committed files. R² is that of
+the least-squares line of the end score on the share; its 95% interval is a percentile bootstrap over cells
+(a run-level analysis resamples cells with all their runs). The "ceiling" is the R² of the cell scores on their
+(level, G) condition's mean: the most any function of a step-1 share of the start policy can explain.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from grpolab.advantages import compute_advantages
+from grpolab.advantages.registry import split_remedies
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+RESAMPLES, SEED = 2000, 0
+BOUNDS = ("low", "high")  # the G = 4 all-equal share at E[q^2]'s lower / upper bound
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--experiments", type=Path, default=EXPERIMENTS, help="the committed experiments folder")
+    parser.add_argument("--out", type=Path, default=EXPERIMENTS / "early-warning")
+    parser.add_argument("--no-figure", action="store_true", help="write the tables only")
+    return parser.parse_args()
+
+
+# ---------------------------------------------------------------- the committed runs
+
+
+def level_moments(variance_md: Path) -> pd.DataFrame:
+    """Per level: start_p (mean start pass@1) and spread (E[p(1 - p)]) from the table of ``variance.md``."""
+    lines = [line for line in variance_md.read_text().splitlines() if line.startswith("| ")]
+    if not lines:
+        raise SystemExit(f"{variance_md}: no table; regenerate it with python scripts/sign_map_variance.py")
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+    table = pd.DataFrame(rows, columns=header)
+    table = table.groupby("level", sort=False)[["start_p", "mean_p_variance"]].first().astype(float)
+    return table.rename(columns={"mean_p_variance": "spread"})
+
+
+def sign_map_runs(folder: Path) -> pd.DataFrame:
+    """The sign map's result runs (``runs/LEVEL-CLIPPING.csv``): one row per run."""
+    frames = []
+    for path in sorted(folder.glob("*.csv")):
+        level, clipping = path.stem.rsplit("-", 1)
+        runs = pd.read_csv(path)
+        runs = runs[runs["role"] == "result"].assign(level=level, condition_detail=clipping)
+        frames.append(runs)
+    return pd.concat(frames, ignore_index=True)
+
+
+def committed_runs(experiments: Path) -> pd.DataFrame:
+    """Every run of the four experiments: experiment, level, G, condition_detail, estimator, seed, end_pass_at_1."""
+    columns = ["experiment", "level", "group_size", "condition_detail", "estimator", "seed", "end_pass_at_1"]
+    frames = [sign_map_runs(experiments / "sign-map" / "runs").assign(experiment="sign-map")]
+    for name in ("remedies", "remedies-curriculum"):
+        frames.append(pd.read_csv(experiments / name / "runs.csv").assign(experiment=name, condition_detail=""))
+    batch = pd.read_csv(experiments / "batch-size" / "runs.csv")
+    frames.append(
+        batch.assign(experiment="batch-size", group_size=2, condition_detail="P" + batch["prompts"].astype(str))
+    )
+    runs = pd.concat([frame[columns] for frame in frames], ignore_index=True)
+    missing = runs["end_pass_at_1"].isna()
+    if missing.any():
+        raise SystemExit(f"{int(missing.sum())} committed runs have no end_pass_at_1; regenerate their runs.csv")
+    return runs
+
+
+# ---------------------------------------------------------------- expected step-1 shares
+
+
+def all_equal_share(spread: float, group_size: int, bound: str) -> float:
+    """Expected share of G-groups whose rewards are all equal, from q = E[p(1 - p)]: exact at G = 2; at G = 4 the
+    value at E[q^2]'s lower (``bound="low"``: E[q]^2) or upper (``"high"``: E[q]/4) bound."""
+    if group_size == 2:
+        return 1.0 - 2.0 * spread
+    if group_size == 4:
+        second = spread**2 if bound == "low" else spread / 4.0
+        return 1.0 - 4.0 * spread + 2.0 * second
+    raise SystemExit(f"G = {group_size}: the committed moments give the all-equal share only at G = 2 and 4")
+
+
+def zero_advantage_share(estimator: str, start_p: float, spread: float) -> float:
+    """Expected share of G = 2 groups whose advantages are all zero, as sampled (before a remedy acts), for
+    ``estimator``: the probabilities of the four reward pairs, 00: 1 - pbar - q, 01 and 10: q each, 11: pbar - q
+    (q = E[p(1 - p)]), summed over the pairs the registry's estimator gives all-zero advantages."""
+    name, _ = split_remedies(estimator)
+    pairs = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])  # [4, G = 2]
+    weights = np.array([1.0 - start_p - spread, spread, spread, start_p - spread])
+    zero = (compute_advantages(name, pairs) == 0).all(dim=1).numpy()
+    return float(weights[zero].sum())
+
+
+def with_shares(frame: pd.DataFrame, moments: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (level, group_size, estimator) with start_p, spread, all_equal_low/high and zero_advantage."""
+    unknown = sorted(set(frame["level"]) - set(moments.index))
+    if unknown:
+        raise SystemExit(f"levels {unknown} are not in variance.md; run python scripts/sign_map_variance.py for them")
+    out = frame.join(moments, on="level")
+    for bound in BOUNDS:
+        out[f"all_equal_{bound}"] = [
+            all_equal_share(s, g, bound) for s, g in zip(out["spread"], out["group_size"], strict=True)
+        ]
+    out["zero_advantage"] = [
+        zero_advantage_share(e, p, s) if g == 2 else np.nan
+        for e, p, s, g in zip(out["estimator"], out["start_p"], out["spread"], out["group_size"], strict=True)
+    ]
+    return out
+
+
+def cell_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell (experiment, level, G, condition detail, estimator): mean end pass@1 over its seeds."""
+    keys = ["experiment", "level", "group_size", "condition_detail", "estimator"]
+    cells = runs.groupby(keys, sort=False).agg(seeds=("seed", "size"), end_pass_at_1=("end_pass_at_1", "mean"))
+    return cells.reset_index()
+
+
+# ---------------------------------------------------------------- R² and its interval
+
+
+def r_squared(x: np.ndarray, y: np.ndarray) -> float:
+    """R² of the least-squares line of y on x [n]; NaN when x or y takes one value."""
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(np.corrcoef(x, y)[0, 1] ** 2)
+
+
+def bootstrap_r_squared(x: np.ndarray, y: np.ndarray, cluster: np.ndarray) -> tuple[float, float, int]:
+    """Percentile 95% interval of R² over ``RESAMPLES`` resamples of the clusters [n] (cells) with replacement,
+    and how many resamples were kept (one whose x takes a single value has no R² and is dropped)."""
+    rng = np.random.default_rng(SEED)
+    labels, index = np.unique(cluster, return_inverse=True)
+    members = [np.flatnonzero(index == i) for i in range(labels.size)]
+    values = []
+    for _ in range(RESAMPLES):
+        rows = np.concatenate([members[i] for i in rng.integers(0, labels.size, labels.size)])
+        value = r_squared(x[rows], y[rows])
+        if not np.isnan(value):
+            values.append(value)
+    if not values:
+        return float("nan"), float("nan"), 0
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high), len(values)
+
+
+def ceiling(y: np.ndarray, condition: np.ndarray) -> float:
+    """R² of y [n] on the mean of its condition: the share of the variance between conditions."""
+    means = pd.Series(y).groupby(condition).transform("mean").to_numpy()
+    return float(1.0 - np.sum((y - means) ** 2) / np.sum((y - y.mean()) ** 2))
+
+
+# ---------------------------------------------------------------- the analyses
+
+
+PREDICTORS = {  # label -> (share column, G kept)
+    "all-equal share, G = 2 (exact)": ("all_equal_low", (2,)),
+    "all-equal share, G = 2 and 4 (G = 4 at its lower bound)": ("all_equal_low", (2, 4)),
+    "all-equal share, G = 2 and 4 (G = 4 at its upper bound)": ("all_equal_high", (2, 4)),
+    "zero-advantage share, G = 2": ("zero_advantage", (2,)),
+}
+
+
+def analyse(frame: pd.DataFrame, column: str, cluster: np.ndarray) -> dict[str, float]:
+    """R², its bootstrap interval over cells, the slope, the ceiling and the counts of one (frame, share)."""
+    x, y = frame[column].to_numpy(float), frame["end_pass_at_1"].to_numpy(float)
+    low, high, kept = bootstrap_r_squared(x, y, cluster)
+    slope = float(np.polyfit(x, y, 1)[0]) if np.ptp(x) > 0 else float("nan")
+    return {
+        "n": len(frame),
+        "cells": int(np.unique(cluster).size),
+        "shares": int(np.unique(x.round(12)).size),
+        "r2": r_squared(x, y),
+        "r2_low": low,
+        "r2_high": high,
+        "resamples": kept,
+        "slope": slope,
+        "ceiling": ceiling(y, x.round(12)),
+    }
+
+
+def _rows(scope: str, unit: str, frame: pd.DataFrame, predictors: dict[str, tuple[str, tuple[int, ...]]]) -> list[dict]:
+    rows = []
+    for label, (column, sizes) in predictors.items():
+        kept = frame[frame["group_size"].isin(sizes)].reset_index(drop=True)
+        if set(kept["group_size"]) != set(sizes) or np.ptp(kept[column].to_numpy(float)) == 0:
+            continue  # a G missing (the row would repeat another), or one share value: no line to fit
+        rows.append(
+            {"scope": scope, "unit": unit, "predictor": label, **analyse(kept, column, kept["cell"].to_numpy())}
+        )
+    return rows
+
+
+def analysis_table(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Across cells and runs (all experiments, then each), then within each estimator (cells)."""
+    rows = []
+    for scope, part in [("all experiments", None), *[(name, name) for name in cells["experiment"].unique()]]:
+        for unit, frame in (("cells", cells), ("runs", runs)):
+            chosen = frame if part is None else frame[frame["experiment"] == part]
+            rows += _rows(scope, unit, chosen, PREDICTORS)
+    all_equal = {label: spec for label, spec in PREDICTORS.items() if spec[0].startswith("all_equal")}
+    for estimator in sorted(cells["estimator"].unique()):
+        rows += _rows(f"estimator {estimator}", "cells", cells[cells["estimator"] == estimator], all_equal)
+    return pd.DataFrame(rows)
+
+
+def labelled(runs: pd.DataFrame, moments: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, cells), each with its shares and a ``cell`` id shared by a cell and its runs."""
+    cells = with_shares(cell_table(runs), moments)
+    keys = ["experiment", "level", "group_size", "condition_detail", "estimator"]
+    cells["cell"] = np.arange(len(cells))
+    runs = with_shares(runs, moments).merge(cells[[*keys, "cell"]], on=keys, how="left")
+    return runs, cells
+
+
+# ---------------------------------------------------------------- the outputs
+
+
+def _interval(row: pd.Series) -> str:
+    return f"[{row['r2_low']:.3f}, {row['r2_high']:.3f}]" if row["resamples"] else "-"
+
+
+def markdown(table: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame) -> str:
+    """The analyses as a Markdown page."""
+    lines = [
+        "# Early degenerate share against held-out end pass@1",
+        "",
+        "`python scripts/early_warning_calibration.py`. Share = the start policy's expected step-1 share "
+        "(scripts/early_warning_calibration.py says how it is computed from the committed files); end = "
+        "held-out end pass@1. R² of the least-squares line, 95% percentile bootstrap over cells "
+        f"({RESAMPLES} resamples, seed {SEED}); ceiling = R² of the score on its share's mean (the most any "
+        "function of the share explains); slope in pass@1 per unit share.",
+        "",
+        f"{len(cells)} cells, {len(runs)} runs, {cells['level'].nunique()} difficulty levels.",
+        "",
+        "| scope | unit | predictor | n | cells | shares | R² | 95% CI | ceiling | slope |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for _, row in table.iterrows():
+        lines.append(
+            f"| {row['scope']} | {row['unit']} | {row['predictor']} | {row['n']} | {row['cells']} | "
+            f"{row['shares']} | {row['r2']:.3f} | {_interval(row)} | {row['ceiling']:.3f} | "
+            f"{row['slope']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def figure(cells: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
+    """Cell mean end pass@1 against the all-equal share (G = 4 at the middle of its bounds, bars to them), with
+    the G = 2 least-squares line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colours = {name: f"C{i}" for i, name in enumerate(cells["experiment"].unique())}
+    for (experiment, size), part in cells.groupby(["experiment", "group_size"], sort=False):
+        middle = (part["all_equal_low"] + part["all_equal_high"]) / 2
+        ax.errorbar(
+            middle,
+            part["end_pass_at_1"],
+            xerr=(part["all_equal_high"] - part["all_equal_low"]) / 2,
+            fmt="o" if size == 2 else "s",
+            mfc="none" if size == 4 else colours[experiment],
+            color=colours[experiment],
+            alpha=0.7,
+            ms=4,
+            label=f"{experiment}, G = {size}",
+        )
+    pairs = cells[cells["group_size"] == 2]
+    slope, intercept = np.polyfit(pairs["all_equal_low"], pairs["end_pass_at_1"], 1)
+    grid = np.linspace(pairs["all_equal_low"].min(), pairs["all_equal_low"].max(), 50)
+    fit = table[(table["scope"] == "all experiments") & (table["unit"] == "cells")].iloc[0]
+    ax.plot(
+        grid,
+        intercept + slope * grid,
+        "k--",
+        label=f"G = 2 fit: R² {fit['r2']:.2f} {_interval(fit)}, {fit['cells']} cells",
+    )
+    ax.set_xlabel("expected step-1 all-equal-reward share (start policy)")
+    ax.set_ylabel("held-out end pass@1 (cell mean over seeds)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, metadata={"Software": None})
+    plt.close(fig)
+
+
+def write(experiments: Path, out: Path, *, with_figure: bool = True) -> pd.DataFrame:
+    """Reads the committed files under ``experiments`` and writes table.md, table.csv, cells.csv (and fit.png)."""
+    moments = level_moments(experiments / "sign-map" / "variance.md")
+    runs, cells = labelled(committed_runs(experiments), moments)
+    table = analysis_table(runs, cells)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(markdown(table, cells, runs))
+    table.to_csv(out / "table.csv", index=False, float_format="%.6f")
+    cells.drop(columns="cell").to_csv(out / "cells.csv", index=False, float_format="%.6f")
+    if with_figure:
+        figure(cells, table, out / "fit.png")
+    return table
+
+
+def main() -> None:
+    arguments = _arguments()
+    table = write(arguments.experiments, arguments.out, with_figure=not arguments.no_figure)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+if __name__ == "__main__":
+    main()
