@@ -156,20 +156,22 @@ def _check_against_checkpoint(run_dir: Path, checkpoint: Path, trained: TrainCon
                     f"rerun --resume with the settings of {checkpoint.name}: {restore_flags(trained.to_dict())}")
 
 
-def refuse_run_code(config: TrainConfig, source: Path, *, given: dict[str, Any], trust: bool) -> None:
-    """Refuse the settings read from ``source`` (a run's config.yaml) when they name a task or verifier to import
-    by dotted path that the user neither gave again (``given``: the explicit settings) nor trusts (``trust``):
-    a run directory is data, and importing it must not run its code."""
+def refuse_run_code(config: TrainConfig | dict[str, Any], source: Path, *, given: dict[str, Any], trust: bool) -> None:
+    """Refuse the settings read from ``source`` (a run's config.yaml, a sweep's compare.yaml) when they name a task
+    or verifier to import by dotted path that the user neither gave again (``given``: the explicit settings) nor
+    trusts (``trust``): a run or sweep directory is data, and importing it must not run its code."""
     if trust:
         return
     from grpolab import verifiers
     from grpolab.tasks import is_import_path
 
+    values = config.to_dict() if isinstance(config, TrainConfig) else config
+    options = values.get("task_options") or {}
     given_options = given.get("task_options") or {}
-    code = [("task", config.task, given.get("task"), is_import_path),
-            ("verifier", config.verifier, given.get("verifier"), verifiers.is_import_path),
-            ("task_options.verifier", config.task_options.get("verifier"), given_options.get("verifier"),
-             verifiers.is_import_path)]
+    code = [("task", values.get("task"), given.get("task"), is_import_path),
+            ("verifier", values.get("verifier"), given.get("verifier"), verifiers.is_import_path),
+            ("task_options.verifier", options.get("verifier") if isinstance(options, dict) else None,
+             given_options.get("verifier") if isinstance(given_options, dict) else None, verifiers.is_import_path)]
     for name, value, again, imports in code:
         if isinstance(value, str) and imports(value) and again != value:
             flag = "--task-options" if "." in name else f"--{name}"
