@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 from tests.reliability.conftest import RUN_FLAGS, assert_one_line_error, run_cli
 
+from grpolab.errors import UserError
+from grpolab.io import open_no_follow
 from grpolab.train import runlog
 
 
@@ -132,6 +135,36 @@ def test_a_run_never_writes_through_a_planted_symlink(finished_run, tmp_path, ca
         assert_one_line_error(code, err, f"{run / name} is a symbolic link", "remove the link")
         assert target.read_text() == "the user's file\n", name
 
+
+
+def test_a_run_never_writes_through_a_planted_hard_link(finished_run, tmp_path, capsys):
+    """A hard link planted at a name a run opens for writing (its lock, lock owner, resumes.jsonl, a log) is
+    refused in one line, and the user's file under its other name is untouched (before: the owner file was
+    emptied and rewritten, resumes.jsonl appended to)."""
+    for name in (".grpolab.lock", ".grpolab.lock.owner", "resumes.jsonl", "metrics.jsonl", "eval.jsonl"):
+        run = tmp_path / f"run-{name}"
+        shutil.copytree(finished_run, run)
+        target = tmp_path / f"target-{name}"
+        target.write_text("the user's file\n")
+        (run / name).unlink(missing_ok=True)
+        (run / name).hardlink_to(target)
+        code, err = run_cli(["train", "--out", str(run), "--resume", "--steps", "3", "--no-progress", "--threads",
+                             "1"], capsys)
+        assert_one_line_error(code, err, f"{run / name} has 2 hard links", "remove it")
+        assert target.read_text() == "the user's file\n", name
+
+
+def test_open_no_follow_refuses_a_hard_link_before_emptying_it(tmp_path):
+    target, planted = tmp_path / "target", tmp_path / "planted"
+    target.write_text("the user's file\n")
+    planted.hardlink_to(target)
+    for mode in ("w", "a"):
+        with pytest.raises(UserError, match="has 2 hard links"):
+            open_no_follow(planted, mode)
+    assert target.read_text() == "the user's file\n"
+    with open_no_follow(tmp_path / "own", "w") as handle:  # a file of one name is written as before
+        handle.write("x")
+    assert (tmp_path / "own").read_text() == "x"
 
 
 def test_the_writable_probe_never_writes_through_a_planted_symlink(finished_run, tmp_path, capsys):
