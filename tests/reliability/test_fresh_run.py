@@ -45,8 +45,46 @@ def test_resume_into_a_folder_with_nothing_to_resume_is_checked_as_a_fresh_run(t
     out.mkdir()
     (out / "metrics.jsonl").write_text('{"step": 1, "my": "numbers"}\n')
     code, err = run_cli(["train", "--out", str(out), "--resume", *RUN_FLAGS], capsys)
-    assert_one_line_error(code, err, "holds the logs of an earlier run", "--overwrite")
+    assert_one_line_error(code, err, "files grpolab did not write (metrics.jsonl)", "--overwrite")
     assert (out / "metrics.jsonl").read_text() == '{"step": 1, "my": "numbers"}\n'
+
+
+def test_overwrite_never_deletes_the_users_own_logs_after_promising_to_keep_them(tmp_path, capsys):
+    """The user's own metrics.jsonl, task.json and summary.json (no run's config.yaml or checkpoint beside them)
+    are named as theirs, and --overwrite refuses them rather than delete them (before: the refusal promised
+    "files grpolab did not write are kept", then --overwrite deleted all three)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    mine = {"metrics.jsonl": '{"step": 1, "my": "numbers"}\n', "task.json": "{}", "summary.json": '{"mine": 1}'}
+    for name, text in mine.items():
+        (out / name).write_text(text)
+    code, err = run_cli(["train", "--out", str(out), *RUN_FLAGS], capsys)
+    assert_one_line_error(code, err, "files grpolab did not write (metrics.jsonl, summary.json, task.json)",
+                          "files grpolab did not write are kept")
+    code, err = run_cli(["train", "--out", str(out), *RUN_FLAGS, "--overwrite"], capsys)
+    assert_one_line_error(code, err, "at names a run writes (metrics.jsonl, summary.json, task.json)", "move them out")
+    assert {name: (out / name).read_text() for name in mine} == mine
+
+
+def test_overwrite_refuses_or_keeps_the_users_files_in_checkpoints_staging_and_wandb_runs(finished_run, capsys):
+    """A user's file inside a TRL checkpoint folder or a checkpoint's staging (folders a run deletes whole when it
+    prunes) is refused before anything is deleted; one inside an offline W&B run folder is kept (before: all
+    three deleted as grpolab's, by the patterns ``checkpoint-*/*``, ``.tmp-*/*`` and ``run-*/*``)."""
+    for name in ("checkpoints/checkpoint-4/notes.txt", "checkpoints/.tmp-abc/notes.txt"):
+        (finished_run / name).parent.mkdir(parents=True)
+        (finished_run / name).write_text("mine")
+        before = _snapshot(finished_run)
+        code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS, "--overwrite"], capsys)
+        assert_one_line_error(code, err, name, "move them out")
+        assert _snapshot(finished_run) == before
+        shutil.rmtree((finished_run / name).parent)
+    mine = finished_run / "wandb" / "run-20260101_000000-abc" / "my-notes.md"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine")
+    (mine.parent / "run-abc.wandb").write_bytes(b"W&B")  # what W&B itself writes there goes
+    code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS, "--overwrite"], capsys)
+    assert code == 0, err
+    assert mine.read_text() == "mine" and not (mine.parent / "run-abc.wandb").exists()
 
 
 def test_overwrite_replaces_the_run_and_keeps_the_users_files(finished_run, capsys):
