@@ -32,8 +32,19 @@ from typing import TextIO
 
 from grpolab.errors import UserError
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_with", "fsync_dir", "inside", "is_write_error",
-           "hard_link_error", "link_error", "open_no_follow", "refuse_links", "write_error"]
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_write_with",
+    "fsync_dir",
+    "hard_link_error",
+    "inside",
+    "is_write_error",
+    "link_error",
+    "open_no_follow",
+    "refuse_links",
+    "write_error",
+]
 
 
 def fsync_dir(path: str | Path) -> None:

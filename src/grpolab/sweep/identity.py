@@ -25,10 +25,13 @@ from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 from grpolab.train.identity import run_identity
 
-__all__ = ["IDENTITY_FILE", "START_EVALS", "check_sweep_identity"]
+__all__ = ["IDENTITY_FILE", "START_EVALS", "START_EVAL_ENTRY", "check_sweep_identity"]
 
 IDENTITY_FILE = "identity.json"
 START_EVALS = "start-evals"
+# the name of a cached start evaluation: ``grpolab.train.lifecycle.start_evaluation_key`` (20 hex digits); any other
+# file in the folder is the user's
+START_EVAL_ENTRY = "[0-9a-f]" * 20 + ".json"
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -69,7 +72,7 @@ def check_sweep_identity(out: Path, base: TrainConfig, splits: str | None = None
 def _clear_stale_start_evaluations(cache: Path, saved: dict[str, Any] | None, identity: dict[str, str]) -> None:
     """Delete the cached start evaluations when they were made under another identity (``saved``, None when it
     was never recorded) than the sweep's now."""
-    entries = sorted(cache.glob("*.json")) if cache.is_dir() else []
+    entries = sorted(cache.glob(START_EVAL_ENTRY)) if cache.is_dir() else []
     if entries and saved != identity:
         for entry in entries:
             entry.unlink()
