@@ -266,3 +266,24 @@ def test_overwrite_refuses_a_run_a_live_train_process_is_writing(tmp_path: Path)
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("damage", ["missing", "not json", "not an object"])
+def test_a_trained_sweep_without_its_identity_is_refused_not_started_afresh(tmp_path: Path, damage: str) -> None:
+    """Changed data with ``identity.json`` deleted or damaged (before: the new data recorded as the runs' own, and
+    the old runs gathered beside new ones without a word)."""
+    base = _file_base(tmp_path)
+    out = tmp_path / "out"
+    _finished_sweep(out, base)
+    with pytest.warns(UserWarning):
+        compare(SWEEP, base, out, report=False)
+    _data(Path(base.data), [*ROWS[:-1], {"prompt": "9+9=", "answer": "19"}])
+    path = out / "identity.json"
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_text("{oops" if damage == "not json" else "[1, 2]")
+    with pytest.raises(UserError, match=rf"{path} is {'missing' if damage == 'missing' else 'damaged'}") as caught:
+        compare(SWEEP, base, out, report=False)
+    assert "restore" in str(caught.value) and "new --out" in str(caught.value) and "\n" not in str(caught.value)
+    assert not path.exists() or path.read_text() in ("{oops", "[1, 2]")  # nothing recorded in its place
