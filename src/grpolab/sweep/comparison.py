@@ -31,8 +31,13 @@ from grpolab.sweep.ownership import check_sweep_dir
 from grpolab.sweep.plan import Cell, RunSpec, parse_estimator, plan_cells, plan_lr_grid, plan_runs, run_config
 from grpolab.sweep.run import run_sweep
 from grpolab.sweep.select import Selection, extend_grids, select_lrs
-from grpolab.sweep.settings import (SWEEP_FILE, adopt_saved_settings, check_sweep_settings, sweep_defaults,
-                                    sweep_train_settings)
+from grpolab.sweep.settings import (
+    SWEEP_FILE,
+    adopt_saved_settings,
+    check_sweep_settings,
+    sweep_defaults,
+    sweep_train_settings,
+)
 from grpolab.sweep.variants import parse_vary
 from grpolab.sweep.worker import EventFn
 from grpolab.train.lock import DirectoryLock

@@ -6,8 +6,8 @@ the task's splits as the runs see them (``grpolab.tasks.base.splits_hash``: it a
 cache). Once a run of the sweep has trained a step, a re-run on changed data (or a changed model directory) is
 refused in one line, as a run's ``--resume`` is; before that, the new identity replaces the old one. So is a re-run
 whose ``identity.json`` is missing or damaged once a run has trained (in a folder that held the sweep's
-``compare.yaml`` before the command: a sweep saves it, then its identity, before any run trains): what the runs trained on is then unknown, and recording
-today's data as theirs would let changed data into the comparison.
+``compare.yaml`` before the command: a sweep saves it, then its identity, before any run trains): what the runs
+trained on is then unknown, and recording today's data as theirs would let changed data into the comparison.
 
 The start evaluations the runs of one seed share (``OUT/start-evals/KEY.json``, keyed by the trainer on the
 "start" settings only) were made under the identity ``OUT/identity.json`` held: when it differs from the sweep's
