@@ -120,25 +120,32 @@ def restore_flags(settings: dict[str, Any]) -> str:
     return " ".join(flags) or "(all defaults)"
 
 
-def checked_resume_settings(run_dir: Path, config: TrainConfig) -> TrainConfig | None:
-    """The settings ``run_dir`` was trained under, checked against its newest checkpoint's: ``config.yaml``,
-    or, when it is missing, the checkpoint's own (``config`` must then give them again). None for a run with
-    neither (nothing to resume). Refuses a resume whose ``config`` differs from them beyond what may change."""
+def _checkpoint_settings(run_dir: Path) -> list[tuple[Path, dict[str, Any] | None, str]]:
+    """(path, settings, engine) of the newest sound checkpoint of each engine the run directory holds: grpolab's
+    ``step-N`` and TRL's ``checkpoint-N``; settings is None for a checkpoint written before they were recorded."""
     from grpolab.train.checkpoint import checkpoint_settings
+    from grpolab.train.trl_engine.checkpoints import trl_checkpoint_settings
 
+    found = (("grpolab", checkpoint_settings(run_dir)), ("trl", trl_checkpoint_settings(run_dir)))
+    return [(newest[0], newest[1], engine) for engine, newest in found if newest is not None]
+
+
+def checked_resume_settings(run_dir: Path, config: TrainConfig) -> TrainConfig | None:
+    """The settings ``run_dir`` was trained under, checked against its newest checkpoint's (of either engine):
+    ``config.yaml``, or, when it is missing, the checkpoint's own (``config`` must then give them again). None for
+    a run with neither (nothing to resume). Refuses a resume whose ``config`` differs from them beyond what may
+    change; a checkpoint from before settings were recorded still names its engine."""
     saved = load_saved_config(run_dir)
-    found = checkpoint_settings(run_dir)
-    if found is not None:
-        check_identity(found[0], config)
-    if found is not None and found[1] is not None:
-        trained = build_config(found[1])
+    for checkpoint, settings, engine in _checkpoint_settings(run_dir):
+        check_identity(checkpoint, config)
+        trained = build_config({**(saved or config).to_dict(), "engine": engine} if settings is None else settings)
+        if settings is None and saved is None:
+            raise UserError(f"{run_dir} has checkpoints but no config.yaml, and {checkpoint.name} predates recorded "
+                            "settings, so what it was trained under is unknown; choose a new --out")
         if saved is None:
-            _check_against_checkpoint(run_dir, found[0], trained, config, missing=True)
+            _check_against_checkpoint(run_dir, checkpoint, trained, config, missing=True)
             return trained
-        _check_against_checkpoint(run_dir, found[0], trained, saved, missing=False)
-    elif saved is None and found is not None:
-        raise UserError(f"{run_dir} has checkpoints but no config.yaml, and {found[0].name} predates recorded "
-                        "settings, so what it was trained under is unknown; choose a new --out")
+        _check_against_checkpoint(run_dir, checkpoint, trained, saved, missing=False)
     if saved is not None:
         check_resume(run_dir, saved, config)
     return saved
