@@ -120,23 +120,15 @@ def restore_flags(settings: dict[str, Any]) -> str:
     return " ".join(flags) or "(all defaults)"
 
 
-def _checkpoint_settings(run_dir: Path) -> list[tuple[Path, dict[str, Any] | None, str]]:
-    """(path, settings, engine) of the newest sound checkpoint of each engine the run directory holds: grpolab's
-    ``step-N`` and TRL's ``checkpoint-N``; settings is None for a checkpoint written before they were recorded."""
-    from grpolab.train.checkpoint import checkpoint_settings
-    from grpolab.train.trl_engine.checkpoints import trl_checkpoint_settings
-
-    found = (("grpolab", checkpoint_settings(run_dir)), ("trl", trl_checkpoint_settings(run_dir)))
-    return [(newest[0], newest[1], engine) for engine, newest in found if newest is not None]
-
-
 def checked_resume_settings(run_dir: Path, config: TrainConfig) -> TrainConfig | None:
     """The settings ``run_dir`` was trained under, checked against its newest checkpoint's (of either engine):
     ``config.yaml``, or, when it is missing, the checkpoint's own (``config`` must then give them again). None for
     a run with neither (nothing to resume). Refuses a resume whose ``config`` differs from them beyond what may
     change; a checkpoint from before settings were recorded still names its engine."""
+    from grpolab.capabilities import newest_checkpoint_settings
+
     saved = load_saved_config(run_dir)
-    for checkpoint, settings, engine in _checkpoint_settings(run_dir):
+    for checkpoint, settings, engine in newest_checkpoint_settings(run_dir):
         check_identity(checkpoint, config)
         trained = build_config({**(saved or config).to_dict(), "engine": engine} if settings is None else settings)
         if settings is None and saved is None:

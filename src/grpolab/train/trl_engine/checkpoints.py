@@ -9,7 +9,7 @@ is one whose save never finished, and ``latest_checkpoint`` resumes from the new
 their seal. Under ``accelerate launch`` the main process seals what is on its disk when its save returns. Each
 checkpoint also holds ``state.json`` with the settings the run was trained under and the identity of its data and
 local model (``record_state``), as grpolab's engine's checkpoints do, so that ``--resume`` refuses a ``config.yaml``
-edited since (``trl_checkpoint_settings``, read by ``grpolab.train.settings.checked_resume_settings``).
+edited since (``trl_checkpoint_settings``, found through ``grpolab.capabilities`` by ``grpolab.train.settings.checked_resume_settings``).
 
 Rotation is grpolab's, not TRL's (TRL's ``save_total_limit`` is unset): ``prune`` removes older checkpoints only
 after the newest is sealed, so a kill during a save always leaves the previous sealed checkpoint to resume from.
