@@ -23,6 +23,7 @@ from grpolab import remedies
 from grpolab.errors import UserError
 
 __all__ = ["ENGINES", "Engine", "Unsupported", "check_arm", "check_settings", "engine", "has_checkpoint",
+           "newest_checkpoint_settings",
            "render_markdown", "supports_remedy"]
 
 
@@ -46,6 +47,9 @@ class Engine:
         unsupported: the settings it refuses when they are not at their default (checked with every config).
         arm_check: ``module:function`` of its full settings check, run on every arm of a sweep before the first
             run starts; None where the config checks are all it needs.
+        checkpoint_settings: ``module:function(run_dir)`` giving (path, settings or None) of the newest sound
+            checkpoint of its kind in a run directory, or None; what ``--resume`` checks ``config.yaml`` against,
+            under either engine (``newest_checkpoint_settings``).
     """
 
     name: str
@@ -53,6 +57,7 @@ class Engine:
     per_token_estimators: bool
     unsupported: tuple[Unsupported, ...] = ()
     arm_check: str | None = None
+    checkpoint_settings: str = "grpolab.train.checkpoint:checkpoint_settings"
 
     @property
     def remedies(self) -> tuple[str, ...]:
@@ -69,7 +74,8 @@ ENGINES: dict[str, Engine] = {
                      Unsupported("entropy_target", _TRL_OPTION, "drop --entropy-target"),
                      Unsupported("top_entropy_quantile", _TRL_OPTION, "drop --top-entropy-quantile"))),
     "trl": Engine("trl", "checkpoint-*", per_token_estimators=False,
-                  arm_check="grpolab.train.trl_engine.arguments:check_supported"),
+                  arm_check="grpolab.train.trl_engine.arguments:check_supported",
+                  checkpoint_settings="grpolab.train.trl_engine.checkpoints:trl_checkpoint_settings"),
 }
 """engine name -> what it supports; the ``engine`` setting's choices are its keys."""
 
@@ -112,6 +118,19 @@ def has_checkpoint(run_dir: Path, name: str | None = None) -> bool:
     folder = Path(run_dir) / "checkpoints"
     rows = [engine(name)] if name is not None else list(ENGINES.values())
     return folder.is_dir() and any(any(folder.glob(row.checkpoint_glob)) for row in rows)
+
+
+def newest_checkpoint_settings(run_dir: Path) -> list[tuple[Path, dict[str, Any] | None, str]]:
+    """(path, settings, engine) of the newest sound checkpoint of each engine's kind in ``run_dir`` (settings None
+    for a checkpoint written before they were recorded); only engines with checkpoints there are asked."""
+    found = []
+    for row in ENGINES.values():
+        if has_checkpoint(run_dir, row.name):
+            module, function = row.checkpoint_settings.split(":")
+            newest = getattr(importlib.import_module(module), function)(Path(run_dir))
+            if newest is not None:
+                found.append((newest[0], newest[1], row.name))
+    return found
 
 
 def render_markdown() -> str:

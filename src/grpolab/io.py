@@ -13,6 +13,10 @@
   the atomic writers refuse a target that is a link (a rename would replace the user's link; their
   temporary files are made with ``O_EXCL``, so never a link), and ``refuse_links`` checks the names a
   command will write in a folder before it starts. A link is refused in one line (``link_error``).
+* Nor through a hard link: a file of more than one name (``st_nlink`` > 1) may be the user's file under another
+  name, so ``open_no_follow`` and ``refuse_links`` refuse it in one line (``hard_link_error``) before a byte is
+  written (``"w"`` truncates only after the check); the atomic writers replace the name, leaving the other
+  names' file as it was.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -27,8 +32,19 @@ from typing import TextIO
 
 from grpolab.errors import UserError
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_with", "fsync_dir", "inside", "is_write_error",
-           "link_error", "open_no_follow", "refuse_links", "write_error"]
+__all__ = [
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_write_with",
+    "fsync_dir",
+    "hard_link_error",
+    "inside",
+    "is_write_error",
+    "link_error",
+    "open_no_follow",
+    "refuse_links",
+    "write_error",
+]
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -46,24 +62,43 @@ def link_error(path: str | Path) -> UserError:
                      "remove the link (or choose another folder), then rerun")
 
 
+def hard_link_error(path: str | Path, links: int) -> UserError:
+    """A one-line ``UserError``: ``path`` is one of ``links`` names of a file, and grpolab does not write through
+    one (the other names may be the user's)."""
+    return UserError(f"{path} has {links} hard links, so writing it would change the same file under its other "
+                     "name(s), and grpolab writes only its own files; remove it (or replace it by a copy), then rerun")
+
+
 def refuse_links(folder: str | Path, names: Iterable[str]) -> None:
-    """Refuse (``link_error``) when any of ``names`` in ``folder`` is a symbolic link: the files a command is
-    about to write there, checked before it writes any of them."""
+    """Refuse (``link_error``, ``hard_link_error``) when any of ``names`` in ``folder`` is a symbolic link or a
+    file with other hard links: the files a command is about to write there, checked before it writes any."""
     for name in names:
-        if (Path(folder) / name).is_symlink():
-            raise link_error(Path(folder) / name)
+        path = Path(folder) / name
+        if path.is_symlink():
+            raise link_error(path)
+        with contextlib.suppress(OSError):
+            info = path.lstat()
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                raise hard_link_error(path, info.st_nlink)
 
 
 def open_no_follow(path: str | Path, mode: str = "a") -> TextIO:
-    """``path`` opened for text appending (``"a"``) or writing (``"w"``), created when missing, never
-    through a symbolic link (``O_NOFOLLOW``: ``link_error``)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+    """``path`` opened for text appending (``"a"``) or writing (``"w"``, emptied), created when missing, never
+    through a symbolic link (``O_NOFOLLOW``: ``link_error``) nor a file with other hard links
+    (``hard_link_error``, checked before it is emptied)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if mode == "a" else 0)
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise link_error(path) from None
         raise
+    links = os.fstat(fd).st_nlink
+    if links > 1:
+        os.close(fd)
+        raise hard_link_error(path, links)
+    if mode != "a":
+        os.ftruncate(fd, 0)
     return os.fdopen(fd, mode, encoding="utf-8")
 
 

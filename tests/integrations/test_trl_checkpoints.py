@@ -94,13 +94,13 @@ def test_a_trl_checkpoint_records_the_data_it_trained_on_and_a_resume_refuses_ch
     from grpolab.errors import UserError
     from grpolab.train.lifecycle import start_evaluation_key
     from grpolab.train.settings import check_identity
-    from grpolab.train.trl_engine.checkpoints import record_identity
+    from grpolab.train.trl_engine.checkpoints import record_state
 
     data = tmp_path / "qa.jsonl"
     data.write_text('{"prompt": "1+1=", "answer": "2"}\n')
     config = TrainConfig(engine="trl", task="file", verifier="exact", data=str(data))
     checkpoint = _checkpoint(tmp_path, 1)
-    record_identity(checkpoint, config)
+    record_state(checkpoint, config)
     seal(checkpoint)
     check_identity(checkpoint, config)  # unchanged: resumes
     key = start_evaluation_key(config)

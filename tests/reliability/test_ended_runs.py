@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from tests.reliability.conftest import assert_one_line_error, run_cli
 
+from grpolab.cli import main
 from grpolab.config import TrainConfig
 from grpolab.mechanism.runs import ReportedRun, evaluation_rows
 from grpolab.sweep.gather import collect_results, runs_table
@@ -25,7 +26,7 @@ RESUME = ["--steps", "2", "--no-progress", "--threads", "1"]
 
 
 def _with_summary(spec) -> None:
-    """Give a hand-written run the summary.json that ``finish_run`` writes: every evaluation, no successes."""
+    """Give a hand-written run the summary.json that ``finish_run`` writes: every evaluation, successes included."""
     rows = runlog.read_metrics(spec.run_dir / "eval.jsonl")
     (spec.run_dir / "summary.json").write_text(json.dumps({"status": "finished", "steps": spec.config.steps,
                                                            "final_metrics": {}, "evaluations": rows}))
@@ -216,3 +217,27 @@ def test_the_compare_command_exits_non_zero_when_a_run_cannot_be_counted(tmp_pat
         _tear_last_line(specs[1].run_dir / "eval.jsonl")
         assert main(argv) == 1  # before: 0, the run silently left out of the comparison
     capsys.readouterr()
+
+
+def test_a_damaged_eval_log_keeps_its_per_prompt_successes_through_the_summary(tmp_path):
+    """``summary.json`` keeps each evaluation's per-prompt successes, so a damaged ``eval.jsonl`` is restored whole
+    (before: restored without them, so the report's per-prompt sections silently lost the seed)."""
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), "--steps", "1", "--prompts-per-step", "2", "--eval-limit", "4",
+                 "--eval-samples", "2", "--no-progress", "--threads", "1"]) == 0
+    logged = runlog.read_metrics(run / "eval.jsonl")
+    assert [len(row["successes"]) for row in logged] == [4, 4]  # start and end, 4 prompts each
+    lines = (run / "eval.jsonl").read_text().splitlines()
+    (run / "eval.jsonl").write_text("{oops\n" + "\n".join(lines[1:]) + "\n")  # damaged mid-file
+    with pytest.warns(UserWarning, match="lacks 2 evaluation") as caught:
+        restored = runlog.read_evaluations(run)
+    assert "without per-prompt successes" not in str(caught[0].message)
+    assert [row["successes"] for row in restored] == [row["successes"] for row in logged]
+
+
+def test_rows_restored_from_an_older_summary_are_named_as_lacking_successes(tmp_path):
+    rows = [{"step": 0, "phase": "start", "n": 2}, {"step": 2, "phase": "end", "n": 2, "successes": [1, 2]},
+            {"step": 2, "phase": "end", "n": 0}]
+    assert runlog.without_successes(rows) == (" (1 of them without per-prompt successes, which that summary "
+                                              "predates: start at step 0)")
+    assert runlog.without_successes(rows[1:]) == ""

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 from tests.reliability.conftest import RUN_FLAGS, assert_one_line_error, run_cli
 
+from grpolab.errors import UserError
+from grpolab.io import open_no_follow
 from grpolab.train import runlog
 
 
@@ -42,8 +45,46 @@ def test_resume_into_a_folder_with_nothing_to_resume_is_checked_as_a_fresh_run(t
     out.mkdir()
     (out / "metrics.jsonl").write_text('{"step": 1, "my": "numbers"}\n')
     code, err = run_cli(["train", "--out", str(out), "--resume", *RUN_FLAGS], capsys)
-    assert_one_line_error(code, err, "holds the logs of an earlier run", "--overwrite")
+    assert_one_line_error(code, err, "files grpolab did not write (metrics.jsonl)", "--overwrite")
     assert (out / "metrics.jsonl").read_text() == '{"step": 1, "my": "numbers"}\n'
+
+
+def test_overwrite_never_deletes_the_users_own_logs_after_promising_to_keep_them(tmp_path, capsys):
+    """The user's own metrics.jsonl, task.json and summary.json (no run's config.yaml or checkpoint beside them)
+    are named as theirs, and --overwrite refuses them rather than delete them (before: the refusal promised
+    "files grpolab did not write are kept", then --overwrite deleted all three)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    mine = {"metrics.jsonl": '{"step": 1, "my": "numbers"}\n', "task.json": "{}", "summary.json": '{"mine": 1}'}
+    for name, text in mine.items():
+        (out / name).write_text(text)
+    code, err = run_cli(["train", "--out", str(out), *RUN_FLAGS], capsys)
+    assert_one_line_error(code, err, "files grpolab did not write (metrics.jsonl, summary.json, task.json)",
+                          "files grpolab did not write are kept")
+    code, err = run_cli(["train", "--out", str(out), *RUN_FLAGS, "--overwrite"], capsys)
+    assert_one_line_error(code, err, "at names a run writes (metrics.jsonl, summary.json, task.json)", "move them out")
+    assert {name: (out / name).read_text() for name in mine} == mine
+
+
+def test_overwrite_refuses_or_keeps_the_users_files_in_checkpoints_staging_and_wandb_runs(finished_run, capsys):
+    """A user's file inside a TRL checkpoint folder or a checkpoint's staging (folders a run deletes whole when it
+    prunes) is refused before anything is deleted; one inside an offline W&B run folder is kept (before: all
+    three deleted as grpolab's, by the patterns ``checkpoint-*/*``, ``.tmp-*/*`` and ``run-*/*``)."""
+    for name in ("checkpoints/checkpoint-4/notes.txt", "checkpoints/.tmp-abc/notes.txt"):
+        (finished_run / name).parent.mkdir(parents=True)
+        (finished_run / name).write_text("mine")
+        before = _snapshot(finished_run)
+        code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS, "--overwrite"], capsys)
+        assert_one_line_error(code, err, name, "move them out")
+        assert _snapshot(finished_run) == before
+        shutil.rmtree((finished_run / name).parent)
+    mine = finished_run / "wandb" / "run-20260101_000000-abc" / "my-notes.md"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine")
+    (mine.parent / "run-abc.wandb").write_bytes(b"W&B")  # what W&B itself writes there goes
+    code, err = run_cli(["train", "--out", str(finished_run), *RUN_FLAGS, "--overwrite"], capsys)
+    assert code == 0, err
+    assert mine.read_text() == "mine" and not (mine.parent / "run-abc.wandb").exists()
 
 
 def test_overwrite_replaces_the_run_and_keeps_the_users_files(finished_run, capsys):
@@ -132,6 +173,36 @@ def test_a_run_never_writes_through_a_planted_symlink(finished_run, tmp_path, ca
         assert_one_line_error(code, err, f"{run / name} is a symbolic link", "remove the link")
         assert target.read_text() == "the user's file\n", name
 
+
+
+def test_a_run_never_writes_through_a_planted_hard_link(finished_run, tmp_path, capsys):
+    """A hard link planted at a name a run opens for writing (its lock, lock owner, resumes.jsonl, a log) is
+    refused in one line, and the user's file under its other name is untouched (before: the owner file was
+    emptied and rewritten, resumes.jsonl appended to)."""
+    for name in (".grpolab.lock", ".grpolab.lock.owner", "resumes.jsonl", "metrics.jsonl", "eval.jsonl"):
+        run = tmp_path / f"run-{name}"
+        shutil.copytree(finished_run, run)
+        target = tmp_path / f"target-{name}"
+        target.write_text("the user's file\n")
+        (run / name).unlink(missing_ok=True)
+        (run / name).hardlink_to(target)
+        code, err = run_cli(["train", "--out", str(run), "--resume", "--steps", "3", "--no-progress", "--threads",
+                             "1"], capsys)
+        assert_one_line_error(code, err, f"{run / name} has 2 hard links", "remove it")
+        assert target.read_text() == "the user's file\n", name
+
+
+def test_open_no_follow_refuses_a_hard_link_before_emptying_it(tmp_path):
+    target, planted = tmp_path / "target", tmp_path / "planted"
+    target.write_text("the user's file\n")
+    planted.hardlink_to(target)
+    for mode in ("w", "a"):
+        with pytest.raises(UserError, match="has 2 hard links"):
+            open_no_follow(planted, mode)
+    assert target.read_text() == "the user's file\n"
+    with open_no_follow(tmp_path / "own", "w") as handle:  # a file of one name is written as before
+        handle.write("x")
+    assert (tmp_path / "own").read_text() == "x"
 
 
 def test_the_writable_probe_never_writes_through_a_planted_symlink(finished_run, tmp_path, capsys):

@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 from tests.reliability.conftest import assert_one_line_error, run_cli
 
-from grpolab.config import TrainConfig, save_config
+from grpolab.config import TrainConfig, save_config, yaml_text
+from grpolab.config.files import SAVED_FOOTER, SAVED_HEADER
 from grpolab.errors import UserError
+from grpolab.sweep.settings import settings_to_rerun
 from grpolab.train.settings import refuse_run_code
 
 
@@ -72,3 +74,30 @@ def test_code_given_again_or_trusted_passes_the_gate(tmp_path):
     refuse_run_code(config, source, given={"task": "my_tasks:build", "verifier": "my_verifiers.check"}, trust=False)
     refuse_run_code(config, source, given={}, trust=True)
     refuse_run_code(TrainConfig(task="reverse", verifier="exact"), source, given={}, trust=False)
+
+
+def _crafted_compare_yaml(out: Path, marker: Path) -> Path:
+    """A comparison folder's saved compare.yaml (grpolab's first and last lines) naming ``task: os:system``."""
+    out.mkdir(parents=True, exist_ok=True)
+    values = {"estimators": "sign", "seeds": 1, "task": "os:system", "task_options": {"command": f"touch {marker}"}}
+    path = out / "compare.yaml"
+    path.write_text(f"{SAVED_HEADER}\n{yaml_text(values)}{SAVED_FOOTER}: {len(values)} settings\n", encoding="utf-8")
+    return path
+
+
+def test_rerunning_a_crafted_compare_yaml_runs_nothing_and_names_the_code(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    saved = _crafted_compare_yaml(tmp_path / "old", marker)
+    code, err = run_cli(["compare", "--config", str(saved), "--out", str(tmp_path / "new"), "--workers", "1"], capsys)
+    assert_one_line_error(code, err, "names the task 'os:system'", "--trust-run-code", str(saved))
+    assert not marker.exists()
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_hand_written_config_or_trusted_saved_one_passes_the_gate(tmp_path):
+    values = {"task": "os:system", "task_options": {"command": "true"}}
+    assert settings_to_rerun(values, saved=False) == values  # the user's own file: their code
+    assert settings_to_rerun(values, saved=True, trust=True) == values
+    assert settings_to_rerun(values, saved=True, given={"task": "os:system"}) == values
+    with pytest.raises(UserError, match="names the task 'os:system'"):
+        settings_to_rerun(values, saved=True, given={"task": "reverse"})

@@ -135,3 +135,47 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+
+
+def _trl_run(run: Path, config: TrainConfig) -> Path:
+    """A TRL-engine run directory as the engine leaves it after step 2: its config.yaml, two logged steps and a
+    sealed ``checkpoints/checkpoint-2`` whose state.json records the settings (``record_state``)."""
+    from grpolab.train.trl_engine.checkpoints import record_state, seal
+
+    checkpoint = run / "checkpoints" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    save_config(config, run / "config.yaml")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    record_state(checkpoint, config)
+    seal(checkpoint)
+    return run
+
+
+@pytest.mark.parametrize("edit", [{"advantage": "dr_grpo"}, {"engine": "grpolab"}])
+def test_a_trl_run_whose_config_yaml_was_edited_is_refused_on_resume(tmp_path, capsys, edit):
+    """A ``sign`` TRL run edited to ``dr_grpo``, or to ``engine: grpolab`` (before: resumed as ``dr_grpo`` without a
+    word; restarted by grpolab's engine from step 0, replacing the logged steps)."""
+    trained = TrainConfig(engine="trl", advantage="sign", steps=4, prompts_per_step=2)
+    run = _trl_run(tmp_path / "run", trained)
+    save_config(trained.replace(**edit), run / "config.yaml")
+    before = (run / "metrics.jsonl").read_bytes()
+    code, err = _resume(run, capsys, "--no-progress")
+    name, value = next(iter(edit.items()))
+    assert_one_line_error(code, err, "holds a config.yaml that differs from its checkpoint checkpoint-2",
+                          f"trained with {name} {getattr(trained, name)!r}", f"this command gives {name} {value!r}")
+    assert (run / "metrics.jsonl").read_bytes() == before
+
+
+def test_a_checkpoint_from_before_settings_were_recorded_still_names_its_engine(tmp_path):
+    from grpolab.train.settings import checked_resume_settings
+
+    run = _trl_run(tmp_path / "run", TrainConfig(engine="trl"))
+    (run / "checkpoints" / "checkpoint-2" / "state.json").write_text("{}")  # an older grpolab's state.json
+    from grpolab.train.trl_engine.checkpoints import seal
+
+    seal(run / "checkpoints" / "checkpoint-2")
+    assert checked_resume_settings(run, TrainConfig(engine="trl")) == TrainConfig(engine="trl")
+    save_config(TrainConfig(engine="grpolab"), run / "config.yaml")
+    with pytest.raises(UserError, match="trained with engine 'trl'"):
+        checked_resume_settings(run, TrainConfig(engine="grpolab"))

@@ -187,6 +187,23 @@ def test_verdict_says_where_the_gain_sits_across_the_50_percent_split() -> None:
     assert N_SAMPLES == 16  # the hand-computed changes above: 4 / 16 = 25 points, 8 / 16 = 50 points
 
 
+def test_the_family_section_names_the_seeds_that_lack_per_prompt_successes() -> None:
+    """A seed whose end evaluation lost its per-prompt successes (restored from an older summary.json) is named
+    below the table, whose mean for its arm then rests on the other seed (before: averaged fewer seeds silently)."""
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
+    families = ["hard"] * (N_PROMPTS // 2) + ["easy"] * (N_PROMPTS // 2)
+    results = _with_families(results, families, {"hard": 0, "easy": 12}, {"hard": 4, "easy": 16})
+    whole = families_section(results)
+    assert whole is not None and "Left out" not in whole.paragraphs[0]
+    lost = results["phase"].eq("end") & results["estimator"].eq("sign") & results["seed"].eq(1)
+    results.loc[lost, "successes"] = pd.Series([[]] * int(lost.sum()), index=results.index[lost])
+    section = families_section(results)
+    assert section is not None
+    assert "Left out for want of per-prompt successes (so those means average fewer seeds): sign G=2 seed 1 (end)" \
+        in section.paragraphs[0]
+    assert section.tables[0][1].equals(whole.tables[0][1])  # seed 0 alone gives the same rates here
+
+
 def test_verdict_of_sign_against_the_group_centred_estimators_is_plain_english() -> None:
     few, _, _ = synthetic_sweep(("sign", "dr_grpo", "grpo"), seeds=3, sizes=(4,))
     assert ": no evidence either way at this n against grpo (" in _verdict(few)  # 3 seeds: p >= 1/4

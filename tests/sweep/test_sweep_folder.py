@@ -5,6 +5,9 @@ evaluation cached on other data is never read, a user's files are never overwrit
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -189,3 +192,98 @@ def test_compare_never_writes_through_a_planted_symlink(tmp_path: Path, name: st
     with pytest.raises(UserError, match=rf"{path} is a symbolic link"):
         compare(SWEEP, base, out, report=False)  # before: the tables and lock owner written to the link's target
     assert (sorted(p.name for p in target.iterdir()) if target.is_dir() else target.read_text()) == before
+
+
+def test_overwrite_keeps_the_users_files_under_figures_start_evals_and_mechanism(tmp_path: Path) -> None:
+    """Only the figures the earlier report links, start evaluations by their key names and mechanism's own files
+    are deleted (before: every ``figures/*.png``, ``start-evals/*.json`` and ``mechanism/*/mechanism*.csv``)."""
+    out = tmp_path / "out"
+    base = TrainConfig(steps=2)
+    _finished_sweep(out, base)
+    compare(SWEEP, base, out, report=True)
+    ours = sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert ours  # the report wrote figures
+    mine = {"figures/my_plot.png": "png", "start-evals/notes.json": "{}", "mechanism/v/mechanism_notes.csv": "a",
+            "mechanism/notes.txt": "n"}
+    for name, text in mine.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    (out / "start-evals" / "0123456789abcdef0123.json").write_text("{}")  # a start evaluation the sweep cached
+    with pytest.raises(UserError, match="no run finished"):
+        _no_training_overwrite(out, base)
+    assert {name: (out / name).read_text() for name in mine} == mine
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["my_plot.png"]
+    assert not (out / "start-evals" / "0123456789abcdef0123.json").exists()
+
+
+SWEEP_TWO_SEEDS = CompareConfig(estimators="sign", seeds=2, group_sizes="2", lrs="1e-4", workers=1)
+
+
+def _finished_two_seed_sweep(out: Path, base: TrainConfig) -> list[Path]:
+    specs = plan_runs(base, ["sign"], [0, 1], [2], out)
+    for spec in specs:
+        finish(spec, 0.5)
+    compare(SWEEP_TWO_SEEDS, base, out, report=False)
+    return [spec.run_dir for spec in specs]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.name.startswith(".grpolab.lock")}
+
+
+def test_overwrite_checks_every_run_before_deleting_any(tmp_path: Path) -> None:
+    """A user's file inside the second run's ``final/`` is refused before the first run is deleted (before: the
+    first run was gone when the refusal came)."""
+    out = tmp_path / "out"
+    base = TrainConfig(steps=2)
+    _, second = _finished_two_seed_sweep(out, base)
+    (second / "final").mkdir()
+    (second / "final" / "notes.txt").write_text("mine")
+    before = _files(out)
+    with pytest.raises(UserError, match=r"final/notes\.txt.*move them out") as caught:
+        _no_training_overwrite(out, base)
+    assert "\n" not in str(caught.value)
+    assert _files(out) == before
+
+
+def test_overwrite_refuses_a_run_a_live_train_process_is_writing(tmp_path: Path) -> None:
+    """A run whose lock a live process holds is refused in one line naming it, and nothing is deleted (before: the
+    run, lock included, was deleted under the training process, which then died told to free disk space)."""
+    out = tmp_path / "out"
+    base = TrainConfig(steps=2)
+    _, second = _finished_two_seed_sweep(out, base)
+    hold = (f"import time\nfrom grpolab.train.lock import DirectoryLock\nlock = DirectoryLock({str(second)!r}, 'train')"
+            ".acquire()\nprint('held', flush=True)\ntime.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = _files(out)
+        with pytest.raises(UserError, match=rf"{second} is in use by another grpolab process \(pid {holder.pid}"):
+            _no_training_overwrite(out, base)
+        assert _files(out) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("damage", ["missing", "not json", "not an object"])
+def test_a_trained_sweep_without_its_identity_is_refused_not_started_afresh(tmp_path: Path, damage: str) -> None:
+    """Changed data with ``identity.json`` deleted or damaged (before: the new data recorded as the runs' own, and
+    the old runs gathered beside new ones without a word)."""
+    base = _file_base(tmp_path)
+    out = tmp_path / "out"
+    _finished_sweep(out, base)
+    with pytest.warns(UserWarning):
+        compare(SWEEP, base, out, report=False)
+    _data(Path(base.data), [*ROWS[:-1], {"prompt": "9+9=", "answer": "19"}])
+    path = out / "identity.json"
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_text("{oops" if damage == "not json" else "[1, 2]")
+    with pytest.raises(UserError, match=rf"{path} is {'missing' if damage == 'missing' else 'damaged'}") as caught:
+        compare(SWEEP, base, out, report=False)
+    assert "restore" in str(caught.value) and "new --out" in str(caught.value) and "\n" not in str(caught.value)
+    assert not path.exists() or path.read_text() in ("{oops", "[1, 2]")  # nothing recorded in its place

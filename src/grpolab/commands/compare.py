@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     groups["output"].add_argument("--overwrite", action="store_true",
                                   help="replace an earlier comparison in --out (files grpolab did not write are "
                                        "kept; without it, a --out holding files compare did not write is refused)")
+    groups["sweep"].add_argument("--trust-run-code", action="store_true",
+                                 help="with --config OLD/compare.yaml, import the task or verifier it names by dotted "
+                                      "path (pkg.module:function); only for comparisons you trust")
     add_config_arguments(parser, CompareConfig, groups=groups)
     refused = {name: f"refused: the sweep sets it for each run; use {use}" for name, use in SWEEP_OWNED.items()}
     add_config_arguments(parser, TrainConfig, defaults=COMPARE_TRAIN_DEFAULTS, help_overrides=refused, groups=groups)
@@ -45,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from grpolab.sweep import compare
 
-    file_values = _config_file_values(args.config) if args.config else {}
+    file_values = _config_file_values(args) if args.config else {}
     compare_values, train_values = split_file_values(file_values, CompareConfig, TrainConfig)
     refuse_sweep_owned(explicit_values(args, TrainConfig, train_values))
     sweep: CompareConfig = config_from_args(args, CompareConfig, file_values=compare_values)
@@ -69,15 +72,17 @@ def run(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
-def _config_file_values(path: str) -> dict[str, Any]:
-    """--config's settings; a comparison's saved compare.yaml reruns as it was made (``settings_to_rerun``)."""
+def _config_file_values(args: argparse.Namespace) -> dict[str, Any]:
+    """--config's settings; a comparison's saved compare.yaml reruns as it was made (``settings_to_rerun``), and
+    code it names is imported only when the flags name it again or --trust-run-code is given."""
     from grpolab.config.files import SAVED_HEADER
     from grpolab.sweep.settings import settings_to_rerun
 
-    values = load_config_file(path)
-    with open(path, encoding="utf-8") as handle:  # load_config_file read it: it exists and is UTF-8
+    values = load_config_file(args.config)
+    with open(args.config, encoding="utf-8") as handle:  # load_config_file read it: it exists and is UTF-8
         saved = handle.readline().strip() == SAVED_HEADER
-    return settings_to_rerun(values, saved=saved)
+    return settings_to_rerun(values, saved=saved, source=Path(args.config),
+                             given=explicit_values(args, TrainConfig, {}), trust=args.trust_run_code)
 
 
 def _plan_line(sweep: CompareConfig, base: TrainConfig, *, large: bool) -> str:

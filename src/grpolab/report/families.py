@@ -2,7 +2,9 @@
 estimator (and variant) at each group size. Tasks without prompt families have no such section.
 
 The numbers come from ``tables.family_table`` (mean per-prompt success c / n over the prompts of a family,
-then over seeds); the verdict's one line on where the gain sits is ``verdict``'s.
+then over seeds); the verdict's one line on where the gain sits is ``verdict``'s. A seed whose evaluation lost its
+per-prompt successes (a damaged ``eval.jsonl`` restored from an older ``summary.json``) is named below the table,
+since the means of its arm then average fewer seeds (``tables.family_gaps``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pandas as pd
 
 from grpolab.advantages import display_order
 from grpolab.render import Section
-from grpolab.report.tables import family_table, labelled
+from grpolab.report.tables import family_gaps, family_table, labelled
 
 __all__ = ["families_section"]
 
@@ -35,4 +37,8 @@ def families_section(results: pd.DataFrame) -> Section | None:
     text = ("Mean per-prompt success (over the evaluation samples) in each prompt family at the start and at "
             "the end of training, mean over seeds. Families are ordered by their starting success: the "
             "low-success families are where group-centred advantages starve (most groups all wrong).")
+    gaps = family_gaps(labelled(results))
+    if gaps:
+        text += (f" Left out for want of per-prompt successes (so those means average fewer seeds): {', '.join(gaps)}; "
+                 "see each run's eval.jsonl.")
     return Section("Per-family breakdown", [text], [("Held-out success per prompt family", display)])

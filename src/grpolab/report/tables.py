@@ -317,20 +317,29 @@ def equal_cost_table(results: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _per_prompt(row: pd.Series) -> tuple[list[str], np.ndarray] | None:
+    """(families, successes [P]) of one evaluation, or None when it carries no per-prompt data by family (a task
+    without families, no samples, or successes lost with a damaged ``eval.jsonl``)."""
+    families = list(row.get("families") if row.get("families") is not None else [])
+    successes = np.asarray(row["successes"] if row["successes"] is not None else [], dtype=float)
+    if not any(families) or len(families) != successes.size or int(row["n"]) == 0:
+        return None
+    return [family or "(none)" for family in families], successes
+
+
 def family_table(results: pd.DataFrame) -> pd.DataFrame:
     """Per (estimator, group_size, family): mean per-prompt success rate (c / n) at the start and at the end,
     averaged over the prompts of the family and then over runs; change = end - start. Empty when the
     evaluations carry no families (a task without families labels every problem "") or no samples; in a
-    task where only some problems have a family, the others form the family "(none)"."""
+    task where only some problems have a family, the others form the family "(none)". A run whose evaluation
+    lacks per-prompt data is left out of that phase (``family_gaps`` names it)."""
     rows = []
     for phase in ("start", "end"):
-        evaluations = _last_eval(results, phase)
-        for run_id, row in evaluations.iterrows():
-            families = list(row.get("families") if row.get("families") is not None else [])
-            successes = np.asarray(row["successes"] if row["successes"] is not None else [], dtype=float)
-            if not any(families) or len(families) != successes.size or int(row["n"]) == 0:
+        for run_id, row in _last_eval(results, phase).iterrows():
+            found = _per_prompt(row)
+            if found is None:
                 continue
-            families = [family or "(none)" for family in families]
+            families, successes = found
             rates = pd.Series(successes / int(row["n"])).groupby(pd.Series(families)).mean()
             rows += [{"run_id": run_id, "estimator": row["estimator"], "group_size": int(row["group_size"]),
                       "phase": phase, "family": family, "rate": float(rate)} for family, rate in rates.items()]
@@ -343,6 +352,19 @@ def family_table(results: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     table["change"] = table["end"] - table["start"]
     return table[columns]
+
+
+def family_gaps(results: pd.DataFrame) -> list[str]:
+    """The runs ``family_table`` leaves out of a phase because that evaluation lacks per-prompt data while other
+    runs have it, as "ESTIMATOR G=g seed s (phase)"; empty when no run has such data."""
+    gaps, found = [], False
+    for phase in ("start", "end"):
+        for _, row in _last_eval(results, phase).iterrows():
+            if _per_prompt(row) is None:
+                gaps.append(f"{row['estimator']} G={int(row['group_size'])} seed {row.get('seed', '?')} ({phase})")
+            else:
+                found = True
+    return gaps if found else []
 
 
 def family_split(families: pd.DataFrame) -> pd.DataFrame:

@@ -31,7 +31,13 @@ from grpolab.sweep.ownership import check_sweep_dir
 from grpolab.sweep.plan import Cell, RunSpec, parse_estimator, plan_cells, plan_lr_grid, plan_runs, run_config
 from grpolab.sweep.run import run_sweep
 from grpolab.sweep.select import Selection, extend_grids, select_lrs
-from grpolab.sweep.settings import adopt_saved_settings, check_sweep_settings, sweep_defaults, sweep_train_settings
+from grpolab.sweep.settings import (
+    SWEEP_FILE,
+    adopt_saved_settings,
+    check_sweep_settings,
+    sweep_defaults,
+    sweep_train_settings,
+)
 from grpolab.sweep.variants import parse_vary
 from grpolab.sweep.worker import EventFn
 from grpolab.train.lock import DirectoryLock
@@ -102,10 +108,11 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
         check_gpus(sweep.gpus_per_run, {base.replace(**variant.changes).device for variant in variants})
     settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base),
                 "task": _task_summary(base, sweep.estimator_list)}
+    recorded = (out / SWEEP_FILE).is_file()  # a sweep's folder already, so its identity was recorded too
     # refuses other settings; saves them otherwise, with when the primary comparison was declared
     settings["primary_declaration"] = check_sweep_settings(out, settings, sweep_defaults())
-    # refuses changed data or model once trained; clears a stale start cache
-    check_sweep_identity(out, base, settings["task"].get("data_sha256"))
+    # refuses changed data or model once trained, or a lost record of them; clears a stale start cache
+    check_sweep_identity(out, base, settings["task"].get("data_sha256"), recorded=recorded)
     atomic_write_text(out / "task.json", json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
     runner = _Runner(sweep, on_event)
     grid: list[RunSpec] = []

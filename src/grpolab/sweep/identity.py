@@ -4,7 +4,10 @@
 of a local ``--data`` file or folder and a fingerprint of a local ``--model`` directory) and ``splits``, the hash of
 the task's splits as the runs see them (``grpolab.tasks.base.splits_hash``: it also covers data read from the hub
 cache). Once a run of the sweep has trained a step, a re-run on changed data (or a changed model directory) is
-refused in one line, as a run's ``--resume`` is; before that, the new identity replaces the old one.
+refused in one line, as a run's ``--resume`` is; before that, the new identity replaces the old one. So is a re-run
+whose ``identity.json`` is missing or damaged once a run has trained (in a folder that held the sweep's
+``compare.yaml`` before the command: a sweep saves it, then its identity, before any run trains): what the runs
+trained on is then unknown, and recording today's data as theirs would let changed data into the comparison.
 
 The start evaluations the runs of one seed share (``OUT/start-evals/KEY.json``, keyed by the trainer on the
 "start" settings only) were made under the identity ``OUT/identity.json`` held: when it differs from the sweep's
@@ -25,10 +28,13 @@ from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 from grpolab.train.identity import run_identity
 
-__all__ = ["IDENTITY_FILE", "START_EVALS", "check_sweep_identity"]
+__all__ = ["IDENTITY_FILE", "START_EVALS", "START_EVAL_ENTRY", "check_sweep_identity"]
 
 IDENTITY_FILE = "identity.json"
 START_EVALS = "start-evals"
+# the name of a cached start evaluation: ``grpolab.train.lifecycle.start_evaluation_key`` (20 hex digits); any other
+# file in the folder is the user's
+START_EVAL_ENTRY = "[0-9a-f]" * 20 + ".json"
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -36,7 +42,15 @@ def _read(path: Path) -> dict[str, Any] | None:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return value if isinstance(value, dict) else None
+    return value if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()) else None
+
+
+def _refuse_unknown(path: Path, out: Path) -> None:
+    """Refuse a trained sweep whose recorded identity is gone or unreadable: nothing says what its runs trained on."""
+    state = "is damaged" if path.exists() or path.is_symlink() else "is missing"
+    raise UserError(f"{path} {state}, so grpolab cannot tell whether the data or model changed since the runs in "
+                    f"{out} trained (a resume could mix two versions in one comparison); restore {path} from a copy, "
+                    "or choose a new --out")
 
 
 def _trained(out: Path) -> bool:
@@ -44,14 +58,18 @@ def _trained(out: Path) -> bool:
     return any(log.stat().st_size for log in Path(out).glob("*/*/metrics.jsonl"))
 
 
-def check_sweep_identity(out: Path, base: TrainConfig, splits: str | None = None) -> dict[str, str]:
+def check_sweep_identity(out: Path, base: TrainConfig, splits: str | None = None, *, recorded: bool = False
+                         ) -> dict[str, str]:
     """Refuse a sweep in ``out`` whose data or local model changed since its runs trained (``splits``: the hash of
-    the task's splits, ``Task.summary()["data_sha256"]``); record the identity, and clear start evaluations cached
-    under another one. Returns the identity."""
+    the task's splits, ``Task.summary()["data_sha256"]``), or whose identity is missing or damaged when it was
+    ``recorded`` (the folder was a sweep's before this command); record the identity, and clear start evaluations
+    cached under another one. Returns the identity."""
     out = Path(out)
     identity = {**run_identity(base), **({"splits": splits} if splits else {})}
     path = out / IDENTITY_FILE
     saved = _read(path)
+    if saved is None and recorded and _trained(out):
+        _refuse_unknown(path, out)
     changed = [key for key in ("data", "model", "splits") if saved and key in saved and saved[key] != identity.get(key)]
     if changed and _trained(out):
         named = {"data": f"the data {base.data or base.task_options.get('path')}",
@@ -69,7 +87,7 @@ def check_sweep_identity(out: Path, base: TrainConfig, splits: str | None = None
 def _clear_stale_start_evaluations(cache: Path, saved: dict[str, Any] | None, identity: dict[str, str]) -> None:
     """Delete the cached start evaluations when they were made under another identity (``saved``, None when it
     was never recorded) than the sweep's now."""
-    entries = sorted(cache.glob("*.json")) if cache.is_dir() else []
+    entries = sorted(cache.glob(START_EVAL_ENTRY)) if cache.is_dir() else []
     if entries and saved != identity:
         for entry in entries:
             entry.unlink()

@@ -6,15 +6,22 @@ start, running ones are ended (their checkpoints are written atomically, so each
 workers start with SIGINT and SIGHUP blocked, so a Ctrl-C or a closed terminal reaches only this process,
 which ends them; SIGTERM stays deliverable, since ending a worker sends it. A worker whose sweep process
 dies without stopping it (``kill -9``) ends itself (``grpolab.sweep.worker.init_worker``'s watchdog).
+
+A spawned worker starts as ``python -c ...``, which puts the current directory first on ``sys.path`` before it
+imports ``multiprocessing``; so the sweep's children (the workers and multiprocessing's resource tracker) are started
+with ``PYTHONSAFEPATH=1`` (``_safe_path_in_children``): a folder the user runs ``grpolab compare`` in that holds a
+``multiprocessing/`` (or ``torch/``) package runs none of its code in them. A worker's ``sys.path`` is then the sweep
+process's own, which spawn hands over.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue as queues
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -84,10 +91,10 @@ def run_local(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus
     devices = worker_devices(gpus_per_run, workers, {spec.config.device for spec in specs})
     workers = fit_workers(len(devices), worker_bytes([spec.config for spec in specs]), memory_limit_bytes())
     devices = devices[:workers]  # at most as many workers as the memory allowed holds (one-line warning)
-    progress = multiprocessing.get_context("spawn").Queue()
     request = StopRequest()
     outcomes: list[dict[str, Any]] = []
-    with stop_signals(request):
+    with stop_signals(request), _safe_path_in_children():
+        progress = multiprocessing.get_context("spawn").Queue()  # may start the resource tracker
         with blocked_in_children():
             pool = worker_pool(workers, progress, devices)
         try:
@@ -111,6 +118,21 @@ def run_local(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     return outcomes
+
+
+@contextlib.contextmanager
+def _safe_path_in_children() -> Iterator[None]:
+    """``PYTHONSAFEPATH=1`` in this process's environment while its children start (each copies it): their
+    interpreters do not put the current directory first on ``sys.path`` (Python 3.11's ``-P``)."""
+    previous = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = previous
 
 
 def _stop_at_once(pool: ProcessPoolExecutor) -> None:

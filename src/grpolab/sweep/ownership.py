@@ -6,17 +6,27 @@ user's in a folder that is no sweep), as ``grpolab train`` does (``grpolab.train
 overwrite them or mix with them. With ``overwrite`` an earlier comparison's own files are deleted (its run
 directories through ``grpolab.train.ownership.remove_run_files``), and every other file is kept; a user's file at
 a name the comparison writes is refused even then. A symbolic link at a name it writes is refused in one line.
+
+``overwrite`` checks everything before it deletes anything: each run directory's lock is taken (a run that a live
+``grpolab train`` is writing is refused, naming its process) and each run is checked as ``train --overwrite``
+checks it (``check_run_removable``). It deletes only what the comparison wrote below ``figures/``, ``start-evals/``
+and ``mechanism/``: the figures its ``report.md`` links, the start evaluations by their key names, and
+``grpolab mechanism``'s four files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import re
 from pathlib import Path
 
 from grpolab.config.files import SAVED_HEADER
 from grpolab.errors import UserError
 from grpolab.io import refuse_links
-from grpolab.train.ownership import remove_run_files
+from grpolab.sweep.identity import START_EVAL_ENTRY, START_EVALS
+from grpolab.train.lock import DirectoryLock
+from grpolab.train.ownership import check_run_removable, remove_run_files
 
 __all__ = ["check_sweep_dir"]
 
@@ -27,8 +37,11 @@ _FOLDERS = ("runs", "selection", "start-evals")  # run directories guard themsel
 _FILES = ("compare.yaml", "compare.json", "task.json", "identity.json", "results.parquet", "metrics.parquet",
           "selection.parquet", "runs.csv", "report.html", "report.md", "mechanism.csv", "mechanism_runs.csv",
           "mechanism.md", "mechanism.png")
-_OWN_DEEPER = ("figures/*.png", "mechanism/*/mechanism*.csv", "mechanism/*/mechanism.md", "mechanism/*/mechanism.png",
-               "start-evals/*.json")
+_MECHANISM = tuple(f"mechanism/*/{name}" for name in ("mechanism.csv", "mechanism_runs.csv", "mechanism.md",
+                                                     "mechanism.png"))
+_START_EVALS = f"{START_EVALS}/{START_EVAL_ENTRY}"
+_OWN_DEEPER = ("figures/*.png", *_MECHANISM, _START_EVALS)
+_REPORT_FIGURE = re.compile(r"\]\((figures/[A-Za-z0-9_]+\.png)\)")  # how report.md links a figure it wrote
 _STAGING = (".*.tmp",)  # what an atomic write killed mid-way leaves
 
 
@@ -79,20 +92,45 @@ def check_sweep_dir(out: Path, *, overwrite: bool = False) -> None:
         _remove_sweep_files(out)
 
 
+def _report_figures(out: Path) -> set[str]:
+    """The figures the comparison's ``report.md`` links (``figures/<stem>.png``): those it wrote."""
+    try:
+        return set(_REPORT_FIGURE.findall((out / "report.md").read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError):
+        return set()
+
+
+def _own_deeper(name: str, figures: set[str]) -> bool:
+    """Whether ``name`` (below ``figures/``, ``mechanism/`` or ``start-evals/``) is a file the comparison wrote."""
+    if name.startswith("figures/"):
+        return name in figures
+    return any(fnmatch.fnmatchcase(name, p) for p in (*_MECHANISM, _START_EVALS))
+
+
+def _run_dirs(out: Path) -> list[Path]:
+    return [run_dir for folder in ("runs", "selection") if (out / folder).is_dir()
+            for run_dir in sorted((out / folder).iterdir()) if run_dir.is_dir() and not run_dir.is_symlink()]
+
+
 def _remove_sweep_files(out: Path) -> None:
-    """Delete what an earlier comparison wrote in ``out`` (its run directories' own files included)."""
+    """Delete what an earlier comparison wrote in ``out`` (its run directories' own files included), once every
+    run directory is locked and checked: nothing is deleted when any of them is refused."""
     if not _is_sweep(out):
         return
-    for folder in ("runs", "selection"):
-        for run_dir in sorted((out / folder).iterdir()) if (out / folder).is_dir() else []:
-            if run_dir.is_dir() and not run_dir.is_symlink():
-                remove_run_files(run_dir)
-                if not any(run_dir.iterdir()) or all(p.name in _LOCKS for p in run_dir.iterdir()):
-                    for lock in run_dir.iterdir():
-                        lock.unlink()
-                    run_dir.rmdir()
+    run_dirs = _run_dirs(out)
+    with contextlib.ExitStack() as locks:
+        for run_dir in run_dirs:  # a live writer, a link or a user's file in any run: refused before any deletion
+            locks.enter_context(DirectoryLock(run_dir, "grpolab compare --overwrite"))
+            check_run_removable(run_dir)
+        for run_dir in run_dirs:
+            remove_run_files(run_dir)
+            if all(p.name in _LOCKS for p in run_dir.iterdir()):
+                for lock in run_dir.iterdir():
+                    lock.unlink()
+                run_dir.rmdir()
+    figures = _report_figures(out)
     for name in _entries(out):
-        if any(fnmatch.fnmatchcase(name, p) for p in (*_FILES, *_OWN_DEEPER)) and name != "compare.yaml":
+        if (name in _FILES and name != "compare.yaml") or ("/" in name and _own_deeper(name, figures)):
             (out / name).unlink()
     for folder in ("figures", "mechanism", "start-evals", "runs", "selection"):
         _remove_empty(out / folder)

@@ -16,7 +16,8 @@
   a primary named before this sweep's runs may still have been chosen with those in view.
 * A saved ``OUT/compare.yaml`` given as ``--config`` reruns the comparison as it was made (``settings_to_rerun``):
   its declaration record is dropped (the new --out declares its own primary), and so is its ``lr`` where its
-  ``lrs`` grid chose the lrs (the file holds the base config's unused ``lr`` beside the grid).
+  ``lrs`` grid chose the lrs (the file holds the base config's unused ``lr`` beside the grid). A task or verifier
+  it names by dotted path is code from a folder: refused unless given again as a flag or with --trust-run-code.
 * The training settings that a sweep sets for each run (``SWEEP_OWNED``, from the fields' metadata) are
   refused as ``grpolab compare`` flags or config-file keys, naming the flag to use instead.
 """
@@ -130,12 +131,18 @@ def primary_declaration(out: Path, primary: str, *, now: datetime | None = None,
     return {**declared, "primary_earlier_results": ", ".join(found)}
 
 
-def settings_to_rerun(values: dict[str, Any], *, saved: bool) -> dict[str, Any]:
+def settings_to_rerun(values: dict[str, Any], *, saved: bool, source: Path | None = None,
+                      given: dict[str, Any] | None = None, trust: bool = False) -> dict[str, Any]:
     """A config file's ``values`` as settings: a sweep's saved ``compare.yaml`` (``saved``: it starts with
     ``SAVED_HEADER``) without its declaration record, and without its ``lr`` where a non-empty ``lrs`` was the grid
-    (see the module docstring); any other file as written."""
+    (see the module docstring); any other file as written. A saved file is a sweep folder's, so a task or verifier
+    it names by dotted path is refused unless ``given`` (the flags) repeats it or ``trust`` (--trust-run-code), as
+    on ``train --resume`` (``grpolab.train.settings.refuse_run_code``)."""
     if not saved:
         return values
+    from grpolab.train.settings import refuse_run_code
+
+    refuse_run_code(values, Path(source or SWEEP_FILE), given=given or {}, trust=trust)
     kept = {name: value for name, value in values.items() if name not in DECLARATION_KEYS}
     if str(kept.get("lrs") or "").strip():
         kept.pop("lr", None)

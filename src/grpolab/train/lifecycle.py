@@ -36,6 +36,7 @@ from grpolab.train.runlog import (
     read_summary,
     rewrite_jsonl,
     spans,
+    without_successes,
 )
 
 __all__ = ["RunResult", "append_evaluation", "budget_record", "check_logs_reach", "evaluate_policy", "finish_run",
@@ -166,7 +167,7 @@ def check_logs_reach(run_dir: Path, config: TrainConfig, step: int) -> None:
         rows = sorted(rows + lost, key=lambda row: (row["step"], order.get(row.get("phase"), 1)))
         rewrite_jsonl(eval_path, rows)
         warnings.warn(f"{eval_path} lacked {len(lost)} evaluation(s) up to step {step}; written back from "
-                      f"{run_dir / 'summary.json'} (without their per-prompt successes)", UserWarning, stacklevel=2)
+                      f"{run_dir / 'summary.json'}{without_successes(lost)}", UserWarning, stacklevel=2)
     expected = {s for s in range(1, step + 1) if config.eval_every and s % config.eval_every == 0
                 and s < config.steps} | ({config.steps} if step >= config.steps else set())
     absent = sorted(expected - {row["step"] for row in rows if row.get("phase") in ("step", "end")})
@@ -294,7 +295,7 @@ def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict
     metrics = metrics or _last_logged_metrics(run_dir / "metrics.jsonl")
     summary = {"status": "finished", "steps": config.steps,
                "device": devices.describe(devices.model_device(policy.model)), "final_metrics": metrics,
-               "evaluations": [{k: v for k, v in e.items() if k != "successes"} for e in evaluations]}
+               "evaluations": evaluations}  # per-prompt successes included: a damaged eval.jsonl loses none of them
     summary.update(ended or {})
     if sampler is not None:
         summary["sampler"] = sampler

@@ -31,7 +31,7 @@ from grpolab.io import link_error, open_no_follow
 from grpolab.metric_keys import upgrade_row
 
 __all__ = ["MetricsLog", "RolloutLog", "evaluation_key", "missing_steps", "open_backends", "read_evaluations",
-           "read_metrics", "read_summary", "report_backends", "rewrite_jsonl", "trl_report_to"]
+           "read_metrics", "read_summary", "report_backends", "rewrite_jsonl", "trl_report_to", "without_successes"]
 
 ROLLOUT_SCHEMA = pa.schema(
     [
@@ -237,11 +237,22 @@ def evaluation_key(row: dict[str, Any]) -> tuple[Any, Any, Any]:
     return row.get("step"), row.get("phase"), row.get("split")
 
 
+def without_successes(rows: Sequence[dict[str, Any]]) -> str:
+    """" (N of them without per-prompt successes: ...)" for the evaluations restored from a ``summary.json``
+    written before summaries kept them, or "" when every one has them."""
+    bare = [row for row in rows if row.get("n") and not row.get("successes")]
+    if not bare:
+        return ""
+    named = ", ".join(f"{row.get('phase')} at step {row.get('step')}" for row in bare)
+    return f" ({len(bare)} of them without per-prompt successes, which that summary predates: {named})"
+
+
 def read_evaluations(run_dir: Path) -> list[dict[str, Any]]:
     """The run's evaluations: ``eval.jsonl`` cross-checked against ``summary.json``. An ended run's summary
-    holds every evaluation it made (without the per-prompt ``successes``); rows that the log lost (a torn line,
-    a truncated or damaged file) are restored from it, with a one-line warning naming the file. A damaged log
-    with no summary to restore from is a ``UserError`` naming it (``read_metrics``)."""
+    holds every evaluation it made (with the per-prompt ``successes`` since summaries keep them); rows that the
+    log lost (a torn line, a truncated or damaged file) are restored from it, with a one-line warning naming the
+    file and any restored row without successes. A damaged log with no summary to restore from is a
+    ``UserError`` naming it (``read_metrics``)."""
     path = run_dir / "eval.jsonl"
     saved = (read_summary(run_dir) or {}).get("evaluations")
     saved = [row for row in saved if isinstance(row, dict) and isinstance(row.get("step"), int)] \
@@ -260,8 +271,7 @@ def read_evaluations(run_dir: Path) -> list[dict[str, Any]]:
 
         named = ", ".join(f"{row.get('phase')} at step {row['step']}" for row in lost)
         warnings.warn(f"{path} lacks {len(lost)} evaluation(s) that {run_dir / 'summary.json'} holds ({named})"
-                      f"{damage}; read them from summary.json (their per-prompt successes are not kept there)",
-                      UserWarning, stacklevel=2)
+                      f"{damage}; read them from summary.json{without_successes(lost)}", UserWarning, stacklevel=2)
         rows = sorted(rows + lost, key=lambda row: (row["step"], _PHASE_ORDER.get(row.get("phase"), 1)))
     return rows
 

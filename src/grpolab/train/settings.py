@@ -121,24 +121,23 @@ def restore_flags(settings: dict[str, Any]) -> str:
 
 
 def checked_resume_settings(run_dir: Path, config: TrainConfig) -> TrainConfig | None:
-    """The settings ``run_dir`` was trained under, checked against its newest checkpoint's: ``config.yaml``,
-    or, when it is missing, the checkpoint's own (``config`` must then give them again). None for a run with
-    neither (nothing to resume). Refuses a resume whose ``config`` differs from them beyond what may change."""
-    from grpolab.train.checkpoint import checkpoint_settings
+    """The settings ``run_dir`` was trained under, checked against its newest checkpoint's (of either engine):
+    ``config.yaml``, or, when it is missing, the checkpoint's own (``config`` must then give them again). None for
+    a run with neither (nothing to resume). Refuses a resume whose ``config`` differs from them beyond what may
+    change; a checkpoint from before settings were recorded still names its engine."""
+    from grpolab.capabilities import newest_checkpoint_settings
 
     saved = load_saved_config(run_dir)
-    found = checkpoint_settings(run_dir)
-    if found is not None:
-        check_identity(found[0], config)
-    if found is not None and found[1] is not None:
-        trained = build_config(found[1])
+    for checkpoint, settings, engine in newest_checkpoint_settings(run_dir):
+        check_identity(checkpoint, config)
+        trained = build_config({**(saved or config).to_dict(), "engine": engine} if settings is None else settings)
+        if settings is None and saved is None:
+            raise UserError(f"{run_dir} has checkpoints but no config.yaml, and {checkpoint.name} predates recorded "
+                            "settings, so what it was trained under is unknown; choose a new --out")
         if saved is None:
-            _check_against_checkpoint(run_dir, found[0], trained, config, missing=True)
+            _check_against_checkpoint(run_dir, checkpoint, trained, config, missing=True)
             return trained
-        _check_against_checkpoint(run_dir, found[0], trained, saved, missing=False)
-    elif saved is None and found is not None:
-        raise UserError(f"{run_dir} has checkpoints but no config.yaml, and {found[0].name} predates recorded "
-                        "settings, so what it was trained under is unknown; choose a new --out")
+        _check_against_checkpoint(run_dir, checkpoint, trained, saved, missing=False)
     if saved is not None:
         check_resume(run_dir, saved, config)
     return saved
@@ -156,20 +155,22 @@ def _check_against_checkpoint(run_dir: Path, checkpoint: Path, trained: TrainCon
                     f"rerun --resume with the settings of {checkpoint.name}: {restore_flags(trained.to_dict())}")
 
 
-def refuse_run_code(config: TrainConfig, source: Path, *, given: dict[str, Any], trust: bool) -> None:
-    """Refuse the settings read from ``source`` (a run's config.yaml) when they name a task or verifier to import
-    by dotted path that the user neither gave again (``given``: the explicit settings) nor trusts (``trust``):
-    a run directory is data, and importing it must not run its code."""
+def refuse_run_code(config: TrainConfig | dict[str, Any], source: Path, *, given: dict[str, Any], trust: bool) -> None:
+    """Refuse the settings read from ``source`` (a run's config.yaml, a sweep's compare.yaml) when they name a task
+    or verifier to import by dotted path that the user neither gave again (``given``: the explicit settings) nor
+    trusts (``trust``): a run or sweep directory is data, and importing it must not run its code."""
     if trust:
         return
     from grpolab import verifiers
     from grpolab.tasks import is_import_path
 
+    values = config.to_dict() if isinstance(config, TrainConfig) else config
+    options = values.get("task_options") or {}
     given_options = given.get("task_options") or {}
-    code = [("task", config.task, given.get("task"), is_import_path),
-            ("verifier", config.verifier, given.get("verifier"), verifiers.is_import_path),
-            ("task_options.verifier", config.task_options.get("verifier"), given_options.get("verifier"),
-             verifiers.is_import_path)]
+    code = [("task", values.get("task"), given.get("task"), is_import_path),
+            ("verifier", values.get("verifier"), given.get("verifier"), verifiers.is_import_path),
+            ("task_options.verifier", options.get("verifier") if isinstance(options, dict) else None,
+             given_options.get("verifier") if isinstance(given_options, dict) else None, verifiers.is_import_path)]
     for name, value, again, imports in code:
         if isinstance(value, str) and imports(value) and again != value:
             flag = "--task-options" if "." in name else f"--{name}"

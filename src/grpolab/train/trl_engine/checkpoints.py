@@ -7,7 +7,10 @@ TRL writes a checkpoint's files one by one and not atomically: a kill inside tra
 seals a checkpoint after TRL's save returns (``seal``: SHA-256 of every file in it), so a checkpoint without a seal
 is one whose save never finished, and ``latest_checkpoint`` resumes from the newest checkpoint whose files match
 their seal. Under ``accelerate launch`` the main process seals what is on its disk when its save returns. Each
-checkpoint also holds ``state.json`` with the identity of the run's data and local model (``record_identity``).
+checkpoint also holds ``state.json`` with the settings the run was trained under and the identity of its data and
+local model (``record_state``), as grpolab's engine's checkpoints do, so that ``--resume`` refuses a ``config.yaml``
+edited since (``trl_checkpoint_settings``, found through ``grpolab.capabilities`` by
+``grpolab.train.settings.checked_resume_settings``).
 
 Rotation is grpolab's, not TRL's (TRL's ``save_total_limit`` is unset): ``prune`` removes older checkpoints only
 after the newest is sealed, so a kill during a save always leaves the previous sealed checkpoint to resume from.
@@ -20,13 +23,15 @@ import re
 import shutil
 import warnings
 from pathlib import Path
+from typing import Any
 
 from grpolab.config import TrainConfig
 from grpolab.io import atomic_write_text
 from grpolab.train.checkpoint import file_sha256
 from grpolab.train.identity import run_identity
 
-__all__ = ["SEAL", "any_checkpoint", "checkpoint_problem", "latest_checkpoint", "prune", "record_identity", "seal"]
+__all__ = ["SEAL", "any_checkpoint", "checkpoint_problem", "latest_checkpoint", "prune", "record_state", "seal",
+           "trl_checkpoint_settings"]
 
 SEAL = "checksums.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -49,10 +54,12 @@ def _files(checkpoint: Path) -> list[Path]:
     return sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != SEAL)
 
 
-def record_identity(checkpoint: Path, config: TrainConfig) -> None:
-    """Write ``state.json`` with the identity of the data and local model the run trains on (``run_identity``), as
-    grpolab's own checkpoints hold it, so that a resume refuses changed data (``settings.check_identity``)."""
-    atomic_write_text(checkpoint / "state.json", json.dumps({"identity": run_identity(config)}))
+def record_state(checkpoint: Path, config: TrainConfig) -> None:
+    """Write ``state.json`` with the settings the run trains under and the identity of its data and local model
+    (``run_identity``), as grpolab's own checkpoints hold them, so that a resume refuses changed settings or data
+    (``settings.checked_resume_settings``, ``settings.check_identity``)."""
+    atomic_write_text(checkpoint / "state.json",
+                      json.dumps({"settings": config.to_dict(), "identity": run_identity(config)}))
 
 
 def seal(checkpoint: Path) -> None:
@@ -88,6 +95,21 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         if problem is None:
             return checkpoint
         warnings.warn(f"checkpoint {checkpoint} is damaged ({problem}); skipping it", UserWarning, stacklevel=2)
+    return None
+
+
+def trl_checkpoint_settings(run_dir: Path) -> tuple[Path, dict[str, Any] | None] | None:
+    """(path, settings) of the newest checkpoint whose files match their seal (no warning: ``latest_checkpoint``
+    names the damaged ones); settings is None for a checkpoint written before they were recorded. None when the
+    run has no sealed checkpoint."""
+    for _, checkpoint in _checkpoints(run_dir):
+        if checkpoint_problem(checkpoint) is None:
+            try:
+                state = json.loads((checkpoint / "state.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return checkpoint, None
+            settings = state.get("settings") if isinstance(state, dict) else None
+            return checkpoint, settings if isinstance(settings, dict) else None
     return None
 
 
