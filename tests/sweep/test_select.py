@@ -49,6 +49,19 @@ def test_a_choice_at_the_edge_is_not_bracketed_and_the_grid_grows_in_its_ratio(t
                                                                                 "sign": False}
 
 
+def test_a_tie_for_the_best_score_is_named_and_never_extended_toward_lr_zero(tmp_path: Path) -> None:
+    # was: every lr scored 0, the tie went to the smallest lr, and each round added a smaller one (lr -> 0)
+    (flat, edge, inside), grid = _grid(tmp_path, ["sign", "rloo", "grpo"], [1e-4, 3e-4, 1e-3], [1000, 1001])
+    scores = {"sign": {1e-4: 0.0, 3e-4: 0.0, 1e-3: 0.0}, "rloo": {1e-4: 0.5, 3e-4: 0.5, 1e-3: 0.25},
+              "grpo": {1e-4: 0.25, 3e-4: 0.5, 1e-3: 0.25}}
+    for spec in grid:
+        finish(spec, 0.0, passk={"1": scores[spec.estimator][spec.lr]}, split="validation")
+    selection = select_lrs(grid)
+    assert selection.choice == {flat: 1e-4, edge: 1e-4, inside: 3e-4}
+    assert selection.tied == {flat: [1e-4, 3e-4, 1e-3], edge: [1e-4, 3e-4]}
+    assert selection.unbracketed == sorted([flat, edge]) and extend_grids(selection, fallback_ratio=3.0) == {}
+
+
 def test_a_diverged_lr_is_disqualified_and_brackets_from_above(tmp_path: Path) -> None:
     (sign,), grid = _grid(tmp_path, ["sign"], [1e-4, 3e-4, 1e-3], [1000, 1001])
     for spec in grid:

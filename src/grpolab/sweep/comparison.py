@@ -44,12 +44,13 @@ class CompareResult:
     """What a comparison leaves in ``out`` (and returns): ``results`` (one row per run and evaluation),
     ``metrics`` (per run and step), ``runs`` (one row per run, selection runs included), ``selection`` (the
     lr-selection runs, None without selection), each cell's ``choice`` of lr and whether it is
-    ``bracketed``, the ``outcomes`` of the runs trained by this call, the ``settings`` saved for the report,
+    ``bracketed`` (or ``tied``: the lrs that share its best validation score, the smallest chosen, the grid not
+    extended), the ``outcomes`` of the runs trained by this call, the ``settings`` saved for the report,
     and the report's paths (None with ``report=False``).
 
     Events passed to ``on_event``: {"phase": label, "total": n, "already": k} before a group of runs,
     {"run_id", "step", "steps", "reward"} per training step, {"finished": outcome} per run,
-    {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr": lr, "bracketed": bool}.
+    {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr": lr, "bracketed": bool, "tied": [lr, ...]}.
     """
 
     out: Path
@@ -64,6 +65,7 @@ class CompareResult:
     report: tuple[Path, Path] | None = None
     specs: list[RunSpec] = field(default_factory=list, repr=False)
     not_counted: list[dict[str, Any]] = field(default_factory=list)
+    tied: dict[Cell, list[float]] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -167,7 +169,8 @@ def _select(base: TrainConfig, sweep: CompareConfig, cells: list[Cell], out: Pat
         raise UserError(f"no lr-selection run of {', '.join(missing)} finished without diverging; see the errors "
                         "above and the runs in selection/")
     for cell, lr in sorted(selection.choice.items()):
-        runner.on_event({"selected": cell, "lr": lr, "bracketed": selection.bracketed[cell]})
+        runner.on_event({"selected": cell, "lr": lr, "bracketed": selection.bracketed[cell],
+                         "tied": selection.tied.get(cell, [])})
     return grid, selection
 
 
@@ -195,9 +198,11 @@ def _gather(out: Path, sweep: CompareConfig, settings: dict[str, Any], grid: lis
     if selection is not None:
         write_table(out / "selection.parquet", selection.table)
         settings["selection"] = {"unbracketed": [str(cell) for cell in selection.unbracketed],
+                                 "tied": {str(cell): lrs for cell, lrs in selection.tied.items()},
                                  "lr_bracket_rounds": sweep.lr_bracket_rounds}
     result = CompareResult(out, results, metrics, runs, selection.table if selection else None, choice, bracketed,
-                           outcomes, settings, specs=specs, not_counted=uncounted)
+                           outcomes, settings, specs=specs, not_counted=uncounted,
+                           tied=selection.tied if selection else {})
     if results.empty:
         raise UserError(f"no run finished; see the errors above and the run directories in {out / 'runs'}")
     if report:
