@@ -9,7 +9,7 @@ Recognised inputs (first match wins):
 * any directory of, or single, ``.parquet`` / ``.csv`` / ``.jsonl`` / ``.json`` (JSON lines) table.
 
 Tables are read in record batches holding only the needed columns (Parquet ``iter_batches``, pyarrow's
-streaming CSV and JSON readers), each bounded by bytes, not only by rows: a Parquet batch holds as many rows as
+streaming CSV and JSON readers; a JSON line's other fields are skipped unparsed, ``grpolab.audit.jsonl``), each bounded by bytes, not only by rows: a Parquet batch holds as many rows as
 fit in ``BATCH_BYTES`` by the row groups' uncompressed sizes (a few kilobytes of zstd can hold gigabytes of
 long prompt ids), a CSV or JSON block is 16 MiB. Prompt ids longer than ``LONG_KEY_BYTES`` are grouped by
 their SHA-1 digest, so the group tables hold 40 bytes per group whatever the ids' length.
@@ -46,9 +46,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from grpolab.audit.jsonl import json_batches, json_schema
 from grpolab.errors import UserError
 
 __all__ = ["Columns", "Source", "distinct_files", "find_source", "grpolab_rollout_files", "iter_batches",
@@ -159,7 +159,7 @@ def read_schema(path: Path, fmt: str) -> pa.Schema:
             return pq.read_schema(path)
         if fmt == "csv":
             return pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=text_block_bytes(path))).schema
-        return pajson.open_json(path, read_options=pajson.ReadOptions(block_size=text_block_bytes(path))).schema
+        return json_schema(path, text_block_bytes(path))
     except (pa.ArrowInvalid, OSError) as error:
         raise UserError(f"{path}: cannot read it as {fmt}: {error}") from None
 
@@ -400,9 +400,8 @@ def _batches_of(
         convert = pacsv.ConvertOptions(include_columns=columns, column_types={prompt: pa.string()})
         read = pacsv.ReadOptions(block_size=text_block_bytes(path))
         yield from pacsv.open_csv(path, read_options=read, convert_options=convert)
-    else:
-        for batch in pajson.open_json(path, read_options=pajson.ReadOptions(block_size=text_block_bytes(path))):
-            yield batch.select(columns)
+    else:  # only the audited fields are parsed (grpolab.audit.jsonl)
+        yield from json_batches(path, read_schema(path, fmt), columns, text_block_bytes(path))
 
 
 def text_block_bytes(path: Path, least: int = TEXT_BLOCK_BYTES) -> int:
