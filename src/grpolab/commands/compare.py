@@ -92,7 +92,8 @@ def _plan_line(sweep: CompareConfig, base: TrainConfig, *, large: bool) -> str:
     runs = plan_runs_count(sweep)
     if runs > MAX_PLAN_RUNS and not large:
         raise UserError(f"the plan holds {runs:,} runs (estimators x group sizes x variants x seeds, plus the lr "
-                        f"selection and its bracketing rounds), more than {MAX_PLAN_RUNS:,}; shorten the lists, or pass --large-plan to run it")
+                        f"selection and its bracketing rounds), more than {MAX_PLAN_RUNS:,}; shorten the lists, or "
+                        "pass --large-plan to run it")
     per_worker = worker_bytes([base])
     workers = max(1, min(sweep.workers or os.cpu_count() or 1, runs)) if sweep.backend == "local" else None
     limit = memory_limit_bytes()

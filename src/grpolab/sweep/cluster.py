@@ -2,9 +2,10 @@
 ``RAY_ADDRESS``, or on a local Ray started with ``workers`` CPUs. ``--gpus-per-run`` auto is 1 where the cluster
 has GPUs and 0 otherwise, or when every run's device is ``cpu`` (``grpolab.sweep.devices.gpus_each``); more GPUs
 per run than the cluster's largest live node has are refused at once, in the local backend's line (Ray would keep
-such a task queued forever; a cluster that would add GPU nodes later is refused too). Ray gives each task its own ``CUDA_VISIBLE_DEVICES`` ("" for ``num_gpus=0``). A stop signal (Ctrl-C, SIGTERM, SIGHUP)
-cancels the queued and the running runs. A local Ray started here ends with the sweep process, ``kill -9``
-included (``grpolab.sweep.reaper``)."""
+such a task queued forever; a cluster that would add GPU nodes later is refused too). Ray gives each task its
+own ``CUDA_VISIBLE_DEVICES`` ("" for ``num_gpus=0``). A stop signal (Ctrl-C, SIGTERM, SIGHUP) cancels the queued and
+the running runs. A local Ray started here ends with the sweep process, ``kill -9`` included
+(``grpolab.sweep.reaper``)."""
 
 from __future__ import annotations
 

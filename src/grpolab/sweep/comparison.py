@@ -50,7 +50,8 @@ class CompareResult:
 
     Events passed to ``on_event``: {"phase": label, "total": n, "already": k} before a group of runs,
     {"run_id", "step", "steps", "reward"} per training step, {"finished": outcome} per run,
-    {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr": lr, "bracketed": bool, "tied": [lr, ...]}.
+    {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr": lr, "bracketed": bool,
+    "tied": [lr, ...]}.
     """
 
     out: Path

@@ -25,7 +25,8 @@ from collections.abc import Iterable
 
 from grpolab.errors import UserError
 
-__all__ = ["check_enough_gpus", "check_gpus", "cuda_device_count", "device_sets", "gpus_each", "visible_gpu_ids", "worker_devices"]
+__all__ = ["check_enough_gpus", "check_gpus", "cuda_device_count", "device_sets", "gpus_each", "visible_gpu_ids",
+           "worker_devices"]
 
 
 def visible_gpu_ids(count: int, environ: dict[str, str] | None = None) -> list[str]:
