@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab import devices
+from grpolab.checksums import seal_folder
 from grpolab.config import TrainConfig
 from grpolab.config.fields import names_in_scope
 from grpolab.errors import UserError
@@ -249,8 +250,9 @@ def append_evaluation(run_dir: Path, row: dict[str, Any]) -> None:
 
 
 def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
-    """Write ``final/`` whole or not at all: into ``.final.tmp-*``, renamed into place; a failed write (disk
-    full) removes the temporary directory and raises a one-line ``UserError``."""
+    """Write ``final/`` whole or not at all: into ``.final.tmp-*``, sealed with ``checksums.json``
+    (``grpolab.checksums``), renamed into place; a failed write (disk full) removes the temporary directory and
+    raises a one-line ``UserError``."""
     final = run_dir / "final"
     staging: Path | None = None
     try:
@@ -259,6 +261,7 @@ def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
         policy.tokenizer.save_pretrained(str(staging))
         if lora:
             (staging / "base_model.txt").write_text(policy.source + "\n")
+        seal_folder(staging)  # checked whenever final/ is loaded (grpolab.models)
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)

@@ -32,7 +32,7 @@ _LOCK_FILES = (".grpolab.lock", ".grpolab.lock.owner")
 # What each writer leaves inside a run's folders (glob patterns of paths relative to the folder). checkpoints/:
 # grpolab's step-N (train/checkpoint.py) and its .tmp-* staging, the TRL engine's checkpoint-N (the Trainer's
 # own files, whole); final/: save_pretrained of a model, its tokenizer and a LoRA adapter (peft adds README.md),
-# base_model.txt; tensorboard/: SummaryWriter's event files; wandb/: an offline W&B run.
+# base_model.txt and its checksums.json; tensorboard/: SummaryWriter's event files; wandb/: an offline W&B run.
 _CHECKPOINT_FILES = ("weights.safetensors", "optimizer.safetensors", "state.json", "checksums.json")
 _OURS = {
     "checkpoints": (*(f"step-*/{name}" for name in _CHECKPOINT_FILES), ".tmp-*/*", "checkpoint-*/*"),
@@ -40,7 +40,7 @@ _OURS = {
               "model.safetensors.index.json", "adapter_config.json", "adapter_model.safetensors", "README.md",
               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "vocab.txt",
               "merges.txt", "added_tokens.json", "tokenizer.model", "chat_template.jinja", "chat_template.json",
-              "base_model.txt"),
+              "base_model.txt", "checksums.json"),
     "tensorboard": ("events.out.tfevents.*",),
     "wandb": ("latest-run", "run-*/*", "offline-run-*/*", "debug.log", "debug-internal.log", "debug-cli.*.log"),
 }
