@@ -100,6 +100,8 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
     cells = plan_cells(sweep.estimator_list, sweep.group_size_list, variants)
     for variant in variants:  # a bad value for this base config fails before anything is written
         base.replace(**variant.changes)
+    if len(sweep.lr_list) == 1:  # one lr, no selection: every run trains at it, and the saved settings say so
+        base = base.replace(lr=sweep.lr_list[0])
     _check_engine(base, cells)
     if sweep.backend == "local":  # GPUs this machine lacks, or that contradict the runs' devices
         check_gpus(sweep.gpus_per_run, {base.replace(**variant.changes).device for variant in variants})
@@ -117,7 +119,6 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
         grid, selection = _select(base, sweep, cells, out, runner)
         lrs = selection.choice
     else:
-        base = base.replace(lr=sweep.lr_list[0]) if sweep.lr_list else base
         lrs = None
     specs = plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out, variants=variants,
                       lrs=lrs)
