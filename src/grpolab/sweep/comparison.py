@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 from grpolab.sweep.devices import check_gpus
 from grpolab.sweep.gather import collect_results, runs_table, write_table, write_tables
-from grpolab.sweep.identity import check_sweep_identity
+from grpolab.sweep.identity import check_sweep_identity, refuse_runs_on_other_data
 from grpolab.sweep.ownership import check_sweep_dir
 from grpolab.sweep.plan import Cell, RunSpec, parse_estimator, plan_cells, plan_lr_grid, plan_runs, run_config
 from grpolab.sweep.run import run_sweep
@@ -110,9 +110,9 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
     # refuses other settings; saves them otherwise, with when the primary comparison was declared
     settings["primary_declaration"] = check_sweep_settings(out, settings, sweep_defaults())
     # refuses changed data or model once trained; clears a stale start cache
-    check_sweep_identity(out, base, settings["task"].get("data_sha256"))
+    identity = check_sweep_identity(out, base, settings["task"].get("data_sha256"))
     atomic_write_text(out / "task.json", json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
-    runner = _Runner(sweep, on_event)
+    runner = _Runner(sweep, on_event, lambda specs: refuse_runs_on_other_data(specs, identity, base, out))
     grid: list[RunSpec] = []
     selection: Selection | None = None
     if len(sweep.lr_list) > 1:
@@ -138,8 +138,9 @@ def _check_engine(base: TrainConfig, cells: list[Cell]) -> None:
 class _Runner:
     """Runs groups of runs with one sweep's backend settings, telling ``on_event`` and keeping the outcomes."""
 
-    def __init__(self, sweep: CompareConfig, on_event: EventFn):
-        self.sweep, self.on_event = sweep, on_event
+    def __init__(self, sweep: CompareConfig, on_event: EventFn,
+                 check_data: Callable[[Sequence[RunSpec]], None] = lambda specs: None):
+        self.sweep, self.on_event, self.check_data = sweep, on_event, check_data
         self.outcomes: list[dict[str, Any]] = []
 
     def run(self, specs: Sequence[RunSpec], label: str) -> None:
@@ -148,6 +149,7 @@ class _Runner:
         outcomes = run_sweep(specs, workers=self.sweep.workers, backend=self.sweep.backend, on_event=self.on_event,
                              gpus_per_run=self.sweep.gpus_per_run)
         self.outcomes += outcomes
+        self.check_data(specs)  # a run on data edited while the sweep ran is never gathered
         self.on_event({"phase_done": label, "trained": len(outcomes), "seconds": time.perf_counter() - started})
 
 

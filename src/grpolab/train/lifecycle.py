@@ -106,9 +106,11 @@ def _data_options(config: TrainConfig) -> dict[str, Any]:
     return {}
 
 
-def write_task_summary(task: Task, run_dir: Path) -> None:
-    """Write ``task.json``: the task's name, verifier, split sizes and data facts (``Task.summary``)."""
-    atomic_write_text(run_dir / "task.json", json.dumps(task.summary(), indent=1, default=str))
+def write_task_summary(task: Task, run_dir: Path, *, identity: dict[str, str] | None = None) -> None:
+    """Write ``task.json``: the task's name, verifier, split sizes and data facts (``Task.summary``), and
+    ``identity``, that of the data and local model the task was loaded from (``run_identity``), where given."""
+    summary = {**task.summary(), **({"identity": identity} if identity is not None else {})}
+    atomic_write_text(run_dir / "task.json", json.dumps(summary, indent=1, default=str))
 
 
 def _limited(task: Task, limit: int | None) -> Task:
