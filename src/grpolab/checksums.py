@@ -3,7 +3,8 @@ each file by its path relative to the folder, written once the files are, and ch
 
 A flipped bit in a model's weights loads without complaint and changes every number computed from it (one
 flipped exponent bit in a final model's weights took ``grpolab eval`` of a 2-step run on 32 prompts from 0.312
-to 0.000, exit 0); the seal turns it into one line. Used by the final model (``final/``) and the TRL engine's checkpoints.
+to 0.000, exit 0); the seal turns it into one line. Used by the final model (``final/``) and the TRL engine's
+checkpoints.
 """
 
 from __future__ import annotations
