@@ -4,9 +4,11 @@ edge of the tried lrs extends the grid in the grid's ratio. Ended runs are writt
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from grpolab.commands.compare import selection_notes
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.sweep.plan import plan_cells, plan_lr_grid
@@ -60,6 +62,13 @@ def test_a_tie_for_the_best_score_is_named_and_never_extended_toward_lr_zero(tmp
     assert selection.choice == {flat: 1e-4, edge: 1e-4, inside: 3e-4}
     assert selection.tied == {flat: [1e-4, 3e-4, 1e-3], edge: [1e-4, 3e-4]}
     assert selection.unbracketed == sorted([flat, edge]) and extend_grids(selection, fallback_ratio=3.0) == {}
+    result = SimpleNamespace(choice=selection.choice, tied=selection.tied, unbracketed=selection.unbracketed,
+                             selection=selection.table)
+    assert selection_notes(result, 2) == [  # by cell: the ties said, not "raise the rounds"
+        f"the lrs 0.0001, 0.0003 tie for the best validation score of {edge}: the smallest (0.0001) was chosen and "
+        "its grid not extended; widen --lrs or add --selection-seeds to tell them apart",
+        f"the lrs 0.0001, 0.0003, 0.001 tie for the best validation score of {flat}: the smallest (0.0001) was "
+        "chosen and its grid not extended; widen --lrs or add --selection-seeds to tell them apart"]
 
 
 def test_a_diverged_lr_is_disqualified_and_brackets_from_above(tmp_path: Path) -> None:

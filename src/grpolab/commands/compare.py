@@ -57,14 +57,8 @@ def run(args: argparse.Namespace) -> int:
             progress.close()
             for outcome in progress.failed:
                 console.print(f"[red]run {outcome['run_id']} failed:[/red] {outcome['error']}")
-        for cell, lrs in sorted(result.tied.items()):
-            console.print(f"[yellow]the lrs {', '.join(f'{lr:g}' for lr in lrs)} tie for the best validation score of "
-                          f"{cell}: the smallest ({result.choice[cell]:g}) was chosen and its grid not extended; "
-                          "widen --lrs or add --selection-seeds to tell them apart[/yellow]")
-        for cell in (cell for cell in result.unbracketed if cell not in result.tied):
-            console.print(f"[yellow]the lr chosen for {cell} ({result.choice[cell]:g}) is still the "
-                          f"{_edge(result, cell)} lr tried after {sweep.lr_bracket_rounds} extra round(s): not "
-                          "bracketed; widen --lrs or raise --lr-bracket-rounds[/yellow]")
+        for line in selection_notes(result, sweep.lr_bracket_rounds):
+            console.print(f"[yellow]{line}[/yellow]")
         if result.report is not None:
             _print_summary(result)
     return 1 if result.failed else 0
@@ -102,6 +96,16 @@ def _plan_line(sweep: CompareConfig, base: TrainConfig, *, large: bool) -> str:
         f" of the {format_bytes(limit)} allowed" if limit and workers else "")
     bracketing = len(sweep.lr_list) > 1 and sweep.lr_bracket_rounds > 0
     return f"plan: {'up to ' if bracketing else ''}{runs:,} run(s), {memory}"
+
+
+def selection_notes(result: Any, rounds: int) -> list[str]:
+    """One line for each cell whose lr choice is tied (``result.tied``) or still at the edge of the lrs tried."""
+    tied = [f"the lrs {', '.join(f'{lr:g}' for lr in lrs)} tie for the best validation score of {cell}: the smallest "
+            f"({result.choice[cell]:g}) was chosen and its grid not extended; widen --lrs or add --selection-seeds to "
+            "tell them apart" for cell, lrs in sorted(result.tied.items())]
+    return tied + [f"the lr chosen for {cell} ({result.choice[cell]:g}) is still the {_edge(result, cell)} lr tried "
+                   f"after {rounds} extra round(s): not bracketed; widen --lrs or raise --lr-bracket-rounds"
+                   for cell in result.unbracketed if cell not in result.tied]
 
 
 def _edge(result: Any, cell: Any) -> str:
