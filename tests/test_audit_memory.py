@@ -158,3 +158,16 @@ def test_an_audited_column_nested_too_deep_is_one_line(tmp_path: Path, capsys) -
     assert main(["audit", str(log)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "'prompt_id' holds values nested deeper than 64 levels" in err, err
+
+
+def test_an_unused_json_field_of_no_one_type_is_skipped_and_an_audited_one_is_one_line(tmp_path: Path,
+                                                                                          capsys) -> None:
+    log = tmp_path / "mixed.jsonl"
+    rows = [{"step": 1, "prompt_id": i // 2, "reward": float(i % 2), "note": 2**70 if i == 0 else "text"}
+            for i in range(4)]
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(["audit", str(log), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["groups"] == 2
+    assert main(["audit", str(log), "--reward-column", "note"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "the column 'note' has no one type" in err, err

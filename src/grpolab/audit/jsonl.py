@@ -28,6 +28,9 @@ MAX_DEPTH = 64
 """The deepest nesting of a value whose type the scan reads; a deeper value is skipped (its field typed null)."""
 TOO_DEEP = b"grpolab.nested_deeper_than_max_depth"
 """Field metadata key marking a field whose values nest deeper than ``MAX_DEPTH`` in the scanned lines."""
+NO_TYPE = b"grpolab.no_single_type"
+"""Field metadata key marking a field whose values have no one pyarrow type (mixed types, an integer past 64 bits):
+refused only when audited."""
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.S)
@@ -107,17 +110,18 @@ def _first_block_rows(path: Path, block_bytes: int) -> Iterator[tuple[int, dict[
                 raise UserError(f"{path}:{number}: cannot read it as json: {str(error)[:120]}") from None
 
 
-def _field(name: str, values: list[Any], deep: bool, path: Path) -> pa.Field:
+def _field(name: str, values: list[Any], deep: bool) -> pa.Field:
     try:
-        kind = pa.array(values).type
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-        raise UserError(f"{path}: the field {name!r} mixes types ({str(error)[:120]}); give it one type") from None
-    return pa.field(name, kind, metadata={TOO_DEEP: b"1"} if deep else None)
+        kind, metadata = pa.array(values).type, {TOO_DEEP: b"1"} if deep else None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
+        kind, metadata = pa.null(), {NO_TYPE: " ".join(str(error).split())[:120].encode()}
+    return pa.field(name, kind, metadata=metadata)
 
 
 def json_schema(path: Path, block_bytes: int) -> pa.Schema:
     """The schema of a JSON-lines file from its first block's lines, fields in the order first seen; a field whose
-    values there nest deeper than ``MAX_DEPTH`` is typed from its other values and marked (``TOO_DEEP``)."""
+    values there nest deeper than ``MAX_DEPTH`` is typed from its other values and marked (``TOO_DEEP``), one whose
+values have no one type is typed null and marked (``NO_TYPE``)."""
     columns: dict[str, list[Any]] = {}
     deep: set[str] = set()
     for count, (_, row) in enumerate(_first_block_rows(path, block_bytes)):
@@ -127,16 +131,20 @@ def json_schema(path: Path, block_bytes: int) -> pa.Schema:
             value = row.get(name)
             deep |= {name} if value is _DEEP else set()
             values.append(None if value is _DEEP else value)
-    return pa.schema([_field(name, values, name in deep, path) for name, values in columns.items()])
+    return pa.schema([_field(name, values, name in deep) for name, values in columns.items()])
 
 
 def json_batches(path: Path, schema: pa.Schema, columns: list[str], block_bytes: int) -> Iterator[pa.RecordBatch]:
     """Record batches of ``columns`` only: every other field is skipped unparsed. An audited column whose values
     nest deeper than ``MAX_DEPTH`` is refused in one line."""
     for name in columns:
-        if (schema.field(name).metadata or {}).get(TOO_DEEP):
+        marks = schema.field(name).metadata or {}
+        if marks.get(TOO_DEEP):
             raise UserError(f"{path}: the column {name!r} holds values nested deeper than {MAX_DEPTH} levels; "
                             "audit a copy of the log in which it holds plain ids or numbers")
+        if marks.get(NO_TYPE):
+            raise UserError(f"{path}: the column {name!r} has no one type ({marks[NO_TYPE].decode()}); write it with "
+                            "one type in every row")
     parse = pajson.ParseOptions(explicit_schema=pa.schema([schema.field(name) for name in columns]),
                                 unexpected_field_behavior="ignore")
     for batch in pajson.open_json(path, read_options=pajson.ReadOptions(block_size=block_bytes),
