@@ -303,6 +303,34 @@ def test_trl_adjacent_groups_with_one_prompt_do_not_merge(tmp_path: Path) -> Non
     assert audit(tmp_path / "bare", group_size=4)["degenerate"] == 0.75
 
 
+def _trl_doubled_groups(folder: Path, advantages: bool) -> Path:
+    """Three prompts, each sampled as two adjacent groups of G = 4: one all right, one all wrong (so every group
+    is degenerate), with no sample column and no run config."""
+    folder.mkdir(parents=True)
+    rewards = ([1.0] * 4 + [0.0] * 4) * 3
+    table = {"step": [1] * 24, "prompt": [f"q{i // 8}" for i in range(24)], "completion": ["c"] * 24,
+             "accuracy": rewards}
+    if advantages:
+        table["advantage"] = [0.0] * 24
+    pd.DataFrame(table).to_parquet(folder / "completions_00001.parquet")
+    return folder
+
+
+@pytest.mark.parametrize("advantages", [False, True])
+def test_trl_prompts_sampled_as_two_adjacent_groups_are_never_silently_merged(tmp_path: Path,
+                                                                             advantages: bool) -> None:
+    # was: G = 8 and 0% degenerate (without advantages), no warning; the groups are G = 4 and 100% degenerate
+    log = _trl_doubled_groups(tmp_path / "completions", advantages)
+    result = audit(tmp_path)
+    (warning,) = result["warnings"]
+    assert "G = 8 is a guess" in warning and "2 adjacent groups of 4" in warning and "--group-size" in warning
+    assert "\n" not in warning
+    stated = audit(tmp_path, group_size=4)
+    assert (stated["group_size"], stated["groups"], stated["degenerate"], stated["warnings"]) == (4, 6, 1.0, [])
+    wrong = audit(log.parent, group_size=16)  # blocks of 16 would hold rows of two prompts
+    assert any("--group-size 16 does not divide the runs of one prompt's rows" in w for w in wrong["warnings"])
+
+
 def test_missing_column_error_lists_columns(tmp_path: Path) -> None:
     pq.write_table(pa.table({"question": ["a"], "score_x": [1.0]}), tmp_path / "bad.parquet")
     with pytest.raises(UserError, match=r"prompt and reward column; columns present: question, score_x"):

@@ -123,3 +123,51 @@ def test_the_read_block_grows_only_past_the_longest_line(tmp_path: Path) -> None
     line = tmp_path / "line.csv"
     line.write_bytes(b"a\n" + b"y" * 40 + b"\n" + b"z" * 10)  # blocks of 16 bytes: the 41-byte line spans three
     assert text_block_bytes(line, least=16) == 64 and re.fullmatch(r"a\ny+\nz+", line.read_text())
+
+
+def _nested_log(path: Path, levels: int) -> Path:
+    """Two groups of 4 (the first all right, the second mixed), the first line holding an unused field nested
+    ``levels`` lists deep (2 x ``levels`` bytes)."""
+    rows = [{"step": 1, "prompt_id": i // 4, "reward": float(i < 4 or i % 2)} for i in range(8)]
+    lines = [json.dumps(row) for row in rows]
+    lines[0] = lines[0][:-1] + ', "trace": ' + "[" * levels + "]" * levels + "}"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_an_unused_deeply_nested_json_field_is_never_parsed(tmp_path: Path, monkeypatch) -> None:
+    # was: a 20 KB line of 10,000 nested lists took 101 s (pyarrow inferred every field's type), 40 KB segfaulted
+    from grpolab.audit import jsonl
+
+    log = _nested_log(tmp_path / "nested.jsonl", 20_000)
+    assert log.stat().st_size > 40_000
+    parsed: list[str] = []
+    loads = json.loads
+    monkeypatch.setattr(jsonl.json, "loads", lambda text, *a, **k: parsed.append(text) or loads(text, *a, **k))
+    schema = jsonl.json_schema(log, TEXT_BLOCK_BYTES)
+    assert schema.names == ["step", "prompt_id", "reward", "trace"] and schema.field("trace").metadata
+    assert parsed and max(len(text) for text in parsed) < 100  # the 40 KB value was skipped, not parsed
+    report = _audit_json(log)  # a subprocess: a native crash fails this test instead of ending the session
+    assert (report["groups"], report["completions"], report["uniform"]) == (2, 8, 0.5)
+
+
+def test_an_audited_column_nested_too_deep_is_one_line(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "deep-ids.jsonl"
+    deep = "[" * 100 + "1" + "]" * 100
+    log.write_text("".join(f'{{"step": 1, "prompt_id": {deep}, "reward": {i % 2}}}\n' for i in range(4)))
+    assert main(["audit", str(log)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'prompt_id' holds values nested deeper than 64 levels" in err, err
+
+
+def test_an_unused_json_field_of_no_one_type_is_skipped_and_an_audited_one_is_one_line(tmp_path: Path,
+                                                                                          capsys) -> None:
+    log = tmp_path / "mixed.jsonl"
+    rows = [{"step": 1, "prompt_id": i // 2, "reward": float(i % 2), "note": 2**70 if i == 0 else "text"}
+            for i in range(4)]
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(["audit", str(log), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["groups"] == 2
+    assert main(["audit", str(log), "--reward-column", "note"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "the column 'note' has no one type" in err, err

@@ -54,6 +54,15 @@ def test_an_unknown_remedy_suffix_is_refused_in_one_line_naming_the_known_ones()
     assert all(suffix in message for suffix in IDS)
 
 
+def test_an_arm_naming_a_remedy_twice_is_refused_and_spellings_of_one_arm_are_one() -> None:
+    with pytest.raises(UserError, match=r"'sign\+dynamic\+dynamic' names the remedy \+dynamic twice"):
+        parse_estimator("sign+dynamic+dynamic")
+    with pytest.raises(ValueError, match=r"names the remedy \+mask twice"):
+        advantages.split_remedies("dr_grpo+mask+dynamic+mask")
+    assert remedies.canonical_arm("dr_grpo+mask+dynamic") == remedies.canonical_arm("dr_grpo+dynamic+mask")
+    assert remedies.canonical_arm("dr_grpo+mask") != remedies.canonical_arm("dr_grpo+dynamic")
+
+
 def test_a_duplicate_suffix_or_setting_is_refused() -> None:
     mask = remedies.by_suffix("+mask")
     with pytest.raises(ValueError, match="already taken"):

@@ -6,8 +6,11 @@ Only safetensors weights are ever loaded (``use_safetensors=True``): a checkpoin
 pickle files (``pytorch_model.bin``) is refused, since unpickling runs arbitrary code. The GGUF preset
 is read by ``gguf`` through transformers, which parses the file and does not unpickle anything.
 
-A grpolab run directory's ``final/`` is checked as it loads: damaged files and NaN or infinite weights (a run
-that diverged before grpolab detected divergence) are refused with one line naming the directory.
+A grpolab run directory's ``final/`` is checked as it loads: files that do not match its ``checksums.json``
+(``grpolab.checksums``; a final model saved before grpolab sealed them has none and is not checked), damaged
+files and NaN or infinite weights (a run that diverged before grpolab detected divergence) are refused with one
+line naming the directory. Any model directory holding a ``checksums.json`` (``--model RUN/final``) is checked
+against it too.
 """
 
 from __future__ import annotations
@@ -155,6 +158,9 @@ def load_policy(name: str) -> Policy:
                 f"{path} has no .safetensors weights; grpolab loads only safetensors (no pickle). "
                 "Convert the checkpoint with save_pretrained(..., safe_serialization=True)"
             )
+        problem = _seal_problem(path)
+        if problem:
+            raise UserError(f"the model in {path} is damaged ({problem}); write it again, or load another model")
         try:
             model, tokenizer = _load_from_pretrained(path, extra)
         except (OSError, ValueError, RuntimeError, SafetensorError) as error:  # damaged files (a cut-short file)
@@ -170,6 +176,10 @@ def _checked_run_model(run_dir: Path, name: str) -> Policy:
     """The final model of a grpolab run directory; ``UserError`` when its files are damaged or its weights
     are not finite."""
     weights, base = _run_directory_model(run_dir)
+    problem = _seal_problem(weights)
+    if problem:
+        raise UserError(f"the final model in {weights} is damaged ({problem}); resume the run (grpolab train --out "
+                        f"{run_dir} --resume) to write it again from its last checkpoint, after moving final/ aside")
     try:
         policy = load_lora_adapter(weights, base, name) if base is not None else _load_local(weights, name)
     except UserError:
@@ -182,6 +192,14 @@ def _checked_run_model(run_dir: Path, name: str) -> Policy:
     check_finite_weights(policy.model, f"the final model in {weights}",
                          fix="the run diverged; retrain it with a lower --lr")
     return policy
+
+
+def _seal_problem(folder: Path) -> str | None:
+    """Why ``folder``'s files do not match its ``checksums.json``; None when they do, or when it has none (a final
+    model saved before grpolab sealed them, a model grpolab did not write)."""
+    from grpolab.checksums import SEAL, seal_problem
+
+    return seal_problem(folder) if (folder / SEAL).is_file() else None
 
 
 def check_finite_weights(model: torch.nn.Module, what: str, *, fix: str = "load another model") -> None:

@@ -21,8 +21,8 @@ from typing import Any
 
 from grpolab.errors import UserError
 
-__all__ = ["REMEDIES", "SUFFIXES", "Refusal", "Remedy", "active", "by_suffix", "check", "engine_refusals",
-           "render_markdown"]
+__all__ = ["REMEDIES", "SUFFIXES", "Refusal", "Remedy", "active", "by_suffix", "canonical_arm", "check",
+           "engine_refusals", "render_markdown", "split_arm"]
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,25 @@ _BY_SUFFIX = _check_table(REMEDIES)
 
 SUFFIXES: dict[str, str] = {remedy.suffix: remedy.setting for remedy in REMEDIES}
 """Arm suffix -> the training setting it switches on (``advantages.REMEDY_SUFFIXES`` is this mapping)."""
+
+
+def split_arm(spec: str) -> tuple[str, tuple[str, ...]]:
+    """``'dr_grpo+dynamic+mask'`` -> (``'dr_grpo'``, (``'+dynamic'``, ``'+mask'``)): the name before the remedy
+    suffixes and the suffixes, sorted; the name is not checked. ``ValueError`` for a suffix named twice
+    (``sign+dynamic+dynamic`` would be a second ``sign+dynamic`` arm under another name)."""
+    name, found = spec, set()
+    while (suffix := next((s for s in SUFFIXES if name.endswith(s)), None)) is not None:
+        if suffix in found:
+            raise ValueError(f"arm {spec!r} names the remedy {suffix} twice; name each remedy once")
+        name, found = name[: -len(suffix)], found | {suffix}
+    return name, tuple(sorted(found))
+
+
+def canonical_arm(spec: str) -> str:
+    """One spelling per arm: the name, then its remedy suffixes sorted (``dr_grpo+mask+dynamic`` ->
+    ``dr_grpo+dynamic+mask``), so that two spellings of one arm can be told apart from two arms."""
+    name, suffixes = split_arm(spec)
+    return name + "".join(suffixes)
 
 
 def by_suffix(suffix: str) -> Remedy:

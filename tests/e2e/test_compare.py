@@ -193,8 +193,9 @@ def test_a_best_lr_at_the_edge_of_the_grid_is_extended_or_said_to_be(tmp_path: P
     said = capsys.readouterr().err
     cells = _cells_of(pd.read_parquet(tmp_path / "none" / "selection.parquet"))
     assert not cells["bracketed"].any() and (cells["rounds"] == 0).all()  # two lrs: any choice is an edge
-    for estimator in ("sign", "dr_grpo"):
-        assert f"the lr chosen for {estimator} G=2" in said and "not bracketed" in said, said
+    for estimator in ("sign", "dr_grpo"):  # at the edge, or tied (tiny runs may score alike): said either way
+        edge = f"the lr chosen for {estimator} G=2" in said and "not bracketed" in said
+        assert edge or f"tie for the best validation score of {estimator} G=2" in said, said
     results = pd.read_parquet(tmp_path / "none" / "results.parquet")
     assert results["bracketed"].eq(False).all()  # the report can say so too
 
@@ -202,8 +203,10 @@ def test_a_best_lr_at_the_edge_of_the_grid_is_extended_or_said_to_be(tmp_path: P
     assert main([*sweep, "--out", str(out)]) == 0
     said = capsys.readouterr().err
     cells = _cells_of(pd.read_parquet(out / "selection.parquet"))
-    assert (cells["rounds"] >= 1).all()  # every edge choice made the grid grow
     for (estimator, size), cell in cells.iterrows():
+        if f"tie for the best validation score of {estimator} G={size}" in said:
+            continue  # a tie is said, and its grid is not extended (tests/sweep/test_select.py)
+        assert cell["rounds"] >= 1  # every edge choice made the grid grow
         inside = min(cell["tried"]) < cell["chosen"] < max(cell["tried"])
         assert cell["bracketed"] == inside
         assert (f"the lr chosen for {estimator} G={size}" in said) == (not inside), said

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from export.conftest import copy_run
+from grpolab.checksums import seal_folder
 from grpolab.cli import main
 from grpolab.errors import UserError
 from grpolab.export import export
@@ -75,6 +76,7 @@ def test_nan_weights_are_refused(full_run: Path, tmp_path: Path) -> None:
     first = sorted(weights)[0]
     weights[first] = torch.full_like(weights[first], float("nan"))
     save_file(weights, str(path), metadata={"format": "pt"})
+    seal_folder(path.parent)  # saved so by a run that diverged unnoticed: its seal matches
     _refused(run_dir, tmp_path, "NaN or infinite weights")
 
 

@@ -34,13 +34,34 @@ def test_a_torn_last_line_is_still_skipped(finished_run, capsys):
 
 
 @pytest.mark.parametrize(("model", "words"), [("", "final model in {final} is damaged"),
-                                             ("final", "the model in {final} cannot be loaded")])
+                                             ("final", "the model in {final} is damaged")])
 def test_a_damaged_final_model_is_one_line_naming_it(finished_run, capsys, model, words):
     weights = finished_run / "final" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
     code, err = run_cli(["eval", "--model", str(finished_run / model), "--eval-limit", "2", "--eval-samples", "0",
                          "--threads", "1"], capsys)
     assert_one_line_error(code, err, words.format(final=finished_run / "final"))
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    (["eval", "--model", "{run}", "--eval-limit", "2", "--eval-samples", "0", "--threads", "1"],
+     "the final model in {final} is damaged (model.safetensors does not match its checksum); resume the run"),
+    (["eval", "--model", "{final}", "--eval-limit", "2", "--eval-samples", "0", "--threads", "1"],
+     "the model in {final} is damaged (model.safetensors does not match its checksum)"),
+    (["export", "{run}", "--out", "{out}"], "the final model in {final} is damaged"),
+    (["gradients", "--model", "{run}", "--prompts", "1", "--threads", "1"], "the final model in {final} is damaged"),
+])
+def test_a_flipped_bit_in_the_final_model_is_one_line(finished_run, tmp_path, capsys, command, words):
+    # was: one flipped exponent bit took eval from 0.875 to 0.344, exit 0
+    assert "model.safetensors" in json.loads((finished_run / "final" / "checksums.json").read_text())
+    weights = finished_run / "final" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x40  # the top byte of the last float32: an exponent bit
+    weights.write_bytes(bytes(data))
+    names = {"run": finished_run, "final": finished_run / "final", "out": tmp_path / "export"}
+    code, err = run_cli([arg.format(**names) for arg in command], capsys)
+    assert_one_line_error(code, err, words.format(**names))
+    assert not (tmp_path / "export").exists()
 
 
 def test_a_damaged_checkpoint_is_skipped_with_a_warning_naming_it(finished_run, capsys):

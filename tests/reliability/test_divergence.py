@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from tests.reliability._diverge import force_divergence
 from tests.reliability.conftest import assert_one_line_error, run_cli
 
+from grpolab.checksums import seal_folder
 from grpolab.train import runlog
 from grpolab.train.divergence import divergence_reason
 
@@ -67,6 +68,7 @@ def _poison_final(run):
     tensors = load_file(path)
     tensors = {name: torch.full_like(t, float("nan")) for name, t in tensors.items()}
     save_file(tensors, path, metadata={"format": "pt"})
+    seal_folder(path.parent)  # as a run that saved NaN weights (before divergence was checked) sealed them
 
 
 @pytest.mark.parametrize("command", [

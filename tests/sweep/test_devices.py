@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, ClassVar
@@ -144,6 +145,44 @@ def test_too_few_gpus_or_a_cpu_contradiction_are_refused_before_anything_is_writ
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1 and "--gpus-per-run" in err, err
         assert not (tmp_path / "c" / "compare.yaml").exists()  # refused before anything was written
+
+
+class _GpulessRay:
+    """A Ray already initialised on a cluster of one live node with CPUs only (and one dead GPU node); submitting a
+    task to it fails the test, since Ray would keep a task asking for a GPU queued forever."""
+
+    submitted: ClassVar[list[Any]] = []
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def cluster_resources() -> dict[str, float]:
+        return {"CPU": 2.0}
+
+    @staticmethod
+    def nodes() -> list[dict[str, Any]]:
+        return [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"GPU": 8.0}}]
+
+    @classmethod
+    def remote(cls, **resources: Any) -> Any:
+        cls.submitted.append(resources)
+        raise AssertionError(f"a task was submitted with {resources}: it would wait forever for a GPU")
+
+
+@pytest.mark.parametrize("gpus_per_run", [1, 2])
+def test_the_ray_backend_refuses_gpus_its_cluster_lacks_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                gpus_per_run: int) -> None:
+    from grpolab.sweep.cluster import run_ray
+
+    monkeypatch.setitem(sys.modules, "ray", _GpulessRay)
+    _GpulessRay.submitted.clear()
+    specs = [RunSpec("r0", "sign", 0, 2, tmp_path / "r0", TrainConfig())]
+    with pytest.raises(UserError, match=f"--gpus-per-run {gpus_per_run} needs {gpus_per_run} GPU.*Ray cluster has 0; "
+                                        "lower --gpus-per-run") as refusal:
+        run_ray(specs, 1, lambda event: None, gpus_per_run=gpus_per_run)
+    assert "\n" not in str(refusal.value) and _GpulessRay.submitted == []
 
 
 def test_gpus_per_run_is_auto_unless_set_by_flag_or_config_file(tmp_path: Path) -> None:

@@ -4,9 +4,11 @@ edge of the tried lrs extends the grid in the grid's ratio. Ended runs are writt
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from grpolab.commands.compare import selection_notes
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.sweep.plan import plan_cells, plan_lr_grid
@@ -49,6 +51,26 @@ def test_a_choice_at_the_edge_is_not_bracketed_and_the_grid_grows_in_its_ratio(t
     assert extend_grids(selection, fallback_ratio=3.0) == {sign: [2.7e-4], rloo: [3.33e-6]}
     assert selection.table.groupby("estimator")["bracketed"].all().to_dict() == {"grpo": True, "rloo": False,
                                                                                 "sign": False}
+
+
+def test_a_tie_for_the_best_score_is_named_and_never_extended_toward_lr_zero(tmp_path: Path) -> None:
+    # was: every lr scored 0, the tie went to the smallest lr, and each round added a smaller one (lr -> 0)
+    (flat, edge, inside), grid = _grid(tmp_path, ["sign", "rloo", "grpo"], [1e-4, 3e-4, 1e-3], [1000, 1001])
+    scores = {"sign": {1e-4: 0.0, 3e-4: 0.0, 1e-3: 0.0}, "rloo": {1e-4: 0.5, 3e-4: 0.5, 1e-3: 0.25},
+              "grpo": {1e-4: 0.25, 3e-4: 0.5, 1e-3: 0.25}}
+    for spec in grid:
+        finish(spec, 0.0, passk={"1": scores[spec.estimator][spec.lr]}, split="validation")
+    selection = select_lrs(grid)
+    assert selection.choice == {flat: 1e-4, edge: 1e-4, inside: 3e-4}
+    assert selection.tied == {flat: [1e-4, 3e-4, 1e-3], edge: [1e-4, 3e-4]}
+    assert selection.unbracketed == sorted([flat, edge]) and extend_grids(selection, fallback_ratio=3.0) == {}
+    result = SimpleNamespace(choice=selection.choice, tied=selection.tied, unbracketed=selection.unbracketed,
+                             selection=selection.table)
+    assert selection_notes(result, 2) == [  # by cell: the ties said, not "raise the rounds"
+        f"the lrs 0.0001, 0.0003 tie for the best validation score of {edge}: the smallest (0.0001) was chosen and "
+        "its grid not extended; widen --lrs or add --selection-seeds to tell them apart",
+        f"the lrs 0.0001, 0.0003, 0.001 tie for the best validation score of {flat}: the smallest (0.0001) was "
+        "chosen and its grid not extended; widen --lrs or add --selection-seeds to tell them apart"]
 
 
 def test_a_diverged_lr_is_disqualified_and_brackets_from_above(tmp_path: Path) -> None:

@@ -18,17 +18,20 @@ from grpolab.sweep.variants import parse_vary
 pytestmark = pytest.mark.fast
 
 
-@pytest.mark.parametrize(("lrs", "vary"), [("1e-4", ""), ("1e-4,3e-4,1e-3", ""),
-                                           ("1e-4,3e-4", "max_grad_norm=0,1;beta=0,0.01,0.1")])
-def test_the_counted_plan_equals_the_planned_runs(tmp_path: Path, lrs: str, vary: str) -> None:
+@pytest.mark.parametrize(("lrs", "vary", "rounds"), [("1e-4", "", 2), ("1e-4,3e-4,1e-3", "", 0),
+                                                     ("1e-4,3e-4,1e-3", "", 3),
+                                                     ("1e-4,3e-4", "max_grad_norm=0,1;beta=0,0.01,0.1", 2)])
+def test_the_counted_plan_equals_the_planned_runs(tmp_path: Path, lrs: str, vary: str, rounds: int) -> None:
+    # was: the lr bracketing rounds were left out of the count (up to seeds x rounds more runs per cell)
     sweep = CompareConfig(estimators="sign,dr_grpo", group_sizes="2,4", seeds=3, lrs=lrs, selection_seeds=2,
-                          vary=vary)
+                          vary=vary, lr_bracket_rounds=rounds)
     base, variants = TrainConfig(steps=2), parse_vary(vary)
     cells = plan_cells(sweep.estimator_list, sweep.group_size_list, variants)
     planned = plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, tmp_path,
                         variants=variants)
-    if len(sweep.lr_list) > 1:
-        planned += plan_lr_grid(base, {cell: sweep.lr_list for cell in cells}, sweep.selection_seed_list, tmp_path)
+    if len(sweep.lr_list) > 1:  # each round extends a grid by one lr at most: here, always upward
+        grown = sweep.lr_list + [sweep.lr_list[-1] * 10 ** (i + 1) for i in range(rounds)]
+        planned += plan_lr_grid(base, {cell: grown for cell in cells}, sweep.selection_seed_list, tmp_path)
     assert sizing.plan_runs_count(sweep) == len(planned) > 0
 
 
@@ -38,7 +41,7 @@ def test_a_plan_past_the_bound_is_refused_in_one_line_before_it_is_built(tmp_pat
     sizes = ",".join(str(g) for g in range(2, 400))
     assert main(["compare", "--seeds", "1000", "--group-sizes", sizes, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "the plan holds 1,601,552 runs" in err and "--large-plan" in err, repr(err)
+    assert "\n" not in err and "the plan holds 1,607,920 runs" in err and "--large-plan" in err, repr(err)
     assert not out.exists()
 
 

@@ -287,3 +287,27 @@ def test_a_trained_sweep_without_its_identity_is_refused_not_started_afresh(tmp_
         compare(SWEEP, base, out, report=False)
     assert "restore" in str(caught.value) and "new --out" in str(caught.value) and "\n" not in str(caught.value)
     assert not path.exists() or path.read_text() in ("{oops", "[1, 2]")  # nothing recorded in its place
+
+
+def test_data_edited_while_a_sweep_runs_is_refused_naming_the_runs_on_the_new_data(
+        tmp_path: Path, in_process_workers: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # was: 3 runs trained on the old file and 1 on the new were gathered as one comparison, exit 0
+    import grpolab.sweep.local as local
+
+    base = _file_base(tmp_path).replace(prompts_per_step=2, eval_limit=2, eval_samples=0, max_new_tokens=4,
+                                        eval_start=False, threads=1)
+    trained = local.post_progress
+
+    def edit_after_the_first_run(spec):  # the user edits the data while the sweep runs
+        outcome = trained(spec)
+        _data(Path(base.data), [*ROWS[:-1], {"prompt": "9+9=", "answer": "19"}])
+        return outcome
+
+    monkeypatch.setattr(local, "post_progress", edit_after_the_first_run)
+    out = tmp_path / "out"
+    sweep = CompareConfig(estimators="sign", seeds=2, group_sizes="2", lrs="1e-4", workers=1)
+    with pytest.raises(UserError, match=r"changed while the sweep .* ran: run\(s\) sign-G2-seed1 trained on other "
+                                        "data") as caught:
+        compare(sweep, base, out, report=False)
+    assert "\n" not in str(caught.value) and "seed0" not in str(caught.value)
+    assert not (out / "results.parquet").exists()

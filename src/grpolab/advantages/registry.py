@@ -194,11 +194,9 @@ REMEDY_SUFFIXES: dict[str, str] = remedies.SUFFIXES
 
 def split_remedies(spec: str) -> tuple[str, tuple[str, ...]]:
     """``'dr_grpo+dynamic+mask'`` -> (``'dr_grpo'``, (``'+dynamic'``, ``'+mask'``)): the name before the remedy
-    suffixes (``REMEDY_SUFFIXES``) and the suffixes, sorted; the name is not checked."""
-    name, found = spec, set()
-    while (suffix := next((s for s in REMEDY_SUFFIXES if name.endswith(s)), None)) is not None:
-        name, found = name[: -len(suffix)], found | {suffix}
-    return name, tuple(sorted(found))
+    suffixes (``REMEDY_SUFFIXES``) and the suffixes, sorted; the name is not checked (``remedies.split_arm``:
+    ``ValueError`` for a suffix named twice)."""
+    return remedies.split_arm(spec)
 
 
 def parse_arm(spec: str) -> tuple[str, tuple[str, ...]]:

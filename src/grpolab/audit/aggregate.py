@@ -48,6 +48,7 @@ from grpolab.audit.sources import (
     numeric_values,
     prompt_keys,
     resolve_columns,
+    stated_group_size_warning,
     trl_file_steps,
     trl_group_size,
 )
@@ -178,7 +179,9 @@ def collect_groups(
     block, how, guess = None, "--group-size", None
     if source.kind == "trl":
         block = group_size
-        if not block:
+        if block:
+            guess = stated_group_size_warning(files, columns.prompt, block, step=columns.step)
+        else:
             root = Path(path) if Path(path).is_dir() else None
             block, how, guess = trl_group_size(files, columns.prompt, step=columns.step,
                                                advantage=columns.advantage, root=root)

@@ -9,10 +9,11 @@ Recognised inputs (first match wins):
 * any directory of, or single, ``.parquet`` / ``.csv`` / ``.jsonl`` / ``.json`` (JSON lines) table.
 
 Tables are read in record batches holding only the needed columns (Parquet ``iter_batches``, pyarrow's
-streaming CSV and JSON readers), each bounded by bytes, not only by rows: a Parquet batch holds as many rows as
-fit in ``BATCH_BYTES`` by the row groups' uncompressed sizes (a few kilobytes of zstd can hold gigabytes of
-long prompt ids), a CSV or JSON block is 16 MiB. Prompt ids longer than ``LONG_KEY_BYTES`` are grouped by
-their SHA-1 digest, so the group tables hold 40 bytes per group whatever the ids' length.
+streaming CSV and JSON readers; a JSON line's other fields are skipped unparsed, ``grpolab.audit.jsonl``),
+each bounded by bytes, not only by rows: a Parquet batch holds as many rows as fit in ``BATCH_BYTES`` by the
+row groups' uncompressed sizes (a few kilobytes of zstd can hold gigabytes of long prompt ids), a CSV or JSON block
+is 16 MiB. Prompt ids longer than ``LONG_KEY_BYTES`` are grouped by their SHA-1 digest, so the group tables hold 40
+bytes per group whatever the ids' length.
 
 Departures from a plain read: in a run or TRL directory only the files bearing the names the trainer writes
 are read; any other table there (a user's backup copy of a step) is skipped and named (``Source.skipped``).
@@ -27,7 +28,8 @@ several such columns, or none, the audit refuses and asks for ``--reward-column`
 the ``advantage`` column when there is one (``--advantage-column``; "none" ignores it). TRL rows are grouped
 by position: consecutive blocks of G rows in a file (TRL's sampler puts a prompt's G completions next to
 each other), G being the gcd of the lengths of the runs of identical prompts (``--group-size`` overrides),
-so two dataset rows with the same prompt stay two groups.
+so two dataset rows with the same prompt stay two groups. Where nothing tells one group of 8 from two adjacent
+groups of 4 (``trl_group_size``), or ``--group-size`` does not divide a prompt's run of rows, the audit warns.
 """
 
 from __future__ import annotations
@@ -46,13 +48,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from grpolab.audit.jsonl import json_batches, json_schema
 from grpolab.errors import UserError
 
 __all__ = ["Columns", "Source", "distinct_files", "find_source", "grpolab_rollout_files", "iter_batches",
-           "resolve_columns"]
+           "resolve_columns", "stated_group_size_warning"]
 
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "json", ".json": "json"}
 PROMPT_CANDIDATES = ("prompt_id", "prompt_uid", "uid", "prompt_index", "problem_id", "question_id", "prompt")
@@ -162,7 +164,7 @@ def read_schema(path: Path, fmt: str) -> pa.Schema:
             return pq.read_schema(path)
         if fmt == "csv":
             return pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=text_block_bytes(path))).schema
-        return pajson.open_json(path, read_options=pajson.ReadOptions(block_size=text_block_bytes(path))).schema
+        return json_schema(path, text_block_bytes(path))
     except (pa.ArrowInvalid, OSError) as error:
         raise UserError(f"{path}: cannot read it as {fmt}: {error}") from None
 
@@ -345,17 +347,10 @@ def _sample_group_size(samples: list[list], divisors: list[int]) -> int | None:
     return None
 
 
-def trl_group_size(
-    files: list[Path], prompt: str, *, step: str | None = None, advantage: str | None = None,
-    root: Path | None = None,
-) -> tuple[int, str, str | None]:
-    """(G of a TRL log, where it came from, a warning when the log cannot tell).
-
-    Groups never cross what the log keeps apart: G divides every run of identical consecutive (step, prompt)
-    in each file. Adjacent groups of one prompt form one longer run, so G comes, in order, from a ``sample``
-    index column, the run's ``config.yaml`` ``group_size``, or the largest divisor of the runs' gcd whose
-    blocks the ``advantage`` column shows to be groups; without such evidence, a file holding one prompt
-    only gets a warning naming ``--group-size``."""
+def _prompt_runs(files: list[Path], prompt: str, step: str | None, advantage: str | None
+                 ) -> tuple[int, bool, list[list], list[np.ndarray]]:
+    """(the gcd of the lengths of the runs of identical consecutive (step, prompt) over ``files``, whether a file
+    holds one run only, each file's ``sample`` column, each file's advantages)."""
     size, single, samples, advantages = 0, False, [], []
     for path in files:
         names = read_schema(path, "parquet").names
@@ -372,7 +367,41 @@ def trl_group_size(
             samples.append(table.column("sample").to_pylist())
         if advantage and advantage in names:
             advantages.append(table.column(advantage).cast(pa.float64()).to_numpy(zero_copy_only=False))
-    size = max(size, 1)
+    return max(size, 1), single, samples, advantages
+
+
+def _guess(size: int, smaller: int | None, why: str) -> str:
+    alternative = f"one group of {size} or {size // smaller} adjacent groups of {smaller}" if smaller else (
+        "one group or several adjacent groups")
+    return (f"G = {size} is a guess: {why}, and nothing in the log (no sample column, no run config.yaml, no "
+            f"advantages that tell) says whether such a run is {alternative} of that prompt, which changes the "
+            "groups and their degeneracy; pass --group-size (TRL's num_generations)")
+
+
+def stated_group_size_warning(files: list[Path], prompt: str, group_size: int, *, step: str | None = None
+                              ) -> str | None:
+    """A warning when ``--group-size`` does not divide every run of one prompt's consecutive rows in a TRL log:
+    its blocks would then hold rows of two prompts."""
+    size = _prompt_runs(files, prompt, step, None)[0]
+    if size % group_size == 0:
+        return None
+    return (f"--group-size {group_size} does not divide the runs of one prompt's rows in the log (their lengths' "
+            f"gcd is {size}), so some of its groups hold rows of two prompts; pass TRL's num_generations")
+
+
+def trl_group_size(
+    files: list[Path], prompt: str, *, step: str | None = None, advantage: str | None = None,
+    root: Path | None = None,
+) -> tuple[int, str, str | None]:
+    """(G of a TRL log, where it came from, a warning when the log cannot tell).
+
+    Groups never cross what the log keeps apart: G divides every run of identical consecutive (step, prompt)
+    in each file. Adjacent groups of one prompt form one longer run, so G comes, in order, from a ``sample``
+    index column, the run's ``config.yaml`` ``group_size``, or the largest divisor of the runs' gcd whose
+    blocks the ``advantage`` column shows to be groups. Where that leaves two sizes of at least 2 (no such
+    evidence, or advantages that fit both, as all-zero advantages fit any size), a warning names both and
+    ``--group-size``: every prompt sampled as two adjacent groups of 4 would otherwise read as groups of 8."""
+    size, single, samples, advantages = _prompt_runs(files, prompt, step, advantage)
     divisors = [d for d in range(size, 0, -1) if size % d == 0]
     by_sample = _sample_group_size(samples, divisors)
     if by_sample:
@@ -382,15 +411,16 @@ def trl_group_size(
         return configured, f"group_size in {config_path}", None
     if advantages and len(advantages) == len(files):
         fits = [d for d in divisors if _blocks_are_groups(advantages, d)]
-        if fits and (fits[0] < size or not single or all(d < 2 for d in fits[1:])):
+        if fits:
             how = "the advantages" if fits[0] < size else "runs of identical prompts"
-            return fits[0], how, None
-    if single and size > 1:
-        return size, "runs of identical prompts", (
-            f"G = {size} is a guess: a log file holds {size} rows of one prompt and nothing in the log (no sample "
-            "column, no run config.yaml, no advantages that tell) says whether they are one group or several "
-            "adjacent groups of that prompt; pass --group-size (TRL's num_generations)"
-        )
+            others = [d for d in fits[1:] if d >= 2]
+            return fits[0], how, _guess(fits[0], others[0], f"the advantages fit groups of {fits[0]} and of "
+                                                          f"{others[0]}") if others else None
+    smaller = next((d for d in divisors[1:] if d >= 2), None)
+    if smaller or (single and size > 1):
+        why = (f"a log file holds {size} rows of one prompt" if single else
+               f"every prompt's rows come in runs of {size} (or multiples)")
+        return size, "runs of identical prompts", _guess(size, smaller, why)
     return size, "runs of identical prompts", None
 
 
@@ -405,9 +435,8 @@ def _batches_of(
         convert = pacsv.ConvertOptions(include_columns=columns, column_types={prompt: pa.string()})
         read = pacsv.ReadOptions(block_size=text_block_bytes(path))
         yield from pacsv.open_csv(path, read_options=read, convert_options=convert)
-    else:
-        for batch in pajson.open_json(path, read_options=pajson.ReadOptions(block_size=text_block_bytes(path))):
-            yield batch.select(columns)
+    else:  # only the audited fields are parsed (grpolab.audit.jsonl)
+        yield from json_batches(path, read_schema(path, fmt), columns, text_block_bytes(path))
 
 
 def text_block_bytes(path: Path, least: int = TEXT_BLOCK_BYTES) -> int:

@@ -63,10 +63,8 @@ def run(args: argparse.Namespace) -> int:
             progress.close()
             for outcome in progress.failed:
                 console.print(f"[red]run {outcome['run_id']} failed:[/red] {outcome['error']}")
-        for cell in result.unbracketed:
-            console.print(f"[yellow]the lr chosen for {cell} ({result.choice[cell]:g}) is still the "
-                          f"{_edge(result, cell)} lr tried after {sweep.lr_bracket_rounds} extra round(s): not "
-                          "bracketed; widen --lrs or raise --lr-bracket-rounds[/yellow]")
+        for line in selection_notes(result, sweep.lr_bracket_rounds):
+            console.print(f"[yellow]{line}[/yellow]")
         if result.report is not None:
             _print_summary(result)
     return 1 if result.failed else 0
@@ -96,14 +94,26 @@ def _plan_line(sweep: CompareConfig, base: TrainConfig, *, large: bool) -> str:
     runs = plan_runs_count(sweep)
     if runs > MAX_PLAN_RUNS and not large:
         raise UserError(f"the plan holds {runs:,} runs (estimators x group sizes x variants x seeds, plus the lr "
-                        f"selection), more than {MAX_PLAN_RUNS:,}; shorten the lists, or pass --large-plan to run it")
+                        f"selection and its bracketing rounds), more than {MAX_PLAN_RUNS:,}; shorten the lists, or "
+                        "pass --large-plan to run it")
     per_worker = worker_bytes([base])
     workers = max(1, min(sweep.workers or os.cpu_count() or 1, runs)) if sweep.backend == "local" else None
     limit = memory_limit_bytes()
     memory = f"about {format_bytes(per_worker)} per worker" + (
         f" x {workers} worker(s) = {format_bytes(per_worker * workers)}" if workers else "") + (
         f" of the {format_bytes(limit)} allowed" if limit and workers else "")
-    return f"plan: {runs:,} run(s), {memory}"
+    bracketing = len(sweep.lr_list) > 1 and sweep.lr_bracket_rounds > 0
+    return f"plan: {'up to ' if bracketing else ''}{runs:,} run(s), {memory}"
+
+
+def selection_notes(result: Any, rounds: int) -> list[str]:
+    """One line for each cell whose lr choice is tied (``result.tied``) or still at the edge of the lrs tried."""
+    tied = [f"the lrs {', '.join(f'{lr:g}' for lr in lrs)} tie for the best validation score of {cell}: the smallest "
+            f"({result.choice[cell]:g}) was chosen and its grid not extended; widen --lrs or add --selection-seeds to "
+            "tell them apart" for cell, lrs in sorted(result.tied.items())]
+    return tied + [f"the lr chosen for {cell} ({result.choice[cell]:g}) is still the {_edge(result, cell)} lr tried "
+                   f"after {rounds} extra round(s): not bracketed; widen --lrs or raise --lr-bracket-rounds"
+                   for cell in result.unbracketed if cell not in result.tied]
 
 
 def _edge(result: Any, cell: Any) -> str:

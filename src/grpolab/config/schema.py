@@ -36,6 +36,7 @@ from grpolab.config.checks import check_seed, check_settings, check_variance_sha
 from grpolab.config.fields import setting
 from grpolab.devices import check_name as check_device_name
 from grpolab.errors import UserError
+from grpolab.remedies import canonical_arm
 
 __all__ = [
     "MAX_SWEEP_SEEDS",
@@ -315,6 +316,21 @@ class TrainConfig:
         return data
 
 
+def _one_spelling_each(arms: list[str]) -> None:
+    """Refuse an arm that names a remedy twice (``sign+dynamic+dynamic``) or two spellings of one arm
+    (``dr_grpo+mask+dynamic`` and ``dr_grpo+dynamic+mask``): either would test an arm against itself."""
+    spelled: dict[str, str] = {}
+    for arm in arms:
+        try:
+            key = canonical_arm(arm)
+        except ValueError as error:
+            raise UserError(f"--estimators: {error}") from None
+        if key in spelled:
+            raise UserError(f"estimators names the arm {key} twice ({spelled[key]!r} and {arm!r}); name each arm "
+                            "once")
+        spelled[key] = arm
+
+
 def _once(name: str, values: list[Any], given: str) -> None:
     """Refuse a value named twice in a list setting: the sweep would plan each of its runs twice (and two
     workers would fight over one run's lock)."""
@@ -382,6 +398,7 @@ class CompareConfig:
     def estimator_list(self) -> list[str]:
         names = [name.strip() for name in self.estimators.split(",") if name.strip()]
         _once("estimators", names, self.estimators)
+        _one_spelling_each(names)
         return names
 
     @property

@@ -1,9 +1,11 @@
 """The Ray backend: every run is one Ray task (``num_cpus=1``, ``num_gpus=--gpus-per-run``) on the cluster at
 ``RAY_ADDRESS``, or on a local Ray started with ``workers`` CPUs. ``--gpus-per-run`` auto is 1 where the cluster
-has GPUs and 0 otherwise, or when every run's device is ``cpu`` (``grpolab.sweep.devices.gpus_each``). Ray gives
-each task its own ``CUDA_VISIBLE_DEVICES`` ("" for ``num_gpus=0``). A stop signal (Ctrl-C, SIGTERM, SIGHUP)
-cancels the queued and the running runs. A local Ray started here ends with the sweep process, ``kill -9``
-included (``grpolab.sweep.reaper``)."""
+has GPUs and 0 otherwise, or when every run's device is ``cpu`` (``grpolab.sweep.devices.gpus_each``); more GPUs
+per run than the cluster's largest live node has are refused at once, in the local backend's line (Ray would keep
+such a task queued forever; a cluster that would add GPU nodes later is refused too). Ray gives each task its
+own ``CUDA_VISIBLE_DEVICES`` ("" for ``num_gpus=0``). A stop signal (Ctrl-C, SIGTERM, SIGHUP) cancels the queued and
+the running runs. A local Ray started here ends with the sweep process, ``kill -9`` included
+(``grpolab.sweep.reaper``)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.sweep.devices import gpus_each
+from grpolab.sweep.devices import check_enough_gpus, gpus_each
 from grpolab.sweep.plan import RunSpec
 from grpolab.sweep.reaper import start_reaper
 from grpolab.sweep.signals import StopRequest, stop_signals
@@ -33,7 +35,9 @@ def run_ray(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus_p
         ray.init(num_cpus=workers, include_dashboard=False, ignore_reinit_error=True, address=address)
         if not address:  # a local cluster of ours: it ends with this process (kill -9 too)
             start_reaper()
-    gpus = gpus_each(gpus_per_run, int(ray.cluster_resources().get("GPU", 0)), {spec.config.device for spec in specs})
+    largest = _largest_node_gpus(ray)
+    gpus = gpus_each(gpus_per_run, largest, {spec.config.device for spec in specs})
+    check_enough_gpus(gpus, largest, "the largest node of the Ray cluster has")  # else its tasks wait forever
     remote = ray.remote(num_cpus=1, num_gpus=gpus)(run_one)
     pending = {remote.remote(spec): spec for spec in specs}
     outcomes = []
@@ -50,3 +54,8 @@ def run_ray(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus_p
                 ray.cancel(ref, force=True)
             raise
     return outcomes
+
+
+def _largest_node_gpus(ray: Any) -> int:
+    """The most GPUs one live node of the cluster has: a task asking for more is never scheduled."""
+    return max((int(node.get("Resources", {}).get("GPU", 0)) for node in ray.nodes() if node.get("Alive")), default=0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 from grpolab.sweep.devices import check_gpus
 from grpolab.sweep.gather import collect_results, runs_table, write_table, write_tables
-from grpolab.sweep.identity import check_sweep_identity
+from grpolab.sweep.identity import check_sweep_identity, refuse_runs_on_other_data
 from grpolab.sweep.ownership import check_sweep_dir
 from grpolab.sweep.plan import Cell, RunSpec, parse_estimator, plan_cells, plan_lr_grid, plan_runs, run_config
 from grpolab.sweep.run import run_sweep
@@ -50,12 +50,14 @@ class CompareResult:
     """What a comparison leaves in ``out`` (and returns): ``results`` (one row per run and evaluation),
     ``metrics`` (per run and step), ``runs`` (one row per run, selection runs included), ``selection`` (the
     lr-selection runs, None without selection), each cell's ``choice`` of lr and whether it is
-    ``bracketed``, the ``outcomes`` of the runs trained by this call, the ``settings`` saved for the report,
+    ``bracketed`` (or ``tied``: the lrs that share its best validation score, the smallest chosen, the grid not
+    extended), the ``outcomes`` of the runs trained by this call, the ``settings`` saved for the report,
     and the report's paths (None with ``report=False``).
 
     Events passed to ``on_event``: {"phase": label, "total": n, "already": k} before a group of runs,
     {"run_id", "step", "steps", "reward"} per training step, {"finished": outcome} per run,
-    {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr": lr, "bracketed": bool}.
+    {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr": lr, "bracketed": bool,
+    "tied": [lr, ...]}.
     """
 
     out: Path
@@ -70,6 +72,7 @@ class CompareResult:
     report: tuple[Path, Path] | None = None
     specs: list[RunSpec] = field(default_factory=list, repr=False)
     not_counted: list[dict[str, Any]] = field(default_factory=list)
+    tied: dict[Cell, list[float]] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[dict[str, Any]]:
@@ -103,6 +106,8 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
     cells = plan_cells(sweep.estimator_list, sweep.group_size_list, variants)
     for variant in variants:  # a bad value for this base config fails before anything is written
         base.replace(**variant.changes)
+    if len(sweep.lr_list) == 1:  # one lr, no selection: every run trains at it, and the saved settings say so
+        base = base.replace(lr=sweep.lr_list[0])
     _check_engine(base, cells)
     if sweep.backend == "local":  # GPUs this machine lacks, or that contradict the runs' devices
         check_gpus(sweep.gpus_per_run, {base.replace(**variant.changes).device for variant in variants})
@@ -112,16 +117,15 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
     # refuses other settings; saves them otherwise, with when the primary comparison was declared
     settings["primary_declaration"] = check_sweep_settings(out, settings, sweep_defaults())
     # refuses changed data or model once trained, or a lost record of them; clears a stale start cache
-    check_sweep_identity(out, base, settings["task"].get("data_sha256"), recorded=recorded)
+    identity = check_sweep_identity(out, base, settings["task"].get("data_sha256"), recorded=recorded)
     atomic_write_text(out / "task.json", json.dumps(settings["task"], indent=1, default=str))  # data facts, as in a run
-    runner = _Runner(sweep, on_event)
+    runner = _Runner(sweep, on_event, lambda specs: refuse_runs_on_other_data(specs, identity, base, out))
     grid: list[RunSpec] = []
     selection: Selection | None = None
     if len(sweep.lr_list) > 1:
         grid, selection = _select(base, sweep, cells, out, runner)
         lrs = selection.choice
     else:
-        base = base.replace(lr=sweep.lr_list[0]) if sweep.lr_list else base
         lrs = None
     specs = plan_runs(base, sweep.estimator_list, sweep.seed_list, sweep.group_size_list, out, variants=variants,
                       lrs=lrs)
@@ -141,8 +145,9 @@ def _check_engine(base: TrainConfig, cells: list[Cell]) -> None:
 class _Runner:
     """Runs groups of runs with one sweep's backend settings, telling ``on_event`` and keeping the outcomes."""
 
-    def __init__(self, sweep: CompareConfig, on_event: EventFn):
-        self.sweep, self.on_event = sweep, on_event
+    def __init__(self, sweep: CompareConfig, on_event: EventFn,
+                 check_data: Callable[[Sequence[RunSpec]], None] = lambda specs: None):
+        self.sweep, self.on_event, self.check_data = sweep, on_event, check_data
         self.outcomes: list[dict[str, Any]] = []
 
     def run(self, specs: Sequence[RunSpec], label: str) -> None:
@@ -151,6 +156,7 @@ class _Runner:
         outcomes = run_sweep(specs, workers=self.sweep.workers, backend=self.sweep.backend, on_event=self.on_event,
                              gpus_per_run=self.sweep.gpus_per_run)
         self.outcomes += outcomes
+        self.check_data(specs)  # a run on data edited while the sweep ran is never gathered
         self.on_event({"phase_done": label, "trained": len(outcomes), "seconds": time.perf_counter() - started})
 
 
@@ -174,7 +180,8 @@ def _select(base: TrainConfig, sweep: CompareConfig, cells: list[Cell], out: Pat
         raise UserError(f"no lr-selection run of {', '.join(missing)} finished without diverging; see the errors "
                         "above and the runs in selection/")
     for cell, lr in sorted(selection.choice.items()):
-        runner.on_event({"selected": cell, "lr": lr, "bracketed": selection.bracketed[cell]})
+        runner.on_event({"selected": cell, "lr": lr, "bracketed": selection.bracketed[cell],
+                         "tied": selection.tied.get(cell, [])})
     return grid, selection
 
 
@@ -202,9 +209,11 @@ def _gather(out: Path, sweep: CompareConfig, settings: dict[str, Any], grid: lis
     if selection is not None:
         write_table(out / "selection.parquet", selection.table)
         settings["selection"] = {"unbracketed": [str(cell) for cell in selection.unbracketed],
+                                 "tied": {str(cell): lrs for cell, lrs in selection.tied.items()},
                                  "lr_bracket_rounds": sweep.lr_bracket_rounds}
     result = CompareResult(out, results, metrics, runs, selection.table if selection else None, choice, bracketed,
-                           outcomes, settings, specs=specs, not_counted=uncounted)
+                           outcomes, settings, specs=specs, not_counted=uncounted,
+                           tied=selection.tied if selection else {})
     if results.empty:
         raise UserError(f"no run finished; see the errors above and the run directories in {out / 'runs'}")
     if report:

@@ -25,7 +25,8 @@ from collections.abc import Iterable
 
 from grpolab.errors import UserError
 
-__all__ = ["check_gpus", "cuda_device_count", "device_sets", "gpus_each", "visible_gpu_ids", "worker_devices"]
+__all__ = ["check_enough_gpus", "check_gpus", "cuda_device_count", "device_sets", "gpus_each", "visible_gpu_ids",
+           "worker_devices"]
 
 
 def visible_gpu_ids(count: int, environ: dict[str, str] | None = None) -> list[str]:
@@ -78,12 +79,19 @@ def device_sets(visible: list[str], gpus_per_run: int, workers: int) -> list[str
     """
     if gpus_per_run <= 0:
         return [""] * workers
-    if len(visible) < gpus_per_run:
-        raise UserError(f"--gpus-per-run {gpus_per_run} needs {gpus_per_run} GPU(s), but torch sees {len(visible)}; "
-                        "lower --gpus-per-run (0 runs on the CPU; unset gives one GPU per run where there are GPUs) "
-                        "or run where the GPUs are visible")
+    check_enough_gpus(gpus_per_run, len(visible), "torch sees")
     slots = min(workers, len(visible) // gpus_per_run)
     return [",".join(visible[i * gpus_per_run:(i + 1) * gpus_per_run]) for i in range(slots)]
+
+
+def check_enough_gpus(gpus_per_run: int, available: int, where: str) -> None:
+    """Refuse in one line ``gpus_per_run`` GPUs per run where at most ``available`` can be given to one run
+    (``where`` says who counted them: "torch sees", "the largest Ray node has"); a run waiting for GPUs that
+    never come would wait forever."""
+    if available < gpus_per_run:
+        raise UserError(f"--gpus-per-run {gpus_per_run} needs {gpus_per_run} GPU(s), but {where} {available}; "
+                        "lower --gpus-per-run (0 runs on the CPU; unset gives one GPU per run where there are GPUs) "
+                        "or run where the GPUs are visible")
 
 
 def worker_devices(gpus_per_run: int | None, workers: int, run_devices: Iterable[str] = ("auto",)) -> list[str]:

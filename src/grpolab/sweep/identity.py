@@ -14,21 +14,30 @@ The start evaluations the runs of one seed share (``OUT/start-evals/KEY.json``, 
 now, or was never recorded, the cached entries are deleted with one warning and evaluated again, so a start is
 never read from other data (the probe's report showed a "42.9% -> 0.0%" collapse from a start evaluated on an
 older file).
+
+Data edited while a sweep runs: each run records the identity of the data it loaded in its own ``task.json``
+(``"identity"``), and after each group of runs the sweep compares it with its ``identity.json``
+(``refuse_runs_on_other_data``): a run that trained on other data is refused in one line naming it (3 runs on the
+old file and 1 on the new one were gathered as one comparison, exit 0).
 """
 
 from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 from grpolab.train.identity import run_identity
 
-__all__ = ["IDENTITY_FILE", "START_EVALS", "START_EVAL_ENTRY", "check_sweep_identity"]
+if TYPE_CHECKING:
+    from grpolab.sweep.plan import RunSpec
+
+__all__ = ["IDENTITY_FILE", "START_EVALS", "START_EVAL_ENTRY", "check_sweep_identity", "refuse_runs_on_other_data"]
 
 IDENTITY_FILE = "identity.json"
 START_EVALS = "start-evals"
@@ -94,3 +103,32 @@ def _clear_stale_start_evaluations(cache: Path, saved: dict[str, Any] | None, id
         warnings.warn(f"{cache} held {len(entries)} start evaluation(s) made on other data or another model "
                       "(or before grpolab recorded which); deleted them, so each start is evaluated again",
                       UserWarning, stacklevel=3)
+
+
+def _run_data(run_dir: Path) -> str | None:
+    """The data identity a run recorded in its ``task.json`` when it loaded its task (None: not recorded)."""
+    try:
+        task = json.loads((run_dir / "task.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    recorded = task.get("identity") if isinstance(task, dict) else None
+    return recorded.get("data") if isinstance(recorded, dict) else None
+
+
+def refuse_runs_on_other_data(specs: Sequence[RunSpec], identity: dict[str, str], base: TrainConfig,
+                              out: Path) -> None:
+    """Refuse, in one line naming them, the runs among ``specs`` whose ``task.json`` records other data than the
+    sweep's ``identity`` (``check_sweep_identity``): the data was edited while the sweep ran. Runs whose settings
+    name another data path (a ``--vary`` of it) are not compared."""
+    data = identity.get("data")
+    if not data:
+        return
+    path = (base.data, base.task_options.get("path"))
+    other = [spec.run_id for spec in specs if (spec.config.data, spec.config.task_options.get("path")) == path
+             and _run_data(spec.run_dir) not in (None, data)]
+    if other:
+        named = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+        raise UserError(f"the data {base.data or base.task_options.get('path')} changed while the sweep in {out} ran: "
+                        f"run(s) {named} trained on other data than the sweep's (each run's task.json against "
+                        f"{out / IDENTITY_FILE}); restore the data and move those runs out of {out}, then rerun, or "
+                        "choose a new --out")

@@ -7,7 +7,9 @@ inside the searched range (Henderson et al. 2018, "Deep RL that matters"; Agarwa
 *bracketed* when the grid holds a tried lr below it and one above it; an lr above at which runs diverged
 counts as a bracket from above. ``extend_grids`` gives an unbracketed cell one more lr on the open side, in
 the ratio of its two outermost tried lrs on that side (a geometric grid stays geometric), rounded to three
-significant digits so that run ids stay readable.
+significant digits so that run ids stay readable. A cell whose best score is shared by two or more lrs is
+*tied* and never extended: extending toward the smaller tied lr chased a flat score (all 0 on a task too hard at
+every lr) toward lr -> 0, one round after another.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Selection:
     bracketed: dict[Cell, bool]
     table: pd.DataFrame
     tried: dict[Cell, list[float]] = field(default_factory=dict)
+    tied: dict[Cell, list[float]] = field(default_factory=dict)  # the lrs sharing the best score, where several do
     not_counted: list[dict[str, Any]] = field(default_factory=list)  # outcomes (``gather.not_counted``)
 
     @property
@@ -77,15 +80,24 @@ def _row(spec: RunSpec, rounds: Mapping[Cell, Mapping[float, int]], uncounted: l
             "validation_score": score}
 
 
-def _choose(rows: pd.DataFrame) -> tuple[float | None, bool, list[float]]:
-    """One cell's (chosen lr or None when every lr diverged, bracketed, tried lrs ascending)."""
+_TIE_TOLERANCE = 1e-9
+"""Mean scores closer than this are tied: scores are shares of finitely many samples, so means of equal sums
+differ only by the rounding of their summation order, far below it; a real difference is at least 1 / samples."""
+
+
+def _choose(rows: pd.DataFrame) -> tuple[float | None, bool, list[float], list[float]]:
+    """One cell's (chosen lr or None when every lr diverged, bracketed, tried lrs ascending, the lrs tied for the
+    best score when more than one shares it, else [])."""
     tried = sorted(set(rows["lr"]))
     diverged = set(rows.loc[rows["status"] == "diverged", "lr"])
-    means = rows[~rows["lr"].isin(diverged)].groupby("lr")["validation_score"].mean().reset_index()
+    means = rows[~rows["lr"].isin(diverged)].groupby("lr")["validation_score"].mean()
     if means.empty:
-        return None, False, tried
-    best = float(means.sort_values(["validation_score", "lr"], ascending=[False, True]).iloc[0]["lr"])
-    return best, any(lr < best for lr in tried) and any(lr > best for lr in tried), tried
+        return None, False, tried, []
+    top = float(means.max())
+    best_lrs = sorted(float(lr) for lr, score in means.items() if top - score <= _TIE_TOLERANCE)
+    best = best_lrs[0]
+    tied = best_lrs if len(best_lrs) > 1 else []
+    return best, any(lr < best for lr in tried) and any(lr > best for lr in tried), tried, tied
 
 
 def select_lrs(grid: Sequence[RunSpec], rounds: Mapping[Cell, Mapping[float, int]] | None = None) -> Selection:
@@ -99,14 +111,16 @@ def select_lrs(grid: Sequence[RunSpec], rounds: Mapping[Cell, Mapping[float, int
             by_cell.setdefault(spec.cell, []).append(row)
     if not by_cell:
         raise UserError("no lr-selection run finished; see the errors above and the runs in selection/")
-    choice, bracketed, tried, tables = {}, {}, {}, []
+    choice, bracketed, tried, tied, tables = {}, {}, {}, {}, []
     for cell, rows in by_cell.items():
         table = pd.DataFrame(rows, columns=COLUMNS)
-        best, inside, tried[cell] = _choose(table)
+        best, inside, tried[cell], tied_lrs = _choose(table)
         if best is not None:
             choice[cell], bracketed[cell] = best, inside
+        if tied_lrs:
+            tied[cell] = tied_lrs
         tables.append(table.assign(selected=table["lr"] == best, bracketed=inside))
-    return Selection(choice, bracketed, pd.concat(tables, ignore_index=True), tried, uncounted)
+    return Selection(choice, bracketed, pd.concat(tables, ignore_index=True), tried, tied, uncounted)
 
 
 def _next_lr(value: float, ratio: float) -> float:
@@ -115,9 +129,10 @@ def _next_lr(value: float, ratio: float) -> float:
 
 def extend_grids(selection: Selection, fallback_ratio: float) -> dict[Cell, list[float]]:
     """The lrs to add to each unbracketed cell: one past the chosen lr on each open side, in the ratio of the
-    two outermost tried lrs there (``fallback_ratio`` when the cell has only one tried lr)."""
+    two outermost tried lrs there (``fallback_ratio`` when the cell has only one tried lr). A tied cell is not
+    extended (see the module docstring)."""
     added: dict[Cell, list[float]] = {}
-    for cell in selection.unbracketed:
+    for cell in (cell for cell in selection.unbracketed if cell not in selection.tied):
         best, tried = selection.choice[cell], selection.tried[cell]
         new = []
         if best >= tried[-1]:

@@ -16,8 +16,10 @@
   a primary named before this sweep's runs may still have been chosen with those in view.
 * A saved ``OUT/compare.yaml`` given as ``--config`` reruns the comparison as it was made (``settings_to_rerun``):
   its declaration record is dropped (the new --out declares its own primary), and so is its ``lr`` where its
-  ``lrs`` grid chose the lrs (the file holds the base config's unused ``lr`` beside the grid). A task or verifier
-  it names by dotted path is code from a folder: refused unless given again as a flag or with --trust-run-code.
+  ``lrs`` gave the lrs (the file holds the base config's unused ``lr`` beside a grid, and beside one lr in ``lrs``
+  the lr every run trained at, which ``lrs`` gives again). A sweep of one lr in ``lrs`` records that lr as ``lr``.
+  A task or verifier it names by dotted path is code from a folder: refused unless given again as a flag or with
+  --trust-run-code.
 * The training settings that a sweep sets for each run (``SWEEP_OWNED``, from the fields' metadata) are
   refused as ``grpolab compare`` flags or config-file keys, naming the flag to use instead.
 """
@@ -97,8 +99,11 @@ def adopt_saved_settings(out: Path, sweep: CompareConfig) -> CompareConfig:
 
 
 def _changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """The settings ``wanted`` changes from ``saved``; ``lr`` only where neither gives ``lrs`` (otherwise the runs'
+    lrs are ``lrs``, and a sweep saved before one lr in ``lrs`` was recorded as ``lr`` holds the unused default)."""
+    by_lrs = all(str(settings.get("lrs") or "").strip() for settings in (saved, wanted))
     return [(name, saved.get(name), value) for name, value in wanted.items()
-            if saved.get(name) != value and name not in _MAY_CHANGE]
+            if saved.get(name) != value and name not in _MAY_CHANGE and not (by_lrs and name == "lr")]
 
 
 def primary_declaration(out: Path, primary: str, *, now: datetime | None = None, train: dict[str, Any] | None = None,

@@ -3,8 +3,9 @@ this process is allowed can hold at once.
 
 * ``plan_runs_count``: the runs a ``CompareConfig`` plans, counted from its lists without building the plan (a
   plan of millions of runs took minutes and gigabytes to build before anything was said): cells (estimators x
-  group sizes x ``--vary`` variants) x (reported seeds + selection seeds x lrs when lrs are selected). lr
-  bracketing may add rounds to the selection; they are not counted.
+  group sizes x ``--vary`` variants) x (reported seeds + selection seeds x (lrs + ``lr_bracket_rounds``) when lrs
+  are selected): each bracketing round adds at most one lr to a cell whose grid has two or more ended lrs
+  (``select.extend_grids``; a cell with only one ended lr, the others failed, may add one lr on each side once).
 * ``worker_bytes``: the memory one local worker needs, a lower bound: ``WORKER_BASE_BYTES`` (the interpreter,
   torch and a small model: a 2-step ``grpolab train`` of the embedded model peaks at 434 MB resident on the
   2-core CPU machine, ``/usr/bin/time -f %M``), plus ``WEIGHT_COPIES`` x the model's weight files (weights,
@@ -40,7 +41,7 @@ def plan_runs_count(sweep: Any) -> int:
     """The runs ``sweep`` (a ``CompareConfig``) plans, from its lists alone (see the module docstring)."""
     cells = len(sweep.estimator_list) * len(sweep.group_size_list) * _variant_count(sweep.vary)
     lrs = sweep.lr_list
-    selection = len(sweep.selection_seed_list) * len(lrs) if len(lrs) > 1 else 0
+    selection = len(sweep.selection_seed_list) * (len(lrs) + sweep.lr_bracket_rounds) if len(lrs) > 1 else 0
     return cells * (sweep.seeds + selection)
 
 

@@ -17,7 +17,6 @@ no RNG state to save, because the trainer derives every step's randomness from (
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from grpolab.checksums import file_sha256
 from grpolab.devices import to_host
 from grpolab.io import fsync_dir, is_write_error, write_error
 
@@ -48,15 +48,6 @@ class Checkpoint:
     optimizer: dict[str, torch.Tensor]
     state: dict[str, Any]
     path: Path
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer, names: dict[int, str]) -> tuple[dict[str, torch.Tensor], dict]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab import devices
+from grpolab.checksums import seal_folder
 from grpolab.config import TrainConfig
 from grpolab.config.budget import parse_budget
 from grpolab.config.fields import names_in_scope
@@ -107,9 +108,11 @@ def _data_options(config: TrainConfig) -> dict[str, Any]:
     return {}
 
 
-def write_task_summary(task: Task, run_dir: Path) -> None:
-    """Write ``task.json``: the task's name, verifier, split sizes and data facts (``Task.summary``)."""
-    atomic_write_text(run_dir / "task.json", json.dumps(task.summary(), indent=1, default=str))
+def write_task_summary(task: Task, run_dir: Path, *, identity: dict[str, str] | None = None) -> None:
+    """Write ``task.json``: the task's name, verifier, split sizes and data facts (``Task.summary``), and
+    ``identity``, that of the data and local model the task was loaded from (``run_identity``), where given."""
+    summary = {**task.summary(), **({"identity": identity} if identity is not None else {})}
+    atomic_write_text(run_dir / "task.json", json.dumps(summary, indent=1, default=str))
 
 
 def _limited(task: Task, limit: int | None) -> Task:
@@ -251,8 +254,9 @@ def append_evaluation(run_dir: Path, row: dict[str, Any]) -> None:
 
 
 def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
-    """Write ``final/`` whole or not at all: into ``.final.tmp-*``, renamed into place; a failed write (disk
-    full) removes the temporary directory and raises a one-line ``UserError``."""
+    """Write ``final/`` whole or not at all: into ``.final.tmp-*``, sealed with ``checksums.json``
+    (``grpolab.checksums``), renamed into place; a failed write (disk full) removes the temporary directory and
+    raises a one-line ``UserError``."""
     final = run_dir / "final"
     staging: Path | None = None
     try:
@@ -261,6 +265,7 @@ def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
         policy.tokenizer.save_pretrained(str(staging))
         if lora:
             (staging / "base_model.txt").write_text(policy.source + "\n")
+        seal_folder(staging)  # checked whenever final/ is loaded (grpolab.models)
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)

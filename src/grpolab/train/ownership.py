@@ -38,7 +38,7 @@ _LOCK_FILES = (".grpolab.lock", ".grpolab.lock.owner")
 # What each writer leaves inside a run's folders (glob patterns of paths relative to the folder). checkpoints/:
 # grpolab's step-N (train/checkpoint.py) and its .tmp-* staging, the TRL engine's checkpoint-N (the Trainer's
 # own files, whole); final/: save_pretrained of a model, its tokenizer and a LoRA adapter (peft adds README.md),
-# base_model.txt; tensorboard/: SummaryWriter's event files; wandb/: an offline W&B run.
+# base_model.txt and its checksums.json; tensorboard/: SummaryWriter's event files; wandb/: an offline W&B run.
 _CHECKPOINT_FILES = ("weights.safetensors", "optimizer.safetensors", "state.json", "checksums.json")
 _MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model-*-of-*.safetensors",
                 "model.safetensors.index.json", "adapter_config.json", "adapter_model.safetensors", "README.md",
@@ -54,7 +54,7 @@ _WANDB_RUN = ("run-*.wandb", "files/config.yaml", "files/output.log", "files/req
 _OURS = {
     "checkpoints": (*(f"{folder}/{name}" for folder in ("step-*", ".tmp-*") for name in _CHECKPOINT_FILES),
                     *(f"checkpoint-*/{name}" for name in (*_MODEL_FILES, *_TRAINER_FILES))),
-    "final": (*_MODEL_FILES, "base_model.txt"),
+    "final": (*_MODEL_FILES, "base_model.txt", "checksums.json"),
     "tensorboard": ("events.out.tfevents.*",),
     "wandb": ("latest-run", *(f"{run}/{name}" for run in ("run-*", "offline-run-*") for name in _WANDB_RUN),
               "debug.log", "debug-internal.log", "debug-cli.*.log"),

@@ -36,6 +36,7 @@ from grpolab.errors import UserError
 from grpolab.models import Policy
 from grpolab.tasks import Problem, Task
 from grpolab.train.divergence import RunDiverged, record_divergence
+from grpolab.train.identity import run_identity
 from grpolab.train.lifecycle import (
     RunResult,
     append_evaluation,
@@ -135,6 +136,7 @@ class RunShell:
         self.config, self.run_dir, self.writer = config, Path(run_dir), writer
         self.lock: DirectoryLock | None = None
         self.task: Task | None = None
+        self.identity: dict[str, str] = {}  # of the data and local model, when the task was loaded (task.json)
         self.max_new_tokens = 0
         self.metrics_log: MetricsLog | None = None
         self.rollout_log: RolloutLog | None = None
@@ -188,6 +190,7 @@ class RunShell:
             raise UserError(f"prompts_per_step {config.prompts_per_step} is more than the {len(task.train)} train "
                             f"prompts of task {task.name!r}; lower --prompts-per-step (or give the task more prompts)")
         self.task = task
+        self.identity = run_identity(config)  # the data as loaded: a sweep compares it with its own (task.json)
         self.max_new_tokens = config.max_new_tokens or task.max_new_tokens
         return task
 
@@ -207,7 +210,7 @@ class RunShell:
         if extended:  # a finished run that is extended is no longer finished
             (run_dir / "summary.json").unlink(missing_ok=True)
         save_config(config, run_dir / "config.yaml")
-        write_task_summary(self.task, run_dir)
+        write_task_summary(self.task, run_dir, identity=self.identity)
         resume_from = start_step + 1 if resume else None
         self.metrics_log = MetricsLog(run_dir / "metrics.jsonl", resume_from_step=resume_from,
                                       backends=open_backends(config, run_dir, resume=resume))

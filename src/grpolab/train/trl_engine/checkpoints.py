@@ -25,15 +25,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from grpolab.checksums import SEAL, seal_folder, seal_problem
 from grpolab.config import TrainConfig
 from grpolab.io import atomic_write_text
-from grpolab.train.checkpoint import file_sha256
 from grpolab.train.identity import run_identity
 
 __all__ = ["SEAL", "any_checkpoint", "checkpoint_problem", "latest_checkpoint", "prune", "record_state", "seal",
            "trl_checkpoint_settings"]
 
-SEAL = "checksums.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -50,10 +49,6 @@ def any_checkpoint(run_dir: Path) -> bool:
     return bool(_checkpoints(run_dir))
 
 
-def _files(checkpoint: Path) -> list[Path]:
-    return sorted(p for p in checkpoint.rglob("*") if p.is_file() and p.name != SEAL)
-
-
 def record_state(checkpoint: Path, config: TrainConfig) -> None:
     """Write ``state.json`` with the settings the run trains under and the identity of its data and local model
     (``run_identity``), as grpolab's own checkpoints hold them, so that a resume refuses changed settings or data
@@ -64,27 +59,12 @@ def record_state(checkpoint: Path, config: TrainConfig) -> None:
 
 def seal(checkpoint: Path) -> None:
     """Write ``checkpoint``'s ``checksums.json``: the SHA-256 of each of its files, by relative path."""
-    sums = {str(p.relative_to(checkpoint)): file_sha256(p) for p in _files(checkpoint)}
-    atomic_write_text(checkpoint / SEAL, json.dumps(sums, indent=0))
+    seal_folder(checkpoint)
 
 
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or None when its files match its seal."""
-    try:
-        sums = json.loads((checkpoint / SEAL).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return "it has no checksums.json: its save never finished"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return "its checksums.json is damaged"
-    if not isinstance(sums, dict) or "trainer_state.json" not in sums:
-        return "its checksums.json is damaged"
-    for name, digest in sums.items():
-        path = checkpoint / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if file_sha256(path) != digest:
-            return f"{name} does not match its checksum"
-    return None
+    return seal_problem(checkpoint, required=("trainer_state.json",))
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
