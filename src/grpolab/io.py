@@ -13,6 +13,8 @@
   the atomic writers refuse a target that is a link (a rename would replace the user's link; their
   temporary files are made with ``O_EXCL``, so never a link), and ``refuse_links`` checks the names a
   command will write in a folder before it starts. A link is refused in one line (``link_error``).
+* ``numbered``: the entries ``PREFIX<N>`` of a folder (checkpoints, step logs) by the number N, read as ASCII
+  digits only (``str.isdigit`` also takes ``²`` and ``٣``, which ``int`` then refuses or reads as 3).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -28,7 +31,7 @@ from typing import TextIO
 from grpolab.errors import UserError
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_with", "fsync_dir", "inside", "is_write_error",
-           "link_error", "open_no_follow", "refuse_links", "write_error"]
+           "link_error", "number_after", "numbered", "open_no_follow", "refuse_links", "write_error"]
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -38,6 +41,21 @@ def fsync_dir(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def number_after(prefix: str, name: str, suffix: str = "") -> int | None:
+    """N of a name ``PREFIX<N>SUFFIX`` whose N is ASCII digits (``step-000012`` -> 12), else None."""
+    found = re.fullmatch(re.escape(prefix) + "([0-9]+)" + re.escape(suffix), name)
+    return int(found[1]) if found else None
+
+
+def numbered(folder: str | Path, prefix: str, suffix: str = "") -> list[tuple[int, Path]]:
+    """(N, path) of each entry ``PREFIX<N>SUFFIX`` of ``folder`` (none if it is not a folder), by N: as text
+    ``step-1000000`` would sort before ``step-999999``."""
+    root = Path(folder)
+    entries = root.iterdir() if root.is_dir() else ()
+    found = [(number, path) for path in entries if (number := number_after(prefix, path.name, suffix)) is not None]
+    return sorted(found)
 
 
 def link_error(path: str | Path) -> UserError:

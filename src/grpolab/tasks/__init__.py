@@ -20,6 +20,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from grpolab.dotted import import_module
 from grpolab.errors import UserError
 from grpolab.tasks.base import Problem, Task, TrainStream, with_validation
 
@@ -74,11 +75,8 @@ def _builder(name: str) -> TaskBuilder:
         return getattr(importlib.import_module(module_name), function_name)
     if ":" in name:
         module_name, _, function_name = name.partition(":")
-        try:
-            builder = getattr(importlib.import_module(module_name), function_name, None)
-        except ImportError as error:
-            raise UserError(f"cannot import module {module_name!r} for task {name!r} ({error}); make sure it is "
-                            "installed or on PYTHONPATH") from None
+        fix = "give pkg.module:builder, with the package installed or its folder on PYTHONPATH"
+        builder = getattr(import_module(module_name, name, "task", fix), function_name, None)
         if not callable(builder):
             raise UserError(f"{name!r} is not a function of module {module_name!r}; pass --task pkg.module:builder")
         return builder

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from grpolab.config.checks import REPORT_BACKENDS, report_backends
 from grpolab.errors import UserError
-from grpolab.io import link_error, open_no_follow
+from grpolab.io import link_error, number_after, open_no_follow
 from grpolab.metric_keys import upgrade_row
 
 __all__ = ["MetricsLog", "RolloutLog", "evaluation_key", "missing_steps", "open_backends", "read_evaluations",
@@ -318,8 +318,4 @@ class RolloutLog:
 
 
 def _step_of(path: Path) -> int | None:
-    stem = path.name.split(".")[0]
-    try:
-        return int(stem.split("-")[1])
-    except (IndexError, ValueError):
-        return None
+    return number_after("step-", path.name.split(".")[0])

@@ -1,0 +1,65 @@
+"""Inputs that gave a traceback or a misleading line, each now the right result or one line naming the problem
+and the fix (exit 2): odd names in a run's folders, odd text in a task's data, odd task specs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.reliability.conftest import assert_one_line_error, run_cli
+
+from grpolab.export.source import _checkpoint_folders
+from grpolab.train.checkpoint import checkpoint_dirs
+from grpolab.train.trl_engine.checkpoints import any_checkpoint
+
+ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)]
+FILE_FLAGS = ["--task", "file", "--verifier", "exact", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2",
+              "--eval-limit", "2", "--eval-samples", "0", "--no-eval-start", "--threads", "1", "--no-progress",
+              "--max-new-tokens", "4"]
+NOT_ASCII_DIGITS = ["step-²", "step-٣", "step-1²", "step-", "step-3\n"]
+
+
+@pytest.mark.parametrize("name", NOT_ASCII_DIGITS)
+def test_a_checkpoint_name_with_digits_that_are_not_ascii_is_left_out(name: str, tmp_path: Path) -> None:
+    root = tmp_path / "checkpoints"
+    (root / name).mkdir(parents=True)
+    (root / "step-000002").mkdir()
+    (root / name.replace("step-", "checkpoint-")).mkdir()
+    (root / "checkpoint-7").mkdir()
+    assert checkpoint_dirs(root) == [root / "step-000002"]  # before: int("²") raised ValueError
+    assert _checkpoint_folders(tmp_path) == {2: root / "step-000002", 7: root / "checkpoint-7"}
+
+
+def test_a_resume_beside_a_superscript_checkpoint_folder_goes_on(finished_run: Path, capsys) -> None:
+    (finished_run / "checkpoints" / "step-²").mkdir()
+    code, err = run_cli(["train", "--out", str(finished_run), "--resume", "--steps", "3"], capsys)
+    assert code == 0, err  # before: ValueError: invalid literal for int() with base 10: '²'
+    steps = [json.loads(line)["step"] for line in (finished_run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
+def test_the_trl_engines_checkpoints_ignore_names_that_are_not_ascii_digits(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints" / "checkpoint-٣").mkdir(parents=True)  # Arabic-Indic 3: a \d, and int() reads it
+    assert not any_checkpoint(tmp_path)  # before: taken for TRL's checkpoint 3, so a fresh run was refused
+
+
+def test_a_lone_surrogate_in_jsonl_data_is_one_line_naming_the_line(tmp_path: Path, capsys) -> None:
+    data = tmp_path / "qa.jsonl"
+    lines = [json.dumps(row) for row in ROWS]
+    lines[4] = '{"prompt": "x\\ud800", "answer": "1"}'  # a lone surrogate: JSON allows the escape, UTF-8 does not
+    data.write_text("\n".join(lines) + "\n")
+    code, err = run_cli(["train", "--out", str(tmp_path / "run"), "--data", str(data), *FILE_FLAGS], capsys)
+    assert_one_line_error(code, err, f"{data}:5", "surrogate", "\\ud800")  # before: UnicodeEncodeError traceback
+
+
+@pytest.mark.parametrize("spec", ["../x:y", "/abs/x.py:make", "my-tasks:make", "pkg..mod:f", ":f"])
+def test_a_task_spec_with_a_path_for_a_module_is_one_line(spec: str, tmp_path: Path, capsys) -> None:
+    code, err = run_cli(["train", "--out", str(tmp_path / "run"), "--no-progress", "--task", spec], capsys)
+    assert_one_line_error(code, err, repr(spec), "PYTHONPATH")  # before: TypeError (relative import) traceback
+
+
+@pytest.mark.parametrize("spec", ["../x:y", "my-checks:check"])
+def test_a_verifier_spec_with_a_path_for_a_module_is_one_line(spec: str, tmp_path: Path, capsys) -> None:
+    code, err = run_cli(["train", "--out", str(tmp_path / "run"), "--no-progress", "--verifier", spec], capsys)
+    assert_one_line_error(code, err, repr(spec), "PYTHONPATH")
