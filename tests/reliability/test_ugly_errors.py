@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from tests.reliability.conftest import assert_one_line_error, run_cli
 
+from grpolab.config import TrainConfig
 from grpolab.export.source import _checkpoint_folders
 from grpolab.train.checkpoint import checkpoint_dirs
+from grpolab.train.identity import run_identity
 from grpolab.train.trl_engine.checkpoints import any_checkpoint
 
 ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)]
@@ -63,3 +65,35 @@ def test_a_task_spec_with_a_path_for_a_module_is_one_line(spec: str, tmp_path: P
 def test_a_verifier_spec_with_a_path_for_a_module_is_one_line(spec: str, tmp_path: Path, capsys) -> None:
     code, err = run_cli(["train", "--out", str(tmp_path / "run"), "--no-progress", "--verifier", spec], capsys)
     assert_one_line_error(code, err, repr(spec), "PYTHONPATH")
+
+
+def _data_folder(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ROWS[:80]))
+    (folder / "test.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ROWS[80:]))
+    return folder
+
+
+@pytest.mark.parametrize("task", ["file", "gsm8k", "math500"])
+def test_the_data_identity_covers_only_the_files_the_task_reads(task: str, tmp_path: Path) -> None:
+    folder = _data_folder(tmp_path / "d")
+    config = TrainConfig(task=task, data=str(folder))
+    first = run_identity(config)["data"]
+    (folder / "README.md").write_text("notes on this data")
+    (folder / "notes").mkdir()
+    (folder / "notes" / "todo.txt").write_text("more")
+    assert run_identity(config)["data"] == first  # before: changed, so a resume was refused as "data changed"
+    (folder / "test.jsonl").write_text(json.dumps(ROWS[0]) + "\n")
+    assert run_identity(config)["data"] != first
+
+
+def test_a_resume_goes_on_after_a_readme_was_added_to_the_data_folder(tmp_path: Path, capsys) -> None:
+    folder = _data_folder(tmp_path / "d")
+    run = tmp_path / "run"
+    flags = ["--out", str(run), "--data", str(folder), *FILE_FLAGS, "--checkpoint-every", "1"]
+    code, err = run_cli(["train", *flags], capsys)
+    assert code == 0, err
+    (folder / "README.md").write_text("where this data came from")
+    code, err = run_cli(["train", "--out", str(run), "--resume", "--steps", "2", "--no-progress"], capsys)
+    assert code == 0, err  # before: "the data ... changed since RUN wrote its checkpoint step-000001"
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2

@@ -18,13 +18,14 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from grpolab.dotted import import_module
 from grpolab.errors import UserError
 from grpolab.tasks.base import Problem, Task, TrainStream, with_validation
 
-__all__ = ["Problem", "Task", "TrainStream", "available", "get_task", "is_import_path", "register_task",
+__all__ = ["Problem", "Task", "TrainStream", "available", "data_files", "get_task", "is_import_path", "register_task",
            "with_validation"]
 
 TaskBuilder = Callable[..., Task]
@@ -82,6 +83,23 @@ def _builder(name: str) -> TaskBuilder:
         return builder
     raise UserError(f"unknown task {name!r}; choose one of {', '.join(available())}, or give the dotted path "
                     "pkg.module:builder of your own task builder")
+
+
+# built-in task -> "module:function" listing the files it reads from a local data file or folder
+_DATA_FILES = {
+    "gsm8k": "grpolab.tasks._loading:local_split_files",
+    "math500": "grpolab.tasks._loading:local_split_files",
+    "file": "grpolab.tasks._tables:table_files",
+}
+
+
+def data_files(name: str, path: Path) -> list[Path] | None:
+    """The files task ``name`` reads from its local data ``path``; None when not known (a generated or a user's
+    task), and then every file below ``path`` counts."""
+    if name not in _DATA_FILES or name in _REGISTERED:
+        return None
+    module_name, _, function_name = _DATA_FILES[name].partition(":")
+    return getattr(importlib.import_module(module_name), function_name)(path) or None
 
 
 def get_task(name: str, **options: Any) -> Task:

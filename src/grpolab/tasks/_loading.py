@@ -114,6 +114,13 @@ def local_splits(path: str | Path, fields: Sequence[str]) -> dict[str, list[Row]
     return {"all": read_jsonl(root, fields)}
 
 
+def local_split_files(path: Path) -> list[Path]:
+    """The files ``local_splits(path)`` reads: the file itself, or a folder's ``test.jsonl`` and ``train.jsonl``."""
+    if not path.is_dir():
+        return [path] if path.is_file() else []
+    return sorted(file for file in (path / "test.jsonl", path / "train.jsonl") if file.is_file())
+
+
 def require_hub_dataset(hub_id: str, local_alternative: str) -> None:
     """Raise a ``UserError`` at once (not after the hub's retries) when the ``datasets`` hub data set ``hub_id``
     is not in the local cache and the hub is offline (``HF_HUB_OFFLINE``) or out of reach; the message ends
