@@ -9,11 +9,15 @@ from pathlib import Path
 import pytest
 from tests.reliability.conftest import assert_one_line_error, run_cli
 
-from grpolab.config import TrainConfig
+from grpolab.config import CompareConfig, TrainConfig
+from grpolab.errors import UserError
 from grpolab.export.source import _checkpoint_folders
+from grpolab.sweep import compare
+from grpolab.sweep.plan import plan_runs
 from grpolab.train.checkpoint import checkpoint_dirs
 from grpolab.train.identity import run_identity
 from grpolab.train.trl_engine.checkpoints import any_checkpoint
+from sweep_runs import finish
 
 ROWS = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10) for b in range(10)]
 FILE_FLAGS = ["--task", "file", "--verifier", "exact", "--steps", "1", "--prompts-per-step", "2", "--group-size", "2",
@@ -97,3 +101,42 @@ def test_a_resume_goes_on_after_a_readme_was_added_to_the_data_folder(tmp_path: 
     code, err = run_cli(["train", "--out", str(run), "--resume", "--steps", "2", "--no-progress"], capsys)
     assert code == 0, err  # before: "the data ... changed since RUN wrote its checkpoint step-000001"
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+DAMAGED_VALUES = {  # a log row's value -> what the one line says of it
+    '"abc"': "its 'loss/total' is a str, not a number",
+    "[" * 100_000 + "]" * 100_000: "nested too deeply",
+    "9" * 5_000: "an integer of more than 4300 digits",
+    '{"a": 1}': "its 'loss/total' is a dict, not a number",
+}
+
+
+def _damage_first_metrics_row(path: Path, value: str) -> None:
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[0])
+    lines[0] = json.dumps({"step": row["step"], "loss/total": 0.0})[:-1].replace("0.0", value) + "}"
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("value", DAMAGED_VALUES)
+def test_a_resume_names_a_wrong_typed_deep_or_huge_log_value_in_one_line(value: str, finished_run: Path,
+                                                                         capsys) -> None:
+    metrics = finished_run / "metrics.jsonl"
+    _damage_first_metrics_row(metrics, value)
+    code, err = run_cli(["train", "--out", str(finished_run), "--resume", "--steps", "3", "--no-progress"], capsys)
+    assert_one_line_error(code, err, f"{metrics} is damaged at line 1", DAMAGED_VALUES[value], "move it aside")
+
+
+@pytest.mark.parametrize("value", DAMAGED_VALUES)
+def test_compare_names_a_wrong_typed_deep_or_huge_log_value_in_one_line(value: str, tmp_path: Path) -> None:
+    base = TrainConfig(steps=2)
+    out = tmp_path / "out"
+    specs = plan_runs(base, ["sign"], [0], [2], out)
+    finish(specs[0], 0.5)
+    _damage_first_metrics_row(specs[0].run_dir / "metrics.jsonl", value)
+    sweep = CompareConfig(estimators="sign", seeds=1, group_sizes="2", lrs="1e-4", workers=1)
+    with pytest.raises(UserError) as caught:  # before: ArrowTypeError, RecursionError, ValueError tracebacks
+        compare(sweep, base, out, report=False)
+    assert "\n" not in str(caught.value)
+    assert f"{specs[0].run_dir / 'metrics.jsonl'} is damaged at line 1" in str(caught.value)
+    assert DAMAGED_VALUES[value] in str(caught.value)
