@@ -140,3 +140,21 @@ def test_compare_names_a_wrong_typed_deep_or_huge_log_value_in_one_line(value: s
     assert "\n" not in str(caught.value)
     assert f"{specs[0].run_dir / 'metrics.jsonl'} is damaged at line 1" in str(caught.value)
     assert DAMAGED_VALUES[value] in str(caught.value)
+
+
+def test_one_bad_byte_in_compare_yaml_is_named_as_damage_not_as_a_users_file(tmp_path: Path) -> None:
+    base = TrainConfig(steps=2)
+    out = tmp_path / "out"
+    finish(plan_runs(base, ["sign"], [0], [2], out)[0], 0.5)
+    sweep = CompareConfig(estimators="sign", seeds=1, group_sizes="2", lrs="1e-4", workers=1)
+    compare(sweep, base, out, report=False)
+    saved = out / "compare.yaml"
+    text = saved.read_bytes()
+    middle = text.index(b"\n", len(text) // 2) + 1
+    saved.write_bytes(text[:middle] + b"\xff" + text[middle + 1:])
+    line = text[:middle].count(b"\n") + 1
+    with pytest.raises(UserError) as caught:  # before: "holds files grpolab compare did not write (compare.yaml, ..."
+        compare(sweep, base, out, report=False)
+    assert f"{saved} is damaged: not UTF-8 text" in str(caught.value)
+    assert f"line {line}" in str(caught.value) and "restore it from a copy" in str(caught.value)
+    assert "did not write" not in str(caught.value) and "\n" not in str(caught.value)
