@@ -158,3 +158,51 @@ def test_one_bad_byte_in_compare_yaml_is_named_as_damage_not_as_a_users_file(tmp
     assert f"{saved} is damaged: not UTF-8 text" in str(caught.value)
     assert f"line {line}" in str(caught.value) and "restore it from a copy" in str(caught.value)
     assert "did not write" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("device", ["cpu\n", "cpu\x1b[2J", "cuda:0\n"])
+def test_a_device_with_a_control_character_is_refused_with_it_escaped(device: str, tmp_path: Path, capsys) -> None:
+    code, err = run_cli(["train", "--out", str(tmp_path / "run"), "--no-progress", "--device", device], capsys)
+    line = assert_one_line_error(code, err, "device must be auto, cpu, cuda or cuda:N", repr(device))
+    assert "\x1b" not in line  # before: "--device cpu<newline>: torch sees no CUDA GPU ...; use --device cpu"
+
+
+@pytest.mark.parametrize("command", [["train", "--steps", "1"], ["compare", "--estimators", "sign"]])
+def test_out_naming_a_file_says_it_is_a_file(command: list[str], tmp_path: Path, capsys) -> None:
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine")
+    code, err = run_cli([*command, "--out", str(taken), "--no-progress"], capsys)
+    assert_one_line_error(code, err, f"{taken} is a file, not a folder", "choose a folder for --out")
+    assert taken.read_text() == "mine"  # before: "File exists (...); check that the path is writable ..."
+
+
+def test_a_huge_value_is_echoed_cut_to_its_start_and_length(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "big.yaml"
+    config.write_text("task: " + "t" * 5_000_000 + "\n")
+    code, err = run_cli(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"], capsys)
+    line = assert_one_line_error(code, err, "unknown task 'tttt", "[4,999,940 more characters]", "choose one of")
+    assert len(line) < 500  # before: the 5,000,000-character name echoed whole
+
+
+FAILING = [["train", "--task", "../x:y"], ["compare", "--estimators", "sign", "--task", "gsm8k", "--data", "no.jsonl"]]
+
+
+@pytest.mark.parametrize("made", ["new/nested/run", "empty"])
+@pytest.mark.parametrize("command", FAILING)
+def test_a_command_that_fails_before_training_leaves_no_folder(command: list[str], made: str, tmp_path: Path,
+                                                                capsys) -> None:
+    (tmp_path / "empty").mkdir()
+    out = tmp_path / made
+    code, err = run_cli([*command, "--out", str(out), "--no-progress"], capsys)
+    assert code == 2, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # before: OUT holding .grpolab.lock(.owner)
+    assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_a_failed_command_leaves_an_existing_folders_files_alone(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".grpolab.lock").write_text("")  # a lock file of an earlier command: not this one's to remove
+    code, err = run_cli(["train", "--task", "../x:y", "--out", str(out), "--no-progress"], capsys)
+    assert code == 2, err
+    assert sorted(p.name for p in out.iterdir()) == [".grpolab.lock", ".grpolab.lock.owner"]
