@@ -151,8 +151,8 @@ class _Progress:
         if self.plan:
             console.print(self.plan, markup=False, highlight=False, soft_wrap=True)  # one line at any width
             self.plan = None
-        if event["already"]:
-            console.print(f"resuming: {event['already']} of {event['total']} runs already finished, skipping them")
+        if event.get("resumed"):  # runs an earlier compare on this --out finished (not this one's earlier rounds)
+            console.print(f"resuming: {event['resumed']} of {event['total']} runs already finished, skipping them")
         self._bar = self._bars.enter_context(progress_bar(True))
         if self._bar is not None:
             self._task = self._bar.add_task(event["phase"], total=event["total"], completed=event["already"], info="")

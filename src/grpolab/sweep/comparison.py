@@ -47,9 +47,10 @@ class CompareResult:
     ``bracketed``, the ``outcomes`` of the runs trained by this call, the ``settings`` saved for the report,
     and the report's paths (None with ``report=False``).
 
-    Events passed to ``on_event``: {"phase": label, "total": n, "already": k} before a group of runs,
-    {"run_id", "step", "steps", "reward"} per training step, {"finished": outcome} per run,
-    {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr": lr, "bracketed": bool}.
+    Events passed to ``on_event``: {"phase": label, "total": n, "already": k, "resumed": r} before a group of
+    runs (k ended already, r of them before this call), {"run_id", "step", "steps", "reward"} per training step,
+    {"finished": outcome} per run, {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr":
+    lr, "bracketed": bool}.
     """
 
     out: Path
@@ -124,11 +125,23 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
 
 def _check_engine(base: TrainConfig, cells: list[Cell]) -> None:
     """Refuse, before any run starts, an arm the config's engine cannot run (``--engine trl``: an estimator with a
-    per-token baseline, a remedy TRL has no form for), in the engine's own one line."""
+    per-token baseline, a remedy TRL has no form for), in one line: a remedy the arm names by its suffix is named
+    as written (``+replay``), not by the setting it switches on."""
+    for cell in cells:
+        _check_arm_remedies(cell.estimator, base.engine)
     if capabilities.engine(base.engine).arm_check is None:
         return
     for cell in cells:
         capabilities.check_arm(run_config(base, cell, seed=base.seed, lr=base.lr))
+
+
+def _check_arm_remedies(arm: str, engine: str) -> None:
+    refused = remedies.engine_refusals(engine)
+    for suffix in parse_estimator(arm)[1]:
+        remedy = remedies.by_suffix(suffix)
+        if remedy.setting in refused:
+            raise UserError(f"arm {arm!r}: {suffix} is not supported by engine {engine} ({refused[remedy.setting]}); "
+                            f"drop {suffix} from --estimators, or use --engine {' or --engine '.join(remedy.engines)}")
 
 
 class _Runner:
@@ -137,9 +150,15 @@ class _Runner:
     def __init__(self, sweep: CompareConfig, on_event: EventFn):
         self.sweep, self.on_event = sweep, on_event
         self.outcomes: list[dict[str, Any]] = []
+        self._given: set[str] = set()  # the runs of this invocation's earlier groups (the lr-bracketing rounds)
 
     def run(self, specs: Sequence[RunSpec], label: str) -> None:
-        self.on_event({"phase": label, "total": len(specs), "already": sum(spec.ended for spec in specs)})
+        """Run ``specs``, telling ``on_event`` how many ended already ("already", skipped) and how many of those
+        ended before this invocation ("resumed": the runs of an earlier ``compare`` on the same --out)."""
+        ended = [spec.run_id for spec in specs if spec.ended]
+        resumed = sum(run_id not in self._given for run_id in ended)
+        self._given.update(spec.run_id for spec in specs)
+        self.on_event({"phase": label, "total": len(specs), "already": len(ended), "resumed": resumed})
         started = time.perf_counter()
         outcomes = run_sweep(specs, workers=self.sweep.workers, backend=self.sweep.backend, on_event=self.on_event,
                              gpus_per_run=self.sweep.gpus_per_run)
