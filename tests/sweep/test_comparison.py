@@ -89,3 +89,14 @@ def test_only_runs_of_an_earlier_compare_count_as_resumed(tmp_path: Path, monkey
     compare(sweep, BASE, tmp_path, report=False, on_event=events.append)
     # a second call: each group's runs that the first call finished, not counted again in a later round
     assert [(e["already"], e["resumed"]) for e in events if "phase" in e] == [(2, 2), (3, 1), (4, 1), (1, 1)]
+
+
+def test_a_run_extended_by_hand_is_named_with_the_fix(tmp_path: Path) -> None:
+    sweep = CompareConfig(estimators="sign", seeds=1, group_sizes="2", lrs="1e-4", workers=1)
+    spec = plan_runs(BASE, ["sign"], [0], [2], tmp_path)[0]
+    finish(spec, 0.5, config=spec.config.replace(steps=5))  # grpolab train --out RUN --resume --steps 5
+    with pytest.raises(UserError) as caught:  # before: "run ... failed: ... --steps must be more than that"
+        compare(sweep, BASE, tmp_path, report=False)
+    message = str(caught.value)
+    assert f"run {spec.run_id} was extended by hand to 5 steps" in message and "past this sweep's 2" in message
+    assert f"move {spec.run_dir} out of" in message and "\n" not in message

@@ -155,6 +155,7 @@ class _Runner:
     def run(self, specs: Sequence[RunSpec], label: str) -> None:
         """Run ``specs``, telling ``on_event`` how many ended already ("already", skipped) and how many of those
         ended before this invocation ("resumed": the runs of an earlier ``compare`` on the same --out)."""
+        _refuse_extended_runs(specs)
         ended = [spec.run_id for spec in specs if spec.ended]
         resumed = sum(run_id not in self._given for run_id in ended)
         self._given.update(spec.run_id for spec in specs)
@@ -164,6 +165,18 @@ class _Runner:
                              gpus_per_run=self.sweep.gpus_per_run)
         self.outcomes += outcomes
         self.on_event({"phase_done": label, "trained": len(outcomes), "seconds": time.perf_counter() - started})
+
+
+def _refuse_extended_runs(specs: Sequence[RunSpec]) -> None:
+    """Refuse, in one line, a run of the sweep that was trained past the sweep's steps by hand: the sweep would retry
+    it with its own, fewer, steps, which the run's resume refuses."""
+    for spec in specs:
+        steps = spec.extended_steps
+        if steps is not None:
+            raise UserError(f"run {spec.run_id} was extended by hand to {steps} steps (train --resume --steps "
+                            f"{steps}), past this sweep's {spec.config.steps}, so it is no longer one of its runs; "
+                            f"move {spec.run_dir} out of {spec.run_dir.parent} (this sweep then trains it again), or "
+                            "compare the extended runs in a new --out")
 
 
 def _select(base: TrainConfig, sweep: CompareConfig, cells: list[Cell], out: Path,
