@@ -478,7 +478,7 @@ def numeric_values(batch: pa.RecordBatch, name: str, what: str) -> np.ndarray:
     array = batch.column(name)
     if not (pa.types.is_floating(array.type) or pa.types.is_integer(array.type) or pa.types.is_boolean(array.type)):
         raise UserError(f"{what} column {name!r} must be numeric, found {array.type}")
-    return array.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return array.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)  # integers past 2^53: rounded
 
 
 def _short_keys(array: pa.Array) -> pa.Array:
