@@ -16,7 +16,7 @@ from typing import Any
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import CompareConfig, TrainConfig, load_config_file, split_file_values
 from grpolab.errors import UserError
-from grpolab.progress import console, progress_bar, results_console
+from grpolab.progress import console, print_frame, progress_bar, results_console
 from grpolab.sweep.settings import COMPARE_TRAIN_DEFAULTS, SWEEP_OWNED, refuse_sweep_owned
 from grpolab.sweep.signals import StopRequest, stop_signals
 from grpolab.train.settings import explicit_values
@@ -169,7 +169,6 @@ class _Progress:
 def _print_summary(result: Any) -> None:
     from grpolab import report
 
-    table = report.summary_display(report.summary_table(result.results))
-    print(table.to_string(index=False), flush=True)  # wide: no rich wrapping
+    print_frame(report.summary_display(report.summary_table(result.results)))
     html_path, md_path = result.report
     results_console.print(f"report: {html_path}\nsummary: {md_path}\nresults: {result.out / 'results.parquet'}")
