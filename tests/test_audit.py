@@ -395,3 +395,44 @@ def test_d_iid_over_trailing_windows_of_64_groups(tmp_path: Path) -> None:
     assert [s["d_iid"] for s in result["per_step"]] == pytest.approx(expected)
     assert result["d_iid"] == pytest.approx(np.mean(expected))
     assert result["jensen_gap"] == pytest.approx(result["uniform"] - np.mean(expected))
+
+
+@pytest.mark.parametrize("length", [-5, 2.5, 1e30, 2**62])
+def test_a_length_that_is_no_token_count_is_refused_not_shown_as_a_share(length: float, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "log.parquet"
+    pq.write_table(pa.table({"step": [1] * 8, "prompt": [f"p{i // 4}" for i in range(8)],
+                             "reward": [float(i % 2) for i in range(8)], "length": [length] * 8}), path)
+    code = main(["audit", str(path), "--length-column", "length"])
+    err = capsys.readouterr().err  # before: "tokens sign would use -8000.0%", 0.0% (int64 overflow), a type error
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "length column 'length' holds" in err and "--length-column" in err
+
+
+def _shares(result: dict) -> list[float]:
+    keys = ("degenerate", "uniform", "all_correct", "all_wrong", "unscorable_groups", "d_iid", "success_rate",
+            "zero_gradient_completions", "sign_used_completions", "zero_gradient_tokens", "sign_used_tokens")
+    return [row[key] for row in (result, *result["per_step"]) for key in keys if row.get(key) is not None]
+
+
+def test_groups_of_one_completion_show_no_group_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "log.parquet"
+    pq.write_table(pa.table({"step": [1] * 8, "prompt": [f"p{i}" for i in range(8)],
+                             "reward": [float(i % 2) for i in range(8)], "length": [5] * 8}), path)
+    result = audit(path, length_column="length")
+    assert result["group_size"] == 1
+    for key in ("degenerate", "uniform", "all_wrong", "d_iid", "jensen_gap", "zero_gradient_completions"):
+        assert result[key] is None and result["per_step"][0].get(key) is None  # before: "degenerate 100.0%"
+    assert result["success_rate"] == 0.5 and result["sign_used_completions"] == 1.0
+    assert any("G = 1" in warning for warning in result["warnings"])
+    assert all(0.0 <= share <= 1.0 for share in _shares(result))
+    assert main(["audit", str(path), "--html", str(tmp_path / "a.html")]) == 0
+    assert "degenerate groups (advantages all zero)" in capsys.readouterr().out
+
+
+def test_groups_of_one_completion_keep_the_shares_their_advantages_give(tmp_path: Path) -> None:
+    path = tmp_path / "log.parquet"
+    pq.write_table(pa.table({"step": [1] * 4, "prompt": ["a", "b", "c", "d"], "reward": [1.0, 0.0, 1.0, 0.0],
+                             "advantage": [1.0, -1.0, 0.0, 0.0]}), path)
+    result = audit(path)
+    assert result["degenerate"] == 0.5 and result["zero_gradient_completions"] == 0.5 and result["uniform"] is None

@@ -81,6 +81,24 @@ def _size(count: int) -> str:
     return f"{count} B"
 
 
+_LONG_WORD = 200  # characters of one word (a value given without spaces) echoed whole
+_LONG_LINE = 4000  # characters of one message line echoed whole
+
+
+def printable(message: str) -> str:
+    """``message`` as one readable line, whatever values it echoes: control characters (a newline, an escape
+    sequence that would move the cursor or recolour the terminal) written as escapes (``\\n``, ``\\x1b``), a
+    word over 200 characters cut to its start, its length and its last 3 characters, and a line still over 4,000
+    characters cut in the middle, keeping its end (the fix)."""
+    text = "".join(char if char.isprintable() else repr(char)[1:-1] for char in message)
+    text = re.sub(rf"\S{{{_LONG_WORD + 1},}}", lambda word: f"{word[0][:60]}[{len(word[0]) - 63:,} more characters]"
+                  f"{word[0][-3:]}", text)
+    if len(text) > _LONG_LINE:
+        text = f"{text[:_LONG_LINE // 2]} ... ({len(text) - _LONG_LINE * 3 // 4:,} characters left out) ... " \
+               f"{text[-_LONG_LINE // 4:]}"
+    return text
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, with a usage error (a bad flag value, an invalid choice, an unknown flag) in one line like every
     other error of grpolab: the usage of ``grpolab train``'s ~60 flags would bury the line that names the mistake,
@@ -90,7 +108,7 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         prog = f"grpolab {self.command}" if self.prog == "grpolab" and self.command else self.prog
-        self.exit(2, f"{prog}: error: {message}{_trl_name_hint(message)} (see {prog} --help)\n")
+        self.exit(2, printable(f"{prog}: error: {message}{_trl_name_hint(message)} (see {prog} --help)") + "\n")
 
 
 def _trl_name_hint(message: str) -> str:
@@ -148,7 +166,7 @@ def _one_line_warning(command: str):
     """``warnings.formatwarning`` for the command line: one line, no source line of grpolab's code."""
 
     def format_warning(message, category, filename, lineno, line=None) -> str:
-        return f"grpolab {command}: warning: {' '.join(str(message).split())}\n"
+        return printable(f"grpolab {command}: warning: {' '.join(str(message).split())}") + "\n"
 
     return format_warning
 
@@ -180,12 +198,13 @@ def _run(module, args: argparse.Namespace) -> int:
             raise
         return _end_on_closed_stdout()
     except UserError as error:
-        print(f"grpolab {args.command}: error: {error}", file=sys.stderr)
+        print(printable(f"grpolab {args.command}: error: {error}"), file=sys.stderr)
         return 2
     except OSError as error:  # unwritable --out, full disk, ...: the environment, not a bug of grpolab
         where = f" ({error.filename})" if error.filename else ""
-        print(f"grpolab {args.command}: error: {error.strerror or error}{where}; check that the path is writable "
-              "and the disk has space, then rerun (runs resume from their last checkpoint)", file=sys.stderr)
+        print(printable(f"grpolab {args.command}: error: {error.strerror or error}{where}; check that the path is "
+                        "writable and the disk has space, then rerun (runs resume from their last checkpoint)"),
+              file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as error:  # torch's OutOfMemoryError is a RuntimeError
         if not out_of_memory(error):

@@ -27,12 +27,12 @@ if TYPE_CHECKING:
 __all__ = ["DEVICE_CHOICES", "bind", "check_name", "describe", "model_device", "resolve", "to_host"]
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
-_NAME = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+_NAME = re.compile(r"auto|cpu|cuda(:[0-9]+)?")  # fullmatch: "$" would let "cpu\n" through
 
 
 def check_name(name: str) -> None:
     """Refuse a ``device`` setting that is none of ``DEVICE_CHOICES`` (no hardware is looked at)."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise UserError(f"device must be {DEVICE_CHOICES}, got {name!r}")
 
 

@@ -17,6 +17,8 @@
   name, so ``open_no_follow`` and ``refuse_links`` refuse it in one line (``hard_link_error``) before a byte is
   written (``"w"`` truncates only after the check); the atomic writers replace the name, leaving the other
   names' file as it was.
+* ``numbered``: the entries ``PREFIX<N>`` of a folder (checkpoints, step logs) by the number N, read as ASCII
+  digits only (``str.isdigit`` also takes ``²`` and ``٣``, which ``int`` then refuses or reads as 3).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterable
@@ -41,6 +44,8 @@ __all__ = [
     "inside",
     "is_write_error",
     "link_error",
+    "number_after",
+    "numbered",
     "open_no_follow",
     "refuse_links",
     "write_error",
@@ -54,6 +59,21 @@ def fsync_dir(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def number_after(prefix: str, name: str, suffix: str = "") -> int | None:
+    """N of a name ``PREFIX<N>SUFFIX`` whose N is ASCII digits (``step-000012`` -> 12), else None."""
+    found = re.fullmatch(re.escape(prefix) + "([0-9]+)" + re.escape(suffix), name)
+    return int(found[1]) if found else None
+
+
+def numbered(folder: str | Path, prefix: str, suffix: str = "") -> list[tuple[int, Path]]:
+    """(N, path) of each entry ``PREFIX<N>SUFFIX`` of ``folder`` (none if it is not a folder), by N: as text
+    ``step-1000000`` would sort before ``step-999999``."""
+    root = Path(folder)
+    entries = root.iterdir() if root.is_dir() else ()
+    found = [(number, path) for path in entries if (number := number_after(prefix, path.name, suffix)) is not None]
+    return sorted(found)
 
 
 def link_error(path: str | Path) -> UserError:

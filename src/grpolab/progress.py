@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-__all__ = ["LINE_EVERY_S", "LineProgress", "console", "progress_bar", "results_console"]
+__all__ = ["LINE_EVERY_S", "LineProgress", "console", "print_frame", "print_text", "progress_bar", "results_console"]
 
 LINE_EVERY_S = 30.0
 """Seconds between two progress lines of one task when stderr is not a terminal."""
@@ -34,6 +34,18 @@ class _ResultsConsole(Console):
 
 console = Console(stderr=True)
 results_console = _ResultsConsole()
+
+
+def print_text(text: str) -> None:
+    """A line of results on stdout, wrapped at the console's width: the terminal's, else ``COLUMNS``, else 80."""
+    results_console.print(text, markup=False, highlight=False)
+
+
+def print_frame(frame: Any) -> None:
+    """A ``pandas.DataFrame`` on stdout (without its index), its columns in blocks that each fit the console's
+    width (pandas' ``line_width``): a table as wide as its headers would be cut or folded by a pipe or a log."""
+    text = frame.to_string(index=False, line_width=results_console.width)
+    results_console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 class LineProgress:

@@ -21,11 +21,19 @@ def test_every_estimator_is_printed_with_its_full_arxiv_id(width: int, monkeypat
     monkeypatch.setattr(estimators, "console", console)
     assert main(["estimators"]) == 0
     lines = console.export_text().splitlines()
-    rows = {name: next(line for line in lines if line.startswith(f"│ {name} ")) for name in advantages.available()}
+    assert all(len(line) <= width for line in lines)
+    if width < estimators.WIDE:  # one block per estimator: its name, then "  field: value" lines
+        starts = {name: lines.index(name) for name in advantages.available()}
+        ends = [*sorted(starts.values())[1:], len(lines)]
+        rows = {name: " ".join(lines[start:next(e for e in ends if e > start)]) for name, start in starts.items()}
+    else:
+        starts = {name: next(i for i, line in enumerate(lines) if line.startswith(f"│ {name} "))
+                  for name in advantages.available()}
+        rows = {name: lines[start] for name, start in starts.items()}
     for name, line in rows.items():
         paper = advantages.info(name).paper
         assert paper.arxiv in line and str(paper.year) in line, (name, line)
-    assert sorted(rows, key=lambda n: lines.index(rows[n])) == advantages.display_order(advantages.available())
+    assert sorted(rows, key=starts.get) == advantages.display_order(advantages.available())
 
 
 def test_a_users_estimator_without_a_paper_is_listed(monkeypatch) -> None:

@@ -24,6 +24,10 @@ Definitions and where they depart from the papers (see also ``grpolab.diagnostic
 * pass@k uses the groups that are fully scored at the nominal size (k = 1..G), pooled over all steps.
 * truncated: the share of completions that hit the token budget without ending (``rollout/truncated``), from
   the table's truncated column (grpolab runs write one); None without one.
+* G = 1 (groups of one completion): every group is trivially uniform, so the group figures (uniform, all
+  correct / wrong, D_iid, the Jensen gap, and without an advantage column the degenerate and zero-gradient shares)
+  are None, with a warning. A length column must hold token counts (whole numbers in [0, 2^31)), so that every
+  token share lies in [0, 1].
 """
 
 from __future__ import annotations
@@ -112,7 +116,7 @@ def _partial(
     if columns.step:
         data["step"] = batch.column(columns.step).cast(pa.int64())
     if columns.length:
-        length = pc.fill_null(batch.column(columns.length).cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+        length = _lengths(batch, columns.length)
         data["tokens"] = length
         data["tokens_scored"] = np.where(scored, length, 0)
         if zero_adv is not None:
@@ -120,6 +124,21 @@ def _partial(
     table = pa.table(data)
     sums = [(name, "sum") for name in _SUMS if name in data]
     return table.group_by(_keys(columns)).aggregate([*sums, ("reward", "min"), ("reward", "max")])
+
+
+_MAX_LENGTH = 1 << 31  # no completion is this many tokens long; below it, the int64 sums of a log cannot overflow
+
+
+def _lengths(batch: pa.RecordBatch, name: str) -> np.ndarray:
+    """[N] int64 token counts of the length column (missing: 0); ``UserError`` for a value that is no token count
+    (negative, fractional, 2^31 or more), which would make the token shares negative or past 100%."""
+    length = np.nan_to_num(numeric_values(batch, name, "length"), nan=0.0)
+    bad = (length < 0) | (length >= _MAX_LENGTH) | (length != np.floor(length))
+    if bad.any():
+        raise UserError(f"length column {name!r} holds {length[bad][0]:g} in {int(bad.sum())} row(s), which is no "
+                        "completion's token count (a whole number from 0 to 2^31 - 1); name the column of token "
+                        "counts with --length-column")
+    return length.astype(np.int64)
 
 
 def _keys(columns: Columns) -> list[str]:
@@ -369,7 +388,7 @@ def summarize(groups: GroupTable, window: int = diagnostics.DEFAULT_WINDOW_GROUP
     weights = np.array([s["groups"] for s in per_step], dtype=np.float64)
     d_iid = float(np.average([s["d_iid"] for s in per_step], weights=weights))
     overall = _rates(groups, _degenerate(groups), slice(None), d_iid)
-    return {
+    result = {
         **overall,
         "window_groups": window,
         "group_size": group_size,
@@ -380,6 +399,22 @@ def summarize(groups: GroupTable, window: int = diagnostics.DEFAULT_WINDOW_GROUP
         "pass_at_k": _pass_at_k(groups, group_size),
         "per_step": per_step if groups.step is not None else [],
     }
+    return _without_group_figures(result, groups) if group_size == 1 else result
+
+
+# the figures that compare the completions of a group: none where groups hold one completion (G = 1)
+_GROUP_FIGURES = ("uniform", "all_correct", "all_wrong", "unscorable_groups", "d_iid", "jensen_gap")
+
+
+def _without_group_figures(result: dict[str, Any], groups: GroupTable) -> dict[str, Any]:
+    """``result`` of groups of one completion with the group figures None (every such group is trivially
+    uniform: "100% degenerate" would be no finding); with an advantage column, the degenerate share and the
+    zero-advantage shares stay, as they read the advantages the run trained on."""
+    gone = (*_GROUP_FIGURES, *(() if groups.zero_adv is not None else
+                               ("degenerate", "zero_gradient_completions", "zero_gradient_tokens")))
+    for row in (result, *result["per_step"]):
+        row.update(dict.fromkeys((key for key in gone if key in row), None))
+    return result
 
 
 def _missing_steps(steps: list[int], first: int | None, shown: int = 8) -> tuple[int, list[int]]:
@@ -414,6 +449,10 @@ def _warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
         warnings.append(f"{nonbinary} rewards are not 0 or 1: a success is a reward >= {info['threshold']}")
     if info.get("group_size_warning"):
         warnings.append(info["group_size_warning"])
+    if result["group_size"] == 1:
+        warnings.append("most groups hold one completion (G = 1), so the group figures (uniform groups, D_iid, the "
+                        "Jensen gap) are not defined and are left out; if the log's groups are larger, name their "
+                        "prompt with --prompt-column (TRL logs: --group-size)")
     others = info.get("other_files_skipped") or []
     if others:
         shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")

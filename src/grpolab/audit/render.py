@@ -182,7 +182,7 @@ def _figures(result: dict[str, Any]) -> list[tuple[str, str, bytes]]:
     import matplotlib.pyplot as plt
 
     figures = []
-    if result["per_step"]:
+    if result["per_step"] and result["uniform"] is not None:  # None: groups of one completion (G = 1)
         fig, ax = plt.subplots(figsize=(7, 3.2))
         steps = [r["step"] for r in result["per_step"]]
         ax.stackplot(

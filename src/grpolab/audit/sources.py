@@ -39,7 +39,6 @@ import hashlib
 import itertools
 import json
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +51,7 @@ import pyarrow.parquet as pq
 
 from grpolab.audit.jsonl import json_batches, json_schema
 from grpolab.errors import UserError
+from grpolab.io import number_after
 
 __all__ = ["Columns", "Source", "distinct_files", "find_source", "grpolab_rollout_files", "iter_batches",
            "resolve_columns", "stated_group_size_warning"]
@@ -112,8 +112,8 @@ def _written_by_trainer(path: Path, kind: str) -> bool:
     (``grpolab.train.runlog.RolloutLog``), TRL ``completions_{step:05d}.parquet``; a copy such as
     ``step-000003 (copy).parquet`` or ``step-0000003.parquet`` does not."""
     prefix, width = ("step-", 6) if kind == "grpolab" else ("completions_", 5)
-    match = re.fullmatch(re.escape(prefix) + r"(\d+)\.parquet", path.name)
-    return bool(match) and path.name == f"{prefix}{int(match.group(1)):0{width}d}.parquet"
+    step = number_after(prefix, path.name, ".parquet")
+    return step is not None and path.name == f"{prefix}{step:0{width}d}.parquet"
 
 
 def _trainer_files(folder: Path, pattern: str, kind: str) -> tuple[list[Path], list[Path]]:
@@ -298,8 +298,8 @@ def distinct_files(source: Source) -> tuple[list[Path], int]:
 
 def trl_file_steps(source: Source) -> list[int]:
     """The steps TRL wrote a completions file at (from ``completions_{step:05d}.parquet``), every file."""
-    steps = [re.fullmatch(r"completions_(\d+)", path.stem) for path in source.files]
-    return sorted(int(match.group(1)) for match in steps if match)
+    steps = [number_after("completions_", path.stem) for path in source.files]
+    return sorted(step for step in steps if step is not None)
 
 
 def _runs(keys: list) -> list[int]:
@@ -523,7 +523,7 @@ def numeric_values(batch: pa.RecordBatch, name: str, what: str) -> np.ndarray:
     array = batch.column(name)
     if not (pa.types.is_floating(array.type) or pa.types.is_integer(array.type) or pa.types.is_boolean(array.type)):
         raise UserError(f"{what} column {name!r} must be numeric, found {array.type}")
-    return array.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return array.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)  # integers past 2^53: rounded
 
 
 def _short_keys(array: pa.Array) -> pa.Array:

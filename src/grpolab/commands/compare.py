@@ -16,7 +16,7 @@ from typing import Any
 from grpolab.commands.flags import add_config_arguments, argument_groups, config_from_args
 from grpolab.config import CompareConfig, TrainConfig, load_config_file, split_file_values
 from grpolab.errors import UserError
-from grpolab.progress import console, progress_bar, results_console
+from grpolab.progress import console, print_frame, progress_bar, results_console
 from grpolab.sweep.settings import COMPARE_TRAIN_DEFAULTS, SWEEP_OWNED, refuse_sweep_owned
 from grpolab.sweep.signals import StopRequest, stop_signals
 from grpolab.train.settings import explicit_values
@@ -169,8 +169,8 @@ class _Progress:
         if self.plan:
             console.print(self.plan, markup=False, highlight=False, soft_wrap=True)  # one line at any width
             self.plan = None
-        if event["already"]:
-            console.print(f"resuming: {event['already']} of {event['total']} runs already finished, skipping them")
+        if event.get("resumed"):  # runs an earlier compare on this --out finished (not this one's earlier rounds)
+            console.print(f"resuming: {event['resumed']} of {event['total']} runs already finished, skipping them")
         self._bar = self._bars.enter_context(progress_bar(True))
         if self._bar is not None:
             self._task = self._bar.add_task(event["phase"], total=event["total"], completed=event["already"], info="")
@@ -187,7 +187,6 @@ class _Progress:
 def _print_summary(result: Any) -> None:
     from grpolab import report
 
-    table = report.summary_display(report.summary_table(result.results))
-    print(table.to_string(index=False), flush=True)  # wide: no rich wrapping
+    print_frame(report.summary_display(report.summary_table(result.results)))
     html_path, md_path = result.report
     results_console.print(f"report: {html_path}\nsummary: {md_path}\nresults: {result.out / 'results.parquet'}")

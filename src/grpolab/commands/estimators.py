@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import textwrap
 
 from rich.table import Table
 
@@ -26,6 +27,9 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         print(markdown_table(rows))
         return 0
+    if console.width < WIDE:
+        _print_records(rows)
+        return 0
     table = Table()
     for column in COLUMNS:  # names and arXiv ids are never cut; the paper title wraps
         table.add_column(column, no_wrap=column in ("name", "arXiv", "year"), ratio=1 if column == "paper" else None)
@@ -33,6 +37,25 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(*row)
     console.print(table)
     return 0
+
+
+WIDE = 140
+"""Columns below which the table's nine columns are cut to '…' (80 in a pipe): each estimator is a block instead."""
+
+
+def _print_records(rows: list[tuple[str, ...]]) -> None:
+    """Each estimator as a block of ``field: value`` lines, wrapped at the console's width (a yes/no flag left
+    empty in the table reads "no"; other empty fields are left out)."""
+    flags = COLUMNS[1:4]
+    for row in rows:
+        fields = dict(zip(COLUMNS, row, strict=True))
+        lines = [fields["name"]]
+        for column in COLUMNS[1:]:
+            value = fields[column] or ("no" if column in flags else "")
+            if value:
+                lines += textwrap.wrap(f"{column}: {value}", console.width, initial_indent="  ",
+                                       subsequent_indent="    ")
+        console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
 
 
 def estimator_rows() -> list[tuple[str, ...]]:

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.progress import results_console as console
+from grpolab.progress import print_frame, print_text
 
 _UNITS = "in the scores' units (fractions: 0.05 is 5 points)"
 
@@ -46,11 +46,11 @@ def _from_numbers(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data))
     elif seeds is None:
-        console.print("no number of seeds detects an effect of 0", markup=False)
+        print_text("no number of seeds detects an effect of 0")
     else:
-        console.print(f"{seeds} seeds per arm detect a difference of {args.effect:g} (SD of the paired difference "
-                      f"{args.sd:g}) with power {data['achieved_power']:.3f} >= {args.power:g}: paired t, two-sided, "
-                      f"alpha {args.alpha:g}, Holm over a family of {args.family}", markup=False, soft_wrap=True)
+        print_text(f"{seeds} seeds per arm detect a difference of {args.effect:g} (SD of the paired difference "
+                   f"{args.sd:g}) with power {data['achieved_power']:.3f} >= {args.power:g}: paired t, two-sided, "
+                   f"alpha {args.alpha:g}, Holm over a family of {args.family}")
     return 0
 
 
@@ -79,13 +79,13 @@ def _print_pilot(arms: Any, plans: list[dict[str, Any]], notes: list[str], power
     shown = arms.copy()
     for column in ("mean", "total", "sampling", "training_seed", "prompt"):
         shown[column] = shown[column].map(lambda v: "n/a" if not math.isfinite(v) else f"{v:.3g}")
-    console.print("End-score variance per arm (training seed, evaluation sampling, prompt):", markup=False)
-    console.print(shown.to_string(index=False), markup=False, highlight=False, soft_wrap=True)
+    print_text("End-score variance per arm (training seed, evaluation sampling, prompt):")
+    print_frame(shown)
     for note in notes:
-        console.print(f"note: {note}", markup=False, soft_wrap=True)
+        print_text(f"note: {note}")
     for plan in plans:
         label = f"G = {plan['group_size']}" + (f" ({plan['variant']})" if plan["variant"] else "")
         needed = "no number of seeds (an effect of 0)" if plan["seeds"] is None else f"{plan['seeds']} seeds per arm"
-        console.print(f"{label}, {plan['role']}: {plan['name_a']} vs {plan['name_b']}: {needed} to detect "
-                      f"{plan['effect']:+.3f} at power {power:g} (SD {plan['sd']:.3g} from {plan['sd_source']}; "
-                      f"Holm over {plan['family_size']}; {plan['seeds_now']} now)", markup=False, soft_wrap=True)
+        print_text(f"{label}, {plan['role']}: {plan['name_a']} vs {plan['name_b']}: {needed} to detect "
+                   f"{plan['effect']:+.3f} at power {power:g} (SD {plan['sd']:.3g} from {plan['sd_source']}; "
+                   f"Holm over {plan['family_size']}; {plan['seeds_now']} now)")

@@ -11,8 +11,7 @@ from typing import Any
 from grpolab.commands.evaluate import EVAL_FIELDS
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig
-from grpolab.progress import progress_bar
-from grpolab.progress import results_console as console
+from grpolab.progress import print_frame, print_text, progress_bar
 
 # Where the pre-flight differs from a training run's evaluations: enough samples for G up to 16, every train prompt.
 PREFLIGHT_TRAIN_DEFAULTS: dict[str, Any] = {"eval_samples": 16, "eval_limit": None}
@@ -61,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict()))
         return 0
     for line in summary_lines(result):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-    console.print(display_table(result.table).to_string(index=False), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"wrote {', '.join(result.files.values())}", markup=False, highlight=False, soft_wrap=True)
+        print_text(line)
+    print_frame(display_table(result.table))
+    print_text(f"wrote {', '.join(result.files.values())}")
     return 0
 

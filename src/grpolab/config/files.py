@@ -159,9 +159,15 @@ def read_saved_settings(path: str | Path) -> dict[str, Any]:
     returned as they are, and settings added since take their defaults."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+        raw = path.read_bytes()
+    except OSError as error:
         raise UserError(f"{path} cannot be read ({error})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise UserError(f"{path} is damaged: not UTF-8 text ({error.reason} at byte {error.start}, line {line}); "
+                        "restore it from a copy, or mend that line (grpolab wrote it as YAML text)") from None
     if not text.strip():
         raise UserError(f"{path} is empty (its write was cut short, e.g. by a full disk)")
     values = load_config_file(path)

@@ -18,6 +18,7 @@ from typing import Any
 
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
+from grpolab.io import number_after, numbered
 from grpolab.models import Policy, check_finite_weights, load_lora_adapter, load_policy
 from grpolab.train.checkpoint import checkpoint_dirs, verify_checkpoint
 from grpolab.train.no_signal import NO_SIGNAL
@@ -98,9 +99,8 @@ def _summary(run_dir: Path) -> dict[str, Any] | None:
 def _checkpoint_folders(run_dir: Path) -> dict[int, Path]:
     """step -> checkpoint folder: grpolab's ``step-NNNNNN`` and the TRL engine's ``checkpoint-N``."""
     root = run_dir / "checkpoints"
-    found = {int(path.name[5:]): path for path in checkpoint_dirs(root)}
-    if root.is_dir():
-        found.update({int(p.name[11:]): p for p in root.glob("checkpoint-*") if p.name[11:].isdigit() and p.is_dir()})
+    found = {number_after("step-", path.name): path for path in checkpoint_dirs(root)}
+    found.update({step: path for step, path in numbered(root, "checkpoint-") if path.is_dir()})
     return found
 
 

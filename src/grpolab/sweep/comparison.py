@@ -54,10 +54,10 @@ class CompareResult:
     extended), the ``outcomes`` of the runs trained by this call, the ``settings`` saved for the report,
     and the report's paths (None with ``report=False``).
 
-    Events passed to ``on_event``: {"phase": label, "total": n, "already": k} before a group of runs,
-    {"run_id", "step", "steps", "reward"} per training step, {"finished": outcome} per run,
-    {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr": lr, "bracketed": bool,
-    "tied": [lr, ...]}.
+    Events passed to ``on_event``: {"phase": label, "total": n, "already": k, "resumed": r} before a group of
+    runs (k ended already, r of them before this call), {"run_id", "step", "steps", "reward"} per training step,
+    {"finished": outcome} per run, {"phase_done": label, "trained": n, "seconds": s}, and {"selected": cell, "lr":
+    lr, "bracketed": bool, "tied": [lr, ...]}.
     """
 
     out: Path
@@ -135,11 +135,23 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
 
 def _check_engine(base: TrainConfig, cells: list[Cell]) -> None:
     """Refuse, before any run starts, an arm the config's engine cannot run (``--engine trl``: an estimator with a
-    per-token baseline, a remedy TRL has no form for), in the engine's own one line."""
+    per-token baseline, a remedy TRL has no form for), in one line: a remedy the arm names by its suffix is named
+    as written (``+replay``), not by the setting it switches on."""
+    for cell in cells:
+        _check_arm_remedies(cell.estimator, base.engine)
     if capabilities.engine(base.engine).arm_check is None:
         return
     for cell in cells:
         capabilities.check_arm(run_config(base, cell, seed=base.seed, lr=base.lr))
+
+
+def _check_arm_remedies(arm: str, engine: str) -> None:
+    refused = remedies.engine_refusals(engine)
+    for suffix in parse_estimator(arm)[1]:
+        remedy = remedies.by_suffix(suffix)
+        if remedy.setting in refused:
+            raise UserError(f"arm {arm!r}: {suffix} is not supported by engine {engine} ({refused[remedy.setting]}); "
+                            f"drop {suffix} from --estimators, or use --engine {' or --engine '.join(remedy.engines)}")
 
 
 class _Runner:
@@ -149,15 +161,34 @@ class _Runner:
                  check_data: Callable[[Sequence[RunSpec]], None] = lambda specs: None):
         self.sweep, self.on_event, self.check_data = sweep, on_event, check_data
         self.outcomes: list[dict[str, Any]] = []
+        self._given: set[str] = set()  # the runs of this invocation's earlier groups (the lr-bracketing rounds)
 
     def run(self, specs: Sequence[RunSpec], label: str) -> None:
-        self.on_event({"phase": label, "total": len(specs), "already": sum(spec.ended for spec in specs)})
+        """Run ``specs``, telling ``on_event`` how many ended already ("already", skipped) and how many of those
+        ended before this invocation ("resumed": the runs of an earlier ``compare`` on the same --out)."""
+        _refuse_extended_runs(specs)
+        ended = [spec.run_id for spec in specs if spec.ended]
+        resumed = sum(run_id not in self._given for run_id in ended)
+        self._given.update(spec.run_id for spec in specs)
+        self.on_event({"phase": label, "total": len(specs), "already": len(ended), "resumed": resumed})
         started = time.perf_counter()
         outcomes = run_sweep(specs, workers=self.sweep.workers, backend=self.sweep.backend, on_event=self.on_event,
                              gpus_per_run=self.sweep.gpus_per_run)
         self.outcomes += outcomes
         self.check_data(specs)  # a run on data edited while the sweep ran is never gathered
         self.on_event({"phase_done": label, "trained": len(outcomes), "seconds": time.perf_counter() - started})
+
+
+def _refuse_extended_runs(specs: Sequence[RunSpec]) -> None:
+    """Refuse, in one line, a run of the sweep that was trained past the sweep's steps by hand: the sweep would retry
+    it with its own, fewer, steps, which the run's resume refuses."""
+    for spec in specs:
+        steps = spec.extended_steps
+        if steps is not None:
+            raise UserError(f"run {spec.run_id} was extended by hand to {steps} steps (train --resume --steps "
+                            f"{steps}), past this sweep's {spec.config.steps}, so it is no longer one of its runs; "
+                            f"move {spec.run_dir} out of {spec.run_dir.parent} (this sweep then trains it again), or "
+                            "compare the extended runs in a new --out")
 
 
 def _select(base: TrainConfig, sweep: CompareConfig, cells: list[Cell], out: Path,

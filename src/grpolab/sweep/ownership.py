@@ -46,10 +46,12 @@ _STAGING = (".*.tmp",)  # what an atomic write killed mid-way leaves
 
 
 def _is_sweep(out: Path) -> bool:
+    """Whether ``out/compare.yaml`` starts with grpolab's first line (only that line is read: damage further on
+    is for the settings check to name, not a reason to disown the folder)."""
     try:
-        with (out / "compare.yaml").open(encoding="utf-8") as handle:
-            return handle.readline().strip() == SAVED_HEADER
-    except (OSError, UnicodeDecodeError):
+        with (out / "compare.yaml").open("rb") as handle:
+            return handle.readline(len(SAVED_HEADER) + 2).decode("utf-8", "replace").strip() == SAVED_HEADER
+    except OSError:
         return False
 
 

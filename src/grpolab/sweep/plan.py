@@ -100,6 +100,18 @@ class RunSpec:
             return False
 
     @property
+    def extended_steps(self) -> int | None:
+        """The steps of a run extended by hand past the planned ones (``grpolab train --out RUN --resume --steps
+        N``): its saved config is the planned one but for a larger ``steps``. None for any other run."""
+        try:
+            saved = load_saved_config(self.run_dir)
+        except UserError:
+            return None
+        if saved is None or saved.steps <= self.config.steps:
+            return None
+        return saved.steps if same_run_settings(saved, self.config.replace(steps=saved.steps)) else None
+
+    @property
     def started(self) -> bool:
         return capabilities.has_checkpoint(self.run_dir)  # a checkpoint of any engine (each names its folders)
 

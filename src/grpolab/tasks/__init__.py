@@ -18,12 +18,14 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from grpolab.dotted import import_module
 from grpolab.errors import UserError
 from grpolab.tasks.base import Problem, Task, TrainStream, with_validation
 
-__all__ = ["Problem", "Task", "TrainStream", "available", "get_task", "is_import_path", "register_task",
+__all__ = ["Problem", "Task", "TrainStream", "available", "data_files", "get_task", "is_import_path", "register_task",
            "with_validation"]
 
 TaskBuilder = Callable[..., Task]
@@ -74,16 +76,30 @@ def _builder(name: str) -> TaskBuilder:
         return getattr(importlib.import_module(module_name), function_name)
     if ":" in name:
         module_name, _, function_name = name.partition(":")
-        try:
-            builder = getattr(importlib.import_module(module_name), function_name, None)
-        except ImportError as error:
-            raise UserError(f"cannot import module {module_name!r} for task {name!r} ({error}); make sure it is "
-                            "installed or on PYTHONPATH") from None
+        fix = "give pkg.module:builder, with the package installed or its folder on PYTHONPATH"
+        builder = getattr(import_module(module_name, name, "task", fix), function_name, None)
         if not callable(builder):
             raise UserError(f"{name!r} is not a function of module {module_name!r}; pass --task pkg.module:builder")
         return builder
     raise UserError(f"unknown task {name!r}; choose one of {', '.join(available())}, or give the dotted path "
                     "pkg.module:builder of your own task builder")
+
+
+# built-in task -> "module:function" listing the files it reads from a local data file or folder
+_DATA_FILES = {
+    "gsm8k": "grpolab.tasks._loading:local_split_files",
+    "math500": "grpolab.tasks._loading:local_split_files",
+    "file": "grpolab.tasks._tables:table_files",
+}
+
+
+def data_files(name: str, path: Path) -> list[Path] | None:
+    """The files task ``name`` reads from its local data ``path``; None when not known (a generated or a user's
+    task), and then every file below ``path`` counts."""
+    if name not in _DATA_FILES or name in _REGISTERED:
+        return None
+    module_name, _, function_name = _DATA_FILES[name].partition(":")
+    return getattr(importlib.import_module(module_name), function_name)(path) or None
 
 
 def get_task(name: str, **options: Any) -> Task:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,9 +55,10 @@ def read_jsonl(path: Path, fields: Sequence[str]) -> list[Row]:
 
 def parse_json(text: str, where: str, fix: str) -> Any:
     """``json.loads(text)``; ``UserError`` naming ``where`` for bad JSON, nesting past Python's recursion limit
-    and integers past Python's 4,300-digit limit (``RecursionError`` / ``ValueError`` from ``json``)."""
+    and integers past Python's 4,300-digit limit (``RecursionError`` / ``ValueError`` from ``json``), and lone
+    surrogates (``"\\ud800"``: JSON allows the escape, UTF-8 cannot hold what it reads as)."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as error:
         raise UserError(f"{where}: not valid JSON ({error.msg} at line {error.lineno} column {error.colno}); "
                         f"{fix}") from None
@@ -68,6 +70,24 @@ def parse_json(text: str, where: str, fix: str) -> Any:
             raise
         raise UserError(f"{where}: holds an integer of more than 4300 digits, which Python will not read; "
                         "shorten it or write it as a string") from None
+    if _ESCAPED_SURROGATE.search(text):
+        _refuse_lone_surrogates(value, where)
+    return value
+
+
+# a JSON escape of a UTF-16 surrogate: a pair reads as one character, a lone one as a string UTF-8 cannot hold
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _refuse_lone_surrogates(value: Any, where: str) -> None:
+    """``UserError`` naming ``where`` when ``value`` holds a lone surrogate (``"\\ud800"``): not text, so it would fail
+    when hashed, tokenized or written, far from the line that holds it."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        found = f"\\u{ord(error.object[error.start]):04x}"
+        raise UserError(f"{where}: holds a lone surrogate ({found}), half of a UTF-16 pair and not text; write the "
+                        "character it stands for, or remove it") from None
 
 
 def check_row(row: object, fields: Sequence[str], where: str) -> None:
@@ -92,6 +112,13 @@ def local_splits(path: str | Path, fields: Sequence[str]) -> dict[str, list[Row]
             splits["train"] = read_jsonl(root / "train.jsonl", fields)
         return splits
     return {"all": read_jsonl(root, fields)}
+
+
+def local_split_files(path: Path) -> list[Path]:
+    """The files ``local_splits(path)`` reads: the file itself, or a folder's ``test.jsonl`` and ``train.jsonl``."""
+    if not path.is_dir():
+        return [path] if path.is_file() else []
+    return sorted(file for file in (path / "test.jsonl", path / "train.jsonl") if file.is_file())
 
 
 def require_hub_dataset(hub_id: str, local_alternative: str) -> None:

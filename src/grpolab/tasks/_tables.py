@@ -25,7 +25,7 @@ from typing import Any
 from grpolab.errors import UserError
 from grpolab.tasks._loading import Row, parse_json, read_jsonl, require_hub_dataset
 
-__all__ = ["SUFFIXES", "Table", "read_table", "split_name"]
+__all__ = ["SUFFIXES", "Table", "read_table", "split_name", "table_files"]
 
 SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 # File-name stems and datasets split names -> the split they stand for (the aliases datasets itself knows).
@@ -154,8 +154,20 @@ def _read_json(path: Path) -> list[Row]:
     return rows
 
 
-def _read_folder(folder: Path) -> dict[str, list[Row]]:
-    """Files named by split in ``folder`` (or in its ``data`` subfolder, the hub layout)."""
+def table_files(path: Path) -> list[Path]:
+    """The files ``read_table(path)`` reads from a local file or folder (none for a folder it cannot read):
+    what a run's data identity hashes, so that a README beside the data is no part of it."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        return []
+    if _saved_dataset_marker(path) is not None:  # datasets reads the folder's files as it sees fit
+        return sorted(p for p in path.rglob("*") if p.is_file())
+    return sorted(file for files in _split_files(path).values() for file in files)
+
+
+def _split_files(folder: Path) -> dict[str, list[Path]]:
+    """split -> the files named by it in ``folder`` (or in its ``data`` subfolder, the hub layout); {} if none."""
     for candidate in (folder, folder / "data"):
         files = sorted(p for p in candidate.glob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
         by_split: dict[str, list[Path]] = {}
@@ -164,7 +176,15 @@ def _read_folder(folder: Path) -> dict[str, list[Row]]:
             by_split.setdefault(split_name(stem), []).append(file)
         known = {name: paths for name, paths in by_split.items() if name in ("train", "test", "validation")}
         if known:
-            return {name: [row for path in paths for row in read_file(path)] for name, paths in known.items()}
+            return known
+    return {}
+
+
+def _read_folder(folder: Path) -> dict[str, list[Row]]:
+    """Files named by split in ``folder`` (or in its ``data`` subfolder, the hub layout)."""
+    known = _split_files(folder)
+    if known:
+        return {name: [row for path in paths for row in read_file(path)] for name, paths in known.items()}
     raise UserError(f"folder {folder} holds no train/test files; name them train.jsonl and test.jsonl (or .csv, "
                     ".parquet), or pass a single file")
 

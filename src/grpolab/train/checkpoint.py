@@ -31,7 +31,7 @@ from safetensors.torch import load_file, save_file
 
 from grpolab.checksums import file_sha256
 from grpolab.devices import to_host
-from grpolab.io import fsync_dir, is_write_error, write_error
+from grpolab.io import fsync_dir, is_write_error, numbered, write_error
 
 __all__ = ["Checkpoint", "checkpoint_dirs", "checkpoint_settings", "file_sha256", "load_latest", "save_checkpoint",
            "verify_checkpoint"]
@@ -141,8 +141,7 @@ def _identity(state: dict[str, Any]) -> dict[str, Any]:
 def checkpoint_dirs(root: Path) -> list[Path]:
     """The ``step-N`` directories under ``root``, oldest first by the number N (as text, ``step-1000000``
     would sort before ``step-999999``); names whose N is not a number are left out."""
-    found = [(int(p.name[5:]), p) for p in root.glob("step-*") if p.name[5:].isdigit()] if root.is_dir() else []
-    return [path for _, path in sorted(found)]
+    return [path for _, path in numbered(root, "step-")]
 
 
 def _prune(root: Path, keep: int) -> None:

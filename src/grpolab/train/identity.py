@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.config import TrainConfig
+from grpolab.tasks import data_files
 
 __all__ = ["run_identity"]
 
 
 def run_identity(settings: TrainConfig | dict[str, Any]) -> dict[str, str]:
     """What a run's settings name but cannot vouch for: ``data``, a SHA-256 of the content of a local data file
-    or folder (``data``, or a ``path`` in ``task_options``), and ``model``, a fingerprint of a local model
-    directory; a key only for what is a local path (a built-in task's data is its settings; a hub name is
-    not fingerprinted).
+    or folder (``data``, or a ``path`` in ``task_options``; of a folder, the files its task reads), and
+    ``model``, a fingerprint of a local model directory; a key only for what is a local path (a built-in task's
+    data is its settings; a hub name is not fingerprinted).
 
     Why content for the data and names + sizes + modification times for the model: a data file is small (MB)
     and is edited in place by hand, often keeping its size and within a second ("4" -> "5" in one answer), which
@@ -32,7 +33,7 @@ def run_identity(settings: TrainConfig | dict[str, Any]) -> dict[str, str]:
     identity: dict[str, str] = {}
     data = values.get("data") or (values.get("task_options") or {}).get("path")
     if isinstance(data, str) and Path(data).exists():
-        identity["data"] = _content_hash(Path(data))
+        identity["data"] = _content_hash(Path(data), data_files(str(values.get("task")), Path(data)))
     model = values.get("model")
     if isinstance(model, str) and Path(model).is_dir():
         identity["model"] = _fingerprint(Path(model))
@@ -52,8 +53,10 @@ def _files(root: Path) -> list[Path]:
 _HASHED: dict[tuple, str] = {}
 
 
-def _content_hash(root: Path) -> str:
-    files = _files(root)
+def _content_hash(root: Path, read: list[Path] | None) -> str:
+    """SHA-256 of the names and contents of the files the task reads below ``root`` (``read``; every file when
+    None): a README or notes beside the data are no part of it."""
+    files = _files(root) if read is None else read
     stamp = tuple((str(p), s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for p in files for s in [p.stat()])
     if stamp not in _HASHED:
         digest = hashlib.sha256()

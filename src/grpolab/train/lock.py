@@ -26,7 +26,7 @@ from filelock import FileLock, Timeout
 from grpolab.errors import UserError
 from grpolab.io import open_no_follow, refuse_links
 
-__all__ = ["LOCK_NAME", "OWNER_NAME", "DirectoryLock"]
+__all__ = ["LOCK_NAME", "OWNER_NAME", "DirectoryLock", "refuse_a_file"]
 
 LOCK_NAME = ".grpolab.lock"
 OWNER_NAME = ".grpolab.lock.owner"
@@ -39,9 +39,14 @@ class DirectoryLock:
         self.directory = Path(directory)
         self.command = command
         self._lock = FileLock(self.directory / LOCK_NAME, thread_local=False)
+        # the folders not there when the lock was made, deepest first: this command's to remove if it writes nothing
+        self._created = [path for path in (self.directory, *self.directory.parents) if not path.exists()]
+        self._new_lock = not (self.directory / LOCK_NAME).exists()  # lock files this command makes, and may remove
 
     def acquire(self) -> DirectoryLock:
-        """Take the lock, or raise a ``UserError`` naming the holder's process id."""
+        """Take the lock, or raise a ``UserError`` naming the holder's process id (or saying that the directory's
+        name is taken by a file)."""
+        refuse_a_file(self.directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         refuse_links(self.directory, (LOCK_NAME, OWNER_NAME))
         try:
@@ -60,9 +65,21 @@ class DirectoryLock:
         return self
 
     def release(self) -> None:
-        """Give the lock up (a no-op when it is not held)."""
-        if self._lock.is_locked:
-            self._lock.release(force=True)
+        """Give the lock up (a no-op when it is not held). When the folder holds nothing but lock files this command
+        made (it failed before writing anything), they are removed, and so are the folders it made for them: a
+        failed command leaves nothing behind, and what was there before it is left as it was."""
+        if not self._lock.is_locked:
+            return
+        empty = self._new_lock and {p.name for p in self.directory.iterdir()} <= {LOCK_NAME, OWNER_NAME}
+        if empty:
+            for name in (OWNER_NAME, LOCK_NAME):
+                (self.directory / name).unlink(missing_ok=True)
+        self._lock.release(force=True)
+        for folder in self._created if empty else ():
+            try:
+                folder.rmdir()  # only while empty: a folder something else wrote into meanwhile stays
+            except OSError:
+                break
 
     @property
     def held(self) -> bool:
@@ -89,6 +106,13 @@ class DirectoryLock:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.release()
+
+
+def refuse_a_file(directory: Path) -> None:
+    """A ``UserError`` when ``directory``, an output folder, is the name of a file."""
+    if directory.exists() and not directory.is_dir():
+        raise UserError(f"{directory} is a file, not a folder; choose a folder for --out (a new one, or one grpolab "
+                        "wrote)")
 
 
 def _alive(pid: int) -> bool:

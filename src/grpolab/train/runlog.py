@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from grpolab.config.checks import REPORT_BACKENDS, report_backends
 from grpolab.errors import UserError
-from grpolab.io import link_error, open_no_follow
+from grpolab.io import link_error, number_after, open_no_follow
 from grpolab.metric_keys import upgrade_row
 
 __all__ = ["MetricsLog", "RolloutLog", "evaluation_key", "missing_steps", "open_backends", "read_evaluations",
@@ -208,13 +208,14 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"{path} cannot be read ({error}); {_DAMAGED_FIX}") from None
+    shapes = _EVAL_SHAPES if path.name == "eval.jsonl" else {}
     rows = []
     for number, line in enumerate(lines, start=1):
-        row = _row(line)
-        if row is None and number == len(lines):  # torn by a kill mid-write
+        row, problem = _row(line, shapes)
+        if problem == _TORN and number == len(lines):  # torn by a kill mid-write
             continue
         if row is None:
-            raise UserError(f"{path} is damaged at line {number} (not a JSON object with a step); {_DAMAGED_FIX}")
+            raise UserError(f"{path} is damaged at line {number} ({problem}); {_DAMAGED_FIX}")
         rows.append(upgrade_row(row))  # keys renamed since the row was written, under today's names
     return rows
 
@@ -227,7 +228,7 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
     """The run's ``summary.json`` (present once the run ended), or None when absent or unreadable."""
     try:
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # ValueError: not JSON, not UTF-8, an integer of 4,300 digits
         return None
     return summary if isinstance(summary, dict) else None
 
@@ -296,12 +297,43 @@ def spans(steps: Sequence[int]) -> str:
     return ", ".join(parts)
 
 
-def _row(line: str) -> dict[str, Any] | None:
+# eval.jsonl keys that hold something other than a number (every other value of a log row is a number or null)
+_EVAL_SHAPES: dict[str, type] = {"phase": str, "split": str, "pass_at_k": dict, "successes": list,
+                                 "problem_ids": list, "families": list, "sampled": dict}
+_TORN = "not a JSON object with a step"
+
+
+def _row(line: str, shapes: dict[str, type]) -> tuple[dict[str, Any] | None, str]:
+    """(the row of one log line, "") or (None, what is wrong with it): not JSON (``_TORN``), JSON that Python will
+    not read (nested too deeply, an integer past 4,300 digits), no integer ``step``, or a value of the wrong type
+    (a number where ``shapes`` names no other type)."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError:
-        return None
-    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
+        return None, _TORN
+    except RecursionError:
+        return None, "JSON nested too deeply to read"
+    except ValueError:  # int("9" * 5000): "Exceeds the limit (4300 digits) for integer string conversion"
+        return None, "an integer of more than 4300 digits"
+    if not isinstance(row, dict) or not _is_step(row.get("step")):
+        return None, "not a JSON object with a step"
+    for key, value in row.items():
+        wanted = shapes.get(key)
+        if key != "step" and not (isinstance(value, wanted) if wanted else _is_number(value) or value is None):
+            return None, f"its {key!r} is {_kind(value)}, not {'a ' + wanted.__name__ if wanted else 'a number'}"
+    return row, ""
+
+
+def _is_step(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"
 
 
 class RolloutLog:
@@ -328,8 +360,4 @@ class RolloutLog:
 
 
 def _step_of(path: Path) -> int | None:
-    stem = path.name.split(".")[0]
-    try:
-        return int(stem.split("-")[1])
-    except (IndexError, ValueError):
-        return None
+    return number_after("step-", path.name.split(".")[0])

@@ -47,7 +47,7 @@ from grpolab.train.lifecycle import (
     prepare_eval_log,
     write_task_summary,
 )
-from grpolab.train.lock import DirectoryLock
+from grpolab.train.lock import DirectoryLock, refuse_a_file
 from grpolab.train.no_signal import NoSignalWatch
 from grpolab.train.ownership import check_fresh_run_dir, refuse_planted_links, remove_run_files
 from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends
@@ -107,6 +107,7 @@ def rollout_table(step: int, prompt_ids: Sequence[str], texts: Sequence[str], re
 
 def prepare_run_dir(run_dir: Path) -> None:
     """Make ``run_dir`` and check it is writable, or refuse in one line."""
+    refuse_a_file(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".write-test-{os.getpid()}"  # per process: two starting writers must not collide
@@ -143,8 +144,9 @@ class RunShell:
         self.resumed_changes: dict[str, list] = {}
         self.no_signal = NoSignalWatch(config.group_size, stop=config.stop_when_dead)
         if writer:
+            lock = DirectoryLock(self.run_dir, command)  # made first: it notes the folders this run creates
             prepare_run_dir(self.run_dir)
-            self.lock = DirectoryLock(self.run_dir, command).acquire()
+            self.lock = lock.acquire()
 
     def release(self) -> None:
         """Close the metrics log and give up the lock (each a no-op when done already)."""

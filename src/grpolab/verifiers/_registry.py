@@ -12,9 +12,9 @@ never returns scores None with a warning.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
+from grpolab.dotted import import_module
 from grpolab.errors import UserError
 
 VerifierFn = Callable[[str, str], "float | None"]
@@ -71,11 +71,7 @@ def _import_callable(path: str) -> VerifierFn:
     hint = "write it as 'package.module:function' and make sure the package is installed or on PYTHONPATH"
     if not module_name or not attr:
         raise UserError(f"verifier path {path!r} is not of the form 'package.module:function'; {hint}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        problem = f"cannot import module {module_name!r} for verifier {path!r} ({exc})"
-        raise UserError(f"{problem}; {hint}") from exc
+    module = import_module(module_name, path, "verifier", hint)
     fn = getattr(module, attr, None)
     if fn is None:
         raise UserError(f"module {module_name!r} has no attribute {attr!r} (verifier {path!r}); {hint}")

@@ -19,7 +19,6 @@ after the newest is sealed, so a kill during a save always leaves the previous s
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import warnings
 from pathlib import Path
@@ -27,21 +26,18 @@ from typing import Any
 
 from grpolab.checksums import SEAL, seal_folder, seal_problem
 from grpolab.config import TrainConfig
-from grpolab.io import atomic_write_text
+from grpolab.io import atomic_write_text, numbered
 from grpolab.train.identity import run_identity
 
 __all__ = ["SEAL", "any_checkpoint", "checkpoint_problem", "latest_checkpoint", "prune", "record_state", "seal",
            "trl_checkpoint_settings"]
 
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
 def _checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """(optimiser step, path) of every checkpoint directory, newest first (steps compared as numbers)."""
-    root = Path(run_dir) / "checkpoints"
-    found = [(int(m.group(1)), p) for p in (root.iterdir() if root.is_dir() else [])
-             if (m := _CHECKPOINT.match(p.name)) and p.is_dir()]
-    return sorted(found, reverse=True)
+    found = [(step, path) for step, path in numbered(Path(run_dir) / "checkpoints", "checkpoint-") if path.is_dir()]
+    return found[::-1]
 
 
 def any_checkpoint(run_dir: Path) -> bool:
