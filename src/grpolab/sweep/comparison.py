@@ -125,10 +125,11 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
 def _check_engine(base: TrainConfig, cells: list[Cell]) -> None:
     """Refuse, before any run starts, an arm the config's engine cannot run (``--engine trl``: an estimator with a
     per-token baseline, a remedy TRL has no form for), in the engine's own one line."""
-    if capabilities.engine(base.engine).arm_check is None:
+    engine = capabilities.engine(base.engine)
+    if engine.arm_check is None:
         return
     for cell in cells:
-        capabilities.check_arm(run_config(base, cell, seed=base.seed, lr=base.lr))
+        engine.check_arm(run_config(base, cell, seed=base.seed, lr=base.lr))
 
 
 class _Runner:

@@ -30,13 +30,15 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from grpolab import capabilities
 from grpolab.devices import to_host
 from grpolab.io import fsync_dir, is_write_error, write_error
 
-__all__ = ["Checkpoint", "checkpoint_dirs", "checkpoint_settings", "file_sha256", "load_latest", "save_checkpoint",
-           "verify_checkpoint"]
+__all__ = ["LAYOUT", "Checkpoint", "checkpoint_dirs", "checkpoint_settings", "file_sha256", "load_latest",
+           "save_checkpoint", "verify_checkpoint"]
 
 _FILES = ("weights.safetensors", "optimizer.safetensors", "state.json")
+LAYOUT = capabilities.engine("grpolab").checkpoints  # this engine's folder names: step-000010
 
 
 @dataclass
@@ -105,7 +107,7 @@ def save_checkpoint(
     """Write checkpoint ``step`` atomically and keep only the ``keep`` newest ones; a failed write (disk full)
     leaves no temporary directory and raises a one-line ``UserError``."""
     root = run_dir / "checkpoints"
-    final = root / f"step-{step:06d}"
+    final = root / LAYOUT.name(step)
     staging: Path | None = None
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -149,9 +151,9 @@ def _identity(state: dict[str, Any]) -> dict[str, Any]:
 
 def checkpoint_dirs(root: Path) -> list[Path]:
     """The ``step-N`` directories under ``root``, oldest first by the number N (as text, ``step-1000000``
-    would sort before ``step-999999``); names whose N is not a number are left out."""
-    found = [(int(p.name[5:]), p) for p in root.glob("step-*") if p.name[5:].isdigit()] if root.is_dir() else []
-    return [path for _, path in sorted(found)]
+    would sort before ``step-999999``); names whose N is not a number are left out (the engine's
+    ``CheckpointLayout``)."""
+    return [path for _, path in LAYOUT.folders(root)]
 
 
 def _prune(root: Path, keep: int) -> None:

@@ -16,33 +16,32 @@ after the newest is sealed, so a kill during a save always leaves the previous s
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import warnings
 from pathlib import Path
 
+from grpolab import capabilities
 from grpolab.config import TrainConfig
 from grpolab.io import atomic_write_text
 from grpolab.train.checkpoint import file_sha256
 from grpolab.train.identity import run_identity
 
-__all__ = ["SEAL", "any_checkpoint", "checkpoint_problem", "latest_checkpoint", "prune", "record_identity", "seal"]
+__all__ = ["LAYOUT", "SEAL", "any_checkpoint", "checkpoint_problem", "latest_checkpoint", "prune", "record_identity",
+           "seal"]
 
 SEAL = "checksums.json"
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+LAYOUT = capabilities.engine("trl").checkpoints
+"""TRL's folder names, ``checkpoint-N`` for N optimiser steps (``grpolab.capabilities``)."""
 
 
 def _checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """(optimiser step, path) of every checkpoint directory, newest first (steps compared as numbers)."""
-    root = Path(run_dir) / "checkpoints"
-    found = [(int(m.group(1)), p) for p in (root.iterdir() if root.is_dir() else [])
-             if (m := _CHECKPOINT.match(p.name)) and p.is_dir()]
-    return sorted(found, reverse=True)
+    return LAYOUT.folders(Path(run_dir) / "checkpoints")[::-1]
 
 
 def any_checkpoint(run_dir: Path) -> bool:
     """Whether the run directory holds any TRL checkpoint, whole or not (a fresh run must not replace it)."""
-    return bool(_checkpoints(run_dir))
+    return capabilities.engine("trl").has_checkpoint(run_dir)
 
 
 def _files(checkpoint: Path) -> list[Path]:
