@@ -56,6 +56,16 @@ def test_checkpoints_are_found_by_each_engines_folder_layout(tmp_path: Path) -> 
         assert not any(other.has_checkpoint(run) for other in others)
 
 
+def test_each_checkpoint_folder_is_read_by_the_engine_whose_layout_names_it(tmp_path: Path) -> None:
+    for step, row in enumerate(capabilities.ENGINES.values(), start=3):
+        (tmp_path / "checkpoints" / row.checkpoints.name(step)).mkdir(parents=True)
+    found = capabilities.checkpoint_folders(tmp_path)
+    assert {step: (row.name, path.name) for step, (row, path) in found.items()} == {
+        3: ("grpolab", "step-000003"), 4: ("trl", "checkpoint-4")}
+    assert found[3][0].problem(found[3][1]) == "does not match its checksums"  # an empty folder is not whole
+    assert found[4][0].problem(found[4][1]).startswith("cannot be read (it has no checksums.json")
+
+
 def test_a_layout_names_and_reads_its_folders_oldest_first_by_number(tmp_path: Path) -> None:
     padded, plain = capabilities.CheckpointLayout("step-", 6), capabilities.CheckpointLayout("checkpoint-")
     assert (padded.name(12), plain.name(12)) == ("step-000012", "checkpoint-12")

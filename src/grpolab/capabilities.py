@@ -26,8 +26,8 @@ from typing import Any
 from grpolab import remedies
 from grpolab.errors import UserError
 
-__all__ = ["ENGINES", "CheckpointLayout", "Engine", "Unsupported", "engine", "has_checkpoint", "render_markdown",
-           "supports_remedy"]
+__all__ = ["ENGINES", "CheckpointLayout", "Engine", "Unsupported", "checkpoint_folders", "engine", "has_checkpoint",
+           "render_markdown", "supports_remedy"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,10 @@ class Engine:
         checkpoints: how it names and finds its checkpoint folders.
         run_class: ``module:class`` of its run, ``cls(config, run_dir, *, resume, on_step, start_eval_cache,
             overwrite)``, an ``grpolab.train.engines.EngineRun``; imported when a run starts.
+        checkpoint_problem: ``module:function`` of ``fn(folder) -> str | None``: why one of its checkpoint folders
+            cannot be read, as the end of "its checkpoint <folder> ..." (None when it is whole).
+        checkpoint_model: ``module:function`` of ``fn(folder, config, source) -> grpolab.models.Policy``: the
+            weights of one of its checkpoint folders as one plain model (``grpolab export --step``).
         per_token_estimators: it trains the estimators with a per-token baseline (``needs_token_statistics``).
         unsupported: the settings it refuses when they are not at their default (checked with every config).
         arm_check: ``module:function`` of its full settings check, run on every arm of a sweep before the first
@@ -95,6 +99,8 @@ class Engine:
     name: str
     checkpoints: CheckpointLayout
     run_class: str
+    checkpoint_problem: str
+    checkpoint_model: str
     per_token_estimators: bool
     unsupported: tuple[Unsupported, ...] = ()
     arm_check: str | None = None
@@ -127,17 +133,32 @@ class Engine:
         """Whether ``run_dir`` holds a checkpoint folder of this engine, whole or not."""
         return bool(self.checkpoints.folders(Path(run_dir) / "checkpoints"))
 
+    def problem(self, folder: Path) -> str | None:
+        """Why its checkpoint ``folder`` cannot be read (its ``checkpoint_problem``), None when it is whole."""
+        found: str | None = _load(self.checkpoint_problem)(folder)
+        return found
+
+    def model(self, folder: Path, config: Any, source: str) -> Any:
+        """Its checkpoint ``folder`` of a run trained under ``config`` as one plain model (``grpolab.models.Policy``)
+        that says it came from ``source``."""
+        return _load(self.checkpoint_model)(folder, config, source)
+
 
 _TRL_OPTION = "TRL 1.16's option; not implemented in grpolab's update"
 
 ENGINES: dict[str, Engine] = {
     "grpolab": Engine(
-        "grpolab", CheckpointLayout("step-", 6), "grpolab.train.trainer:Trainer", per_token_estimators=True,
+        "grpolab", CheckpointLayout("step-", 6), run_class="grpolab.train.trainer:Trainer",
+        checkpoint_problem="grpolab.train.checkpoint:checkpoint_problem",
+        checkpoint_model="grpolab.train.checkpoint:checkpoint_model", per_token_estimators=True,
         unsupported=(Unsupported("use_vllm", "it samples with its own decoder", "drop --use-vllm"),
                      Unsupported("entropy_target", _TRL_OPTION, "drop --entropy-target"),
                      Unsupported("top_entropy_quantile", _TRL_OPTION, "drop --top-entropy-quantile"))),
-    "trl": Engine("trl", CheckpointLayout("checkpoint-"), "grpolab.train.trl_engine.run:TRLRun",
-                  per_token_estimators=False, arm_check="grpolab.train.trl_engine.arguments:check_supported"),
+    "trl": Engine(
+        "trl", CheckpointLayout("checkpoint-"), run_class="grpolab.train.trl_engine.run:TRLRun",
+        checkpoint_problem="grpolab.train.trl_engine.checkpoints:unreadable",
+        checkpoint_model="grpolab.train.trl_engine.checkpoints:checkpoint_model", per_token_estimators=False,
+        arm_check="grpolab.train.trl_engine.arguments:check_supported"),
 }
 """engine name -> the engine; the ``engine`` setting's choices are its keys."""
 
@@ -152,6 +173,13 @@ def engine(name: str) -> Engine:
 def supports_remedy(name: str, suffix: str) -> bool:
     """Whether engine ``name`` runs the remedy of ``suffix``."""
     return suffix in engine(name).remedies
+
+
+def checkpoint_folders(run_dir: Path) -> dict[int, tuple[Engine, Path]]:
+    """step -> (the engine whose layout names the folder, the folder) of every checkpoint folder in ``run_dir``
+    (where two engines' folders hold one step, the later engine's)."""
+    root = Path(run_dir) / "checkpoints"
+    return {step: (row, path) for row in ENGINES.values() for step, path in row.checkpoints.folders(root)}
 
 
 def has_checkpoint(run_dir: Path) -> bool:

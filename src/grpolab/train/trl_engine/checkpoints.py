@@ -19,6 +19,7 @@ import json
 import shutil
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpolab import capabilities
 from grpolab.config import TrainConfig
@@ -26,8 +27,11 @@ from grpolab.io import atomic_write_text
 from grpolab.train.checkpoint import file_sha256
 from grpolab.train.identity import run_identity
 
-__all__ = ["LAYOUT", "SEAL", "any_checkpoint", "checkpoint_problem", "latest_checkpoint", "prune", "record_identity",
-           "seal"]
+if TYPE_CHECKING:
+    from grpolab.models import Policy
+
+__all__ = ["LAYOUT", "SEAL", "any_checkpoint", "checkpoint_model", "checkpoint_problem", "latest_checkpoint", "prune",
+           "record_identity", "seal", "unreadable"]
 
 SEAL = "checksums.json"
 LAYOUT = capabilities.engine("trl").checkpoints
@@ -77,6 +81,23 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
         if file_sha256(path) != digest:
             return f"{name} does not match its checksum"
     return None
+
+
+def unreadable(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be read, as the end of "its checkpoint <folder> ..." (the engine's
+    ``checkpoint_problem``), None when its files match their seal."""
+    problem = checkpoint_problem(checkpoint)
+    return None if problem is None else f"cannot be read ({problem})"
+
+
+def checkpoint_model(checkpoint: Path, config: TrainConfig, source: str) -> Policy:
+    """``checkpoint`` as one plain model (saying it came from ``source``): TRL saved a
+    peft adapter, merged here into the run's base model, or a whole model."""
+    from grpolab.models import load_lora_adapter, load_policy
+
+    if (checkpoint / "adapter_config.json").is_file():
+        return load_lora_adapter(checkpoint, config.model, source)
+    return load_policy(str(checkpoint))
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
