@@ -3,6 +3,7 @@ its refused settings, its checkpoint folders and the check a sweep runs on each 
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,17 @@ def test_each_checkpoint_folder_is_read_by_the_engine_whose_layout_names_it(tmp_
         3: ("grpolab", "step-000003"), 4: ("trl", "checkpoint-4")}
     assert found[3][0].problem(found[3][1]) == "does not match its checksums"  # an empty folder is not whole
     assert found[4][0].problem(found[4][1]).startswith("cannot be read (it has no checksums.json")
+
+
+@pytest.mark.parametrize("name", list(capabilities.ENGINES))
+def test_every_dotted_path_an_engine_declares_names_a_callable(name: str) -> None:
+    row = capabilities.engine(name)
+    paths = [row.run_class, row.checkpoint_problem, row.checkpoint_model, row.arm_check]
+    if name == "trl":
+        pytest.importorskip("trl")  # its run class imports TRL
+    for dotted in filter(None, paths):
+        module, attribute = dotted.split(":")
+        assert callable(getattr(importlib.import_module(module), attribute)), dotted
 
 
 def test_a_layout_names_and_reads_its_folders_oldest_first_by_number(tmp_path: Path) -> None:
