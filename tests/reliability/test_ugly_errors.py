@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from tests.reliability.conftest import assert_one_line_error, run_cli
 
+from grpolab.capabilities import checkpoint_folders
 from grpolab.config import CompareConfig, TrainConfig
 from grpolab.errors import UserError
-from grpolab.export.source import _checkpoint_folders
 from grpolab.sweep import compare
 from grpolab.sweep.plan import plan_runs
 from grpolab.train.checkpoint import checkpoint_dirs
@@ -34,7 +34,8 @@ def test_a_checkpoint_name_with_digits_that_are_not_ascii_is_left_out(name: str,
     (root / name.replace("step-", "checkpoint-")).mkdir()
     (root / "checkpoint-7").mkdir()
     assert checkpoint_dirs(root) == [root / "step-000002"]  # before: int("²") raised ValueError
-    assert _checkpoint_folders(tmp_path) == {2: root / "step-000002", 7: root / "checkpoint-7"}
+    assert {step: path for step, (_, path) in checkpoint_folders(tmp_path).items()} == {
+        2: root / "step-000002", 7: root / "checkpoint-7"}
 
 
 def test_a_resume_beside_a_superscript_checkpoint_folder_goes_on(finished_run: Path, capsys) -> None:

@@ -73,7 +73,7 @@ def validate(config: Any) -> None:
     _validate_mappings(config)
     _validate_ranges(config)
     report_backends(config)
-    capabilities.check_settings(config)  # what the engine's row refuses (the rest when a run or a sweep starts)
+    capabilities.engine(config.engine).check(config)  # what the engine refuses (the rest when a run or sweep starts)
 
 
 # setting -> an example of its value, for the error message

@@ -3,7 +3,8 @@
 A run is exported from its ``final/`` model (the default) or from one checkpoint (``step``): grpolab's engine keeps
 ``checkpoints/step-NNNNNN/`` (the trainable weights by name, ``grpolab.train.checkpoint``), the TRL engine
 ``checkpoints/checkpoint-N/`` (TRL's own save: a peft adapter or a full model, sealed by
-``grpolab.train.trl_engine.checkpoints``). ``read_run`` refuses, in one line naming the run, a directory that is no
+``grpolab.train.trl_engine.checkpoints``); each folder is checked and read by the engine whose layout names it
+(``grpolab.capabilities.checkpoint_folders``). ``read_run`` refuses, in one line naming the run, a directory that is no
 run, a damaged ``config.yaml`` or ``summary.json``, a diverged run, an unfinished run (without ``step``), and a
 missing or damaged checkpoint. ``load_model`` loads through ``grpolab.models`` (the final model as ``grpolab eval
 --model RUN`` loads it, a LoRA adapter merged into its base with peft's ``merge_and_unload``) and refuses NaN or
@@ -16,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpolab import capabilities
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
-from grpolab.io import number_after, numbered
-from grpolab.models import Policy, check_finite_weights, load_lora_adapter, load_policy
-from grpolab.train.checkpoint import checkpoint_dirs, verify_checkpoint
+from grpolab.models import Policy, check_finite_weights, load_policy
 from grpolab.train.no_signal import NO_SIGNAL
 from grpolab.train.runlog import read_summary
 from grpolab.train.settings import load_saved_config
@@ -96,38 +96,22 @@ def _summary(run_dir: Path) -> dict[str, Any] | None:
     return summary
 
 
-def _checkpoint_folders(run_dir: Path) -> dict[int, Path]:
-    """step -> checkpoint folder: grpolab's ``step-NNNNNN`` and the TRL engine's ``checkpoint-N``."""
-    root = run_dir / "checkpoints"
-    found = {number_after("step-", path.name): path for path in checkpoint_dirs(root)}
-    found.update({step: path for step, path in numbered(root, "checkpoint-") if path.is_dir()})
-    return found
-
-
 def _steps_text(run_dir: Path) -> str:
-    steps = sorted(_checkpoint_folders(run_dir))
+    steps = sorted(capabilities.checkpoint_folders(run_dir))
     return f"it keeps checkpoints of step(s) {', '.join(map(str, steps))}" if steps else "it keeps no checkpoint"
 
 
 def _checkpoint(run_dir: Path, step: int) -> Path:
     """The checkpoint folder of ``step``, whole (its checksums match), or ``UserError`` naming the run."""
-    path = _checkpoint_folders(run_dir).get(step)
-    if path is None:
+    found = capabilities.checkpoint_folders(run_dir).get(step)
+    if found is None:
         raise UserError(f"run {run_dir} has no checkpoint of step {step}; {_steps_text(run_dir)} (grpolab keeps "
                         "--keep-checkpoints of them, every --checkpoint-every steps)")
-    problem = _checkpoint_damage(path)
+    engine, path = found
+    problem = engine.problem(path)
     if problem:
         raise UserError(f"run {run_dir} is damaged: its checkpoint {path.name} {problem}; export another --step")
     return path
-
-
-def _checkpoint_damage(path: Path) -> str | None:
-    if path.name.startswith("step-"):
-        return None if verify_checkpoint(path) else "does not match its checksums"
-    from grpolab.train.trl_engine.checkpoints import checkpoint_problem
-
-    problem = checkpoint_problem(path)
-    return None if problem is None else f"cannot be read ({problem})"
 
 
 def load_model(source: RunSource) -> Policy:
@@ -153,32 +137,7 @@ def _path_name(path: Path) -> str:
 
 
 def _load_checkpoint(source: RunSource) -> Policy:
-    checkpoint, config = source.checkpoint, source.config
-    if checkpoint.name.startswith("checkpoint-"):  # the TRL engine's: TRL saved a peft adapter or a whole model
-        if (checkpoint / "adapter_config.json").is_file():
-            return load_lora_adapter(checkpoint, config.model, str(source.run_dir))
-        return load_policy(_path_name(checkpoint))
-    return _load_own_checkpoint(checkpoint, config, str(source.run_dir))
-
-
-def _load_own_checkpoint(checkpoint: Path, config: TrainConfig, source: str) -> Policy:
-    """A checkpoint of grpolab's engine: the base model, LoRA-wrapped as the run trained it (``wrap_lora``), with the
-    checkpoint's trainable weights copied in by name, then merged."""
-    import torch
-    from safetensors.torch import load_file
-
-    from grpolab.train.lifecycle import wrap_lora
-
-    base = load_policy(config.model)
-    model = wrap_lora(base.model, config) if config.lora else base.model
-    weights = load_file(str(checkpoint / "weights.safetensors"))
-    params = dict(model.named_parameters())
-    unknown = sorted(set(weights) - set(params))
-    if unknown:
-        raise UserError(f"the checkpoint {checkpoint} does not match the run's model {config.model!r} (it holds "
-                        f"{unknown[0]}); export the run's final model instead")
-    with torch.no_grad():
-        for name, tensor in weights.items():
-            params[name].copy_(tensor)
-    merged = model.merge_and_unload() if config.lora else model
-    return Policy(merged, base.tokenizer, source, config.model)
+    """The chosen checkpoint as one plain model, read by the engine whose folder it is."""
+    engine, checkpoint = capabilities.checkpoint_folders(source.run_dir)[source.step]
+    policy: Policy = engine.model(checkpoint, source.config, str(source.run_dir))
+    return policy

@@ -57,7 +57,7 @@ from safetensors import safe_open
 
 from grpolab.errors import UserError
 from grpolab.mechanism.runs import ReportedRun
-from grpolab.train.checkpoint import checkpoint_dirs, verify_checkpoint
+from grpolab.train.checkpoint import LAYOUT, verify_checkpoint
 
 __all__ = ["MEASURES", "SETTINGS_HINT", "adam_noise_floor", "adam_rms_ratio", "checkpoint_chain", "gram_measures",
            "momentum_noise_cosines", "update_gram", "update_rows"]
@@ -81,13 +81,13 @@ def checkpoint_chain(run: ReportedRun) -> Chain:
     the first one whose files do not match its ``checksums.json`` (a flipped bit, a truncated file): one
     damaged snapshot would change every measure of the run (a flipped exponent bit made ``update_norm`` 2.4e37)."""
     root = run.run_dir / "checkpoints"
-    found = [p for p in checkpoint_dirs(root) if (p / "weights.safetensors").is_file()]
+    kept = [(step, path) for step, path in LAYOUT.folders(root) if (path / "weights.safetensors").is_file()]
+    steps, found = [step for step, _ in kept], [path for _, path in kept]
     for path in found:
         if not verify_checkpoint(path):
             raise UserError(f"checkpoint {path} of run {run.run_id} is damaged (its files do not match its "
                             "checksums.json), so its updates cannot be measured; restore the run from a copy, or "
                             "leave out the updates (--parts without updates)")
-    steps = [int(p.name.removeprefix("step-")) for p in found]
     every = run.config.checkpoint_every
     first_is_regular = bool(steps) and (steps[0] <= every if every > 0 else len(steps) == 1)
     return Chain(steps, found, first_is_regular)

@@ -139,10 +139,11 @@ def _check_engine(base: TrainConfig, cells: list[Cell]) -> None:
     as written (``+replay``), not by the setting it switches on."""
     for cell in cells:
         _check_arm_remedies(cell.estimator, base.engine)
-    if capabilities.engine(base.engine).arm_check is None:
+    engine = capabilities.engine(base.engine)
+    if engine.arm_check is None:
         return
     for cell in cells:
-        capabilities.check_arm(run_config(base, cell, seed=base.seed, lr=base.lr))
+        engine.check_arm(run_config(base, cell, seed=base.seed, lr=base.lr))
 
 
 def _check_arm_remedies(arm: str, engine: str) -> None:

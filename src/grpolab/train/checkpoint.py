@@ -24,19 +24,26 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from grpolab import capabilities
 from grpolab.checksums import file_sha256
+from grpolab.config import TrainConfig
 from grpolab.devices import to_host
-from grpolab.io import fsync_dir, is_write_error, numbered, write_error
+from grpolab.errors import UserError
+from grpolab.io import fsync_dir, is_write_error, write_error
 
-__all__ = ["Checkpoint", "checkpoint_dirs", "checkpoint_settings", "file_sha256", "load_latest", "save_checkpoint",
-           "verify_checkpoint"]
+if TYPE_CHECKING:
+    from grpolab.models import Policy
+
+__all__ = ["LAYOUT", "Checkpoint", "checkpoint_dirs", "checkpoint_model", "checkpoint_problem", "checkpoint_settings",
+           "file_sha256", "load_latest", "save_checkpoint", "verify_checkpoint"]
 
 _FILES = ("weights.safetensors", "optimizer.safetensors", "state.json")
+LAYOUT = capabilities.engine("grpolab").checkpoints  # this engine's folder names: step-000010
 
 
 @dataclass
@@ -96,7 +103,7 @@ def save_checkpoint(
     """Write checkpoint ``step`` atomically and keep only the ``keep`` newest ones; a failed write (disk full)
     leaves no temporary directory and raises a one-line ``UserError``."""
     root = run_dir / "checkpoints"
-    final = root / f"step-{step:06d}"
+    final = root / LAYOUT.name(step)
     staging: Path | None = None
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -140,8 +147,9 @@ def _identity(state: dict[str, Any]) -> dict[str, Any]:
 
 def checkpoint_dirs(root: Path) -> list[Path]:
     """The ``step-N`` directories under ``root``, oldest first by the number N (as text, ``step-1000000``
-    would sort before ``step-999999``); names whose N is not a number are left out."""
-    return [path for _, path in numbered(root, "step-")]
+    would sort before ``step-999999``); names whose N is not a number are left out (the engine's
+    ``CheckpointLayout``)."""
+    return [path for _, path in LAYOUT.folders(root)]
 
 
 def _prune(root: Path, keep: int) -> None:
@@ -156,6 +164,33 @@ def verify_checkpoint(path: Path) -> bool:
     """Whether checkpoint ``path`` is whole: ``checksums.json`` readable and every file's SHA-256 equal to it
     (a flipped bit, a truncated or missing file, a missing or garbage ``checksums.json``: False)."""
     return _verify(path)
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why checkpoint ``path`` cannot be read (the engine's ``checkpoint_problem``), None when it is whole."""
+    return None if _verify(path) else "does not match its checksums"
+
+
+def checkpoint_model(checkpoint: Path, config: TrainConfig, source: str) -> Policy:
+    """Checkpoint ``checkpoint`` of a run trained under ``config`` as one plain model (saying it came from
+    ``source``): the base model, LoRA-wrapped as the run trained it
+    (``wrap_lora``), with the checkpoint's trainable weights copied in by name, then merged."""
+    from grpolab.models import Policy, load_policy
+    from grpolab.train.lifecycle import wrap_lora
+
+    base = load_policy(config.model)
+    model = wrap_lora(base.model, config) if config.lora else base.model
+    weights = load_file(str(checkpoint / "weights.safetensors"))
+    params = dict(model.named_parameters())
+    unknown = sorted(set(weights) - set(params))
+    if unknown:
+        raise UserError(f"the checkpoint {checkpoint} does not match the run's model {config.model!r} (it holds "
+                        f"{unknown[0]}); export the run's final model instead")
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            params[name].copy_(tensor)
+    merged = model.merge_and_unload() if config.lora else model
+    return Policy(merged, base.tokenizer, source, config.model)
 
 
 def _verify(path: Path) -> bool:

@@ -1,10 +1,10 @@
 """The engine dispatch: ``start()`` sets a run up with the engine its config names, ``train()`` sets it up and runs it.
 
 ``engine: grpolab`` is grpolab's own engine (``grpolab.train.trainer``); ``engine: trl`` is TRL's
-``GRPOTrainer`` under grpolab's run (``grpolab.train.trl_engine``, imported only when asked for, so that a run of
-the own engine never loads TRL). Both run inside the run shell (``grpolab.train.shell``). What each engine supports
-(remedies, per-token estimators, checkpoint folders, refused settings) is its row in ``grpolab.capabilities``; this
-module and that table are the only ones that compare an engine's name.
+``GRPOTrainer`` under grpolab's run (``grpolab.train.trl_engine``). Each engine is one object in the engine registry
+(``grpolab.capabilities.ENGINES``): its checks, its checkpoint layout and its run class, which ``start`` imports only
+when a run of that engine starts, so that a run of the own engine never loads TRL. The run class's instance is an
+``EngineRun``; both engines' runs live inside the run shell (``grpolab.train.shell``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from grpolab import capabilities
 from grpolab.config import TrainConfig
 from grpolab.train.lifecycle import RunResult
 from grpolab.train.shell import RunShell
@@ -36,15 +37,9 @@ def start(config: TrainConfig, run_dir: str | Path, *, resume: bool = False, on_
           start_eval_cache: Path | None = None, overwrite: bool = False) -> EngineRun:
     """Set one run up with the config's engine: the run directory locked, the settings checked, the task and the
     model loaded, a checkpoint restored on ``resume``; the arguments are ``train``'s."""
-    if config.engine == "trl":
-        from grpolab.train.trl_engine.run import TRLRun
-
-        return TRLRun(config, Path(run_dir), resume=resume, on_step=on_step, start_eval_cache=start_eval_cache,
-                      overwrite=overwrite)
-    from grpolab.train.trainer import Trainer
-
-    return Trainer(config, run_dir, resume=resume, on_step=on_step, start_eval_cache=start_eval_cache,
-                   overwrite=overwrite)
+    run: EngineRun = capabilities.engine(config.engine).start(
+        config, Path(run_dir), resume=resume, on_step=on_step, start_eval_cache=start_eval_cache, overwrite=overwrite)
+    return run
 
 
 def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,

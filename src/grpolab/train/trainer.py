@@ -396,8 +396,8 @@ class Trainer:
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a checkpoint of this engine (its ``checkpoint_glob``: ``checkpoints/step-*``)."""
-    return capabilities.has_checkpoint(run_dir, "grpolab")
+    """Whether ``run_dir`` holds a checkpoint of this engine (its layout: ``checkpoints/step-N``)."""
+    return capabilities.engine("grpolab").has_checkpoint(run_dir)
 
 
 def _check_estimator(config: TrainConfig) -> None:

@@ -22,27 +22,33 @@ import json
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from grpolab import capabilities
 from grpolab.checksums import SEAL, seal_folder, seal_problem
 from grpolab.config import TrainConfig
-from grpolab.io import atomic_write_text, numbered
+from grpolab.io import atomic_write_text
 from grpolab.train.identity import run_identity
 
-__all__ = ["SEAL", "any_checkpoint", "checkpoint_problem", "latest_checkpoint", "prune", "record_state", "seal",
-           "trl_checkpoint_settings"]
+if TYPE_CHECKING:
+    from grpolab.models import Policy
+
+__all__ = ["LAYOUT", "SEAL", "any_checkpoint", "checkpoint_model", "checkpoint_problem", "latest_checkpoint", "prune",
+           "record_state", "seal", "trl_checkpoint_settings", "unreadable"]
+
+LAYOUT = capabilities.engine("trl").checkpoints
+"""TRL's folder names, ``checkpoint-N`` for N optimiser steps (``grpolab.capabilities``)."""
 
 
 
 def _checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """(optimiser step, path) of every checkpoint directory, newest first (steps compared as numbers)."""
-    found = [(step, path) for step, path in numbered(Path(run_dir) / "checkpoints", "checkpoint-") if path.is_dir()]
-    return found[::-1]
+    return LAYOUT.folders(Path(run_dir) / "checkpoints")[::-1]
 
 
 def any_checkpoint(run_dir: Path) -> bool:
     """Whether the run directory holds any TRL checkpoint, whole or not (a fresh run must not replace it)."""
-    return bool(_checkpoints(run_dir))
+    return capabilities.engine("trl").has_checkpoint(run_dir)
 
 
 def record_state(checkpoint: Path, config: TrainConfig) -> None:
@@ -61,6 +67,23 @@ def seal(checkpoint: Path) -> None:
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """Why ``checkpoint`` cannot be resumed from, or None when its files match its seal."""
     return seal_problem(checkpoint, required=("trainer_state.json",))
+
+
+def unreadable(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be read, as the end of "its checkpoint <folder> ..." (the engine's
+    ``checkpoint_problem``), None when its files match their seal."""
+    problem = checkpoint_problem(checkpoint)
+    return None if problem is None else f"cannot be read ({problem})"
+
+
+def checkpoint_model(checkpoint: Path, config: TrainConfig, source: str) -> Policy:
+    """``checkpoint`` as one plain model (saying it came from ``source``): TRL saved a
+    peft adapter, merged here into the run's base model, or a whole model."""
+    from grpolab.models import load_lora_adapter, load_policy
+
+    if (checkpoint / "adapter_config.json").is_file():
+        return load_lora_adapter(checkpoint, config.model, source)
+    return load_policy(str(checkpoint))
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

@@ -39,7 +39,7 @@ from grpolab.integrations.trl import GRPOTrainer
 from grpolab.metric_keys import COMPUTE, lookup, trl_names
 from grpolab.train.divergence import non_finite_metric
 from grpolab.train.shell import RunShell, rollout_figures, rollout_table
-from grpolab.train.trl_engine.checkpoints import prune, record_state, seal
+from grpolab.train.trl_engine.checkpoints import LAYOUT, prune, record_state, seal
 
 __all__ = ["RecordingGRPOTrainer", "RolloutRecord", "RunRecorder", "compute_summary"]
 
@@ -122,7 +122,7 @@ class RunRecorder(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.drain()  # a checkpoint's steps are in rollouts/ and durable in metrics.jsonl too
         if self.shell.writer:  # TRL's save has returned: seal what it wrote, then rotate (trl_engine.checkpoints)
-            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            checkpoint = Path(args.output_dir) / LAYOUT.name(state.global_step)
             record_state(checkpoint, self.shell.config)
             seal(checkpoint)
             prune(self.shell.run_dir, self.shell.config.keep_checkpoints)
