@@ -171,11 +171,12 @@ def test_clipped_indicator_splits_into_low_and_high_bounds() -> None:
     assert (terms.clipped_dual == 0).all()
 
 
-def _grad(objective_kwargs: dict, logprobs: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor,
-          mask: torch.Tensor, mode: str = "token_mean") -> tuple[PolicyLossTerms, torch.Tensor]:
-    """The terms of ``policy_loss`` and d aggregate / d logprobs [B, T]."""
+def _grad(options: dict, logprobs: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+          mode: str = "token_mean", **tensors: torch.Tensor) -> tuple[PolicyLossTerms, torch.Tensor]:
+    """The terms of ``policy_loss`` under ``LossOptions(**options)`` (and its tensor arguments ``tensors``) and
+    d aggregate / d logprobs [B, T]."""
     leaf = logprobs.clone().requires_grad_(True)
-    terms = policy_loss(leaf, old, advantages, LossOptions(**objective_kwargs), mask=mask)
+    terms = policy_loss(leaf, old, advantages, LossOptions(**options), mask=mask, **tensors)
     aggregate(terms.loss, mask, mode).backward()
     return terms, leaf.grad
 
@@ -482,12 +483,12 @@ def test_truncated_is_weights_hand_values() -> None:
 def test_is_weights_scale_the_policy_term_not_the_kl() -> None:
     weights = torch.tensor([[1.5, 0.5, 1.0], [2.0, 1.0, 0.25]], dtype=F64)
     ref = OLD - 0.2
-    terms, _ = _grad({"is_weights": weights, "ref_logprobs": ref, "beta": 0.1}, LOGPROBS, OLD, ADVANTAGES, ONES)
-    plain, _ = _grad({"ref_logprobs": ref, "beta": 0.1}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    terms, _ = _grad({"beta": 0.1}, LOGPROBS, OLD, ADVANTAGES, ONES, is_weights=weights, ref_logprobs=ref)
+    plain, _ = _grad({"beta": 0.1}, LOGPROBS, OLD, ADVANTAGES, ONES, ref_logprobs=ref)
     policy_term = plain.loss - 0.1 * plain.kl
     torch.testing.assert_close(terms.loss, weights * policy_term + 0.1 * plain.kl)
     _, unweighted = _grad({}, LOGPROBS, OLD, ADVANTAGES, ONES)
-    _, weighted = _grad({"is_weights": weights}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    _, weighted = _grad({}, LOGPROBS, OLD, ADVANTAGES, ONES, is_weights=weights)
     torch.testing.assert_close(weighted, weights * unweighted)
 
 
@@ -501,7 +502,7 @@ def test_tis_with_an_infinite_cap_and_matching_sampler_is_no_correction(seed: in
     mask = torch.ones(3, 4, dtype=F64)
     weights = truncated_is_weights(old, old.clone(), math.inf)
     assert (weights == 1).all()
-    corrected, corrected_grad = _grad({"is_weights": weights.to(F64)}, logprobs, old, advantages, mask)
+    corrected, corrected_grad = _grad({}, logprobs, old, advantages, mask, is_weights=weights.to(F64))
     plain, plain_grad = _grad({}, logprobs, old, advantages, mask)
     torch.testing.assert_close(corrected.loss, plain.loss)
     torch.testing.assert_close(corrected_grad, plain_grad)

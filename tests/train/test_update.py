@@ -46,8 +46,9 @@ CASES = {
 
 
 def _terms(options: LossOptions) -> PolicyLossTerms:
-    return policy_loss(LOGPROBS, OLD, ADVANTAGES, options, ref_logprobs=LOGPROBS - 0.3, mask=MASK,
-                       sampling_logprobs=LOGPROBS + 0.5)  # KL(sampler || policy) 0.5 per token
+    return policy_loss(
+        LOGPROBS, OLD, ADVANTAGES, options, ref_logprobs=LOGPROBS - 0.3, mask=MASK, sampling_logprobs=LOGPROBS + 0.5
+    )  # KL(sampler || policy) 0.5 per token
 
 
 def test_every_option_has_a_case() -> None:
@@ -59,8 +60,11 @@ def test_each_option_changes_the_policy_loss(name: str) -> None:
     base, value = CASES[name]
     assert getattr(base, name) != value
     before, after = _terms(base), _terms(replace(base, **{name: value}))
-    changed = [part for part in ("loss", "clipped_low", "clipped_high", "clipped_dual", "off_policy_masked")
-               if not torch.equal(getattr(before, part), getattr(after, part))]
+    changed = [
+        part
+        for part in ("loss", "clipped_low", "clipped_high", "clipped_dual", "off_policy_masked")
+        if not torch.equal(getattr(before, part), getattr(after, part))
+    ]
     assert changed, name
 
 
