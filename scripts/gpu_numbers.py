@@ -55,7 +55,8 @@ from grpolab.models import load_policy  # noqa: E402
 from grpolab.tasks import get_task  # noqa: E402
 from grpolab.train.batch import StepBatch  # noqa: E402
 from grpolab.train.shell import step_problems  # noqa: E402
-from grpolab.train.step import UpdateSettings, estimator_statistics, step_advantages, update_policy  # noqa: E402
+from grpolab.train.step_advantages import estimator_statistics, step_advantages  # noqa: E402
+from grpolab.train.update import update_policy  # noqa: E402
 from grpolab.verifiers import get_verifier  # noqa: E402
 
 FLOAT32_MAX_GAP = 1e-3
@@ -263,7 +264,7 @@ def _parameter_change(policy, config: TrainConfig, batch: StepBatch, device: tor
     before = torch.cat([p.detach().float().flatten().cpu() for p in params])
     advantages = step_advantages(batch, config, max_length=24, statistics=estimator_statistics(model, batch, config))
     optimizer = torch.optim.SGD(params, lr=1.0)
-    update_policy(model, optimizer, batch, advantages, UpdateSettings.of(config), lr=1.0, max_length=24,
+    update_policy(model, optimizer, batch, advantages, config, lr=1.0, max_length=24,
                   reference=reference)
     return torch.cat([p.detach().float().flatten().cpu() for p in params]) - before
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from grpolab.losses import (
     AGGREGATION_MODES,
+    LossOptions,
     PolicyLossTerms,
     aggregate,
     aggregation_denominator,
@@ -48,7 +49,7 @@ def test_policy_loss_asymmetric_clip_hand_table() -> None:
     # A = -1: r 1.1 -> max(1.1, 1.1)    = 1.1 (inside)
     #         r 1.5 -> max(1.5, 1.28)   = 1.5 (above the range, but A < 0: unclipped branch)
     #         r 0.5 -> max(0.5, 0.8)    = 0.8 (clipped at 1 - eps_low)
-    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES, epsilon_low=0.2, epsilon_high=0.28)
+    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(epsilon_low=0.2, epsilon_high=0.28))
     assert isinstance(terms, PolicyLossTerms)
     expected = torch.tensor([[-2.2, -2.56, -1.0], [1.1, 1.5, 0.8]], dtype=F64)
     torch.testing.assert_close(terms.loss, expected)
@@ -59,23 +60,23 @@ def test_policy_loss_asymmetric_clip_hand_table() -> None:
 def test_policy_loss_symmetric_clip_hand_table() -> None:
     # epsilon_high=None -> [0.8, 1.2]. A = +2, r 1.5 -> max(-3.0, -2.4) = -2.4; A = -1, r 0.5 -> 0.8.
     # Small clip 0.05 -> [0.95, 1.05]: A = +2, r 1.1 -> -2.1 (clipped); A = -1, r 1.1 -> 1.1 (not clipped).
-    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES)
+    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions())
     torch.testing.assert_close(terms.loss, torch.tensor([[-2.2, -2.4, -1.0], [1.1, 1.5, 0.8]], dtype=F64))
-    narrow = policy_loss(LOGPROBS, OLD, ADVANTAGES, epsilon_low=0.05)
+    narrow = policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(epsilon_low=0.05))
     torch.testing.assert_close(narrow.loss, torch.tensor([[-2.1, -2.1, -1.0], [1.1, 1.5, 0.95]], dtype=F64))
     torch.testing.assert_close(narrow.clipped, torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=F64))
 
 
 def test_policy_loss_at_ratio_one_is_minus_advantage() -> None:
-    terms = policy_loss(OLD.clone(), OLD, ADVANTAGES)
+    terms = policy_loss(OLD.clone(), OLD, ADVANTAGES, LossOptions())
     torch.testing.assert_close(terms.loss, -ADVANTAGES[:, None].expand(2, 3))
     assert (terms.clipped == 0).all()
 
 
 def test_per_token_advantages_equal_broadcast_per_completion_advantages() -> None:
     per_token = ADVANTAGES[:, None].expand(2, 3)  # [B, T]
-    a = policy_loss(LOGPROBS, OLD, ADVANTAGES, epsilon_high=0.28)
-    b = policy_loss(LOGPROBS, OLD, per_token, epsilon_high=0.28)
+    a = policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(epsilon_high=0.28))
+    b = policy_loss(LOGPROBS, OLD, per_token, LossOptions(epsilon_high=0.28))
     torch.testing.assert_close(a.loss, b.loss)
     torch.testing.assert_close(a.clipped, b.clipped)
 
@@ -97,9 +98,8 @@ def test_policy_loss_equals_ppo_formula(
     expected = -min(ratio * advantage, min(max(ratio, 1 - eps_low), 1 + eps_high) * advantage)
     is_clipped = (ratio > 1 + eps_high and advantage > 0) or (ratio < 1 - eps_low and advantage < 0)
     old = torch.tensor([[-1.0]], dtype=F64)
-    terms = policy_loss(
-        old + log_ratio, old, torch.tensor([advantage], dtype=F64), epsilon_low=eps_low, epsilon_high=eps_high
-    )
+    options = LossOptions(epsilon_low=eps_low, epsilon_high=eps_high)
+    terms = policy_loss(old + log_ratio, old, torch.tensor([advantage], dtype=F64), options)
     assert terms.loss.item() == pytest.approx(expected, rel=1e-9, abs=1e-12)
     assert terms.clipped.item() == float(is_clipped)
 
@@ -110,9 +110,8 @@ def test_kl_k3_hand_values() -> None:
     # ref - logp = 0 -> 0.
     logprobs = torch.tensor([[-1.0, -1.0, -2.0]], dtype=F64)
     ref = torch.tensor([[-0.5, -2.0, -2.0]], dtype=F64)
-    terms = policy_loss(
-        logprobs, logprobs.detach(), torch.tensor([1.0], dtype=F64), ref_logprobs=ref, beta=0.1
-    )
+    advantage = torch.tensor([1.0], dtype=F64)
+    terms = policy_loss(logprobs, logprobs.detach(), advantage, LossOptions(beta=0.1), ref_logprobs=ref)
     expected_kl = torch.tensor([[math.exp(0.5) - 1.5, math.exp(-1.0), 0.0]], dtype=F64)
     torch.testing.assert_close(terms.kl, expected_kl)
     torch.testing.assert_close(
@@ -127,19 +126,19 @@ def test_kl_k3_hand_values() -> None:
 def test_kl_nonnegative_and_zero_at_equal_policies(log_ratio: float) -> None:
     logprobs = torch.tensor([[-1.0, -1.0]], dtype=F64)
     ref = logprobs + torch.tensor([[log_ratio, 0.0]], dtype=F64)
-    kl = policy_loss(logprobs, logprobs, torch.tensor([1.0], dtype=F64), ref_logprobs=ref, beta=1.0).kl
+    kl = policy_loss(logprobs, logprobs, torch.tensor([1.0], dtype=F64), LossOptions(beta=1.0), ref_logprobs=ref).kl
     assert kl[0, 0] >= 0
     assert kl[0, 1] == 0
 
 
 def test_beta_without_reference_rejected() -> None:
     with pytest.raises(ValueError, match="beta > 0 needs ref_logprobs"):
-        policy_loss(LOGPROBS, OLD, ADVANTAGES, beta=0.04)
+        policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(beta=0.04))
 
 
 def test_beta_zero_ignores_reference() -> None:
-    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES, ref_logprobs=OLD - 1.0)
-    torch.testing.assert_close(terms.loss, policy_loss(LOGPROBS, OLD, ADVANTAGES).loss)
+    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(), ref_logprobs=OLD - 1.0)
+    torch.testing.assert_close(terms.loss, policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions()).loss)
     assert (terms.kl == 0).all()
 
 
@@ -147,7 +146,7 @@ def test_gradient_flows_and_clipped_tokens_get_none() -> None:
     # token_mean over 6 tokens: d loss / d logp = -A r / 6 on unclipped-branch tokens, 0 on clipped ones.
     logprobs = LOGPROBS.clone().requires_grad_(True)
     ref = OLD - 0.1
-    terms = policy_loss(logprobs, OLD, ADVANTAGES, epsilon_high=0.28)
+    terms = policy_loss(logprobs, OLD, ADVANTAGES, LossOptions(epsilon_high=0.28))
     aggregate(terms.loss, torch.ones(2, 3)).backward()
     grad = logprobs.grad
     assert grad is not None and torch.isfinite(grad).all()
@@ -156,7 +155,7 @@ def test_gradient_flows_and_clipped_tokens_get_none() -> None:
     torch.testing.assert_close(grad, expected)
     # with a KL term every token gets a gradient, and all are finite
     logprobs.grad = None
-    terms = policy_loss(logprobs, OLD, ADVANTAGES, ref_logprobs=ref, beta=0.5)
+    terms = policy_loss(logprobs, OLD, ADVANTAGES, LossOptions(beta=0.5), ref_logprobs=ref)
     for mode in AGGREGATION_MODES:
         logprobs.grad = None
         aggregate(terms.loss, torch.tensor([[1, 1, 0], [1, 0, 0]]), mode).backward(retain_graph=True)
@@ -165,18 +164,19 @@ def test_gradient_flows_and_clipped_tokens_get_none() -> None:
 
 def test_clipped_indicator_splits_into_low_and_high_bounds() -> None:
     # The hand table above: A = +2, r 1.5 is clipped by the upper bound; A = -1, r 0.5 by the lower one.
-    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES, epsilon_low=0.2, epsilon_high=0.28)
+    terms = policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(epsilon_low=0.2, epsilon_high=0.28))
     torch.testing.assert_close(terms.clipped_high, torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]], dtype=F64))
     torch.testing.assert_close(terms.clipped_low, torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]], dtype=F64))
     torch.testing.assert_close(terms.clipped, terms.clipped_low + terms.clipped_high)
     assert (terms.clipped_dual == 0).all()
 
 
-def _grad(objective_kwargs: dict, logprobs: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor,
-          mask: torch.Tensor, mode: str = "token_mean") -> tuple[PolicyLossTerms, torch.Tensor]:
-    """The terms of ``policy_loss`` and d aggregate / d logprobs [B, T]."""
+def _grad(options: dict, logprobs: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+          mode: str = "token_mean", **tensors: torch.Tensor) -> tuple[PolicyLossTerms, torch.Tensor]:
+    """The terms of ``policy_loss`` under ``LossOptions(**options)`` (and its tensor arguments ``tensors``) and
+    d aggregate / d logprobs [B, T]."""
     leaf = logprobs.clone().requires_grad_(True)
-    terms = policy_loss(leaf, old, advantages, mask=mask, **objective_kwargs)
+    terms = policy_loss(leaf, old, advantages, LossOptions(**options), mask=mask, **tensors)
     aggregate(terms.loss, mask, mode).backward()
     return terms, leaf.grad
 
@@ -255,7 +255,7 @@ def test_gspo_on_one_token_sequences_equals_the_token_ratio(seed: int, objective
 
 def test_sequence_level_without_a_mask_is_refused() -> None:
     with pytest.raises(ValueError, match="needs the completion mask"):
-        policy_loss(LOGPROBS, OLD, ADVANTAGES, importance_sampling_level="sequence")
+        policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(importance_sampling_level="sequence"))
     with pytest.raises(ValueError, match="unknown importance_sampling_level 'seq'"):
         importance_log_ratio(LOGPROBS, OLD, level="seq")
 
@@ -298,9 +298,9 @@ def test_cispo_without_clipping_has_the_plain_policy_gradient(seed: int) -> None
 
 def test_cispo_refuses_the_dual_clip() -> None:
     with pytest.raises(ValueError, match="dual clip applies to the clipped objective"):
-        policy_loss(LOGPROBS, OLD, ADVANTAGES, objective="cispo", dual_clip_c=3.0)
+        policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(objective="cispo", dual_clip_c=3.0))
     with pytest.raises(ValueError, match="unknown objective 'ppo'"):
-        policy_loss(LOGPROBS, OLD, ADVANTAGES, objective="ppo")
+        policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(objective="ppo"))
 
 
 # ---------------------------------------------------------------------------- TRL 1.16's SAPO, LUSPO and VESPO
@@ -318,7 +318,8 @@ def test_sapo_hand_computed_loss_and_gradient() -> None:
     loss = [[-a * g * 4 / tau for g in row] for a, tau, row in zip([2.0, -1.0], taus, gate, strict=True)]
     grad = [[-a * 4 * g * (1 - g) * r / 6 for g, r in zip(row, RATIOS, strict=True)]
             for a, row in zip([2.0, -1.0], gate, strict=True)]
-    terms, got = _grad({"objective": "sapo", "sapo_temperatures": (1.0, 1.05)}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    temperatures = {"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05}
+    terms, got = _grad({"objective": "sapo", **temperatures}, LOGPROBS, OLD, ADVANTAGES, ONES)
     torch.testing.assert_close(terms.loss, torch.tensor(loss, dtype=F64))
     torch.testing.assert_close(got, torch.tensor(grad, dtype=F64))
     assert terms.loss[0, 0].item() == pytest.approx(-8 * 0.52497918747894)  # sigmoid(0.1), tau 1
@@ -331,8 +332,8 @@ def test_luspo_is_the_clipped_loss_times_the_length_and_trls_sum_over_sequences(
     # Rows of 3 and 2 loss tokens: luspo = clip loss * [3, 2]; aggregated as seq_mean_token_mean it is TRL's
     # mean_b sum_t clip loss, i.e. the clipped loss aggregated as seq_mean_token_sum.
     options = {"epsilon_high": 0.28, "importance_sampling_level": "sequence"}
-    clip = policy_loss(SEQ_LOGPROBS, SEQ_OLD, ADVANTAGES, mask=SEQ_MASK, **options)
-    luspo = policy_loss(SEQ_LOGPROBS, SEQ_OLD, ADVANTAGES, mask=SEQ_MASK, objective="luspo", **options)
+    clip = policy_loss(SEQ_LOGPROBS, SEQ_OLD, ADVANTAGES, LossOptions(**options), mask=SEQ_MASK)
+    luspo = policy_loss(SEQ_LOGPROBS, SEQ_OLD, ADVANTAGES, LossOptions(objective="luspo", **options), mask=SEQ_MASK)
     torch.testing.assert_close(luspo.loss, clip.loss * torch.tensor([[3.0], [2.0]], dtype=F64))
     # sequence ratios e^0.1 (row 0, A = 2, inside 1.28) and e^0.3 = 1.35 (row 1, A = -1, unclipped above)
     expected = (3 * -2 * math.exp(0.1) + 2 * math.exp(0.3)) / 2
@@ -359,7 +360,7 @@ def test_vespo_hand_computed_weights_loss_and_gradient() -> None:
 
 def test_vespo_folds_the_tis_weights_into_w_instead_of_multiplying() -> None:
     is_weights = torch.tensor([[2.0, 1.0, 1.0], [0.5, 1.0, 1.0]], dtype=F64)  # w x 2 (row 0), x 0.5 (row 1)
-    with_is = policy_loss(LOGPROBS, OLD, ADVANTAGES, mask=ONES, objective="vespo", is_weights=is_weights)
+    with_is = policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(objective="vespo"), mask=ONES, is_weights=is_weights)
     w = torch.tensor([[0.825 * 2], [0.825 * 0.5]], dtype=F64)
     k, lam = torch.tensor([[2.0], [3.0]], dtype=F64), torch.tensor([[3.0], [2.0]], dtype=F64)
     phi = torch.exp(lam + k * torch.log(w) - lam * w)
@@ -381,7 +382,7 @@ def test_vespo_weights_match_trls_gamma_weights() -> None:
 @pytest.mark.parametrize("objective", ["sapo", "vespo"])
 def test_the_soft_objectives_refuse_the_dual_clip(objective: str) -> None:
     with pytest.raises(ValueError, match=f"not to {objective}"):
-        policy_loss(LOGPROBS, OLD, ADVANTAGES, mask=ONES, objective=objective, dual_clip_c=3.0)
+        policy_loss(LOGPROBS, OLD, ADVANTAGES, LossOptions(objective=objective, dual_clip_c=3.0), mask=ONES)
 
 
 # ---------------------------------------------------------------------------- off-policy sequence masking
@@ -396,12 +397,12 @@ def test_off_policy_mask_hand_computed() -> None:
     advantages = torch.tensor([[2.0], [-1.0], [-1.0]], dtype=F64)
     keep = off_policy_mask(advantages, logprobs, sampling, mask, 0.3)
     torch.testing.assert_close(keep, torch.tensor([[1.0], [0.0], [1.0]], dtype=F64))
-    terms = policy_loss(logprobs, logprobs, advantages[:, 0], mask=mask, off_policy_threshold=0.3,
-                        sampling_logprobs=sampling)
+    options = LossOptions(off_policy_mask_threshold=0.3)
+    terms = policy_loss(logprobs, logprobs, advantages[:, 0], options, mask=mask, sampling_logprobs=sampling)
     torch.testing.assert_close(terms.loss, -advantages * keep * torch.ones(3, 3, dtype=F64))  # ratio 1
     torch.testing.assert_close(terms.off_policy_masked, torch.tensor([[0.0] * 3, [1.0] * 3, [0.0] * 3], dtype=F64))
     # without the sampler's log-probs the KL is against old_logprobs: on-policy it is 0 and nothing is dropped
-    on_policy = policy_loss(logprobs, logprobs, advantages[:, 0], mask=mask, off_policy_threshold=0.3)
+    on_policy = policy_loss(logprobs, logprobs, advantages[:, 0], LossOptions(off_policy_mask_threshold=0.3), mask=mask)
     assert on_policy.off_policy_masked.sum() == 0
 
 
@@ -482,12 +483,12 @@ def test_truncated_is_weights_hand_values() -> None:
 def test_is_weights_scale_the_policy_term_not_the_kl() -> None:
     weights = torch.tensor([[1.5, 0.5, 1.0], [2.0, 1.0, 0.25]], dtype=F64)
     ref = OLD - 0.2
-    terms, _ = _grad({"is_weights": weights, "ref_logprobs": ref, "beta": 0.1}, LOGPROBS, OLD, ADVANTAGES, ONES)
-    plain, _ = _grad({"ref_logprobs": ref, "beta": 0.1}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    terms, _ = _grad({"beta": 0.1}, LOGPROBS, OLD, ADVANTAGES, ONES, is_weights=weights, ref_logprobs=ref)
+    plain, _ = _grad({"beta": 0.1}, LOGPROBS, OLD, ADVANTAGES, ONES, ref_logprobs=ref)
     policy_term = plain.loss - 0.1 * plain.kl
     torch.testing.assert_close(terms.loss, weights * policy_term + 0.1 * plain.kl)
     _, unweighted = _grad({}, LOGPROBS, OLD, ADVANTAGES, ONES)
-    _, weighted = _grad({"is_weights": weights}, LOGPROBS, OLD, ADVANTAGES, ONES)
+    _, weighted = _grad({}, LOGPROBS, OLD, ADVANTAGES, ONES, is_weights=weights)
     torch.testing.assert_close(weighted, weights * unweighted)
 
 
@@ -501,7 +502,7 @@ def test_tis_with_an_infinite_cap_and_matching_sampler_is_no_correction(seed: in
     mask = torch.ones(3, 4, dtype=F64)
     weights = truncated_is_weights(old, old.clone(), math.inf)
     assert (weights == 1).all()
-    corrected, corrected_grad = _grad({"is_weights": weights.to(F64)}, logprobs, old, advantages, mask)
+    corrected, corrected_grad = _grad({}, logprobs, old, advantages, mask, is_weights=weights.to(F64))
     plain, plain_grad = _grad({}, logprobs, old, advantages, mask)
     torch.testing.assert_close(corrected.loss, plain.loss)
     torch.testing.assert_close(corrected_grad, plain_grad)

@@ -16,7 +16,7 @@ from grpolab.advantages import TokenStatistics, compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.train.batch import mask_degenerate
-from grpolab.train.step import UpdateSettings, policy_token_statistics
+from grpolab.train.forward import policy_token_statistics
 
 pytestmark = pytest.mark.fast
 
@@ -132,8 +132,8 @@ def test_the_own_engine_statistics_are_the_policys_at_the_sampling_temperature()
     """``policy_token_statistics``: the log-probability of each completion token and the sum of pi^2 of the full
     softmax (at temperature 0.7), against a forward of the whole sequences by hand; 0 past each completion."""
     model, batch = BagOfTokens(seed=3), _batch(PROMPTS, COMPLETIONS, group_size=3)
-    settings = UpdateSettings.of(TrainConfig(temperature=0.7, micro_batch_size=4))
-    statistics = policy_token_statistics(model, batch, settings)
+    config = TrainConfig(temperature=0.7, micro_batch_size=4)
+    statistics = policy_token_statistics(model, batch, config)
     ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
     mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
     with torch.no_grad():

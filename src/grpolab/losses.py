@@ -1,7 +1,7 @@
 """Per-token policy losses, their importance ratios and corrections, and named loss-aggregation modes.
 
-``policy_loss`` returns the per-token loss [B, T] of one of two objectives (``objective``, the config's
-``policy_loss``):
+``policy_loss`` returns the per-token loss [B, T] of one of five objectives under its ``LossOptions`` (one value:
+the objective, the config's ``policy_loss``, and its hyper-parameters):
 
 * ``clip``: PPO's clipped surrogate (Schulman et al. 2017, arXiv 1707.06347)
   ``max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))`` with separate lower and upper clip ranges (DAPO's
@@ -85,7 +85,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["AGGREGATION_MODES", "IMPORTANCE_SAMPLING_LEVELS", "POLICY_OBJECTIVES", "PolicyLossTerms", "aggregate",
+__all__ = ["AGGREGATION_MODES", "IMPORTANCE_SAMPLING_LEVELS", "POLICY_OBJECTIVES", "LossOptions", "PolicyLossTerms",
+           "aggregate",
            "aggregation_denominator", "entropy_bonus", "importance_log_ratio", "off_policy_mask", "policy_loss",
            "rows_with_gradient", "truncated_is_weights", "vespo_weights"]
 
@@ -117,6 +118,51 @@ class PolicyLossTerms:
     clipped_high: torch.Tensor | None = None
     clipped_dual: torch.Tensor | None = None
     off_policy_masked: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """The options of ``policy_loss``: its objective and that objective's hyper-parameters (docs/losses.md). Every
+    field but ``objective`` (the config's ``policy_loss``) is the ``TrainConfig`` field of the same name, and a
+    run's come from its config (``grpolab.train.update.loss_options``); the defaults here, which leave CISPO's
+    weight unbounded, serve direct calls of ``policy_loss``."""
+
+    objective: str = "clip"
+    """One of ``POLICY_OBJECTIVES`` (module docstring)."""
+    epsilon_low: float = 0.2
+    """``clip``, ``luspo``: the ratio's lower clip bound is 1 - epsilon_low."""
+    epsilon_high: float | None = None
+    """``clip``, ``luspo``: the upper bound is 1 + epsilon_high (DAPO's clip-higher); None = epsilon_low."""
+    beta: float = 0.0
+    """Weight of the k3 KL penalty exp(ref - logp) - (ref - logp) - 1 to the reference policy."""
+    importance_sampling_level: str = "token"
+    """``token`` or ``sequence`` (GSPO); ``vespo`` ignores it."""
+    dual_clip_c: float | None = None
+    """``clip``, ``luspo``: cap the loss of A < 0 tokens at -A c (c > 1); None = off."""
+    cispo_ratio_min: float | None = None
+    """``cispo``: the lower bound of the clipped weight; None = no lower bound."""
+    cispo_ratio_max: float = math.inf
+    """``cispo``: the upper bound of the clipped weight."""
+    sapo_temperature_pos: float = 1.0
+    """``sapo``: the gate's temperature where A > 0."""
+    sapo_temperature_neg: float = 1.05
+    """``sapo``: the gate's temperature where A <= 0."""
+    vespo_k_pos: float = 2.0
+    """``vespo``: the Gamma weight's k where A >= 0."""
+    vespo_lambda_pos: float = 3.0
+    """``vespo``: the Gamma weight's lambda where A >= 0."""
+    vespo_k_neg: float = 3.0
+    """``vespo``: the Gamma weight's k where A < 0."""
+    vespo_lambda_neg: float = 2.0
+    """``vespo``: the Gamma weight's lambda where A < 0."""
+    off_policy_mask_threshold: float | None = None
+    """Drop the policy term of A < 0 completions whose mean KL(sampler || policy) exceeds it (``off_policy_mask``;
+    needs the mask); None = off."""
+
+    @property
+    def clip_high(self) -> float:
+        """The upper clip range of ``clip`` and ``luspo``: ``epsilon_high``, or ``epsilon_low`` when None."""
+        return self.epsilon_low if self.epsilon_high is None else self.epsilon_high
 
 
 def importance_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, *, level: str = "token",
@@ -153,79 +199,62 @@ def policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
+    options: LossOptions,
     *,
-    epsilon_low: float = 0.2,
-    epsilon_high: float | None = None,
     ref_logprobs: torch.Tensor | None = None,
-    beta: float = 0.0,
-    objective: str = "clip",
-    importance_sampling_level: str = "token",
     mask: torch.Tensor | None = None,
-    dual_clip_c: float | None = None,
-    cispo_ratio_min: float | None = None,
-    cispo_ratio_max: float = math.inf,
     is_weights: torch.Tensor | None = None,
-    sapo_temperatures: tuple[float, float] = (1.0, 1.05),
-    vespo_shape: tuple[float, float, float, float] = (2.0, 3.0, 3.0, 2.0),
-    off_policy_threshold: float | None = None,
     sampling_logprobs: torch.Tensor | None = None,
 ) -> PolicyLossTerms:
-    """The per-token policy loss of ``objective`` (see the module docstring for formulas and papers).
+    """The per-token policy loss of ``options.objective`` (see the module docstring for formulas and papers).
 
     Args:
         logprobs: [B, T] log-probabilities of the sampled tokens under the current policy (with grad).
         old_logprobs: [B, T] the same under the policy that sampled them (no grad).
         advantages: [B] (one per completion, broadcast over its tokens: outcome reward) or [B, T].
-        epsilon_low, epsilon_high: ``clip`` clips the ratio to [1 - epsilon_low, 1 + epsilon_high];
-            ``epsilon_high=None`` means symmetric clipping.
-        ref_logprobs: [B, T] log-probabilities under the frozen reference policy, needed when beta > 0.
-        beta: weight of the k3 KL penalty exp(ref - logp) - (ref - logp) - 1.
-        objective: one of ``POLICY_OBJECTIVES`` (module docstring).
-        importance_sampling_level: ``token`` or ``sequence`` (GSPO; needs ``mask``); ``vespo`` ignores it.
-        mask: [B, T] the tokens that count, for the sequence ratio's mean (and ``luspo``'s and ``vespo``'s sums).
-        dual_clip_c: ``clip`` only: cap the loss of A < 0 tokens at -A c (c > 1); None = off.
-        cispo_ratio_min, cispo_ratio_max: ``cispo`` clips the weight to [r_min, r_max]; None = no lower bound.
+        options: the objective and its hyper-parameters (``LossOptions``).
+        ref_logprobs: [B, T] log-probabilities under the frozen reference policy, needed when ``options.beta`` > 0.
+        mask: [B, T] the tokens that count, for the sequence ratio's mean (and ``luspo``'s and ``vespo``'s sums);
+            needed by the sequence ratio, ``luspo``, ``vespo`` and the off-policy mask.
         is_weights: [B, T] weights (no grad) multiplying the policy term, e.g. ``truncated_is_weights`` (``vespo``
             folds them into its sequence weight instead).
-        sapo_temperatures: ``sapo``'s (tau_pos, tau_neg).
-        vespo_shape: ``vespo``'s (k_pos, lambda_pos, k_neg, lambda_neg).
-        off_policy_threshold: drop the policy term of A < 0 completions whose mean KL(sampler || policy) exceeds
-            it (``off_policy_mask``; needs ``mask``); None = off.
-        sampling_logprobs: [B, T] the sampler's log-probs for that KL; default ``old_logprobs``.
+        sampling_logprobs: [B, T] the sampler's log-probs for the off-policy mask's KL; default ``old_logprobs``.
     """
+    objective = options.objective
     _check_choice("objective", objective, POLICY_OBJECTIVES)
-    if dual_clip_c is not None and objective not in ("clip", "luspo"):
+    if options.dual_clip_c is not None and objective not in ("clip", "luspo"):
         raise ValueError(f"the dual clip applies to the clipped objective, not to {objective}")
-    if (objective in ("luspo", "vespo") or off_policy_threshold is not None) and mask is None:
+    if (objective in ("luspo", "vespo") or options.off_policy_mask_threshold is not None) and mask is None:
         raise ValueError(f"objective {objective!r} and the off-policy mask need the completion mask to sum over")
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)  # [B, 1], broadcast over T
-    ratio = torch.exp(importance_log_ratio(logprobs, old_logprobs, level=importance_sampling_level, mask=mask))
+    log_ratio = importance_log_ratio(logprobs, old_logprobs, level=options.importance_sampling_level, mask=mask)
+    ratio = torch.exp(log_ratio)
     if objective == "vespo":
-        phi = vespo_weights(logprobs, old_logprobs, advantages, mask, *vespo_shape, is_weights=is_weights)
+        phi = vespo_weights(logprobs, old_logprobs, advantages, mask, options.vespo_k_pos, options.vespo_lambda_pos,
+                            options.vespo_k_neg, options.vespo_lambda_neg, is_weights=is_weights)
         loss = -phi * advantages * logprobs
         is_weights = None  # folded into w
         low = high = dual = torch.zeros_like(loss).detach()
     elif objective == "cispo":
-        loss, low, high = _cispo(ratio, logprobs, advantages, cispo_ratio_min, cispo_ratio_max)
+        loss, low, high = _cispo(ratio, logprobs, advantages, options.cispo_ratio_min, options.cispo_ratio_max)
         dual = torch.zeros_like(loss)
     elif objective == "sapo":
-        loss = _sapo(ratio, advantages, *sapo_temperatures)
+        loss = _sapo(ratio, advantages, options.sapo_temperature_pos, options.sapo_temperature_neg)
         low = high = dual = torch.zeros_like(loss).detach()
     elif objective in ("clip", "luspo"):
-        high_range = epsilon_low if epsilon_high is None else epsilon_high
-        loss, low, high = _clipped_surrogate(ratio, advantages, 1.0 - epsilon_low, 1.0 + high_range)
-        loss, dual = _dual_clip(loss, advantages, dual_clip_c)
+        loss, low, high = _clipped_surrogate(ratio, advantages, 1.0 - options.epsilon_low, 1.0 + options.clip_high)
+        loss, dual = _dual_clip(loss, advantages, options.dual_clip_c)
         if objective == "luspo":
             loss = loss * mask.to(loss.dtype).sum(dim=1, keepdim=True)  # |y_i|, a constant
     dropped = torch.zeros_like(loss).detach()
-    if off_policy_threshold is not None:
+    if options.off_policy_mask_threshold is not None:
         sampling = old_logprobs if sampling_logprobs is None else sampling_logprobs
-        keep = off_policy_mask(advantages, logprobs, sampling, mask, off_policy_threshold)
+        keep = off_policy_mask(advantages, logprobs, sampling, mask, options.off_policy_mask_threshold)
         loss, dropped = loss * keep, (1.0 - keep).expand_as(loss)
     if is_weights is not None:
         loss = loss * is_weights.detach()
-    loss, kl = _add_kl(loss, logprobs, ref_logprobs, beta)
+    loss, kl = _add_kl(loss, logprobs, ref_logprobs, options.beta)
     return PolicyLossTerms(loss=loss, kl=kl.detach(), clipped=low + high, clipped_low=low, clipped_high=high,
                            clipped_dual=dual, off_policy_masked=dropped)
 

@@ -22,7 +22,7 @@ from grpolab.engine import families, fast_decode
 from grpolab.engine.rollout import encode_prompts, sample, token_logprobs
 from grpolab.errors import UserError
 from grpolab.models import load_policy
-from grpolab.train.step import sampler_kl
+from grpolab.train.update import sampler_kl
 
 PROMPTS = ["1+2=", "12+34=", "7=", "123+4+56="]  # different lengths: left padding is exercised
 

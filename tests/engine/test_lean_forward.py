@@ -27,7 +27,7 @@ from grpolab.engine import lean_forward, prefix_packing
 from grpolab.engine.rollout import _positions, token_logprobs
 from grpolab.models import load_policy
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import UpdateSettings, _logprobs
+from grpolab.train.forward import policy_logprobs
 
 pytestmark = pytest.mark.fast
 
@@ -166,7 +166,7 @@ def test_other_architectures_fall_back_to_transformers() -> None:
 
 
 def test_update_log_probs_skip_unused_columns_exactly(embedded, monkeypatch) -> None:
-    """Where the rows cannot be packed, ``grpolab.train.step._logprobs`` forwards only the columns the chosen
+    """Where the rows cannot be packed, ``grpolab.train.forward.policy_logprobs`` forwards only the columns the chosen
     rows use; the log-probs of the real completion tokens are those of the full-width forward, and 0
     past the longest completion."""
     monkeypatch.setattr(prefix_packing, "logprobs", lambda *args, **kwargs: None)
@@ -178,7 +178,7 @@ def test_update_log_probs_skip_unused_columns_exactly(embedded, monkeypatch) -> 
                       entropy=torch.zeros(6, 7))
     rows = [2, 3]  # leading prompt columns are padding in both, the last completion columns too
     with torch.no_grad():
-        trimmed = _logprobs(embedded, batch, rows, UpdateSettings.of(TrainConfig()))
+        trimmed = policy_logprobs(embedded, batch, rows, TrainConfig())
         full, _ = token_logprobs(embedded, ids[rows], mask[rows], 7)
     valid = mask[rows, completion].bool()
     assert trimmed.shape == full.shape
@@ -268,7 +268,7 @@ def test_unaccepted_models_and_masks_return_none() -> None:
 
 
 def test_the_update_packs_with_the_padded_values() -> None:
-    """``grpolab.train.step._logprobs`` on a subset of rows (a group split across micro-batches included)
+    """``grpolab.train.forward.policy_logprobs`` on a subset of rows (a group split across micro-batches included)
     gives the padded forward's log-probs."""
     model = _random_llama(kv_heads=2, tied=False)
     prompt_ids, prompt_mask, completion_ids, completion_mask = _groups()
@@ -277,7 +277,7 @@ def test_the_update_packs_with_the_padded_values() -> None:
                       truncated=torch.zeros(9, dtype=torch.bool), entropy=torch.zeros(9, 6))
     rows = [1, 2, 3, 4, 7]
     with torch.no_grad():
-        update = _logprobs(model, batch, rows, UpdateSettings.of(TrainConfig(temperature=0.7)))
+        update = policy_logprobs(model, batch, rows, TrainConfig(temperature=0.7))
         reference = _padded(model, prompt_ids[rows], prompt_mask[rows], completion_ids[rows], completion_mask[rows])
     valid = completion_mask[rows].bool()
     positions = prompt_ids.shape[1] + completion_ids.shape[1]

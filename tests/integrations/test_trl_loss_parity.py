@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("trl")
 
-from grpolab.losses import aggregate, entropy_bonus, policy_loss
+from grpolab.losses import LossOptions, aggregate, entropy_bonus, policy_loss
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl" / "train_grpo.py"
 B, LP, T = 6, 4, 5
@@ -55,14 +55,14 @@ def _grads(model: torch.nn.Module) -> torch.Tensor:
 
 
 CASES = {
-    "sapo": ({"loss_type": "sapo", "sapo_temperature_neg": 1.3}, {"objective": "sapo",
-             "sapo_temperatures": (1.0, 1.3)}, "seq_mean_token_mean", 0.0),
+    "sapo": ({"loss_type": "sapo", "sapo_temperature_neg": 1.3}, {"objective": "sapo", "sapo_temperature_neg": 1.3},
+             "seq_mean_token_mean", 0.0),
     "luspo": ({"loss_type": "luspo", "importance_sampling_level": "sequence"},
               {"objective": "luspo", "importance_sampling_level": "sequence"}, "seq_mean_token_mean", 0.0),
-    "vespo": ({"loss_type": "vespo", "vespo_k_neg": 2.5}, {"objective": "vespo", "vespo_shape": (2.0, 3.0, 2.5, 2.0)},
+    "vespo": ({"loss_type": "vespo", "vespo_k_neg": 2.5}, {"objective": "vespo", "vespo_k_neg": 2.5},
               "token_mean", 0.0),
     "clip+entropy": ({"loss_type": "dapo", "entropy_coef": 0.2}, {}, "token_mean", 0.2),
-    "clip+off-policy": ({"loss_type": "dapo", "off_policy_mask_threshold": 0.05}, {"off_policy_threshold": 0.05},
+    "clip+off-policy": ({"loss_type": "dapo", "off_policy_mask_threshold": 0.05}, {"off_policy_mask_threshold": 0.05},
                         "token_mean", 0.0),
 }
 
@@ -88,9 +88,9 @@ def test_grpolabs_loss_and_gradient_equal_trls(case: str, tiny_model: str, tmp_p
 
     logprobs, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, T, compute_entropy=True)
     mask = inputs["completion_mask"].float()
-    terms = policy_loss(logprobs, inputs["old_per_token_logps"], inputs["advantages"], epsilon_low=0.2,
-                        epsilon_high=0.28, mask=mask, **ours)
-    if "off_policy_threshold" in ours:
+    options = LossOptions(epsilon_low=0.2, epsilon_high=0.28, **ours)
+    terms = policy_loss(logprobs, inputs["old_per_token_logps"], inputs["advantages"], options, mask=mask)
+    if "off_policy_mask_threshold" in ours:
         assert 0 < float((terms.off_policy_masked * mask).sum()) < float(mask.sum())  # some completions dropped
     loss = aggregate(terms.loss, mask, aggregation)
     if coef:

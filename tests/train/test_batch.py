@@ -16,7 +16,7 @@ from grpolab.engine.rollout import Rollout
 from grpolab.rewards import Scores
 from grpolab.tasks import Problem
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import completion_view
+from grpolab.train.step_advantages import completion_view
 
 pytestmark = pytest.mark.fast
 

@@ -15,7 +15,7 @@ from tests.train.test_update_policy import COMPLETIONS, PROMPTS, BagOfTokens, _b
 from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.train.batch import StepBatch, mask_degenerate
-from grpolab.train.step import UpdateSettings, update_policy
+from grpolab.train.update import update_policy
 
 pytestmark = pytest.mark.fast
 
@@ -38,13 +38,13 @@ def _with_rewards(rewards: np.ndarray, groups: list[int] | None = None) -> StepB
     return batch
 
 
-def _updated(batch: StepBatch, advantages: torch.Tensor, **settings) -> tuple[dict[str, torch.Tensor], dict]:
+def _updated(batch: StepBatch, advantages: torch.Tensor, **overrides) -> tuple[dict[str, torch.Tensor], dict]:
     """The parameters after one SGD update (lr 1, no clipping) from the same start, and the metrics."""
-    config = TrainConfig(**{"max_grad_norm": 0.0, "lr": 1.0, **settings})
+    config = TrainConfig(**{"max_grad_norm": 0.0, "lr": 1.0, **overrides})
     model = BagOfTokens()
     optimizer = torch.optim.SGD(list(model.parameters()), lr=1.0)
     reference = BagOfTokens(seed=1) if config.beta > 0 else None
-    metrics = update_policy(model, optimizer, batch, advantages, UpdateSettings.of(config),
+    metrics = update_policy(model, optimizer, batch, advantages, config,
                             lr=1.0, max_length=MAX_LENGTH,
                             reference=reference)
     return {name: p.detach().clone() for name, p in model.named_parameters()}, metrics

@@ -1,4 +1,4 @@
-"""The loss options wired into the update (``grpolab.train.step``), on the embedded model: each one changes the
+"""The loss options wired into the update (``grpolab.train.update``), on the embedded model: each one changes the
 update only where it should, equals the plain update where the papers say it does, and logs what it did.
 
 Parameter changes are compared after one SGD step with lr 1 and no gradient clipping, so that the change is
@@ -20,9 +20,11 @@ from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
 from grpolab.overlong import overlong_penalty
-from grpolab.train import step, train
+from grpolab.train import forward, train
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import UpdateSettings, _logprobs, loss_mask, step_advantages, update_policy
+from grpolab.train.forward import policy_logprobs
+from grpolab.train.step_advantages import step_advantages
+from grpolab.train.update import loss_mask, update_policy
 
 pytestmark = pytest.mark.fast
 
@@ -50,7 +52,7 @@ def _step(policy, batch: StepBatch, config: TrainConfig, advantages: torch.Tenso
     optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
     if advantages is None:
         advantages = compute_advantages(config.advantage, batch.rewards)
-    metrics = update_policy(model, optimizer, batch, advantages, UpdateSettings.of(config),
+    metrics = update_policy(model, optimizer, batch, advantages, config,
                             lr=config.lr, max_length=CAP)
     change = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before, strict=True)])
     return change, metrics
@@ -65,8 +67,8 @@ def _relative_gap(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def test_loss_mask_drops_exactly_the_truncated_rows(setup) -> None:
     _, batch = setup
-    assert torch.equal(loss_mask(batch, UpdateSettings.of(_config())), batch.completion_mask.float())
-    masked = loss_mask(batch, UpdateSettings.of(_config(mask_truncated_completions=True)))
+    assert torch.equal(loss_mask(batch, _config()), batch.completion_mask.float())
+    masked = loss_mask(batch, _config(mask_truncated_completions=True))
     kept = [row for row in range(batch.size) if row not in TRUNCATED_ROWS]
     assert (masked[TRUNCATED_ROWS] == 0).all()
     assert torch.equal(masked[kept], batch.completion_mask[kept].float())
@@ -108,7 +110,7 @@ def test_mask_truncated_under_token_mean_rescales_the_kept_rows_only(setup) -> N
 def _with_trainer_logprobs(policy, batch: StepBatch, shift: float) -> StepBatch:
     """The batch with sampler log-probs = the trainer's own (pre-update) log-probs + ``shift`` on every token."""
     with torch.no_grad():
-        trainer = _logprobs(policy.model.eval(), batch, list(range(batch.size)), UpdateSettings.of(_config()))
+        trainer = policy_logprobs(policy.model.eval(), batch, list(range(batch.size)), _config())
     return replace(batch, sampler_logprobs=(trainer + shift) * batch.completion_mask)
 
 
@@ -179,8 +181,8 @@ def test_off_policy_mask_equals_zeroing_the_dropped_completions_advantages(setup
     policy, batch = setup
     advantages = compute_advantages("grpo", batch.rewards)
     with torch.no_grad():
-        trainer = _logprobs(policy.model, batch, list(range(batch.size)), UpdateSettings.of(_config()))
-    mask = loss_mask(batch, UpdateSettings.of(_config()))
+        trainer = policy_logprobs(policy.model, batch, list(range(batch.size)), _config())
+    mask = loss_mask(batch, _config())
     kl = ((batch.sampler_logprobs - trainer) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
     dropped = (advantages.reshape(-1) < 0) & (kl > 0)
     assert 0 < int(dropped.sum()) < int((advantages < 0).sum())  # the check is not vacuous
@@ -199,8 +201,8 @@ def test_entropy_bonus_subtracts_coef_times_the_token_mean_entropy(setup) -> Non
     config = _config(entropy_coef=0.1)
     rows = list(range(batch.size))
     with torch.no_grad():
-        _, entropy = step._unpacked_logprobs(policy.model, batch, rows, UpdateSettings.of(config), with_entropy=True)
-    mask = loss_mask(batch, UpdateSettings.of(config))
+        _, entropy = forward.unpacked_logprobs(policy.model, batch, rows, config, with_entropy=True)
+    mask = loss_mask(batch, config)
     bonus = 0.1 * float((entropy * mask).sum() / mask.sum())
     _, with_bonus = _step(policy, batch, config)
     _, without = _step(policy, batch, _config())
@@ -220,15 +222,15 @@ def test_entropy_bonus_alone_raises_the_entropy(setup) -> None:
     config = _config(lr=1e-3, entropy_coef=1.0)
     model = copy.deepcopy(policy.model).train()
     optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
-    rows, mask = list(range(batch.size)), loss_mask(batch, UpdateSettings.of(config))
+    rows, mask = list(range(batch.size)), loss_mask(batch, config)
 
     def mean_entropy() -> float:
         with torch.no_grad():
-            _, entropy = step._unpacked_logprobs(model, batch, rows, UpdateSettings.of(config), with_entropy=True)
+            _, entropy = forward.unpacked_logprobs(model, batch, rows, config, with_entropy=True)
         return float((entropy * mask).sum() / mask.sum())
 
     before = mean_entropy()
-    update_policy(model, optimizer, batch, zero, UpdateSettings.of(config), lr=config.lr, max_length=CAP)
+    update_policy(model, optimizer, batch, zero, config, lr=config.lr, max_length=CAP)
     assert mean_entropy() > before * 1.01  # +3.7% at lr 1e-3 (larger steps overshoot)
 
 
@@ -244,7 +246,7 @@ def test_clip_metrics_split_by_bound(setup, changes: dict) -> None:
     model = copy.deepcopy(policy.model).train()
     optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
     metrics = update_policy(model, optimizer, batch, compute_advantages("grpo", batch.rewards),
-                            UpdateSettings.of(config),
+                            config,
                             lr=config.lr, max_length=CAP)
     low, high = metrics["loss/clip_fraction_low"], metrics["loss/clip_fraction_high"]
     assert low + high == pytest.approx(metrics["loss/clip_fraction"])

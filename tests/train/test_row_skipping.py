@@ -1,5 +1,5 @@
 """The update forwards only the rows the loss gives a gradient (``grpolab.losses.rows_with_gradient``, called by
-``grpolab.train.step.trained_rows``); this checks, under every loss option the config offers, that doing so
+``grpolab.train.update.trained_rows``); this checks, under every loss option the config offers, that doing so
 changes nothing: the same loss, gradients and parameters as forwarding every row.
 
 The model is ``test_update_policy``'s context model (six rows, two groups of three, uneven prompts and
@@ -19,9 +19,9 @@ from tests.train.test_update_policy import COMPLETIONS, PROMPTS, BagOfTokens, _b
 
 from grpolab.config import TrainConfig
 from grpolab.losses import AGGREGATION_MODES
-from grpolab.train import step
+from grpolab.train import forward, update
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import UpdateSettings, loss_mask, update_policy
+from grpolab.train.update import loss_mask, update_policy
 
 pytestmark = pytest.mark.fast
 
@@ -61,7 +61,7 @@ def _sampled_batch() -> StepBatch:
     truncated = torch.zeros(batch.size, dtype=torch.bool)
     truncated[TRUNCATED] = True
     with torch.no_grad():
-        sampler = step._logprobs(BagOfTokens(seed=2), batch, list(range(batch.size)), UpdateSettings.of(TrainConfig()))
+        sampler = forward.policy_logprobs(BagOfTokens(seed=2), batch, list(range(batch.size)), TrainConfig())
     return replace(batch, truncated=truncated, sampler_logprobs=sampler)
 
 
@@ -70,13 +70,13 @@ def _run(batch: StepBatch, advantages: torch.Tensor, config: TrainConfig):
     model = BagOfTokens()
     optimizer = torch.optim.SGD(list(model.parameters()), lr=config.lr)
     reference = BagOfTokens(seed=1) if config.beta > 0 else None
-    metrics = update_policy(model, optimizer, batch, advantages, UpdateSettings.of(config),
+    metrics = update_policy(model, optimizer, batch, advantages, config,
                             lr=config.lr, max_length=MAX_LENGTH,
                             reference=reference)
     return model, metrics
 
 
-def _settings() -> list[dict]:
+def _option_combinations() -> list[dict]:
     """Combinations of ``OPTIONS`` (and the advantage's form) such that every three values of three options
     appear together in one of them: the full product would take a dozen seconds. Greedy over the product in a
     fixed shuffled order; only clip and luspo have the dual clip, and vespo no sequence ratio."""
@@ -103,16 +103,16 @@ def test_skipping_rows_equals_training_every_row_under_every_loss_option(monkeyp
     batch = _sampled_batch()
     tokens = int(batch.completion_mask.sum())
     path = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]  # the longest cumulative sum of the forward
-    for settings in _settings():
-        advantages = {"outcome": OUTCOME, "per_token": PER_TOKEN}[settings.pop("advantages")]
-        config = TrainConfig(lr=2.0, max_grad_norm=0.0, micro_batch_size=4, **settings)
-        label = f"{settings}, advantages {tuple(advantages.shape)}"
-        skipped_rows = step.trained_rows(batch, advantages, UpdateSettings.of(config))
+    for combination in _option_combinations():
+        advantages = {"outcome": OUTCOME, "per_token": PER_TOKEN}[combination.pop("advantages")]
+        config = TrainConfig(lr=2.0, max_grad_norm=0.0, micro_batch_size=4, **combination)
+        label = f"{combination}, advantages {tuple(advantages.shape)}"
+        skipped_rows = update.trained_rows(batch, advantages, config)
         skipped, skipped_metrics = _run(batch, advantages, config)
         with monkeypatch.context() as patch:
-            patch.setattr(step, "trained_rows", lambda batch, advantages, settings: list(range(batch.size)))
+            patch.setattr(update, "trained_rows", lambda batch, advantages, config: list(range(batch.size)))
             whole, whole_metrics = _run(batch, advantages, config)
-        mask = loss_mask(batch, UpdateSettings.of(config))
+        mask = loss_mask(batch, config)
         with_tokens = [row for row in range(batch.size) if mask[row].any()]
         if config.beta > 0 or config.entropy_coef > 0:
             assert skipped_rows == with_tokens, label  # the KL term and the bonus have a gradient on every token

@@ -1,4 +1,4 @@
-"""``grpolab.train.step.build_optimizer``: torch's fused AdamW where it applies, the same update as the
+"""``grpolab.train.update.build_optimizer``: torch's fused AdamW where it applies, the same update as the
 ``foreach`` implementation (tolerance 1e-6 relative on the parameters after 5 steps, float32)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpolab.config import TrainConfig
-from grpolab.train.step import build_optimizer
+from grpolab.train.update import build_optimizer
 
 pytestmark = pytest.mark.fast
 

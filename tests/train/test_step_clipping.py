@@ -12,7 +12,7 @@ from tests.train.sampled_batch import sampled_arith_batch
 from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import UpdateSettings, build_optimizer, update_policy
+from grpolab.train.update import build_optimizer, update_policy
 
 pytestmark = pytest.mark.fast
 
@@ -27,7 +27,7 @@ def _update(policy, batch: StepBatch, max_grad_norm: float) -> dict:
     config = TrainConfig(lr=1e-4, max_grad_norm=max_grad_norm, micro_batch_size=4)
     params = {name: p for name, p in model.named_parameters() if p.requires_grad}
     advantages = compute_advantages("sign", batch.rewards)
-    return update_policy(model, build_optimizer(params, config), batch, advantages, UpdateSettings.of(config),
+    return update_policy(model, build_optimizer(params, config), batch, advantages, config,
                          lr=config.lr,
                          max_length=8)
 

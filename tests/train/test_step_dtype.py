@@ -19,7 +19,7 @@ from tests.train.sampled_batch import MIXED_REWARDS, sampled_arith_batch
 from grpolab.advantages import compute_advantages
 from grpolab.config import TrainConfig
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import UpdateSettings, build_optimizer, update_policy
+from grpolab.train.update import build_optimizer, update_policy
 
 pytestmark = pytest.mark.fast
 
@@ -39,7 +39,7 @@ def _update(policy, batch: StepBatch, dtype: str) -> dict:
     config = TrainConfig(dtype=dtype, beta=0.1, lr=1e-4, micro_batch_size=8)
     params = {name: p for name, p in model.named_parameters() if p.requires_grad}
     advantages = compute_advantages("grpo", batch.rewards)
-    return update_policy(model, build_optimizer(params, config), batch, advantages, UpdateSettings.of(config),
+    return update_policy(model, build_optimizer(params, config), batch, advantages, config,
                          lr=config.lr,
                          max_length=16, reference=reference)
 

@@ -1,4 +1,4 @@
-"""``grpolab.train.step.update_policy``, the loss and masking core of a step, on tiny models with gradients
+"""``grpolab.train.update.update_policy``, the loss and masking core of a step, on tiny models with gradients
 computed by hand or by a plain per-row loop.
 
 * Hand-computed: a unigram policy (logits = theta, no context) at theta = 0, so that the gradient of a token's
@@ -22,7 +22,7 @@ import torch
 from grpolab.config import TrainConfig
 from grpolab.losses import AGGREGATION_MODES
 from grpolab.train.batch import StepBatch
-from grpolab.train.step import UpdateSettings, trained_rows, update_policy
+from grpolab.train.update import trained_rows, update_policy
 
 pytestmark = pytest.mark.fast
 
@@ -77,11 +77,11 @@ def _batch(prompts: list[list[int]], completions: list[list[int]], group_size: i
 
 
 def _update(model: torch.nn.Module, batch: StepBatch, advantages: torch.Tensor, *, max_length: int = 4,
-            **settings) -> tuple[dict, dict[str, torch.Tensor]]:
+            **overrides) -> tuple[dict, dict[str, torch.Tensor]]:
     """One update with plain SGD and no gradient clipping; (metrics, the gradient of every parameter)."""
-    config = TrainConfig(**{"max_grad_norm": 0.0, **settings})
+    config = TrainConfig(**{"max_grad_norm": 0.0, **overrides})
     optimizer = torch.optim.SGD(list(model.parameters()), lr=0.0)
-    metrics = update_policy(model, optimizer, batch, advantages, UpdateSettings.of(config),
+    metrics = update_policy(model, optimizer, batch, advantages, config,
                             lr=0.0, max_length=max_length)
     return metrics, {name: p.grad.clone() for name, p in model.named_parameters()}
 
@@ -227,8 +227,8 @@ def test_per_token_rows_whose_advantage_is_zero_on_every_completion_token_are_sk
     advantages = torch.zeros(6, 4)
     advantages[1, 1:] = 3.0  # row 1 has one token: everything here is padding
     advantages[4, 3] = 1.0  # row 4's last token
-    assert trained_rows(batch, advantages, UpdateSettings.of(TrainConfig())) == [4]
-    assert trained_rows(batch, advantages, UpdateSettings.of(TrainConfig(beta=0.1))) == list(range(6))
+    assert trained_rows(batch, advantages, TrainConfig()) == [4]
+    assert trained_rows(batch, advantages, TrainConfig(beta=0.1)) == list(range(6))
 
 
 def test_with_a_kl_term_every_row_is_forwarded() -> None:
@@ -236,7 +236,7 @@ def test_with_a_kl_term_every_row_is_forwarded() -> None:
     model, reference = BagOfTokens(), BagOfTokens(seed=1)
     config = TrainConfig(beta=0.1, max_grad_norm=0.0, micro_batch_size=64)
     optimizer = torch.optim.SGD(list(model.parameters()), lr=0.0)
-    metrics = update_policy(model, optimizer, batch, torch.zeros(2, 3), UpdateSettings.of(config),
+    metrics = update_policy(model, optimizer, batch, torch.zeros(2, 3), config,
                             lr=0.0, max_length=MAX_LENGTH,
                             reference=reference)
     assert metrics["loss/trained_sequences"] == 6 and metrics["loss/kl"] > 0

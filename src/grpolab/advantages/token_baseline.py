@@ -14,7 +14,7 @@ group's one longest completion that runs past the second longest, where it would
 
 Unlike every other estimator the advantages are per token [B, T] (B = P * G), and it needs ``TokenStatistics`` of
 the batch besides the rewards: grpolab's own engine computes them in one no-grad forward of the batch before the
-update (``grpolab.train.step.policy_token_statistics``), as verl does in its old-log-prob pass
+update (``grpolab.train.forward.policy_token_statistics``), as verl does in its old-log-prob pass
 (``actor.calculate_sum_pi_squared``). ``--engine trl`` cannot pass per-token advantages and refuses it; verl users
 run verl's own (``algorithm.adv_estimator=optimal_token_baseline``), which the verl parity tests match to 1e-6.
 

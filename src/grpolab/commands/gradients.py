@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from grpolab import devices
     from grpolab.gradients.geometry import analyze_gradients
     from grpolab.models import check_finite_weights, load_policy
-    from grpolab.train.step import estimator_statistics, step_advantages
+    from grpolab.train.step_advantages import estimator_statistics, step_advantages
 
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=GRADIENTS_TRAIN_DEFAULTS)  # validated
     if config.threads:

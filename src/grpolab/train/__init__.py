@@ -1,8 +1,8 @@
 """One training run: the engine dispatch (``engines``), the run shell both engines share (``shell``: the run
 directory, settings, task, logs, evaluations and end), grpolab's own engine (``trainer``, with one step's batch in
-``batch`` and its update in ``step``), TRL's (``trl_engine``), the run's set-up pieces (``lifecycle``), and what a
-run directory holds: checkpoints (``checkpoint``), logs (``runlog``), its saved settings (``settings``) and its
-writer's lock (``lock``).
+``batch``, its advantages in ``step_advantages``, its forward passes in ``forward`` and its update in ``update``),
+TRL's (``trl_engine``), the run's set-up pieces (``lifecycle``), and what a run directory holds: checkpoints
+(``checkpoint``), logs (``runlog``), its saved settings (``settings``) and its writer's lock (``lock``).
 
 ``from grpolab.train import train, Trainer`` is the Python API behind ``grpolab train``. The three load on first
 use (PEP 562), so that importing a light module of this package (``settings``, which the command line's flags

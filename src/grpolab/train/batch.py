@@ -3,7 +3,7 @@ completion tokens.
 
 ``collect_batch`` gives a ``ScoredBatch`` (problems, rollout, scores, per-token rewards); ``StepBatch.from_scored``
 turns it into the ``StepBatch`` that dynamic sampling filters and joins, the advantages are computed on, and the
-update (``grpolab.train.step``) trains on (without its degenerate groups under group masking:
+update (``grpolab.train.update``) trains on (without its degenerate groups under group masking:
 ``mask_degenerate``; without its low-variance groups under the reward-variance filter: ``variance_filter``).
 Every field says in its metadata how it is indexed, so that selecting
 groups and joining batches handle every field, the optional ones included. The batch stays on the host, where the

@@ -2,7 +2,7 @@
 and since the run began.
 
 Equal completions sampled is not equal compute: grpolab's update skips the rows whose advantage is exactly 0
-(``grpolab.train.step.trained_rows``), so an estimator that never gives 0 (``sign``) backpropagates more rows per
+(``grpolab.train.update.trained_rows``), so an estimator that never gives 0 (``sign``) backpropagates more rows per
 step than ``dr_grpo``, and dynamic sampling (``+dynamic``) trains full batches of informative groups in fewer steps.
 These counters say what each run paid for:
 

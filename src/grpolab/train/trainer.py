@@ -76,15 +76,8 @@ from grpolab.train.divergence import divergence_reason
 from grpolab.train.lifecycle import RunResult, wrap_lora
 from grpolab.train.replay import ReplayBuffer
 from grpolab.train.shell import RunShell, rollout_figures, rollout_table, step_problems, step_seed
-from grpolab.train.step import (
-    UpdateSettings,
-    build_optimizer,
-    completion_view,
-    estimator_statistics,
-    step_advantages,
-    trained_rows,
-    update_policy,
-)
+from grpolab.train.step_advantages import completion_view, estimator_statistics, step_advantages
+from grpolab.train.update import build_optimizer, trained_rows, update_policy
 from grpolab.verifiers.process import get_process_verifier
 
 __all__ = ["RunResult", "Trainer"]
@@ -276,7 +269,7 @@ class Trainer:
         lr = _learning_rate(self.config, step)
         update_started = time.perf_counter()
         trained, trained_advantages, masked = self._trained(batch, advantages)
-        update = update_policy(self.model, self.optimizer, trained, trained_advantages, UpdateSettings.of(self.config),
+        update = update_policy(self.model, self.optimizer, trained, trained_advantages, self.config,
                                lr=lr, max_length=self.max_new_tokens, reference=self.reference)
         update_time = time.perf_counter() - update_started
         spent = self._count_spent(trained, trained_advantages)
@@ -293,7 +286,7 @@ class Trainer:
 
     def _count_spent(self, trained: StepBatch, advantages: torch.Tensor) -> dict[str, float]:
         """Add the step's compute (``grpolab.train.compute``) to the run's totals; returns both as metrics."""
-        rows = trained_rows(trained, advantages, UpdateSettings.of(self.config))  # the rows the update forwarded
+        rows = trained_rows(trained, advantages, self.config)  # the rows the update forwarded
         step = update_spent(trained, rows, self.config.num_iterations) + ComputeSpent(
             sampled_tokens=self.sampled_this_step)
         self.spent = self.spent + step
