@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from grpolab.report.clipping import clipping_table
-from grpolab.report.tables import family_split, family_table, jensen_table, summary_table
+from grpolab.report.tables import family_split, family_table, jensen_table, summary_table, variance_table
 from grpolab.stats import welch_t_test
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +102,16 @@ def test_the_results_page_quotes_the_rebuilt_demo(results: pd.DataFrame, metrics
         f"clipping acted on {clipped[2, 'sign']:.0%} of `sign`'s steps, {clipped[2, 'rloo']:.0%} of `rloo`'s, "
         f"{clipped[2, 'grpo']:.0%} of `grpo`'s and {clipped[2, 'dr_grpo']:.0%} of `dr_grpo`'s at G = 2 "
         f"({clipped[4, 'sign']:.0%} and {clipped[4, 'dr_grpo']:.0%} for `sign` and `dr_grpo` at G = 4)"
+    ) in doc
+
+
+def test_the_results_page_quotes_the_variance_views_ratios_of_the_demo(results: pd.DataFrame) -> None:
+    ratios = variance_table(results).set_index("group_size")
+    doc = " ".join(_doc("docs/results.md").split())
+    assert (
+        f"{ratios.loc[2, 'snr_ratio']:.2f} at G = 2 and {ratios.loc[4, 'snr_ratio']:.2f} at G = 4 in the demo's "
+        f"report, where 4p̄(1−p̄)/(1−1/G) gives {ratios.loc[2, 'snr_ratio_pbar']:.2f} and "
+        f"{ratios.loc[4, 'snr_ratio_pbar']:.2f}"
     ) in doc
 
 
