@@ -13,8 +13,8 @@ The demo is ``make demo`` (``grpolab compare`` with its defaults). ``extract`` k
   recomputed.
 * ``problems.csv``: the 200 test prompts in evaluation order, with their family.
 * ``steps.csv``: one row per (run, training step): the metrics the report's tables read (training reward, the
-  uniform-group share and mean success for the Jensen gap, the pre-clip gradient norm and whether it was
-  clipped).
+  completions and completion tokens sampled so far, the uniform-group share and mean success for the Jensen gap,
+  the pre-clip gradient norm and whether it was clipped).
 * ``selection.csv``: the lr-selection runs' validation scores (the sweep's ``selection.parquet``).
 * ``compare.yaml``: the sweep's saved settings (the primary pair and when it was declared, max_grad_norm).
 
@@ -36,12 +36,15 @@ import pandas as pd
 from grpolab.diagnostics import pass_at_k_curve
 from grpolab.render import Section, render_markdown
 from grpolab.report.clipping import clipping_section
+from grpolab.report.compute import compute_section
+from grpolab.report.curves import curves_section
 from grpolab.report.families import families_section
 from grpolab.report.fate import fate_section
+from grpolab.report.paired_passk import paired_passk_section
 from grpolab.report.sections import summary_sections
 from grpolab.report.selection import selection_section
 from grpolab.report.start import start_section
-from grpolab.report.tables import summary_table
+from grpolab.report.tables import labelled, summary_table
 from grpolab.report.verdict import verdict_sections
 from grpolab.sweep.settings import SWEEP_FILE, read_saved_settings
 
@@ -51,6 +54,7 @@ FATES = ["fate_prompts", "fate_all_wrong_first", "fate_all_wrong_first_resampled
 STEP_COLUMNS = {  # steps.csv column -> metrics.jsonl key
     "reward_mean": "rollout/reward_mean",
     "completions_generated": "rollout/completions_generated",
+    "tokens_generated": "rollout/tokens_generated",
     "uniform": "starvation/uniform",
     "all_wrong": "starvation/all_wrong",
     "p_mean": "starvation/p_mean",
@@ -58,6 +62,7 @@ STEP_COLUMNS = {  # steps.csv column -> metrics.jsonl key
     "clipped": "loss/clipped",
 }
 RUN_KEYS = ["run_id", "estimator", "group_size", "seed"]
+NOT_RECORDED = "not recorded"  # how the report's compute table shows a count the runs did not log
 DECLARATION = ("primary_declared", "primary_declared_after_results", "primary_replaced")
 
 
@@ -198,6 +203,11 @@ def readme_table(results: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _recorded(table: pd.DataFrame) -> pd.DataFrame:
+    """The table without the columns the demo's runs did not record (counts logged since), as its report showed it."""
+    return table.loc[:, ~table.astype(str).eq(NOT_RECORDED).all()]
+
+
 def _no_figure(_figure: object) -> bytes:
     return b""
 
@@ -212,11 +222,19 @@ def report_tables(results: pd.DataFrame, metrics: pd.DataFrame, selection: pd.Da
         selection_section(selection),
         families_section(results),
         start_section(results, metrics),
+        paired_passk_section(results, config, _no_figure),
+        curves_section(results, metrics, _no_figure),
         fate_section(results),
+        compute_section(labelled(metrics), config),
         clipping_section(metrics, config),
     ]
     shown = [
-        Section(section.title, section.paragraphs, section.tables, bullets=section.bullets)
+        Section(
+            section.title,
+            section.paragraphs,
+            [(caption, _recorded(table)) for caption, table in section.tables],
+            bullets=section.bullets,
+        )
         for section in sections
         if section is not None
     ]

@@ -22,6 +22,7 @@ REWORDED = (
     "- The primary comparison sign vs dr_grpo was declared at",
     "- sign's gain in held-out pass@1 at each group size",
     "Pairs are compared within each group size",
+    "The compute each arm spent by the end of its runs",
 )
 
 
