@@ -124,6 +124,10 @@ def test_the_selection_grew_the_grid_once_for_the_pairs_that_chose_its_top() -> 
     assert added["lr"].round(5).unique().tolist() == [0.00333]
     assert added.groupby(["estimator", "group_size"]).ngroups == 7
     assert "seven pairs chose 1e-3" in " ".join(_doc("docs/results.md").split())
+    scores = added.groupby(["estimator", "group_size"])["validation_score"].mean()
+    report = " ".join(_doc("docs/compare-report.md").split())
+    assert f"it scored {scores.min():.0%}-{scores.max():.0%} everywhere".replace("%-", "-") in report
+    assert f"{len(selection)} selection runs and {len(script.load_results()) // 2} reported runs" in report
 
 
 def test_the_embedded_model_page_quotes_where_the_gain_sits(results: pd.DataFrame) -> None:
