@@ -197,7 +197,11 @@ def main(argv: list[str] | None = None) -> None:
         default="all",
         choices=["all", "snr-order", "replication", "lowp-paired", "adam-steps", "sign-map"],
     )
-    parser.add_argument("--demo-runs", type=Path, help="a demo's runs.csv (runs/compare/runs.csv after make demo)")
+    parser.add_argument(
+        "--demo-runs",
+        type=Path,
+        help="a demo's runs.csv (experiments/demo/runs.csv; runs/compare/runs.csv after make demo)",
+    )
     args = parser.parse_args(argv)
     run(args.check, args.demo_runs)
 

@@ -80,6 +80,18 @@ def test_differing_runs_lists_only_changed_scores() -> None:
     assert found["difference"].iloc[0] == pytest.approx(-0.05)
 
 
+def test_the_maps_seeds_0_to_4_against_the_committed_demo_runs() -> None:
+    map_runs = pd.read_csv(EXPERIMENTS / "sign-map" / "runs" / "mixed-clip1.csv")
+    found = script.differing_runs(map_runs, pd.read_csv(EXPERIMENTS / "demo" / "runs.csv"))
+    points = 100 * found["difference"].abs()
+    report = " ".join((ROOT / "docs" / "compare-report.md").read_text(encoding="utf-8").split())
+    assert found["shared"].iloc[0] == 20
+    assert (
+        f"{len(found)} of their {found['shared'].iloc[0]} `sign` and `dr_grpo` runs end {points.min():.2f} to "
+        f"{points.max():.2f} points of pass@1 away"
+    ) in report
+
+
 def test_the_lowp_arms_paired_and_holm() -> None:
     runs = pd.DataFrame(
         {
