@@ -13,13 +13,9 @@ from grpolab.mechanism.summary import summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "when-sign-helps.md"
-# The embedded tables of the doc were measured with an earlier code version than the rerun committed in
-# experiments/mechanism-embedded/, which differs from them in a few cells (its README says which); strict, so that
-# the test fails, and the mark must go, once the doc shows the rerun's numbers.
-EARLIER = pytest.mark.xfail(strict=True, reason="the doc's embedded tables predate the committed rerun")
 FOLDERS = [  # (folder of mechanism_runs.csv, whether the doc's table shows the mean norm of one update)
-    pytest.param("experiments/mechanism-embedded/middling", False, marks=EARLIER),
-    pytest.param("experiments/mechanism-embedded/low", False, marks=EARLIER),
+    ("experiments/mechanism-embedded/middling", False),
+    ("experiments/mechanism-embedded/low", False),
     ("experiments/smollm2/updates/mask_truncated_completions=false", True),
 ]
 
