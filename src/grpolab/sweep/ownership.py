@@ -1,6 +1,7 @@
 """What ``grpolab compare`` may do to its ``--out`` folder: write only its own files, never a user's.
 
-A sweep folder is one whose ``compare.yaml`` starts with grpolab's first line. ``compare`` refuses a folder that
+A sweep folder is one whose ``compare.yaml`` starts with grpolab's first line (or, that line damaged, that holds
+the sweep's ``identity.json``). ``compare`` refuses a folder that
 holds anything it does not write (``report.md``, ``runs.csv``, ``figures/*.png`` and the tables count as the
 user's in a folder that is no sweep), as ``grpolab train`` does (``grpolab.train.ownership``): a comparison would
 overwrite them or mix with them. With ``overwrite`` an earlier comparison's own files are deleted (its run
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import json
 import re
 from pathlib import Path
 
 from grpolab.config.files import SAVED_HEADER
 from grpolab.errors import UserError
 from grpolab.io import refuse_links
-from grpolab.sweep.identity import START_EVAL_ENTRY, START_EVALS
+from grpolab.sweep.identity import IDENTITY_FILE, START_EVAL_ENTRY, START_EVALS
 from grpolab.train.lock import DirectoryLock
 from grpolab.train.ownership import check_run_removable, remove_run_files
 
@@ -46,13 +48,24 @@ _STAGING = (".*.tmp",)  # what an atomic write killed mid-way leaves
 
 
 def _is_sweep(out: Path) -> bool:
-    """Whether ``out/compare.yaml`` starts with grpolab's first line (only that line is read: damage further on
-    is for the settings check to name, not a reason to disown the folder)."""
+    """Whether ``out`` is a sweep's folder: its ``compare.yaml`` starts with grpolab's first line (only that line
+    is read: damage further on is for the settings check to name, not a reason to disown the folder), or, where
+    that line is damaged, the folder holds the sweep's ``identity.json`` record beside it."""
     try:
         with (out / "compare.yaml").open("rb") as handle:
-            return handle.readline(len(SAVED_HEADER) + 2).decode("utf-8", "replace").strip() == SAVED_HEADER
+            first = handle.readline(len(SAVED_HEADER) + 2).decode("utf-8", "replace").strip()
     except OSError:
         return False
+    return first == SAVED_HEADER or _has_identity(out)
+
+
+def _has_identity(out: Path) -> bool:
+    """Whether ``out/identity.json`` is a sweep's identity record (a JSON object naming its data or model)."""
+    try:
+        record = json.loads((out / IDENTITY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and bool({"data", "model", "splits"} & set(record))
 
 
 def _entries(out: Path) -> list[str]:

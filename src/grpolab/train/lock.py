@@ -70,7 +70,7 @@ class DirectoryLock:
         failed command leaves nothing behind, and what was there before it is left as it was."""
         if not self._lock.is_locked:
             return
-        empty = self._new_lock and {p.name for p in self.directory.iterdir()} <= {LOCK_NAME, OWNER_NAME}
+        empty = self._new_lock and self.directory.is_dir() and _names(self.directory) <= {LOCK_NAME, OWNER_NAME}
         if empty:
             for name in (OWNER_NAME, LOCK_NAME):
                 (self.directory / name).unlink(missing_ok=True)
@@ -147,3 +147,11 @@ def _command_line(pid: int) -> str:
         return " ".join(word.decode(errors="replace") for word in words if word)[:120] or "command unknown"
     except OSError:
         return "command unknown"
+
+
+def _names(directory: Path) -> set[str]:
+    """The names in ``directory``; empty when it is gone (an overwrite deleted the run it locked)."""
+    try:
+        return {p.name for p in directory.iterdir()}
+    except FileNotFoundError:
+        return set()
