@@ -3,16 +3,17 @@
     on the GPU machine (docs/benchmarks.md):  PYTHONPATH=/tmp/site:src python3 benchmarks/bench_gpu.py
     tiny, on the CPU (tests/test_gpu_bench.py):      python benchmarks/bench_gpu.py --cpu
 
-The model is the GPU check's (``scripts/gpu_check.py``, imported, not copied): random weights of SmolLM2-135M's shape
-with its real-vocabulary tokenizer, loaded in float32 and wrapped with a fresh LoRA adapter, as grpolab's engine
+The model is the GPU check's (``scripts/gpu_check_shapes.py``, imported, not copied): random weights of SmolLM2-135M's
+shape with its real-vocabulary tokenizer, loaded in float32 and wrapped with a fresh LoRA adapter, as grpolab's engine
 trains it. Prompts: the ``reverse`` task's test prompts; G = 8 samples each, up to 128 new tokens, temperature 1 (random
 weights rarely draw EOS, so most rows run to the cap). For P = 16 and 64 prompts it times, after one warm-up each:
 
 * ``grpolab eager``: ``rollout.sample`` with ``fast_decode.step_mode = "dynamic"`` (the step before CUDA graphs);
 * ``grpolab graph``: ``rollout.sample`` as it runs by default on CUDA (the static step captured once per rollout:
   the capture is inside the timing);
-* ``trl generate``: TRL 1.16's generation without vLLM, as the GPU check calls it (``gpu_check.trl_generation``).
-  TRL at P = 64 runs only if the time budget (``--budget-s``) leaves room for it.
+* ``trl generate``: TRL 1.16's generation without vLLM, as the GPU check calls it
+  (``gpu_check_sampling.trl_generation``). TRL at P = 64 runs only if the time budget (``--budget-s``) leaves room
+  for it.
 
 Columns: completion tokens (through the first EOS) per second, the clock stopped after ``torch.cuda.synchronize()``;
 the roofline fraction: the bytes a decoding step must read (the lean copy's bfloat16 matrices and lm_head, plus the
@@ -40,7 +41,8 @@ for _path in (ROOT / "src", ROOT / "scripts"):
 
 import torch  # noqa: E402
 
-import gpu_check  # noqa: E402 - the GPU check's models, tokenizers and TRL generation
+import gpu_check_sampling  # noqa: E402 - the GPU check's samplers and TRL generation
+import gpu_check_shapes  # noqa: E402 - the GPU check's models and tokenizers
 
 MODEL = "smollm2-135m-shape"
 
@@ -53,10 +55,10 @@ def bandwidth(cuda: bool) -> float:
     dst.copy_(src)
     best = float("inf")
     for _ in range(5):
-        gpu_check.sync(cuda)
+        gpu_check_sampling.sync(cuda)
         started = time.perf_counter()
         dst.copy_(src)
-        gpu_check.sync(cuda)
+        gpu_check_sampling.sync(cuda)
         best = min(best, time.perf_counter() - started)
     del src, dst
     return 2 * size / best
@@ -82,8 +84,8 @@ def build(cpu: bool) -> tuple[Any, Any, str]:
     from grpolab.train.lifecycle import wrap_lora
 
     with tempfile.TemporaryDirectory() as work:
-        tokenizer, source = gpu_check.shape_tokenizer(MODEL, Path(work))
-    model = gpu_check.random_model(gpu_check.SHAPES[MODEL], tokenizer, cpu).float()
+        tokenizer, source = gpu_check_shapes.shape_tokenizer(MODEL, Path(work))
+    model = gpu_check_shapes.random_model(gpu_check_shapes.SHAPES[MODEL], tokenizer, cpu).float()
     model = wrap_lora(model, TrainConfig(lora=True)).to("cpu" if cpu else "cuda")
     model.eval()
     return model, tokenizer, source
@@ -93,7 +95,7 @@ def samplers(model: Any, tokenizer: Any, trl: bool) -> dict[str, Any]:
     """name -> fn(ids, mask, samples, max_new_tokens) -> completion tokens."""
     from grpolab.engine import fast_decode
 
-    plain = gpu_check.grpolab_sampler(model, tokenizer)
+    plain = gpu_check_sampling.grpolab_sampler(model, tokenizer)
     graph_mode = "auto" if torch.cuda.is_available() else "static"  # the CPU runs the graph's step eagerly
 
     def in_mode(mode: str) -> Any:
@@ -107,7 +109,7 @@ def samplers(model: Any, tokenizer: Any, trl: bool) -> dict[str, Any]:
 
     found = {"grpolab eager": in_mode("dynamic"), "grpolab graph": in_mode(graph_mode)}
     if trl:
-        found["trl generate"] = gpu_check.trl_generation(model, tokenizer)
+        found["trl generate"] = gpu_check_sampling.trl_generation(model, tokenizer)
     return found
 
 
@@ -145,12 +147,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            gpu_check.sync(cuda)
+            gpu_check_sampling.sync(cuda)
             clock = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
                 count = fn(ids[:prompts], mask[:prompts], samples, tokens)
-            gpu_check.sync(cuda)
+            gpu_check_sampling.sync(cuda)
             seconds = time.perf_counter() - clock
             row.update(tokens=count, seconds=seconds, tokens_per_s=count / seconds,
                        roofline=per_step / (seconds / tokens) / rate,
