@@ -29,14 +29,16 @@ run), or with ``--runs`` a ``runs.csv`` it wrote before, and writes
 * ``cells.csv``: one row per (level, G, arm): the lr and whether it is bracketed, the means over seeds of end
   pass@1, greedy accuracy, completions, steps and ``TRAINED`` (optimizer steps, sequences and tokens trained, tokens
   forwarded and sampled; empty, "not recorded" in table.md, for runs made before grpolab counted them);
-* ``tests.csv``: the paired differences (arm - versus, same seed) with Student-t 95% intervals, raw p and Holm p
-  within each family (primary: each remedy vs dr_grpo and vs sign per cell; secondary: sign vs dr_grpo, and
-  in the remedies map reinforce and pkpo vs dr_grpo and vs sign), on end pass@1, and the same on greedy accuracy
-  (reported, not tested: no Holm);
+* ``tests.csv``: the paired differences (arm - versus, same seed) with Student-t 95% intervals, the paired t p
+  raised to the floor 2 / 2^n of what n seeds can carry (``test`` says which: "paired t" or "paired t (floored)")
+  and Holm p of those within each family (primary: each remedy vs dr_grpo and vs sign per cell; secondary: sign
+  vs dr_grpo, and in the remedies map reinforce and pkpo vs dr_grpo and vs sign), on end pass@1, and the same
+  on greedy accuracy (reported, not tested: no Holm);
 * ``table.md``: all of it, in Markdown, and the pre-registered verdict per remedy.
 
-The paired tests are ``grpolab.stats.paired_t_test`` and ``paired_interval``; Holm is
-``grpolab.stats.holm_correction``.
+The paired test is ``grpolab.stats.paired_within_floor`` (the paired t-test and its interval, its p never below
+``sign_flip_floor(n)``, the least p an exact sign-flip test of n pairs can give; docs/report-statistics.md), the rule
+``grpolab compare``'s report follows; Holm is ``grpolab.stats.holm_correction``, over the floored p's.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from grpolab.stats import holm_correction, paired_interval, paired_t_test
+from grpolab.stats import holm_correction, paired_within_floor
 
 LEVELS = {  # the sign map's (scripts/sign_map.py)
     "star-len6": {"markers": "*", "lengths": [6, 6]},
@@ -166,18 +168,19 @@ def comparisons(map_: Map = REMEDIES_MAP) -> list[tuple[str, str, str]]:
     return primary + [("secondary", arm, versus) for arm, versus in map_.secondary]
 
 
-def paired_difference(cell: pd.DataFrame, arm: str, versus: str, metric: str) -> dict[str, float]:
+def paired_difference(cell: pd.DataFrame, arm: str, versus: str, metric: str) -> dict[str, float | str]:
     """Mean over seeds of ``metric`` of ``arm`` - that of ``versus`` (the seeds both ran), with its Student-t 95%
-    interval and the two-sided paired t p; ``cell`` has columns estimator, seed and ``metric``."""
+    interval (NaN where every difference is the same: no spread to build one from) and the two-sided paired t p,
+    raised to ``sign_flip_floor(n)`` where it falls below (``test`` "paired t (floored)"): the rule of
+    ``grpolab.stats.paired_within_floor``; ``cell`` has columns estimator, seed and ``metric``."""
     wide = cell.pivot_table(index="seed", columns="estimator", values=metric)
-    if arm not in wide or versus not in wide:
-        return {"mean": np.nan, "low": np.nan, "high": np.nan, "p": np.nan, "n": 0}
-    pairs = wide[[arm, versus]].dropna()
-    if len(pairs) < 2:
-        return {"mean": np.nan, "low": np.nan, "high": np.nan, "p": np.nan, "n": len(pairs)}
+    pairs = wide[[arm, versus]].dropna() if arm in wide and versus in wide else None
+    if pairs is None or len(pairs) < 2:
+        return {"mean": np.nan, "low": np.nan, "high": np.nan, "test": "", "p": np.nan,
+                "n": 0 if pairs is None else len(pairs)}
     a, b = pairs[arm].to_numpy(dtype=float), pairs[versus].to_numpy(dtype=float)
-    mean, low, high = paired_interval(a, b)
-    return {"mean": float(mean), "low": float(low), "high": float(high), "p": paired_t_test(a, b)[2],
+    p, low, high, test = paired_within_floor(a, b)
+    return {"mean": float((a - b).mean()), "low": float(low), "high": float(high), "test": test, "p": float(p),
             "n": len(pairs)}
 
 
@@ -316,7 +319,7 @@ def table(args: argparse.Namespace) -> None:
     runs.to_csv(args.dest / "runs.csv", index=False)
     cells.to_csv(args.dest / "cells.csv", index=False)
     tests.to_csv(args.dest / "tests.csv", index=False)
-    shown = ["level", "group_size", "arm", "versus", "mean", "low", "high", "p", "p_holm", "reading"]
+    shown = ["level", "group_size", "arm", "versus", "mean", "low", "high", "test", "p", "p_holm", "reading"]
     pass_at_1 = tests[tests["metric"] == "end_pass_at_1"]
     flags = f"--out {args.out}" if map_ is REMEDIES_MAP else f"--map {map_.name} --out {args.out}"
     map_flag = "" if map_ is REMEDIES_MAP else f" --map {map_.name}"
@@ -327,7 +330,9 @@ def table(args: argparse.Namespace) -> None:
              f"Written by `python scripts/remedies_map.py table {flags}` from the sweeps of",
              f"`python scripts/remedies_map.py run {flags}`{rebuilt}; design and statistics: README.md.",
              "Differences are in pass@1 (a fraction: 0.1 is 10 points; arm - versus, paired by seed) with",
-             "Student-t 95% intervals; p_holm is Holm over the family the section names.", "",
+             "Student-t 95% intervals (blank where every difference is the same); p is the paired t p, raised to",
+             "2 / 2^n, the least p an exact sign-flip test of n seeds can give, where it falls below (test \"paired t",
+             "(floored)\"); p_holm is Holm over those p's within the family the section names.", "",
              "## Per arm: lr, end scores (means over seeds) and the compute spent", "",
              "Compute: completions sampled and steps run (the budget held the completions equal), and the means over "
              "seeds of the optimizer steps, sequences and tokens trained (rows that reached the backward pass), "
@@ -343,7 +348,7 @@ def table(args: argparse.Namespace) -> None:
             lines += [f"## {family.capitalize()}: {title}, end pass@1 (Holm over its {len(rows)} tests)", "",
                       _markdown(rows[shown])]
     lines += ["## Reported, not tested: the same differences on greedy accuracy", "",
-              _markdown(tests[tests["metric"] == "end_greedy"][shown[:-3]]),
+              _markdown(tests[tests["metric"] == "end_greedy"][shown[:-4]]),
               "## Verdict on \"sign beats filtering\" per remedy (the rule of README.md)", ""]
     for label, families in (("pre-registered levels", ("primary",)), ("restored levels", ("primary" + RESTORED,)),
                             ("all four, as a reading of both", ("primary", "primary" + RESTORED))):

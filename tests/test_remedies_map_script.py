@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as scipy_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +35,7 @@ def _cell(values: dict[str, list[float]], metric: str = "end_pass_at_1") -> pd.D
     return pd.DataFrame(rows)
 
 
-def test_the_paired_difference_matches_the_hand_computed_t_interval_and_p() -> None:
+def test_the_paired_difference_matches_the_hand_computed_t_interval_and_its_p_is_raised_to_the_floor() -> None:
     # d = 0.1, 0.2, 0.1, 0.2: mean 0.15, sd sqrt(0.01 / 3), se 0.05 / sqrt(3), t = 3 sqrt(3), df 3.
     cell = _cell({"a": [0.5, 0.6, 0.7, 0.8], "b": [0.4, 0.4, 0.6, 0.6]}).sample(frac=1.0, random_state=3)
     found = script.paired_difference(cell, "a", "b", "end_pass_at_1")
@@ -45,8 +46,9 @@ def test_the_paired_difference_matches_the_hand_computed_t_interval_and_p() -> N
     assert found["mean"] == pytest.approx(0.15, abs=1e-9)
     assert found["low"] == pytest.approx(0.15 - half, abs=1e-6)
     assert found["high"] == pytest.approx(0.15 + half, abs=1e-6)
-    assert found["p"] == pytest.approx(p, abs=1e-6)
-    assert found["p"] == pytest.approx(0.0138468, abs=1e-6)
+    assert p == pytest.approx(0.0138468, abs=1e-6)
+    # below 2 / 2^4 = 0.125, the least p an exact sign-flip test of 4 pairs can give: raised to it, and named
+    assert found["p"] == 0.125 and found["test"] == "paired t (floored)"
 
 
 def test_the_difference_pairs_by_seed_and_uses_only_the_seeds_both_arms_ran() -> None:
@@ -54,7 +56,9 @@ def test_the_difference_pairs_by_seed_and_uses_only_the_seeds_both_arms_ran() ->
     found = script.paired_difference(cell, "a", "b", "end_pass_at_1")
     assert found["n"] == 2
     assert found["mean"] == 0.25
-    assert found["p"] == 0.0  # every pair differs by the same nonzero amount
+    # every pair differs by the same nonzero amount: t p 0, raised to the floor 2 / 2^2; no spread, no interval
+    assert found["p"] == 0.5 and found["test"] == "paired t (floored)"
+    assert math.isnan(found["low"]) and math.isnan(found["high"])
     missing = script.paired_difference(cell, "a", "pkpo", "end_pass_at_1")
     assert missing["n"] == 0 and math.isnan(missing["mean"])
 
@@ -93,26 +97,42 @@ def test_holm_runs_within_each_family_and_never_across_families() -> None:
     assert tests.loc[tests["family"] == "reported", "p_holm"].isna().all()
 
 
+def test_every_p_is_the_paired_t_p_raised_to_the_floor_of_its_seeds_and_holm_takes_the_raised_p() -> None:
+    runs = _runs(("star-len6",))
+    tests = script.tests_table(runs)
+    floor = 2 / 2**5  # 5 seeds
+    for row in tests.itertuples():
+        cell = runs[(runs["level"] == row.level) & (runs["group_size"] == row.group_size)]
+        wide = cell.pivot_table(index="seed", columns="estimator", values=row.metric)
+        raw = scipy_stats.ttest_rel(wide[row.arm], wide[row.versus]).pvalue
+        assert row.p == pytest.approx(max(raw, floor), rel=1e-9)
+        assert row.test == ("paired t (floored)" if raw < floor else "paired t")
+    assert (tests["test"] == "paired t (floored)").any() and (tests["test"] == "paired t").any()
+
+
 def test_holm_matches_a_hand_computed_family() -> None:
-    # one cell of three seeds; only the dr_grpo+dynamic arm differs from dr_grpo, by 0.1, 0.2, 0.3 points
-    base = [0.2, 0.4, 0.6]
+    # one cell of five seeds; only the dr_grpo+dynamic arm differs from dr_grpo, by 0.1, 0.1, 0.1, 0.1, 0.6
+    base = [0.2, 0.4, 0.6, 0.3, 0.1]
     values = {arm: list(base) for arm in script.ARMS}
-    values["dr_grpo+dynamic"] = [0.3, 0.6, 0.9]
+    values["dr_grpo+dynamic"] = [0.3, 0.5, 0.7, 0.4, 0.7]
     cell = _cell(values).assign(level="star-len6", group_size=2, end_greedy=0.5)
     tests = script.tests_table(cell)
     primary = tests[tests["family"] == "primary"].set_index(["arm", "versus"])
-    # dynamic - dr_grpo and dynamic - sign: d = 0.1, 0.2, 0.3, t = 0.2 / (0.1 / sqrt 3) = 2 sqrt 3, df 2:
-    # p = 1 - t / sqrt(t^2 + 2) (Student t with 2 df); the 4 other differences are 0 on every seed: p = 1
-    t = 2 * math.sqrt(3)
-    p_dynamic = 1 - t / math.sqrt(t * t + 2)
+    # dynamic - dr_grpo and dynamic - sign: d mean 0.2, sd sqrt(0.2 / 4), se 0.1, t = 2, df 4: with
+    # x = t / sqrt(t^2 + 4), p = 1 - x (1 + (1 - x^2) / 2) (Student t with 4 df), above the floor 2 / 2^5;
+    # the 4 other differences are 0 on every seed: p = 1
+    x = 2 / math.sqrt(8)
+    p_dynamic = 1 - x * (1 + (1 - x * x) / 2)
+    assert p_dynamic > 2 / 2**5
     for versus in ("dr_grpo", "sign"):
         assert primary.loc[("dr_grpo+dynamic", versus), "p"] == pytest.approx(p_dynamic, abs=1e-9)
+        assert primary.loc[("dr_grpo+dynamic", versus), "test"] == "paired t"
         # Holm over the 6: p_(1) x 6, then max(p_(1) x 6, p_(2) x 5) = 6 p_dynamic, then min(1, 4 x 1) = 1
         assert primary.loc[("dr_grpo+dynamic", versus), "p_holm"] == pytest.approx(6 * p_dynamic, abs=1e-9)
     for arm in ("dr_grpo+mask", "dr_grpo+replay"):
         assert primary.loc[(arm, "dr_grpo"), "p"] == 1.0
         assert primary.loc[(arm, "sign"), "p_holm"] == 1.0
-    assert 6 * p_dynamic == pytest.approx(0.4451, abs=1e-4)  # not significant: "no evidence either way"
+    assert 6 * p_dynamic == pytest.approx(0.6967, abs=1e-4)  # not significant: "no evidence either way"
     assert set(primary["reading"]) == {"no evidence either way"}
 
 

@@ -388,6 +388,23 @@ def test_two_seeds_with_equal_differences_are_not_significant() -> None:
     assert row["tost_p"] >= 0.5
 
 
+def test_the_paired_comparison_raises_its_p_to_the_floor_only_where_the_t_p_falls_below() -> None:
+    from grpolab.stats import paired_within_floor, sign_flip_floor
+
+    # d = 0.125, 0.25, 0.125, 0.25 (binary-exact): mean 0.1875, t = 3 sqrt(3), df 3, p about 0.0138 < 2 / 2^4
+    a, b = [0.625, 0.75, 0.875, 1.0], [0.5, 0.5, 0.75, 0.75]
+    raw = scipy_stats.ttest_rel(a, b).pvalue
+    assert raw < sign_flip_floor(4)
+    p, low, high, test = paired_within_floor(a, b)
+    assert (p, test) == (sign_flip_floor(4), "paired t (floored)") and low < 0.1875 < high
+    # differences of both signs: the t p is above the floor and kept as it is
+    a, b = [0.5, 0.25, 0.75, 0.5, 1.0], [0.25, 0.5, 0.5, 0.5, 0.5]
+    p, _, _, test = paired_within_floor(a, b)
+    assert test == "paired t" and p == pytest.approx(scipy_stats.ttest_rel(a, b).pvalue, rel=1e-12)
+    with pytest.raises(UserError, match="paired_within_floor pairs run i of a with run i of b"):
+        paired_within_floor([0.1, 0.2, 0.3], [0.1, 0.2])
+
+
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(2, 5), data=st.data())
 def test_no_paired_p_below_the_exact_permutation_minimum(n: int, data) -> None:

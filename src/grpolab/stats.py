@@ -422,7 +422,7 @@ def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAUL
     test = "paired t" if paired else "Welch"
     tost_p = 1.0 if margin == 0 else equivalence_test(x, y, margin, paired=paired)  # margin 0: nothing is equivalent
     if paired:
-        p, low, high, test = _paired_within_its_floor(x, y)
+        p, low, high, test = paired_within_floor(x, y)
         both_vary = x.std() > 0 and y.std() > 0
         correlation = float(np.corrcoef(x, y)[0, 1]) if both_vary else math.nan
         tost_p = max(tost_p, sign_flip_floor(x.size))
@@ -446,17 +446,19 @@ def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAUL
     }
 
 
-def _paired_within_its_floor(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, str]:
-    """(p, low, high, test name) of the paired comparison: the paired t-test and its interval, its p raised to
+def paired_within_floor(a: Any, b: Any) -> tuple[float, float, float, str]:
+    """a [n], b [n] (run i of a paired with run i of b; >= 2 pairs) -> (p, low, high, test name) of the paired
+    comparison of mean(a - b): the paired t-test and its interval, its p raised to
     ``sign_flip_floor(n)`` where it falls below (nearly or exactly constant differences: "paired t (floored)"), so
     that no p is smaller than any exact test of n pairs can give while a stronger effect never reads weaker; where
     the differences have zero spread the interval is NaN: there is no spread to build one from, and a zero-width
     interval would read as certainty."""
-    _, _, p = paired_t_test(x, y)
-    _, low, high = paired_interval(x, y)
-    if float((x - y).std()) == 0.0:
+    differences = _paired(a, b, "paired_within_floor")
+    _, _, p = paired_t_test(a, b)
+    _, low, high = paired_interval(a, b)
+    if float(differences.std()) == 0.0:
         low = high = math.nan
-    floor = sign_flip_floor(x.size)
+    floor = sign_flip_floor(differences.size)
     return (floor, low, high, "paired t (floored)") if p < floor else (p, low, high, "paired t")
 
 
