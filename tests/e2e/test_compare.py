@@ -149,7 +149,7 @@ def test_lr_selection_uses_validation_only_and_reports_fresh_seeds(tmp_path: Pat
     assert report.index("## Verdict") < report.index("## Summary") < report.index("## Learning-rate selection")
     assert "## Per-family breakdown" in report and "Primary comparison (sign vs grpo), G = 4: " in report
     assert "The primary comparison sign vs grpo was declared at " in report  # recorded in compare.yaml when planned
-    assert ", before any run of this sweep trained." in report
+    assert ", before any run of this sweep trained" in report  # and what it says of earlier results (verdict.py)
     runs = pd.read_csv(out / "runs.csv")  # one row per run, the lr-grid runs included
     assert sorted(runs["role"]) == ["result"] * 4 + ["selection"] * 4
     grid = runs[runs["role"] == "selection"]
