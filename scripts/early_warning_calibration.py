@@ -1,6 +1,8 @@
 """How much of the held-out end score the early degenerate share explains, on the committed experiments.
 
-    python scripts/early_warning_calibration.py   # experiments/early-warning/: table.md, table.csv, cells.csv, fit.png
+    python scripts/early_warning_calibration.py   # experiments/early-warning/: table.md, table.csv, cells.csv, fit.png,
+                                                  # measured.md, measured.csv, measured_cells.csv
+    python scripts/early_warning_calibration.py extract --remedies-new runs/remedies-new   # measured_runs.csv
 
 The question is that of an early-warning calibration: arXiv 2605.21125 reports that the early "advantage collapse
 rate" explains 62% of the variance of final MATH-500 accuracy over 245 configurations. Here the configurations
@@ -29,6 +31,11 @@ Steps 2-3 (the steps ``--stop-when-dead`` also watches) are not recoverable from
 the least-squares line of the end score on the share; its 95% interval is a percentile bootstrap over cells
 (a run-level analysis resamples cells with all their runs). The "ceiling" is the R² of the cell scores on their
 (level, G) condition's mean: the most any function of a step-1 share of the start policy can explain.
+
+Measured shares (measured.md): the demo's ``steps.csv`` and the remedies-new sweeps commit, or let ``extract``
+commit, each result run's mean over steps 1-3 of the measured ``starvation/uniform`` (and, for remedies-new,
+``starvation/degenerate``). On those 22 cells (experiment x estimator x G) the script fits the same R², set beside
+the expected step-1 share of the same cells, and gives the Pearson r between the measured and the expected share.
 """
 
 from __future__ import annotations
@@ -53,6 +60,14 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--experiments", type=Path, default=EXPERIMENTS, help="the committed experiments folder")
     parser.add_argument("--out", type=Path, default=EXPERIMENTS / "early-warning")
     parser.add_argument("--no-figure", action="store_true", help="write the tables only")
+    commands = parser.add_subparsers(dest="command")
+    extract = commands.add_parser("extract", help="write early-warning/measured_runs.csv from the sweeps' metrics")
+    extract.add_argument(
+        "--remedies-new",
+        type=Path,
+        required=True,
+        help="the remedies-new runs folder (its LEVEL-GN sweeps, each with metrics.parquet)",
+    )
     return parser.parse_args()
 
 
@@ -329,11 +344,189 @@ def write(experiments: Path, out: Path, *, with_figure: bool = True) -> pd.DataF
     cells.drop(columns="cell").to_csv(out / "cells.csv", index=False, float_format="%.6f")
     if with_figure:
         figure(cells, table, out / "fit.png")
+    write_measured(experiments, out, moments)
+    return table
+
+
+# ---------------------------------------------------------------- measured steps 1-3 shares
+
+MEASURED_STEPS = (1, 2, 3)  # the steps --stop-when-dead watches
+DEMO_LEVEL = "mixed"  # experiments/demo/compare.yaml runs the reverse task's default options: markers "+*", lengths 3-6
+SWEEP_COLUMNS = {"starvation/uniform": "uniform", "starvation/degenerate": "degenerate"}
+
+
+def _early_means(steps: pd.DataFrame, columns: dict[str, str], source: str) -> pd.DataFrame:
+    """Per run_id: the mean over ``MEASURED_STEPS`` of each column in ``columns`` (renamed), every step required."""
+    missing = sorted({"run_id", "step", *columns} - set(steps.columns))
+    if missing:
+        raise SystemExit(f"{source}: no column(s) {missing}; rerun the sweep with this grpolab version")
+    early = steps[steps["step"].isin(MEASURED_STEPS)]
+    counts = early.groupby("run_id")["step"].nunique()
+    short = sorted(set(steps["run_id"]) - set(counts[counts == len(MEASURED_STEPS)].index))
+    if short:
+        raise SystemExit(f"{source}: run {short[0]} lacks one of steps {list(MEASURED_STEPS)}; rerun it or drop it")
+    means = early.groupby("run_id")[list(columns)].mean().rename(columns=columns)
+    if means.isna().any().any():
+        raise SystemExit(f"{source}: a run has no {list(columns)} value at steps 1-3; rerun it")
+    return means.reset_index()
+
+
+def extract_remedies_new(folder: Path) -> pd.DataFrame:
+    """One row per result run of each ``LEVEL-GN`` sweep under ``folder`` (its runs.csv and metrics.parquet):
+    run_id, experiment, level, estimator, group_size, seed, uniform, degenerate (steps 1-3 means), end_pass_at_1."""
+    sweeps = sorted(path for path in folder.glob("*-G*") if (path / "metrics.parquet").is_file())
+    if not sweeps:
+        raise SystemExit(f"{folder}: no LEVEL-GN folder with a metrics.parquet; pass the remedies-new runs folder")
+    frames = []
+    for sweep in sweeps:
+        runs = pd.read_csv(sweep / "runs.csv")
+        runs = runs[runs["role"] == "result"]
+        early = _early_means(pd.read_parquet(sweep / "metrics.parquet"), SWEEP_COLUMNS, str(sweep))
+        absent = sorted(set(runs["run_id"]) - set(early["run_id"]))
+        if absent:
+            raise SystemExit(f"{sweep}: result run {absent[0]} has no metrics; rerun the sweep to finish it")
+        level = sweep.name.rsplit("-G", 1)[0]
+        frames.append(runs.merge(early, on="run_id").assign(experiment="remedies-new", level=level))
+    columns = ["run_id", "experiment", "level", "estimator", "group_size", "seed", "uniform", "degenerate"]
+    return pd.concat(frames, ignore_index=True)[[*columns, "end_pass_at_1"]]
+
+
+def demo_runs(folder: Path) -> pd.DataFrame:
+    """The demo's result runs with their measured steps 1-3 all-equal share (steps.csv has no degenerate share)."""
+    early = _early_means(pd.read_csv(folder / "steps.csv"), {"uniform": "uniform"}, str(folder / "steps.csv"))
+    runs = pd.read_csv(folder / "runs.csv").merge(early, on="run_id", how="left", validate="one_to_one")
+    if runs["uniform"].isna().any():
+        raise SystemExit(f"{folder}: a run of runs.csv has no rows in steps.csv; regenerate the demo")
+    return runs.assign(experiment="demo", level=DEMO_LEVEL, degenerate=np.nan)
+
+
+def measured_runs(experiments: Path) -> pd.DataFrame:
+    """The demo's and remedies-new's result runs with measured shares, a ``cell`` per experiment x estimator x G."""
+    path = experiments / "early-warning" / "measured_runs.csv"
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing; write it with python scripts/early_warning_calibration.py extract")
+    runs = pd.concat([demo_runs(experiments / "demo"), pd.read_csv(path)], ignore_index=True)
+    runs = runs[
+        ["run_id", "experiment", "level", "estimator", "group_size", "seed", "uniform", "degenerate", "end_pass_at_1"]
+    ]
+    runs["cell"] = runs.groupby(["experiment", "estimator", "group_size"], sort=False).ngroup()
+    return runs
+
+
+MEASURED_PREDICTORS = {  # label -> share column
+    "measured all-equal share, steps 1-3": "uniform",
+    "measured zero-advantage share, steps 1-3": "degenerate",
+    "expected step-1 all-equal share (G = 4 at its lower bound)": "all_equal_low",
+    "expected step-1 all-equal share (G = 4 at its upper bound)": "all_equal_high",
+}
+
+
+def measured_table(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """R² of end pass@1 on each share, across cells and runs: over both experiments, each one, then each one's G
+    (cells only: there the expected share is one value, and the cells differ by estimator alone)."""
+    scopes = [("both experiments", lambda f: f["experiment"].notna(), ("cells", "runs"))]
+    scopes += [
+        (name, lambda f, n=name: f["experiment"] == n, ("cells", "runs")) for name in cells["experiment"].unique()
+    ]
+    scopes += [
+        (f"{name}, G = {size}", lambda f, n=name, g=size: (f["experiment"] == n) & (f["group_size"] == g), ("cells",))
+        for name, size in cells[["experiment", "group_size"]].drop_duplicates().itertuples(index=False)
+    ]
+    rows = []
+    for scope, select, units in scopes:
+        for unit in units:
+            frame = cells if unit == "cells" else runs
+            chosen = frame[select(frame)]
+            for label, column in MEASURED_PREDICTORS.items():
+                kept = chosen.dropna(subset=[column]).reset_index(drop=True)
+                if kept.empty or np.ptp(kept[column].to_numpy(float)) == 0:
+                    continue
+                stats = analyse(kept, column, kept["cell"].to_numpy())
+                rows.append({"scope": scope, "unit": unit, "predictor": label, **stats})
+    return pd.DataFrame(rows).drop(columns=["ceiling", "shares"])
+
+
+def measured_cells(runs: pd.DataFrame, moments: pd.DataFrame) -> pd.DataFrame:
+    """Per cell: seeds, means of the measured shares and end pass@1, and the expected step-1 shares."""
+    keys = ["cell", "experiment", "level", "group_size", "estimator"]
+    cells = runs.groupby(keys, sort=False).agg(
+        seeds=("seed", "size"),
+        uniform=("uniform", "mean"),
+        degenerate=("degenerate", "mean"),
+        end_pass_at_1=("end_pass_at_1", "mean"),
+    )
+    return with_shares(cells.reset_index().assign(condition_detail=""), moments)
+
+
+def agreement(cells: pd.DataFrame) -> list[str]:
+    """Markdown lines: Pearson r of the cells' measured steps 1-3 all-equal share with the expected step-1 one."""
+    lines = []
+    for bound in BOUNDS:
+        x, y = cells["uniform"].to_numpy(float), cells[f"all_equal_{bound}"].to_numpy(float)
+        r = float(np.corrcoef(x, y)[0, 1])
+        lines.append(
+            f"- measured steps 1-3 all-equal share vs expected step-1 share (G = 4 at its {bound} bound): "
+            f"Pearson r = {r:.3f} over {len(cells)} cells ({int(np.unique(y.round(12)).size)} expected values); "
+            f"mean measured - expected = {float(np.mean(x - y)):+.3f}"
+        )
+    return lines
+
+
+def measured_markdown(table: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame) -> str:
+    """The measured-share analyses as a Markdown page."""
+    lines = [
+        "# Measured early shares against held-out end pass@1",
+        "",
+        "`python scripts/early_warning_calibration.py`. Measured share = the run's mean over steps "
+        f"{MEASURED_STEPS[0]}-{MEASURED_STEPS[-1]} of `starvation/uniform` (all-equal rewards) or "
+        "`starvation/degenerate` (all-zero advantages), from experiments/demo/steps.csv and "
+        "experiments/early-warning/measured_runs.csv (`python scripts/early_warning_calibration.py extract "
+        "--remedies-new runs/remedies-new`); the demo has no degenerate share. Cell = experiment x estimator x G, "
+        f"mean over seeds. R² of the least-squares line, 95% percentile bootstrap over cells ({RESAMPLES} "
+        f"resamples, seed {SEED}; a run-level row resamples whole cells); slope in pass@1 per unit share.",
+        "",
+        f"{len(cells)} cells, {len(runs)} runs: "
+        + ", ".join(
+            f"{name} {part['cell'].nunique()} cells / {len(part)} runs ({part['level'].iloc[0]})"
+            for name, part in runs.groupby("experiment", sort=False)
+        )
+        + ".",
+        "",
+        "| scope | unit | predictor | n | cells | R² | 95% CI | slope |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for _, row in table.iterrows():
+        lines.append(
+            f"| {row['scope']} | {row['unit']} | {row['predictor']} | {row['n']} | {row['cells']} | "
+            f"{row['r2']:.3f} | {_interval(row)} | {row['slope']:.3f} |"
+        )
+    lines += ["", *agreement(cells)]
+    return "\n".join(lines) + "\n"
+
+
+def write_measured(experiments: Path, out: Path, moments: pd.DataFrame) -> pd.DataFrame:
+    """Writes measured.md, measured.csv and measured_cells.csv from the committed measured shares."""
+    runs = measured_runs(experiments)
+    shares = with_shares(runs, moments)  # run ids repeat across experiments: keep the row order, not a merge
+    runs = runs.assign(all_equal_low=shares["all_equal_low"], all_equal_high=shares["all_equal_high"])
+    cells = measured_cells(runs, moments)
+    table = measured_table(runs, cells)
+    (out / "measured.md").write_text(measured_markdown(table, cells, runs))
+    table.to_csv(out / "measured.csv", index=False, float_format="%.6f")
+    cells.drop(columns=["cell", "condition_detail"]).to_csv(
+        out / "measured_cells.csv", index=False, float_format="%.6f"
+    )
     return table
 
 
 def main() -> None:
     arguments = _arguments()
+    if arguments.command == "extract":
+        path = arguments.experiments / "early-warning" / "measured_runs.csv"
+        runs = extract_remedies_new(arguments.remedies_new)
+        runs.to_csv(path, index=False, float_format="%.6f")
+        print(f"{path}: {len(runs)} result runs")
+        return
     table = write(arguments.experiments, arguments.out, with_figure=not arguments.no_figure)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
