@@ -144,10 +144,6 @@ class LossTotals:
     off_policy_masked: float = 0.0
     entropy: float = 0.0
 
-    def __add__(self, other: LossTotals) -> LossTotals:
-        sums = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
-        return LossTotals(**{**sums, "is_weight_max": max(self.is_weight_max, other.is_weight_max)})
-
 
 _TOTALS = tuple(f.name for f in fields(LossTotals))
 
