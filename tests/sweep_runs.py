@@ -60,3 +60,10 @@ def devices_once_all_started(folder: str, workers: int) -> tuple[int, str | None
             raise TimeoutError(f"fewer than {workers} workers started within 120 s")
         time.sleep(0.02)
     return pid, at_start, os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def runs_per_gpu_in_worker() -> int:
+    """The runs sharing this worker's GPU, as a run in it reads them (``grpolab.engine.memory.runs_sharing_gpu``)."""
+    from grpolab.engine.memory import runs_sharing_gpu
+
+    return runs_sharing_gpu()

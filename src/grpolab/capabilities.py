@@ -1,6 +1,7 @@
 """The training engines, one object each in one registry: what each supports (its remedies, whether it has
-per-token estimators, the settings it refuses and the check a sweep runs on every arm before a run starts), how it
-names and finds its checkpoint folders, and the run class that starts one of its runs.
+per-token estimators, the settings it refuses, those under which a run needs a GPU of its own, and the check a sweep
+runs on every arm before a run starts), how it names and finds its checkpoint folders, and the run class that starts
+one of its runs.
 
 ``engine: grpolab`` is grpolab's own engine, ``engine: trl`` TRL's ``GRPOTrainer`` under grpolab's run. Everything
 that depends on the engine asks its object here (``engine(name)``) instead of comparing the engine's name: the
@@ -98,6 +99,8 @@ class Engine:
         checkpoint_settings: ``module:function(run_dir)`` giving (path, settings or None) of the newest sound
             checkpoint of its kind in a run directory, or None; what ``--resume`` checks ``config.yaml`` against,
             under either engine (``newest_checkpoint_settings``).
+        exclusive_gpu: the settings under which one of its runs needs a GPU of its own (refused, when on, with
+            ``grpolab compare --runs-per-gpu`` above 1: ``check_shared_gpu``).
     """
 
     name: str
@@ -109,6 +112,7 @@ class Engine:
     unsupported: tuple[Unsupported, ...] = ()
     arm_check: str | None = None
     checkpoint_settings: str = "grpolab.train.checkpoint:checkpoint_settings"
+    exclusive_gpu: tuple[Unsupported, ...] = ()
 
     @property
     def remedies(self) -> tuple[str, ...]:
@@ -129,6 +133,15 @@ class Engine:
         """Refuse, before any run of a sweep starts, an arm this engine cannot run (its ``arm_check``)."""
         if self.arm_check is not None:
             _load(self.arm_check)(config)
+
+    def check_shared_gpu(self, config: Any, runs_per_gpu: int) -> None:
+        """Refuse, in one line, ``runs_per_gpu`` > 1 runs on one GPU for ``config`` where one of its settings
+        (``exclusive_gpu``) gives each run a GPU of its own."""
+        for entry in self.exclusive_gpu:
+            if runs_per_gpu > 1 and getattr(config, entry.setting):
+                raise UserError(f"--runs-per-gpu {runs_per_gpu} puts several runs on one GPU, but engine {self.name} "
+                                f"with {entry.setting} needs a GPU for each run ({entry.why}); use --runs-per-gpu 1 "
+                                f"or {entry.fix}")
 
     def start(self, config: Any, run_dir: Path, **options: Any) -> Any:
         """Set one run up with this engine (``grpolab.train.engines.start`` says what ``options`` are)."""
@@ -164,7 +177,9 @@ ENGINES: dict[str, Engine] = {
         checkpoint_problem="grpolab.train.trl_engine.checkpoints:unreadable",
         checkpoint_model="grpolab.train.trl_engine.checkpoints:checkpoint_model", per_token_estimators=False,
         arm_check="grpolab.train.trl_engine.arguments:check_supported",
-        checkpoint_settings="grpolab.train.trl_engine.checkpoints:trl_checkpoint_settings"),
+        checkpoint_settings="grpolab.train.trl_engine.checkpoints:trl_checkpoint_settings",
+        exclusive_gpu=(Unsupported("use_vllm", "vLLM reserves a fixed share of the GPU's memory in each run",
+                                   "drop --use-vllm"),)),
 }
 """engine name -> the engine; the ``engine`` setting's choices are its keys."""
 

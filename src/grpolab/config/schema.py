@@ -391,8 +391,13 @@ class CompareConfig:
     """GPUs for each run. Unset (auto; null in a config file): one GPU per run where torch sees a GPU, else CPU
     runs. 0: CPU only, every run's device auto is the CPU. N: N GPUs per run, refused if torch sees fewer. Local
     backend: each worker gets its own CUDA_VISIBLE_DEVICES ("" for CPU runs), so at most GPUs // N runs at once
-    and no two runs share a GPU; runs with --device cpu get CPU-only workers (refused with N >= 1). Ray: num_gpus
-    per run (auto: 1 where the cluster has GPUs)."""
+    and no two runs share a GPU unless --runs-per-gpu says so; runs with --device cpu get CPU-only workers (refused
+    with N >= 1). Ray: num_gpus per run (auto: 1 where the cluster has GPUs)."""
+    runs_per_gpu: int = setting(1, scope="runtime", group="engine", at_least=1)
+    """K: runs that share each GPU, for models that use a few percent of one. Local backend: each GPU is given to K
+    workers, so GPUs x K runs at once (--workers defaults to that); before any run starts, K times one run's
+    estimated peak GPU memory is checked against each GPU's free memory; each run's sampler takes 1/K of its share
+    of the GPU. Ray: num_gpus = 1/K per run. Refused above 1 for runs on the CPU and with --gpus-per-run above 1."""
 
     @property
     def estimator_list(self) -> list[str]:

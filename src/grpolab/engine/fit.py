@@ -22,12 +22,11 @@ from grpolab.devices import model_device
 from grpolab.engine import memory
 from grpolab.errors import UserError
 
-__all__ = ["LENGTH_SAMPLE", "check_evaluation_fits", "check_training_fits", "fit_new_tokens", "prompt_lengths"]
+__all__ = ["LENGTH_SAMPLE", "check_evaluation_fits", "check_training_fits", "fit_new_tokens", "prompt_lengths",
+           "step_lengths"]
 
 LENGTH_SAMPLE = 2000
 """Prompts per pool whose token lengths are measured."""
-
-_BATCH_BYTES_PER_TOKEN = 48  # a step's [B, Lp + T] ids, masks, log-probs, entropies and advantages
 
 
 def prompt_lengths(tokenizer: Any, prompts: Sequence[str], *, use_chat_template: bool) -> list[int]:
@@ -86,24 +85,28 @@ def _longest_fitting(model: Any, lengths: list[int], max_new_tokens: int, where:
 
 def _sampling_need(shape: memory.ModelShape, prompts: int, samples: int, width: int, new_tokens: int,
                    device: Any = None) -> int:
-    one = memory.sampling_bytes(shape, 1, samples, width, new_tokens)
-    chunk = max(1, min(prompts, memory.sampler_budget(device) // max(one, 1)))
-    return memory.sampling_bytes(shape, chunk, samples, width, new_tokens)
+    return memory.chunked_sampling_bytes(shape, prompts, samples, width, new_tokens, memory.sampler_budget(device))
+
+
+def step_lengths(model: Any, tokenizer: Any, task: Any, config: Any, max_new_tokens: int) -> tuple[int, int]:
+    """(the longest train prompt of a step after cutting to the model's context, the ``max_new_tokens`` to use:
+    ``fit_new_tokens``) for a training run; refuses prompts that mostly do not fit (``_longest_fitting``)."""
+    train = [p.prompt for p in task.train[:LENGTH_SAMPLE]]
+    lengths = prompt_lengths(tokenizer, train, use_chat_template=task.use_chat_template)
+    max_new_tokens = fit_new_tokens(model, lengths, max_new_tokens, explicit=config.max_new_tokens is not None)
+    return _longest_fitting(model, lengths, max_new_tokens, "train split"), max_new_tokens
 
 
 def check_training_fits(model: Any, tokenizer: Any, task: Any, config: Any, max_new_tokens: int) -> int:
     """Refuse, in one line, a training run (``config``: a ``TrainConfig``) whose prompts do not fit the model's
     context or whose step or evaluation needs more memory than is available. Returns the ``max_new_tokens``
     to use (``fit_new_tokens``: a task default lowered to fit the context)."""
-    train = [p.prompt for p in task.train[:LENGTH_SAMPLE]]
-    lengths = prompt_lengths(tokenizer, train, use_chat_template=task.use_chat_template)
-    max_new_tokens = fit_new_tokens(model, lengths, max_new_tokens, explicit=config.max_new_tokens is not None)
-    width = _longest_fitting(model, lengths, max_new_tokens, "train split")
+    width, max_new_tokens = step_lengths(model, tokenizer, task, config, max_new_tokens)
     shape = memory.model_shape(model)
     rows = config.prompts_per_step * config.group_size
     sampling = _sampling_need(shape, config.prompts_per_step, config.group_size, width, max_new_tokens,
                               model_device(model))
-    batch = rows * (width + max_new_tokens) * _BATCH_BYTES_PER_TOKEN
+    batch = memory.batch_bytes(rows, width + max_new_tokens)
     update = memory.update_bytes(shape, min(config.micro_batch_size, rows), max_new_tokens)
     memory.refuse_unless_fits(
         sampling + batch + update,

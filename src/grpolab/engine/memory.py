@@ -9,13 +9,20 @@ The estimates count the tensors that grow with the settings, not the model's wei
 * the sampler's logits: rows x vocab float32 (four live copies: logits, log-probs, probs, their CDF);
 * the update's logits: micro-batch x (T + 1) x vocab float32 (two live copies: logits, log-softmax).
 
-They leave out the weights, the optimizer state and the activations of the backward pass, so they are a
+These leave out the weights, the optimizer state and the activations of the backward pass, so they are a
 lower bound of the peak: a setting they refuse cannot fit, while one they pass may still run out (the
 command line then names the settings to lower). They exist to refuse a setting that needs 100 GB on a
 machine with 24, in one line before anything is allocated, not to pack memory tight. What "available" means:
 the least of the physical memory not in use (``psutil``'s ``available`` when installed, else ``MemAvailable``
 of /proc/meminfo, else ``os.sysconf``'s free pages), the room left under the cgroup's limit (containers), and
 the room left under the address-space limit (``ulimit -v``).
+
+One run's peak on a GPU (``run_peak_parts``, what ``grpolab compare --runs-per-gpu K`` multiplies by K before
+any run starts) adds what they leave out of the memory that stays: the weights as loaded (a second copy with a
+frozen reference model), ``OPTIMIZER_BYTES_PER_PARAMETER`` for each trained parameter (LoRA adapters or all
+weights), the lean sampler's copy of the weights in its dtype, then the step's sampling (chunked under the
+sampler's budget), its batch and one micro-batch of the update; the backward pass's activations are still left
+out. K runs on one GPU each sample under 1/K of the sampler's share (``RUNS_PER_GPU_ENV``, ``sampler_budget``).
 """
 
 from __future__ import annotations
@@ -29,16 +36,25 @@ from typing import Any
 
 from grpolab.errors import UserError
 
-__all__ = ["GPU_SAMPLER_SHARE", "SAMPLER_BUDGET_BYTES", "ModelShape", "available_bytes", "context_length",
-           "format_bytes", "kv_cache_bytes", "model_shape", "refuse_unless_fits", "sampler_budget", "sampling_bytes",
-           "update_bytes"]
+__all__ = ["GPU_SAMPLER_SHARE", "OPTIMIZER_BYTES_PER_PARAMETER", "RUNS_PER_GPU_ENV", "SAMPLER_BUDGET_BYTES",
+           "ModelShape", "RunFootprint", "available_bytes", "batch_bytes", "chunked_sampling_bytes", "context_length",
+           "format_bytes", "gpu_sampler_budget", "kv_cache_bytes", "model_shape", "refuse_unless_fits",
+           "run_peak_parts", "runs_sharing_gpu", "sampler_budget", "sampling_bytes", "update_bytes"]
 
 SAMPLER_BUDGET_BYTES = 1 << 30
 """The most memory one sampling pass may use on the host (``sampling_bytes``); a batch that needs more is sampled
 in chunks of prompts, with the same result (``rollout.sample``). On a GPU: ``sampler_budget``."""
 GPU_SAMPLER_SHARE = 0.25
 """The share of a GPU's available memory (``available_bytes``) one sampling pass may use: the rest is left to the
-update's activations, the optimiser and a second run on the same GPU."""
+update's activations, the optimiser and a second run on the same GPU; K runs on one GPU (``RUNS_PER_GPU_ENV``)
+take 1/K of it each."""
+RUNS_PER_GPU_ENV = "GRPOLAB_RUNS_PER_GPU"
+"""The environment variable that tells a run how many runs share its GPU (``grpolab compare --runs-per-gpu`` sets
+it in each worker's environment); unset: 1."""
+OPTIMIZER_BYTES_PER_PARAMETER = 12
+"""Bytes a trained parameter adds: its float32 gradient and AdamW's two float32 moments."""
+BATCH_BYTES_PER_TOKEN = 48
+"""Bytes per token of a step's [B, Lp + T] batch: ids, masks, log-probs, entropies and advantages."""
 
 _FLOAT = 4
 
@@ -101,9 +117,63 @@ def sampling_bytes(shape: ModelShape, prompts: int, samples: int, prompt_tokens:
     return cache + prefill + logits + outputs
 
 
+def chunked_sampling_bytes(shape: ModelShape, prompts: int, samples: int, prompt_tokens: int, new_tokens: int,
+                           budget: int) -> int:
+    """``sampling_bytes`` of the largest chunk of ``prompts`` that ``rollout.sample`` samples at once under
+    ``budget`` bytes (at least one prompt)."""
+    one = sampling_bytes(shape, 1, samples, prompt_tokens, new_tokens)
+    chunk = max(1, min(prompts, budget // max(one, 1)))
+    return sampling_bytes(shape, chunk, samples, prompt_tokens, new_tokens)
+
+
 def update_bytes(shape: ModelShape, micro_batch: int, new_tokens: int) -> int:
     """Bytes one micro-batch of the update needs at least: its completion logits and their log-softmax."""
     return 2 * micro_batch * (new_tokens + 1) * shape.vocab * _FLOAT
+
+
+def batch_bytes(rows: int, tokens: int) -> int:
+    """Bytes of a step's batch of ``rows`` sequences of ``tokens`` (prompt and completion) tokens."""
+    return rows * tokens * BATCH_BYTES_PER_TOKEN
+
+
+@dataclass(frozen=True)
+class RunFootprint:
+    """What one training run's peak GPU memory depends on (``run_peak_parts``)."""
+
+    shape: ModelShape
+    weight_bytes: int
+    """Bytes of the model's weights as loaded (every parameter in its dtype, LoRA adapters included)."""
+    trained: int
+    """Parameters the optimizer updates: the LoRA adapters', or every weight."""
+    sampler_copy_bytes: int
+    """Bytes of the lean sampler's copy of the weights in its dtype (0 where it samples from the weights)."""
+    reference: bool
+    """Whether a frozen reference model (a KL penalty) holds a second copy of the weights."""
+    prompts: int
+    """P: prompts per step."""
+    samples: int
+    """G: completions per prompt."""
+    prompt_tokens: int
+    """The longest prompt, in tokens."""
+    new_tokens: int
+    """The completion length cap."""
+    micro_batch: int
+    """Sequences per forward/backward pass of the update."""
+
+
+def run_peak_parts(run: RunFootprint, budget: int) -> dict[str, int]:
+    """Bytes of one run's peak on its device, part by part (the module docstring says what is counted); the
+    sampler samples under ``budget`` bytes. Their sum is the estimate."""
+    rows = run.prompts * run.samples
+    return {
+        "weights": run.weight_bytes * (2 if run.reference else 1),
+        "optimizer": run.trained * OPTIMIZER_BYTES_PER_PARAMETER,
+        "sampler copy": run.sampler_copy_bytes,
+        "sampling": chunked_sampling_bytes(run.shape, run.prompts, run.samples, run.prompt_tokens, run.new_tokens,
+                                           budget),
+        "batch": batch_bytes(rows, run.prompt_tokens + run.new_tokens),
+        "update": update_bytes(run.shape, min(run.micro_batch, rows), run.new_tokens),
+    }
 
 
 def format_bytes(count: float) -> str:
@@ -180,13 +250,34 @@ def available_bytes(device: Any = None) -> int | None:
 
 def sampler_budget(device: Any = None) -> int:
     """The most memory one sampling pass may use where the model is: ``SAMPLER_BUDGET_BYTES`` on the host; on a
-    CUDA ``device``, ``GPU_SAMPLER_SHARE`` of its available memory (``available_bytes``), and never less than the
-    host's budget (P = 64 x G = 8 rows of SmolLM2-135M at 512 tokens fit one pass on an 80 GB GPU, where the host's
-    1 GiB split them into four)."""
+    CUDA ``device``, ``gpu_sampler_budget`` of its available memory (``available_bytes``) for the runs that share
+    it (``runs_sharing_gpu``)."""
     if device is None or getattr(device, "type", "cpu") != "cuda":
         return SAMPLER_BUDGET_BYTES
-    available = available_bytes(device) or 0
-    return max(SAMPLER_BUDGET_BYTES, int(GPU_SAMPLER_SHARE * available))
+    return gpu_sampler_budget(available_bytes(device) or 0, runs_sharing_gpu())
+
+
+def gpu_sampler_budget(available: int, runs: int = 1) -> int:
+    """The sampler's budget of each of ``runs`` runs on a GPU with ``available`` bytes: their 1/``runs`` of
+    ``GPU_SAMPLER_SHARE`` of it, and never less than the host's budget (P = 64 x G = 8 rows of SmolLM2-135M at 512
+    tokens fit one pass on an 80 GB GPU, where the host's 1 GiB split them into four)."""
+    return max(SAMPLER_BUDGET_BYTES, int(GPU_SAMPLER_SHARE * available) // max(runs, 1))
+
+
+def runs_sharing_gpu(environ: Any = None) -> int:
+    """How many runs share this process's GPU: ``RUNS_PER_GPU_ENV`` of ``environ`` (default: this process's
+    environment), 1 when unset.
+
+    Raises:
+        UserError: the variable holds anything but a whole number >= 1.
+    """
+    text = (os.environ if environ is None else environ).get(RUNS_PER_GPU_ENV, "").strip()
+    if not text:
+        return 1
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"{RUNS_PER_GPU_ENV} must be a whole number >= 1 (the runs sharing this GPU, which grpolab "
+                        f"compare --runs-per-gpu sets), got {text!r}; unset it")
+    return int(text)
 
 
 def refuse_unless_fits(need: int, what: str, lower: str, available: int | None = None, device: Any = None) -> None:

@@ -50,7 +50,8 @@ from grpolab.engine.target_logprobs import sum_pi_squared as vocab_sum_pi_square
 from grpolab.engine.target_logprobs import target_logprobs
 from grpolab.errors import UserError
 
-__all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "sample", "token_logprobs", "token_statistics"]
+__all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "lean_copy_bytes", "sample", "sampler_weights_dtype",
+           "token_logprobs", "token_statistics"]
 
 ENGINES = ("auto", "lean", "hf")
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -198,12 +199,25 @@ def _cache_keyword(model: PreTrainedModel) -> str:
         return "past_key_values"
 
 
+def sampler_weights_dtype(model: PreTrainedModel, dtype: str) -> torch.dtype:
+    """The dtype of the lean sampler's copy of the weights for the ``sampler_dtype`` setting ``dtype``."""
+    return fast_decode.preferred_dtype(model) if dtype == "auto" else _DTYPES[dtype]
+
+
+def lean_copy_bytes(model: PreTrainedModel, dtype: str) -> int:
+    """Bytes of the copy of the weights the lean sampler makes for each rollout (``sampler_dtype`` ``dtype``): the
+    base model's parameters (LoRA adapters are merged into it) in that dtype; 0 for a model it does not take."""
+    if fast_decode.refusal(model) is not None:
+        return 0
+    size = torch.empty((), dtype=sampler_weights_dtype(model, dtype)).element_size()
+    return size * sum(p.numel() for name, p in model.named_parameters() if "lora_" not in name)
+
+
 def _decoder(model: PreTrainedModel, engine: str, dtype: str) -> _HFDecoder | fast_decode.LeanLlama:
     if engine not in ENGINES or dtype not in (*_DTYPES, "auto"):
         raise UserError(f"sampler engine must be one of {ENGINES} and dtype one of auto, {', '.join(_DTYPES)}; "
                         f"got engine={engine!r}, dtype={dtype!r}")
-    weights = fast_decode.preferred_dtype(model) if dtype == "auto" else _DTYPES[dtype]
-    lean = fast_decode.build(model, weights) if engine != "hf" else None
+    lean = fast_decode.build(model, sampler_weights_dtype(model, dtype)) if engine != "hf" else None
     if lean is not None:
         return lean
     if engine == "hf":

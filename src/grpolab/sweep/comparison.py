@@ -38,7 +38,8 @@ from grpolab.sweep.settings import (
     sweep_defaults,
     sweep_train_settings,
 )
-from grpolab.sweep.variants import parse_vary
+from grpolab.sweep.sharing import check_shared_gpus
+from grpolab.sweep.variants import Variant, parse_vary
 from grpolab.sweep.worker import EventFn
 from grpolab.train.lock import DirectoryLock
 
@@ -109,8 +110,7 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
     if len(sweep.lr_list) == 1:  # one lr, no selection: every run trains at it, and the saved settings say so
         base = base.replace(lr=sweep.lr_list[0])
     _check_engine(base, cells)
-    if sweep.backend == "local":  # GPUs this machine lacks, or that contradict the runs' devices
-        check_gpus(sweep.gpus_per_run, {base.replace(**variant.changes).device for variant in variants})
+    _check_devices(sweep, base, variants)
     settings = {"compare": sweep.to_dict(), "train": sweep_train_settings(base),
                 "task": _task_summary(base, sweep.estimator_list)}
     recorded = (out / SWEEP_FILE).is_file()  # a sweep's folder already, so its identity was recorded too
@@ -131,6 +131,18 @@ def _compare(sweep: CompareConfig, base: TrainConfig, out: Path, *, report: bool
                       lrs=lrs)
     runner.run(specs, "runs")
     return _gather(out, sweep, settings, grid, specs, selection, runner.outcomes, report=report)
+
+
+def _check_devices(sweep: CompareConfig, base: TrainConfig, variants: Sequence[Variant]) -> None:
+    """Refuse, before anything is written, GPUs this machine lacks or that contradict the runs' devices (local
+    backend), runs per GPU an arm's engine cannot share a GPU with, and K runs per GPU that do not fit its free
+    memory (local backend; ``grpolab.sweep.sharing``)."""
+    arms = [base.replace(**variant.changes, group_size=size) for variant in variants for size in sweep.group_size_list]
+    for arm in arms:
+        capabilities.engine(arm.engine).check_shared_gpu(arm, sweep.runs_per_gpu)
+    if sweep.backend == "local":
+        check_gpus(sweep.gpus_per_run, {arm.device for arm in arms}, sweep.runs_per_gpu)
+        check_shared_gpus(arms, sweep.runs_per_gpu)
 
 
 def _check_engine(base: TrainConfig, cells: list[Cell]) -> None:
@@ -174,7 +186,7 @@ class _Runner:
         self.on_event({"phase": label, "total": len(specs), "already": len(ended), "resumed": resumed})
         started = time.perf_counter()
         outcomes = run_sweep(specs, workers=self.sweep.workers, backend=self.sweep.backend, on_event=self.on_event,
-                             gpus_per_run=self.sweep.gpus_per_run)
+                             gpus_per_run=self.sweep.gpus_per_run, runs_per_gpu=self.sweep.runs_per_gpu)
         self.outcomes += outcomes
         self.check_data(specs)  # a run on data edited while the sweep ran is never gathered
         self.on_event({"phase_done": label, "trained": len(outcomes), "seconds": time.perf_counter() - started})

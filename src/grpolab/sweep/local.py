@@ -26,6 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from grpolab.engine.memory import RUNS_PER_GPU_ENV
 from grpolab.errors import UserError
 from grpolab.sweep.devices import worker_devices
 from grpolab.sweep.plan import RunSpec
@@ -35,60 +36,73 @@ from grpolab.sweep.worker import EventFn, init_worker, post_progress, show_worke
 
 __all__ = ["run_local", "worker_pool"]
 
-def worker_pool(workers: int, progress: Any, devices: list[str]) -> ProcessPoolExecutor:
+def worker_pool(workers: int, progress: Any, devices: list[str], runs_per_gpu: int = 1) -> ProcessPoolExecutor:
     """A pool of ``workers`` spawned processes posting progress to ``progress``; with ``devices`` (one
     ``CUDA_VISIBLE_DEVICES`` value per worker, "" for no GPU) each worker starts with a value of its own in its
-    environment, so it holds before the worker imports anything that could initialise CUDA; with [] the
-    workers inherit this process's."""
-    context = _DeviceContext(devices) if devices else multiprocessing.get_context("spawn")
+    environment, so it holds before the worker imports anything that could initialise CUDA, and with
+    ``RUNS_PER_GPU_ENV`` = ``runs_per_gpu`` (each run's sampler takes its share of the GPU,
+    ``grpolab.engine.memory.sampler_budget``); with [] the workers inherit this process's."""
+    context = _DeviceContext(devices, runs_per_gpu) if devices else multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker,
                                initargs=(progress, os.getpid()))
 
 
 class _DeviceContext(multiprocessing.context.SpawnContext):
     """The spawn context, but each process it makes takes the next of ``devices`` as its
-    ``CUDA_VISIBLE_DEVICES``."""
+    ``CUDA_VISIBLE_DEVICES``, and ``runs_per_gpu`` as its ``RUNS_PER_GPU_ENV``."""
 
-    def __init__(self, devices: Sequence[str]):
+    def __init__(self, devices: Sequence[str], runs_per_gpu: int = 1):
         super().__init__()
         self._left, self._lock = list(devices), threading.Lock()
+        self._runs_per_gpu = str(runs_per_gpu)
 
     def Process(self, *args: Any, **kwargs: Any) -> _DeviceProcess:  # type: ignore[override]
         with self._lock:
             if not self._left:
                 raise RuntimeError("more worker processes made than device sets cut for them")
-            return _DeviceProcess(self._left.pop(0), *args, **kwargs)
+            environment = {"CUDA_VISIBLE_DEVICES": self._left.pop(0), RUNS_PER_GPU_ENV: self._runs_per_gpu}
+            return _DeviceProcess(environment, *args, **kwargs)
 
 
 class _DeviceProcess(multiprocessing.context.SpawnProcess):
-    """A spawned process whose environment holds ``CUDA_VISIBLE_DEVICES`` = ``devices`` from its start: the
-    value is put in this process's environment only while the child is spawned, which copies it."""
+    """A spawned process whose environment holds ``environment`` (``CUDA_VISIBLE_DEVICES`` and the runs per GPU)
+    from its start: the values are put in this process's environment only while the child is spawned, which
+    copies them."""
 
     _starting = threading.Lock()
 
-    def __init__(self, devices: str, *args: Any, **kwargs: Any):
+    def __init__(self, environment: dict[str, str], *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.cuda_visible_devices = devices
+        self.environment = environment
 
     def start(self) -> None:
-        with self._starting:
-            previous = os.environ.get("CUDA_VISIBLE_DEVICES")
-            os.environ["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
-            try:
-                super().start()
-            finally:
-                if previous is None:
-                    del os.environ["CUDA_VISIBLE_DEVICES"]
-                else:
-                    os.environ["CUDA_VISIBLE_DEVICES"] = previous
+        with self._starting, _environment(self.environment):
+            super().start()
 
 
-def run_local(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus_per_run: int | None = None
-              ) -> list[dict[str, Any]]:
-    """Train ``specs`` on a local process pool of ``workers`` (fewer when GPUs bound them), each worker with
-    the GPUs ``grpolab.sweep.devices.worker_devices`` gives it (None: auto); returns the outcomes of the runs
-    that ended."""
-    devices = worker_devices(gpus_per_run, workers, {spec.config.device for spec in specs})
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment while the block runs (each child started in it copies them)."""
+    previous = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+def run_local(specs: Sequence[RunSpec], workers: int | None, on_event: EventFn, *, gpus_per_run: int | None = None,
+              runs_per_gpu: int = 1) -> list[dict[str, Any]]:
+    """Train ``specs`` on a local process pool of ``workers`` (fewer when GPUs bound them; None: one per GPU slot,
+    or the CPU count for CPU runs; never more than the runs), each worker with the GPUs
+    ``grpolab.sweep.devices.worker_devices`` gives it (``gpus_per_run`` None: auto), ``runs_per_gpu`` to a GPU;
+    returns the outcomes of the runs that ended."""
+    devices = worker_devices(gpus_per_run, workers, {spec.config.device for spec in specs}, runs_per_gpu)
+    devices = devices[:max(1, len(specs))]
     workers = fit_workers(len(devices), worker_bytes([spec.config for spec in specs]), memory_limit_bytes())
     devices = devices[:workers]  # at most as many workers as the memory allowed holds (one-line warning)
     request = StopRequest()
@@ -96,7 +110,7 @@ def run_local(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus
     with stop_signals(request), _safe_path_in_children():
         progress = multiprocessing.get_context("spawn").Queue()  # may start the resource tracker
         with blocked_in_children():
-            pool = worker_pool(workers, progress, devices)
+            pool = worker_pool(workers, progress, devices, runs_per_gpu)
         try:
             with blocked_in_children():
                 pending = {pool.submit(post_progress, spec) for spec in specs}  # starts the workers
@@ -120,19 +134,10 @@ def run_local(specs: Sequence[RunSpec], workers: int, on_event: EventFn, *, gpus
     return outcomes
 
 
-@contextlib.contextmanager
-def _safe_path_in_children() -> Iterator[None]:
+def _safe_path_in_children() -> contextlib.AbstractContextManager[None]:
     """``PYTHONSAFEPATH=1`` in this process's environment while its children start (each copies it): their
     interpreters do not put the current directory first on ``sys.path`` (Python 3.11's ``-P``)."""
-    previous = os.environ.get("PYTHONSAFEPATH")
-    os.environ["PYTHONSAFEPATH"] = "1"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["PYTHONSAFEPATH"]
-        else:
-            os.environ["PYTHONSAFEPATH"] = previous
+    return _environment({"PYTHONSAFEPATH": "1"})
 
 
 def _stop_at_once(pool: ProcessPoolExecutor) -> None:

@@ -23,21 +23,24 @@ __all__ = ["run_sweep"]
 
 
 def run_sweep(specs: Sequence[RunSpec], *, workers: int | None = None, backend: str = "local",
-              on_event: EventFn | None = None, gpus_per_run: int | None = None) -> list[dict[str, Any]]:
+              on_event: EventFn | None = None, gpus_per_run: int | None = None, runs_per_gpu: int = 1
+              ) -> list[dict[str, Any]]:
     """Run every run of ``specs`` that has not ended; returns one outcome per run started (ok, error,
     seconds). ``on_event`` receives progress messages and {"finished": outcome}. ``gpus_per_run``: None (auto),
-    0 (CPU only) or N (``grpolab.sweep.devices``)."""
+    0 (CPU only) or N; ``runs_per_gpu``: the runs that share each GPU (``grpolab.sweep.devices``). ``workers``
+    None: one local worker per GPU slot (GPUs x ``runs_per_gpu``), else the CPU count."""
     todo = [spec for spec in specs if not spec.ended]
     on_event = on_event or (lambda event: None)
     if not todo:
         return []
-    workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
     if backend == "local":
         from grpolab.sweep.local import run_local
 
-        return run_local(todo, workers, on_event, gpus_per_run=gpus_per_run)
+        return run_local(todo, workers and min(workers, len(todo)), on_event, gpus_per_run=gpus_per_run,
+                         runs_per_gpu=runs_per_gpu)
     if backend == "ray":
         from grpolab.sweep.cluster import run_ray
 
-        return run_ray(todo, workers, on_event, gpus_per_run=gpus_per_run)
+        workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+        return run_ray(todo, workers, on_event, gpus_per_run=gpus_per_run, runs_per_gpu=runs_per_gpu)
     raise UserError(f"unknown backend {backend!r}; choose local or ray")
