@@ -94,6 +94,17 @@ def test_the_local_backend_starts_a_worker_per_slot(tmp_path: Path, monkeypatch:
     assert _Pool.made == [made] and len(outcomes) == runs
 
 
+def test_the_plan_line_counts_a_worker_per_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    from grpolab.commands import compare as command
+
+    _machine(monkeypatch, 2)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    sweep = CompareConfig(estimators="sign", group_sizes="2", seeds=8, lrs="1e-4", runs_per_gpu=3)
+    assert " x 6 worker(s) = " in command._plan_line(sweep, TrainConfig(), large=False)
+    one = CompareConfig(estimators="sign", group_sizes="2", seeds=8, lrs="1e-4")
+    assert " x 2 worker(s) = " in command._plan_line(one, TrainConfig(), large=False)  # K = 1: one per GPU
+
+
 def test_a_worker_is_started_with_the_runs_that_share_its_gpu() -> None:
     """The worker process's environment carries K, and a run in it reads K (its sampler's share)."""
     progress = multiprocessing.get_context("spawn").Queue()

@@ -86,8 +86,6 @@ def _config_file_values(args: argparse.Namespace) -> dict[str, Any]:
 def _plan_line(sweep: CompareConfig, base: TrainConfig, *, large: bool) -> str:
     """The line with the plan's size and the memory its workers need (printed when the first runs start),
     counted before anything is built; a plan past ``MAX_PLAN_RUNS`` is refused unless ``large`` (--large-plan)."""
-    import os
-
     from grpolab.engine.memory import format_bytes
     from grpolab.sweep.sizing import memory_limit_bytes, plan_runs_count, worker_bytes
 
@@ -97,13 +95,27 @@ def _plan_line(sweep: CompareConfig, base: TrainConfig, *, large: bool) -> str:
                         f"selection and its bracketing rounds), more than {MAX_PLAN_RUNS:,}; shorten the lists, or "
                         "pass --large-plan to run it")
     per_worker = worker_bytes([base])
-    workers = max(1, min(sweep.workers or os.cpu_count() or 1, runs)) if sweep.backend == "local" else None
+    workers = _local_workers(sweep, base, runs) if sweep.backend == "local" else None
     limit = memory_limit_bytes()
     memory = f"about {format_bytes(per_worker)} per worker" + (
         f" x {workers} worker(s) = {format_bytes(per_worker * workers)}" if workers else "") + (
         f" of the {format_bytes(limit)} allowed" if limit and workers else "")
     bracketing = len(sweep.lr_list) > 1 and sweep.lr_bracket_rounds > 0
     return f"plan: {'up to ' if bracketing else ''}{runs:,} run(s), {memory}"
+
+
+def _local_workers(sweep: CompareConfig, base: TrainConfig, runs: int) -> int:
+    """The local workers a sweep of ``runs`` runs starts: one per GPU slot (GPUs x --runs-per-gpu) or per CPU core,
+    at most --workers (``grpolab.sweep.devices.worker_devices``)."""
+    import os
+
+    from grpolab.sweep.devices import worker_devices
+
+    try:
+        slots = len(worker_devices(sweep.gpus_per_run, sweep.workers, {base.device}, sweep.runs_per_gpu))
+    except UserError:  # compare refuses it itself, with every variant's device
+        slots = sweep.workers or os.cpu_count() or 1
+    return max(1, min(slots, runs))
 
 
 def selection_notes(result: Any, rounds: int) -> list[str]:
