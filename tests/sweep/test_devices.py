@@ -105,11 +105,9 @@ class _Pool:
     """A worker pool that records how it was made and runs nothing."""
 
     made: ClassVar[list[tuple[int, list[str]]]] = []
-    runs_per_gpu: ClassVar[list[int]] = []
 
-    def __init__(self, workers: int, progress: Any, values: list[str], runs_per_gpu: int = 1):
+    def __init__(self, workers: int, progress: Any, values: list[str]):
         self.made.append((workers, values))
-        self.runs_per_gpu.append(runs_per_gpu)
 
     def submit(self, fn: Any, spec: RunSpec) -> Future:
         future: Future = Future()

@@ -5,6 +5,7 @@ computation, and each run's 1/K share of the sampler's budget, handed to the wor
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 from collections import Counter
 from concurrent.futures import Future
@@ -64,10 +65,10 @@ def test_each_gpu_is_named_by_k_workers(monkeypatch: pytest.MonkeyPatch, gpus: i
 class _Pool:
     """A worker pool that records how it was made and runs nothing."""
 
-    made: ClassVar[list[tuple[int, list[str], int]]] = []
+    made: ClassVar[list[tuple[int, list[str], str | None]]] = []
 
-    def __init__(self, workers: int, progress: Any, values: list[str], runs_per_gpu: int = 1):
-        self.made.append((workers, values, runs_per_gpu))
+    def __init__(self, workers: int, progress: Any, values: list[str]):
+        self.made.append((workers, values, os.environ.get(memory.RUNS_PER_GPU_ENV)))  # what its workers copy
 
     def submit(self, fn: Any, spec: RunSpec) -> Future:
         future: Future = Future()
@@ -79,19 +80,21 @@ class _Pool:
 
 
 @pytest.mark.parametrize(("runs", "workers", "made"), [
-    (8, None, (6, ["0", "1"] * 3, 3)),  # the default: one worker per slot, not the CPU count
-    (4, None, (4, ["0", "1"] * 2, 3)),  # never more workers than runs
-    (8, 2, (2, ["0", "1"], 3)),  # --workers bounds them
+    (8, None, (6, ["0", "1"] * 3, "3")),  # the default: one worker per slot, not the CPU count
+    (4, None, (4, ["0", "1"] * 2, "3")),  # never more workers than runs
+    (8, 2, (2, ["0", "1"], "3")),  # --workers bounds them
 ])
 def test_the_local_backend_starts_a_worker_per_slot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: int,
-                                                    workers: int | None, made: tuple[int, list[str], int]) -> None:
+                                                    workers: int | None, made: tuple[int, list[str], str]) -> None:
     _machine(monkeypatch, 2)
     monkeypatch.setattr(local, "worker_pool", _Pool)
     monkeypatch.setattr("os.cpu_count", lambda: 2)  # fewer cores than slots: the slots decide
     _Pool.made = []
     specs = [RunSpec(f"r{i}", "sign", i, 2, tmp_path / f"r{i}", TrainConfig()) for i in range(runs)]
+    monkeypatch.delenv(memory.RUNS_PER_GPU_ENV, raising=False)
     outcomes = run_sweep(specs, workers=workers, runs_per_gpu=3)
     assert _Pool.made == [made] and len(outcomes) == runs
+    assert memory.RUNS_PER_GPU_ENV not in os.environ  # the sweep process's own environment is left as it was
 
 
 def test_the_plan_line_counts_a_worker_per_slot(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,11 +111,12 @@ def test_the_plan_line_counts_a_worker_per_slot(monkeypatch: pytest.MonkeyPatch)
 def test_a_worker_is_started_with_the_runs_that_share_its_gpu() -> None:
     """The worker process's environment carries K, and a run in it reads K (its sampler's share)."""
     progress = multiprocessing.get_context("spawn").Queue()
-    pool = worker_pool(1, progress, [""], 3)
-    try:
-        assert pool.submit(runs_per_gpu_in_worker).result(timeout=180) == 3
-    finally:
-        pool.shutdown(wait=True)
+    with local.children_environment(3):
+        pool = worker_pool(1, progress, [""])
+        try:
+            assert pool.submit(runs_per_gpu_in_worker).result(timeout=180) == 3
+        finally:
+            pool.shutdown(wait=True)
 
 
 # ---------------------------------------------------------------------------- refusals

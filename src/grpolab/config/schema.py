@@ -369,7 +369,8 @@ class CompareConfig:
     selection_seeds: int = setting(2, scope="sweep", group="sweep")
     """Seeds per (estimator, G, lr) of the lr-selection runs (seeds 1000, 1001, ...; never reported)."""
     workers: int | None = setting(None, scope="runtime", group="engine", at_least=1)
-    """Parallel runs (default: the number of CPU cores)."""
+    """Parallel runs (default: local runs on GPUs, one per GPU slot, GPUs // --gpus-per-run x --runs-per-gpu; else
+    the number of CPU cores)."""
     backend: str = setting("local", scope="runtime", group="engine", choices=("local", "ray"))
     """local (process pool) or ray (a Ray cluster; RAY_ADDRESS or a local one)."""
 

@@ -9,9 +9,9 @@ dies without stopping it (``kill -9``) ends itself (``grpolab.sweep.worker.init_
 
 A spawned worker starts as ``python -c ...``, which puts the current directory first on ``sys.path`` before it
 imports ``multiprocessing``; so the sweep's children (the workers and multiprocessing's resource tracker) are started
-with ``PYTHONSAFEPATH=1`` (``_safe_path_in_children``): a folder the user runs ``grpolab compare`` in that holds a
-``multiprocessing/`` (or ``torch/``) package runs none of its code in them. A worker's ``sys.path`` is then the sweep
-process's own, which spawn hands over.
+with ``PYTHONSAFEPATH=1`` (``children_environment``, which also hands them the runs per GPU): a folder the user runs
+``grpolab compare`` in that holds a ``multiprocessing/`` (or ``torch/``) package runs none of its code in them. A
+worker's ``sys.path`` is then the sweep process's own, which spawn hands over.
 """
 
 from __future__ import annotations
@@ -34,49 +34,45 @@ from grpolab.sweep.signals import StopRequest, blocked_in_children, stop_signals
 from grpolab.sweep.sizing import fit_workers, memory_limit_bytes, worker_bytes
 from grpolab.sweep.worker import EventFn, init_worker, post_progress, show_worker_warnings
 
-__all__ = ["run_local", "worker_pool"]
+__all__ = ["children_environment", "run_local", "worker_pool"]
 
-def worker_pool(workers: int, progress: Any, devices: list[str], runs_per_gpu: int = 1) -> ProcessPoolExecutor:
+def worker_pool(workers: int, progress: Any, devices: list[str]) -> ProcessPoolExecutor:
     """A pool of ``workers`` spawned processes posting progress to ``progress``; with ``devices`` (one
     ``CUDA_VISIBLE_DEVICES`` value per worker, "" for no GPU) each worker starts with a value of its own in its
-    environment, so it holds before the worker imports anything that could initialise CUDA, and with
-    ``RUNS_PER_GPU_ENV`` = ``runs_per_gpu`` (each run's sampler takes its share of the GPU,
-    ``grpolab.engine.memory.sampler_budget``); with [] the workers inherit this process's."""
-    context = _DeviceContext(devices, runs_per_gpu) if devices else multiprocessing.get_context("spawn")
+    environment, so it holds before the worker imports anything that could initialise CUDA; with [] the
+    workers inherit this process's."""
+    context = _DeviceContext(devices) if devices else multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker,
                                initargs=(progress, os.getpid()))
 
 
 class _DeviceContext(multiprocessing.context.SpawnContext):
     """The spawn context, but each process it makes takes the next of ``devices`` as its
-    ``CUDA_VISIBLE_DEVICES``, and ``runs_per_gpu`` as its ``RUNS_PER_GPU_ENV``."""
+    ``CUDA_VISIBLE_DEVICES``."""
 
-    def __init__(self, devices: Sequence[str], runs_per_gpu: int = 1):
+    def __init__(self, devices: Sequence[str]):
         super().__init__()
         self._left, self._lock = list(devices), threading.Lock()
-        self._runs_per_gpu = str(runs_per_gpu)
 
     def Process(self, *args: Any, **kwargs: Any) -> _DeviceProcess:  # type: ignore[override]
         with self._lock:
             if not self._left:
                 raise RuntimeError("more worker processes made than device sets cut for them")
-            environment = {"CUDA_VISIBLE_DEVICES": self._left.pop(0), RUNS_PER_GPU_ENV: self._runs_per_gpu}
-            return _DeviceProcess(environment, *args, **kwargs)
+            return _DeviceProcess(self._left.pop(0), *args, **kwargs)
 
 
 class _DeviceProcess(multiprocessing.context.SpawnProcess):
-    """A spawned process whose environment holds ``environment`` (``CUDA_VISIBLE_DEVICES`` and the runs per GPU)
-    from its start: the values are put in this process's environment only while the child is spawned, which
-    copies them."""
+    """A spawned process whose environment holds ``CUDA_VISIBLE_DEVICES`` = ``devices`` from its start: the
+    value is put in this process's environment only while the child is spawned, which copies it."""
 
     _starting = threading.Lock()
 
-    def __init__(self, environment: dict[str, str], *args: Any, **kwargs: Any):
+    def __init__(self, devices: str, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.environment = environment
+        self.cuda_visible_devices = devices
 
     def start(self) -> None:
-        with self._starting, _environment(self.environment):
+        with self._starting, _environment({"CUDA_VISIBLE_DEVICES": self.cuda_visible_devices}):
             super().start()
 
 
@@ -107,10 +103,10 @@ def run_local(specs: Sequence[RunSpec], workers: int | None, on_event: EventFn, 
     devices = devices[:workers]  # at most as many workers as the memory allowed holds (one-line warning)
     request = StopRequest()
     outcomes: list[dict[str, Any]] = []
-    with stop_signals(request), _safe_path_in_children():
+    with stop_signals(request), children_environment(runs_per_gpu):
         progress = multiprocessing.get_context("spawn").Queue()  # may start the resource tracker
         with blocked_in_children():
-            pool = worker_pool(workers, progress, devices, runs_per_gpu)
+            pool = worker_pool(workers, progress, devices)
         try:
             with blocked_in_children():
                 pending = {pool.submit(post_progress, spec) for spec in specs}  # starts the workers
@@ -134,10 +130,12 @@ def run_local(specs: Sequence[RunSpec], workers: int | None, on_event: EventFn, 
     return outcomes
 
 
-def _safe_path_in_children() -> contextlib.AbstractContextManager[None]:
-    """``PYTHONSAFEPATH=1`` in this process's environment while its children start (each copies it): their
-    interpreters do not put the current directory first on ``sys.path`` (Python 3.11's ``-P``)."""
-    return _environment({"PYTHONSAFEPATH": "1"})
+def children_environment(runs_per_gpu: int = 1) -> contextlib.AbstractContextManager[None]:
+    """What the sweep's children (its workers, multiprocessing's resource tracker) find in their environment, put in
+    this process's while they start (each copies it): ``PYTHONSAFEPATH=1``, so that their interpreters do not put
+    the current directory first on ``sys.path`` (Python 3.11's ``-P``), and ``RUNS_PER_GPU_ENV``, the runs that
+    share a worker's GPU (each run's sampler takes its share, ``grpolab.engine.memory.sampler_budget``)."""
+    return _environment({"PYTHONSAFEPATH": "1", RUNS_PER_GPU_ENV: str(runs_per_gpu)})
 
 
 def _stop_at_once(pool: ProcessPoolExecutor) -> None:
