@@ -293,6 +293,9 @@ def test_a_compare_whose_k_runs_overfill_a_gpu_is_refused_before_anything_is_wri
 def test_the_child_process_reads_no_gpu_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert sharing.gpu_free_bytes() == []
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # a child that fails: one line, not a traceback
+    with pytest.raises(UserError, match=r"could not read the GPUs' free memory \(no output\); use --runs-per-gpu 1"):
+        sharing.gpu_free_bytes()
 
 
 def _lora_parameters(model: nn.Module, targets: str, rank: int) -> int:

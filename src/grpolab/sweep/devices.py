@@ -13,9 +13,9 @@ that get no GPU, or ``cuda:K`` beyond the K GPUs a run sees (a worker's GPUs are
 
 A local worker is given ``CUDA_VISIBLE_DEVICES`` in every case: its own disjoint set of GPU ids, or "" (no GPU)
 for CPU runs, so a run's device ``auto`` resolves to its set's first GPU or to the CPU, for both engines. The
-number of workers is ``min(workers, GPUs // N)`` when runs get GPUs (``workers`` unset: ``GPUs // N``). The sets are cut from the devices this
-process sees: the ids listed in its own ``CUDA_VISIBLE_DEVICES`` when set, else ``0 .. count-1``, so a sweep
-started on GPUs 4-7 gives its workers 4,5 and 6,7, never 0,1.
+number of workers is ``min(workers, GPUs // N)`` when runs get GPUs (``workers`` unset: ``GPUs // N``). The sets
+are cut from the devices this process sees: the ids listed in its own ``CUDA_VISIBLE_DEVICES`` when set, else
+``0 .. count-1``, so a sweep started on GPUs 4-7 gives its workers 4,5 and 6,7, never 0,1.
 
 ``--runs-per-gpu K`` (``CompareConfig.runs_per_gpu``, default 1) puts K runs on each GPU: every GPU is named by
 K workers' ``CUDA_VISIBLE_DEVICES`` (2 GPUs and K = 3: six workers, ``0,1,0,1,0,1``, so that fewer workers than

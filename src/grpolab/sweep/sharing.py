@@ -114,12 +114,12 @@ def free_bytes_here() -> list[int]:
 
 def gpu_free_bytes() -> list[int]:
     """``free_bytes_here`` read in a child process with this process's ``CUDA_VISIBLE_DEVICES`` and ``sys.path``
-    (its CUDA context ends with it)."""
+    (its CUDA context ends with it); refused in one line when the child fails."""
     path = [entry for entry in sys.path if entry and os.path.isabs(entry)]
     code = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
             "from grpolab.sweep.sharing import free_bytes_here; print(json.dumps(free_bytes_here()))")
-    done = subprocess.run([sys.executable, "-P", "-c", code, json.dumps(path)], capture_output=True, text=True,
-                          check=False, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(path)], capture_output=True, text=True, check=False,
+                          timeout=300, env={**os.environ, "PYTHONSAFEPATH": "1"})  # no current folder on sys.path
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"--runs-per-gpu: could not read the GPUs' free memory ({last}); use --runs-per-gpu 1")
