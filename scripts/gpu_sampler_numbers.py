@@ -62,9 +62,11 @@ CONFIGS = {
 FLOORS = (100_000.0, 150_000.0, None)
 """Tokens/s floors of the SmolLM2-shaped sampling rows, by position in ``CONFIGS`` (128 rows x 128 tokens: 100,000;
 512 rows x 128 in one pass: 150,000; none at 512 tokens)."""
-ROOFLINE = ("roofline = (tokens/s / B) x bytes/step / copy bandwidth, bytes/step = 2 x (decoder-layer matrices + "
-            "V x D) + 2 x 2 x layers x B x Hkv x Dh x (Lp + T / 2): bfloat16 weights, and the bfloat16 K and V of the "
-            "written prefix at its mean length over the rollout")
+ROOFLINE = (
+    "roofline = (tokens/s / B) x bytes/step / copy bandwidth, bytes/step = 2 x (decoder-layer matrices + "
+    "V x D) + 2 x 2 x layers x B x Hkv x Dh x (Lp + T / 2): bfloat16 weights, and the bfloat16 K and V of the "
+    "written prefix at its mean length over the rollout"
+)
 PARITY_VERIFIER = "bench_length_parity"
 PROMPT_WIDTH = 32
 
@@ -95,8 +97,9 @@ def step_bytes(model: Any, rows: int, prompt_tokens: int, new_tokens: int) -> in
     return 2 * (matrices + head) + cache
 
 
-def _sample_row(model: Any, tokenizer: Any, config: tuple[int, int, int], bandwidth: float,
-                floor: float | None) -> dict[str, Any]:
+def _sample_row(
+    model: Any, tokenizer: Any, config: tuple[int, int, int], bandwidth: float, floor: float | None
+) -> dict[str, Any]:
     """One sampling configuration: a warm-up, then the timed rollout (``sampling-*`` in the docstring)."""
     import torch
 
@@ -110,8 +113,17 @@ def _sample_row(model: Any, tokenizer: Any, config: tuple[int, int, int], bandwi
     one_pass = memory.sampling_bytes(memory.model_shape(model), prompt_count, samples, PROMPT_WIDTH, tokens)
 
     def run(seed: int) -> Any:
-        return sample(model, tokenizer, ids, mask, num_samples=samples, max_new_tokens=tokens, dtype="bfloat16",
-                      generator=torch.Generator().manual_seed(seed), budget_bytes=one_pass)
+        return sample(
+            model,
+            tokenizer,
+            ids,
+            mask,
+            num_samples=samples,
+            max_new_tokens=tokens,
+            dtype="bfloat16",
+            generator=torch.Generator().manual_seed(seed),
+            budget_bytes=one_pass,
+        )
 
     run(0)
     if cuda:
@@ -123,11 +135,21 @@ def _sample_row(model: Any, tokenizer: Any, config: tuple[int, int, int], bandwi
     seconds = time.perf_counter() - started
     rows, count = prompt_count * samples, int(rollout.completion_mask.sum())
     per_step = step_bytes(model, rows, PROMPT_WIDTH, tokens)
-    return {"rows": rows, "prompts": prompt_count, "samples": samples, "new_tokens": tokens, "tokens": count,
-            "seconds": seconds, "tokens_per_s": count / seconds, "bytes_per_step": per_step,
-            "roofline": count / seconds / rows * per_step / bandwidth, "path": rollout.sampler,
-            "fallback": rollout.sampler_fallback, "floor_tokens_per_s": floor,
-            "peak_gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+    return {
+        "rows": rows,
+        "prompts": prompt_count,
+        "samples": samples,
+        "new_tokens": tokens,
+        "tokens": count,
+        "seconds": seconds,
+        "tokens_per_s": count / seconds,
+        "bytes_per_step": per_step,
+        "roofline": count / seconds / rows * per_step / bandwidth,
+        "path": rollout.sampler,
+        "fallback": rollout.sampler_fallback,
+        "floor_tokens_per_s": floor,
+        "peak_gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
+    }
 
 
 def sampling_section(spec: dict[str, Any], section: str) -> dict[str, Any]:
@@ -142,17 +164,24 @@ def sampling_section(spec: dict[str, Any], section: str) -> dict[str, Any]:
     model = shape_model(name, spec["tiny"], "cpu" if spec["cpu"] else "cuda", tokenizer=tokenizer)
     floors = FLOORS if section == "sampling-smollm2" else (None,) * len(FLOORS)
     configs = CONFIGS["tiny" if spec["tiny"] else "gpu"]
-    rows = [_sample_row(model, tokenizer, config, bandwidth, floor)
-            for config, floor in zip(configs, floors, strict=True)]
-    return {"model": name, "parameters": sum(p.numel() for p in model.parameters()), "tokenizer": source,
-            "bandwidth_gb_s": bandwidth / 1e9, "rows": rows}
+    rows = [
+        _sample_row(model, tokenizer, config, bandwidth, floor) for config, floor in zip(configs, floors, strict=True)
+    ]
+    return {
+        "model": name,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "tokenizer": source,
+        "bandwidth_gb_s": bandwidth / 1e9,
+        "rows": rows,
+    }
 
 
 def kernels_section(spec: dict[str, Any], compile_mode: str | None = None) -> dict[str, Any]:
     import bench_decode_kernels
 
-    args = argparse.Namespace(cpu=spec["cpu"], model="smollm2-135m-shape", steps=4, compile=compile_mode,
-                              backend=spec["compile_backend"])
+    args = argparse.Namespace(
+        cpu=spec["cpu"], model="smollm2-135m-shape", steps=4, compile=compile_mode, backend=spec["compile_backend"]
+    )
     return bench_decode_kernels.measure(args)
 
 
@@ -177,13 +206,27 @@ def rl_step_section(spec: dict[str, Any]) -> dict[str, Any]:
         tokenizer.save_pretrained(folder)
         prompts, samples, tokens = (2, 2, 8) if spec["tiny"] else (16, 8, 128)
         settings = dataclasses.replace(
-            bench_smollm2.settings(), model=str(folder), prompts=prompts, group_size=samples, max_new_tokens=tokens,
-            verifier=PARITY_VERIFIER, temperature=1.0, device="cpu" if spec["cpu"] else "cuda",
-            trl_bf16_weights=not spec["cpu"])
+            bench_smollm2.settings(),
+            model=str(folder),
+            prompts=prompts,
+            group_size=samples,
+            max_new_tokens=tokens,
+            verifier=PARITY_VERIFIER,
+            temperature=1.0,
+            device="cpu" if spec["cpu"] else "cuda",
+            trl_bf16_weights=not spec["cpu"],
+        )
         times = compare_steps(settings, blocks=1, steps_per_block=3)
     info = describe(times)
-    return {"model": name, "prompts": prompts, "group_size": samples, "max_new_tokens": tokens,
-            "trl_weights": "bfloat16" if settings.trl_bf16_weights else "float32", "step_ratio": times.ratio, **info}
+    return {
+        "model": name,
+        "prompts": prompts,
+        "group_size": samples,
+        "max_new_tokens": tokens,
+        "trl_weights": "bfloat16" if settings.trl_bf16_weights else "float32",
+        "step_ratio": times.ratio,
+        **info,
+    }
 
 
 SECTIONS: dict[str, tuple[float, Callable[[dict[str, Any]], dict[str, Any]]]] = {
@@ -228,15 +271,29 @@ def run_child(section: str, spec: dict[str, Any], limit: float, work: Path) -> d
     started = time.perf_counter()
     with log.open("w") as handle:
         try:
-            subprocess.run([sys.executable, __file__, "--child", section, "--spec", str(spec_path)], stdout=handle,
-                           stderr=subprocess.STDOUT, timeout=limit, cwd=ROOT, check=False)
+            subprocess.run(
+                [sys.executable, __file__, "--child", section, "--spec", str(spec_path)],
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                timeout=limit,
+                cwd=ROOT,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
-            return {"status": "timeout", "error": f"killed at its time limit of {limit:.1f} s",
-                    "seconds": time.perf_counter() - started, "log_tail": log.read_text()[-2000:]}
+            return {
+                "status": "timeout",
+                "error": f"killed at its time limit of {limit:.1f} s",
+                "seconds": time.perf_counter() - started,
+                "log_tail": log.read_text()[-2000:],
+            }
     result = work / f"{section}.json"
     if not result.is_file():
-        return {"status": "error", "error": "the child wrote no result (it crashed)",
-                "seconds": time.perf_counter() - started, "log_tail": log.read_text()[-2000:]}
+        return {
+            "status": "error",
+            "error": "the child wrote no result (it crashed)",
+            "seconds": time.perf_counter() - started,
+            "log_tail": log.read_text()[-2000:],
+        }
     record = json.loads(result.read_text())
     if record["status"] != "ok":
         record["log_tail"] = log.read_text()[-2000:]
@@ -247,10 +304,18 @@ def run_all(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Every chosen section in order, each under min(its limit, what the budget leaves); the files are written
     after each."""
     started = time.perf_counter()
-    spec = {"cpu": args.cpu, "tiny": args.tiny, "compile_backend": args.compile_backend,
-            "inject_failure": args.inject_failure}
-    result: dict[str, Any] = {"device": gpu_sampler_report.device_name(args.cpu), "sections": {},
-                              "roofline_formula": ROOFLINE, "smoke": args.cpu or args.tiny}
+    spec = {
+        "cpu": args.cpu,
+        "tiny": args.tiny,
+        "compile_backend": args.compile_backend,
+        "inject_failure": args.inject_failure,
+    }
+    result: dict[str, Any] = {
+        "device": gpu_sampler_report.device_name(args.cpu),
+        "sections": {},
+        "roofline_formula": ROOFLINE,
+        "smoke": args.cpu or args.tiny,
+    }
     for section in args.sections:
         left = args.budget_s - (time.perf_counter() - started)
         if left < 5:
@@ -264,8 +329,11 @@ def run_all(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             spec["bandwidth_gb_s"] = record["result"]["bandwidth_gb_s"]
         result["seconds"] = time.perf_counter() - started
         gpu_sampler_report.write(args.out, result)
-        print(f"{section}: {record['status']} in {record['seconds']:.1f} s" +
-              (f" ({record['error']})" if "error" in record else ""), flush=True)
+        print(
+            f"{section}: {record['status']} in {record['seconds']:.1f} s"
+            + (f" ({record['error']})" if "error" in record else ""),
+            flush=True,
+        )
     return result
 
 
@@ -273,13 +341,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (with --tiny: the test's smoke mode)")
     parser.add_argument("--tiny", action="store_true", help="tiny models and batches")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "gpu-sampler-numbers",
-                        help="folder for gpu-sampler-numbers.json and .md")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "runs" / "gpu-sampler-numbers",
+        help="folder for gpu-sampler-numbers.json and .md",
+    )
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated sections to run, in order")
     parser.add_argument("--budget-s", type=float, default=540.0, help="the whole run's time budget")
     parser.add_argument("--limit-scale", type=float, default=1.0, help="multiply every section's time limit")
-    parser.add_argument("--compile-backend", default="inductor",
-                        help="torch.compile's backend in the compiled section (the test: 'eager')")
+    parser.add_argument(
+        "--compile-backend",
+        default="inductor",
+        help="torch.compile's backend in the compiled section (the test: 'eager')",
+    )
     parser.add_argument("--inline", action="store_true", help="run the sections in this process (no time limits)")
     parser.add_argument("--inject-failure", default="", help="comma-separated sections made to raise")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)

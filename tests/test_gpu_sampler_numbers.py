@@ -19,8 +19,14 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "CU
 
 
 def _run(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), "--cpu", "--tiny", "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=400, cwd=ROOT, env=ENV)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--cpu", "--tiny", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=ROOT,
+        env=ENV,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +82,17 @@ def test_a_section_past_its_time_limit_is_killed_and_recorded(tmp_path: Path) ->
 def test_floor_lines_pass_and_fail_on_a_gpu_result(numbers) -> None:
     import gpu_sampler_report
 
-    rows = [{"rows": 128, "new_tokens": 128, "tokens_per_s": 99_999.0, "floor_tokens_per_s": 1e5},
-            {"rows": 512, "new_tokens": 128, "tokens_per_s": 150_000.0, "floor_tokens_per_s": 1.5e5},
-            {"rows": 128, "new_tokens": 512, "tokens_per_s": 1.0, "floor_tokens_per_s": None}]
+    rows = [
+        {"rows": 128, "new_tokens": 128, "tokens_per_s": 99_999.0, "floor_tokens_per_s": 1e5},
+        {"rows": 512, "new_tokens": 128, "tokens_per_s": 150_000.0, "floor_tokens_per_s": 1.5e5},
+        {"rows": 128, "new_tokens": 512, "tokens_per_s": 1.0, "floor_tokens_per_s": None},
+    ]
     result = {"smoke": False, "sections": {"sampling-smollm2": {"status": "ok", "result": {"rows": rows}}}}
     lines = gpu_sampler_report.floor_lines(result)
-    assert lines[2:] == ["| 128 rows x 128 tokens, one pass: >= 100,000 | 99,999 | FAIL |",
-                         "| 512 rows x 128 tokens, one pass: >= 150,000 | 150,000 | PASS |"]
+    assert lines[2:] == [
+        "| 128 rows x 128 tokens, one pass: >= 100,000 | 99,999 | FAIL |",
+        "| 512 rows x 128 tokens, one pass: >= 150,000 | 150,000 | PASS |",
+    ]
     result["sections"]["sampling-smollm2"] = {"status": "timeout", "error": "killed"}
     assert gpu_sampler_report.floor_lines(result)[2:] == ["| the sampling floors | not measured | FAIL |"]
 
