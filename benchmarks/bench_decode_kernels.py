@@ -35,7 +35,6 @@ the kernels of a rollout of 24 new tokens less those of one of 8, over 16 (the p
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -43,13 +42,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT / "src", ROOT / "scripts"):
+for _path in (ROOT / "src", ROOT / "scripts", ROOT / "benchmarks"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
 
 import gpu_check_shapes  # noqa: E402 - the real models' shapes and their random-weight builder
+from _common import print_and_save  # noqa: E402
 
 VIEW_OPS = frozenset(
     {
@@ -382,10 +382,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     result = measure(args)
-    print(table(result), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+    print_and_save(table(result), result, args.out)
     return 0
 
 
