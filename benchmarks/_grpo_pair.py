@@ -76,6 +76,8 @@ class PairTimes:
     trained_fraction: list[float]
     grpolab_rewards: list[float] = field(default_factory=list)
     grpolab_update: list[float] = field(default_factory=list)
+    trl_weights: str = ""
+    """The dtype of TRL's model's input embedding, as it trained ("torch.bfloat16", ...)."""
 
     @property
     def trl_update(self) -> list[float]:
@@ -234,6 +236,7 @@ def compare_steps(settings: PairSettings, *, blocks: int, steps_per_block: int) 
     times = PairTimes([], [], [], [], [], [])
     with tempfile.TemporaryDirectory(prefix="grpolab-bench-") as tmp:
         pair = GrpoPair(settings, Path(tmp))
+        times.trl_weights = str(pair.trl.model.get_input_embeddings().weight.dtype)
         for _ in range(blocks):
             metrics = pair.grpolab_block(steps_per_block)[1:]
             times.grpolab += [m["perf/step_time"] for m in metrics]

@@ -21,8 +21,8 @@ Columns, each per decoding step (the mean over ``--steps`` profiled steps after 
 
 * *kernels*: on CUDA the GPU kernels ``torch.profiler`` records (memcpy and memset counted apart); on the CPU,
   which launches nothing, the proxy: the aten operators the step dispatches at its top level, less views and
-  no-op casts (``count_events``). A CUDA graph replays every kernel it captured; the profiler sees them under one
-  ``cudaGraphLaunch``.
+  no-op casts (``count_events``). A CUDA graph replays the kernels it captured under one ``cudaGraphLaunch``; the
+  graph row shows how many of them the profiler records (the static eager row is what was captured).
 * *per layer* and *fixed*: the same count on 1-layer and 2-layer models of the shape (per layer = the difference,
   fixed = the 1-layer count less it); *check*: fixed + layers x per layer, against the full model's count.
 * *host launches*: the CUDA runtime calls that start device work (kernel and graph launches, async copies and sets).

@@ -20,9 +20,10 @@ cut short keeps what it measured:
   the chat-template additions task), on the SmolLM2-shaped random model, G = 8, P = 16, up to 128 new tokens,
   temperature 1, both sides on the GPU, TRL's copy in bfloat16 weights; rewards from ``PARITY_VERIFIER`` (the
   completion's length in characters is even), so about half the completions of every group are rewarded and both
-  sides train on them (random weights never solve the task). One block of 3 steps per side, the first dropped:
-  the medians of the step, of the update alone (grpolab ``perf/update_time``; TRL: its step less its generation and
-  scoring, synchronised at the step's end) and their ratios.
+  sides train on them (random weights never solve the task); TRL's copy is in bfloat16 in the smoke mode too. One
+  block of 3 steps per side, the first dropped: the medians of the step, of the update alone (grpolab
+  ``perf/update_time``; TRL: its step less its generation and scoring, synchronised at the step's end) and their
+  ratios.
 * ``compiled``: ``bench_decode_kernels.py --compile max-autotune-no-cudagraphs`` (the static step compiled, under
   the decoder's CUDA graph capture), last because compiling may take minutes.
 
@@ -214,7 +215,7 @@ def rl_step_section(spec: dict[str, Any]) -> dict[str, Any]:
             verifier=PARITY_VERIFIER,
             temperature=1.0,
             device="cpu" if spec["cpu"] else "cuda",
-            trl_bf16_weights=not spec["cpu"],
+            trl_bf16_weights=True,
         )
         times = compare_steps(settings, blocks=1, steps_per_block=3)
     info = describe(times)
@@ -223,7 +224,7 @@ def rl_step_section(spec: dict[str, Any]) -> dict[str, Any]:
         "prompts": prompts,
         "group_size": samples,
         "max_new_tokens": tokens,
-        "trl_weights": "bfloat16" if settings.trl_bf16_weights else "float32",
+        "trl_weights": times.trl_weights.removeprefix("torch."),
         "step_ratio": times.ratio,
         **info,
     }

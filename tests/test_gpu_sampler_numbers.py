@@ -54,6 +54,7 @@ def test_smoke_mode_measures_every_section(tmp_path: Path) -> None:
     assert [r["variant"] for r in sections["compiled"]["result"]["rows"]][-1] == "compiled max-autotune-no-cudagraphs"
     rl = sections["rl-step"]["result"]
     assert rl["grpolab_update_ms"] > 0 and rl["trl_update_ms"] > 0 and rl["step_ratio"] > 0
+    assert rl["trl_weights"] == "bfloat16"  # TRL trained its copy in bfloat16 weights
     table = (tmp_path / "gpu-sampler-numbers.md").read_text()
     assert "6 of 6 sections measured" in table and "a smoke run on tiny models" in table
     assert table.count("n/a (smoke run)") == 2 and "| update alone |" in table
