@@ -225,6 +225,15 @@ def bench_main(run: Callable[[bool], list[Row]], argv: list[str] | None = None) 
     return 0
 
 
+def print_and_save(text: str, result: dict[str, Any], out: Path | None) -> None:
+    """The ``__main__`` end of a benchmark with its own table (``bench_gpu.py``, ``bench_decode_kernels.py``):
+    print ``text``; with ``out``, write ``result`` there as JSON."""
+    print(text, flush=True)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1))
+
+
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
     import platform

@@ -58,6 +58,10 @@ class PairSettings:
     micro_batch_size: int = 64
     grpolab_dtype: str = "float32"
     trl_bf16: bool = False
+    trl_bf16_weights: bool = False
+    """TRL's copy of the model in bfloat16 (what TRL users load on a GPU), not the loaded float32."""
+    device: str = "cpu"
+    """Where both sides run (grpolab's ``device`` setting; TRL's ``use_cpu`` unless "cpu")."""
 
 
 @dataclass
@@ -71,6 +75,14 @@ class PairTimes:
     grpolab_tokens: list[float]
     trained_fraction: list[float]
     grpolab_rewards: list[float] = field(default_factory=list)
+    grpolab_update: list[float] = field(default_factory=list)
+    trl_weights: str = ""
+    """The dtype of TRL's model's input embedding, as it trained ("torch.bfloat16", ...)."""
+
+    @property
+    def trl_update(self) -> list[float]:
+        """TRL's update alone: each step's time less its generation and scoring (``_time_generation``)."""
+        return [step - generate for step, generate in zip(self.trl, self.trl_generate, strict=True)]
 
     @property
     def ratio(self) -> float:
@@ -98,7 +110,7 @@ def _grpolab_config(settings: PairSettings) -> Any:
         steps=100_000, eval_start=False, progress=False, checkpoint_every=0, lora=settings.lora,
         lora_r=settings.lora_r, lora_alpha=settings.lora_alpha, task="arith", task_options=settings.task_options,
         verifier=settings.verifier, temperature=settings.temperature, dtype=settings.grpolab_dtype,
-        micro_batch_size=settings.micro_batch_size,
+        micro_batch_size=settings.micro_batch_size, device=settings.device,
     )
 
 
@@ -110,8 +122,8 @@ def _trl_config(settings: PairSettings, out_dir: str) -> Any:
         num_generations=settings.group_size, max_completion_length=settings.max_new_tokens,
         learning_rate=settings.lr, lr_scheduler_type="constant", adam_beta1=TRL_DEFAULT_BETAS[0],
         adam_beta2=TRL_DEFAULT_BETAS[1], weight_decay=0.0, max_grad_norm=1.0, beta=0.0, loss_type="dapo",
-        temperature=settings.temperature, top_p=1.0, use_vllm=False, use_cpu=True, bf16=settings.trl_bf16,
-        logging_strategy="no",
+        temperature=settings.temperature, top_p=1.0, use_vllm=False, use_cpu=settings.device == "cpu",
+        bf16=settings.trl_bf16, logging_strategy="no",
         save_strategy="no", eval_strategy="no", report_to=[], disable_tqdm=True, dataloader_pin_memory=False,
         seed=0,
     )
@@ -129,7 +141,7 @@ def _trl_lora(settings: PairSettings, model: Any) -> Any:
 
 
 class StepClock(TrainerCallback):
-    """A TRL callback recording the wall time of every optimizer step."""
+    """A TRL callback recording the wall time of every optimizer step (on a GPU up to the end of its queued work)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -140,6 +152,10 @@ class StepClock(TrainerCallback):
         self._started = time.perf_counter()
 
     def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
         self.times.append(time.perf_counter() - self._started)
 
 
@@ -179,6 +195,10 @@ class GrpoPair:
         warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames, on every train()
         policy = load_policy(settings.model)
         trl_model, trl_tokenizer = copy.deepcopy(policy.model), copy.deepcopy(policy.tokenizer)
+        if settings.trl_bf16_weights:
+            import torch
+
+            trl_model = trl_model.to(torch.bfloat16)
         _clear_stale_quantized_flag(trl_model)
         config = _grpolab_config(settings)
         task = load_task_for(config)
@@ -216,10 +236,12 @@ def compare_steps(settings: PairSettings, *, blocks: int, steps_per_block: int) 
     times = PairTimes([], [], [], [], [], [])
     with tempfile.TemporaryDirectory(prefix="grpolab-bench-") as tmp:
         pair = GrpoPair(settings, Path(tmp))
+        times.trl_weights = str(pair.trl.model.get_input_embeddings().weight.dtype)
         for _ in range(blocks):
             metrics = pair.grpolab_block(steps_per_block)[1:]
             times.grpolab += [m["perf/step_time"] for m in metrics]
             times.grpolab_rollout += [m["perf/rollout_time"] for m in metrics]
+            times.grpolab_update += [m["perf/update_time"] for m in metrics]
             times.grpolab_tokens += [m["rollout/completion_length"] for m in metrics]
             times.grpolab_rewards += [m["rollout/reward_mean"] for m in metrics]
             times.trained_fraction += [m["loss/trained_sequences"] / (settings.prompts * settings.group_size)
@@ -237,6 +259,8 @@ def describe(times: PairTimes) -> dict[str, Any]:
         "grpolab_step_ms": round(1000 * g, 1),
         "trl_step_ms": round(1000 * t, 1),
         "grpolab_rollout_share": round(median(times.grpolab_rollout) / g, 3),
+        "grpolab_update_ms": round(1000 * median(times.grpolab_update), 1) if times.grpolab_update else None,
+        "trl_update_ms": round(1000 * median(times.trl_update), 1) if times.trl_generate else None,
         "trl_generate_share": round(median(times.trl_generate) / t, 3) if times.trl_generate else None,
         "mean_completion_tokens": round(float(np.mean(times.grpolab_tokens)), 2),
         "grpolab_trained_fraction": round(float(np.mean(times.trained_fraction)), 3),

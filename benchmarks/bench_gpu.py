@@ -26,7 +26,6 @@ so it is the share of the hardware's limit each sampler reaches; and peak GPU me
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT / "src", ROOT / "scripts"):
+for _path in (ROOT / "src", ROOT / "scripts", ROOT / "benchmarks"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
@@ -43,6 +42,7 @@ import torch  # noqa: E402
 
 import gpu_check_sampling  # noqa: E402 - the GPU check's samplers and TRL generation
 import gpu_check_shapes  # noqa: E402 - the GPU check's models and tokenizers
+from _common import print_and_save  # noqa: E402
 
 MODEL = "smollm2-135m-shape"
 
@@ -191,10 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the result as JSON here")
     args = parser.parse_args(argv)
     result = measure(args)
-    print(table(result), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+    print_and_save(table(result), result, args.out)
     return 0
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check on a bare GPU machine (docs/gpu.md): install the wheels carried in .gpu/wheels (made by
 # scripts/gpu_check_prepare.sh) into a temporary folder, put it and this repository's src on PYTHONPATH, go
-# offline, and run scripts/gpu_check.py (or, with --numbers first, scripts/gpu_numbers.py). Extra arguments go to
-# the script.
+# offline, and run scripts/gpu_check.py (or, with --numbers first, scripts/gpu_numbers.py; with --sampler-numbers
+# first, scripts/gpu_sampler_numbers.py). Extra arguments go to the script.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SITE=${GPU_CHECK_SITE:-/tmp/site}
@@ -18,5 +18,9 @@ export HF_HUB_OFFLINE=1 WANDB_MODE=offline PYTHONUNBUFFERED=1
 if [ "${1:-}" = "--numbers" ]; then
     shift
     exec "$PY" scripts/gpu_numbers.py --out "${OUT:-runs/gpu-numbers}" "$@"
+fi
+if [ "${1:-}" = "--sampler-numbers" ]; then
+    shift
+    exec "$PY" scripts/gpu_sampler_numbers.py --out "${OUT:-runs/gpu-sampler-numbers}" "$@"
 fi
 exec "$PY" scripts/gpu_check.py --out "${OUT:-runs/gpu-check}" "$@"

@@ -95,9 +95,10 @@ def child_build(spec: dict[str, Any]) -> dict[str, Any]:
     return {"models": built}
 
 
-def random_model(shape: dict[str, Any], tokenizer: Any, cpu: bool) -> Any:
+def random_model(shape: dict[str, Any], tokenizer: Any, cpu: bool, layers: int | None = None) -> Any:
     """A model of ``shape`` (its real vocabulary; on the CPU ``TINY_SHAPE``'s sizes) with random weights, built
-    on the GPU when there is one, saved in bfloat16 (grpolab loads it in float32)."""
+    on the GPU when there is one, saved in bfloat16 (grpolab loads it in float32); ``layers`` decoder layers
+    instead of the shape's (the kernel count's 1- and 2-layer models, ``benchmarks/bench_decode_kernels.py``)."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
@@ -105,6 +106,8 @@ def random_model(shape: dict[str, Any], tokenizer: Any, cpu: bool) -> Any:
                                     "num_key_value_heads", "intermediate_size")}
     if cpu:
         sizes_.update(TINY_SHAPE)
+    if layers is not None:
+        sizes_["num_hidden_layers"] = layers
     common = {"vocab_size": shape["vocab_size"], "max_position_embeddings": shape["max_position_embeddings"],
               "rms_norm_eps": shape["rms_norm_eps"], "tie_word_embeddings": shape["tie_word_embeddings"],
               "rope_theta": shape["rope_theta"], "bos_token_id": tokenizer.bos_token_id,

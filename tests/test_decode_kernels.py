@@ -1,0 +1,126 @@
+"""benchmarks/bench_decode_kernels.py: the event counting it does on a GPU's profile (fake CUDA events), its CPU mode as
+a subprocess (every row, the per-layer split adding up to the full model's count, the compile flag's row traced by
+torch.compile's 'eager' backend), and a compiler that fails giving a row that says why."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    path = ROOT / "benchmarks" / "bench_decode_kernels.py"
+    spec = importlib.util.spec_from_file_location("bench_decode_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_decode_kernels"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _event(name: str, device: str = "cpu", parent=None, children=()):
+    kind = torch.autograd.DeviceType.CUDA if device == "cuda" else torch.autograd.DeviceType.CPU
+    return SimpleNamespace(name=name, device_type=kind, cpu_parent=parent, cpu_children=list(children))
+
+
+def test_cuda_events_count_kernels_copies_sets_and_launches(kernels) -> None:
+    events = [
+        _event("ampere_bf16_gemm", "cuda"),
+        _event("void at::native::softmax", "cuda"),
+        _event("Memcpy DtoD (Device -> Device)", "cuda"),
+        _event("Memset (Device)", "cuda"),
+        _event("cudaLaunchKernel"),
+        _event("cudaLaunchKernel"),
+        _event("cudaGraphLaunch"),
+        _event("cudaMemcpyAsync"),
+        _event("aten::mm"),
+        _event("cudaStreamSynchronize"),
+    ]
+    assert kernels.count_events(events, cuda=True) == {"kernels": 2, "memcpy": 1, "memset": 1, "launches": 4}
+
+
+def test_cpu_events_count_outermost_aten_operators_less_views_and_no_op_casts(kernels) -> None:
+    region = _event("Torch-Compiled Region: 0/0")
+    linear = _event("aten::linear", parent=region)
+    cast = _event("aten::to", children=[_event("aten::_to_copy")])
+    events = [
+        region,
+        linear,
+        _event("aten::mm", parent=linear),
+        _event("aten::view"),
+        _event("aten::to"),
+        cast,
+        _event("aten::softmax"),
+        _event("cudaLaunchKernel"),
+    ]
+    assert kernels.count_events(events, cuda=False)["kernels"] == 3  # linear (under a non-aten wrapper), cast, softmax
+
+
+def test_cpu_mode_prints_every_row_and_the_layers_add_up(tmp_path: Path) -> None:
+    out = tmp_path / "kernels.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_decode_kernels.py"),
+            "--cpu",
+            "--compile",
+            "default",
+            "--backend",
+            "eager",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rows = {row["variant"]: row for row in result["rows"]}
+    assert list(rows) == ["static eager", "dynamic", "compiled default"]
+    assert rows["static eager"]["path"] == "lean static" and rows["dynamic"]["path"] == "lean dynamic"
+    for row in rows.values():
+        assert row["per_layer"] > 0 and row["fixed"] > 0
+        assert row["predicted"] == row["kernels"]  # fixed + 3 x per layer: the 3-layer model's own count
+        assert f"| {row['variant']} | {row['path']} | {row['kernels']:.0f} | {row['per_layer']:.0f} |" in done.stdout
+    # a rollout's token costs the decoder's step and the sampling loop's own work
+    assert result["rollout_kernels_per_token"] > rows["dynamic"]["kernels"]
+
+
+def test_a_compiler_that_fails_gives_a_row_that_says_why(kernels, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unavailable(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(torch, "compile", unavailable)
+    models = {layers: kernels.shape_model("smollm2-135m-shape", True, "cpu", layers=layers) for layers in (1, 2)}
+    args = SimpleNamespace(steps=1, backend="inductor")
+    row = kernels.variant_row("compiled default", models, "static", "default", args)
+    assert row["skipped"] == "torch.compile failed: RuntimeError: no C++ compiler found"
+    assert "kernels" not in row
+    assert "| compiled default | skipped: torch.compile failed" in kernels.table(
+        {
+            "device": "cpu",
+            "torch": torch.__version__,
+            "model": "m",
+            "layers": 2,
+            "rows": [row],
+            "unit": "aten ops",
+            "seconds": 0.0,
+            "rollout_kernels_per_token": 1.0,
+        }
+    )
