@@ -9,15 +9,17 @@ signal-to-noise ratio of the gradient, or the direction of the push?
 The design, the arms and the decision rules were fixed before phase 1 in experiments/noise-direction/README.md.
 
 * ``snr`` samples, per start level and P in ``PHASE0_PROMPTS``, ``PHASE0_BATCHES`` rollout batches of P prompts x
-  G = 2 at the start policy (``grpolab gradients``' sampler: the prompts and samples of step 1 of seed b) and measures on each batch the
-  half-batch gradient cosine c (``grpolab.gradients.halves``) of every estimator on the same completions. Per
-  (level, estimator, P): SNR^2 = 2 c_bar / (1 - c_bar) of the mean cosine; per (level, estimator) the
-  least-squares slope k of SNR^2 = k P through the origin; P* = 16 k_sign / k_dr_grpo and P** = 16 k_reinforce /
-  k_dr_grpo, rounded to the nearest integer (at least 2, so that a batch has two halves). A half with no gradient
-  (every group of it degenerate under a zero-sum estimator) makes c undefined; it counts as c = 0 (the halves
-  share no signal), and the share of such batches is reported.
+  G = 2 at the start policy (``grpolab gradients``' sampler: the prompts and samples of step 1 of seed b) and
+  measures on each batch the half-batch gradient cosine c (``grpolab.gradients.halves``) of every estimator on the
+  same completions. Per (level, estimator, P): SNR^2 = 2 c_bar / (1 - c_bar) of the mean cosine. The dr_grpo batch
+  size matched to an estimator at P = 16 (P* for sign, P** for reinforce), rounded to an integer >= 2: by the
+  measured rule (primary), where dr_grpo's measured SNR^2 curve reaches the estimator's measured SNR^2 at 16; by
+  the fit rule (secondary), 16 k_e / k_dr_grpo with k the least-squares slope of SNR^2 = k P through the origin.
+  A half with no gradient (every group of it degenerate under a zero-sum estimator) makes c undefined; it counts
+  as c = 0 (the halves share no signal), and the share of such batches is reported.
 * ``run`` drives ``grpolab compare`` twice per level: `sign`, `dr_grpo`, `reinforce` at P = 16, and `dr_grpo` at
-  P* and P** (``compare.yaml``: lr 1e-3, 10 steps, evaluations every 2 steps, the half-batch cosine every step).
+  P* and P** of both rules (``compare.yaml``: lr 1e-3, 10 steps, evaluations every 2 steps, the half-batch
+  cosine every step).
 * ``rows`` reads each run's ``eval.jsonl`` and the sweeps' ``metrics.parquet`` into one row per run.
 * ``table`` reads only the committed rows (``runs.csv``, ``snr_fit.csv``) and writes ``results.csv`` (one row
   per (level, estimator): the paired tests, Holm, TOST and the verdict) and ``table.md``.
@@ -26,7 +28,8 @@ The primary metric of a run is its mean held-out pass@1 over the evaluations at 
 estimator e in {sign, reinforce} at P = 16 is compared, paired by seed (``grpolab.pairing.compare_arms``), with
 `dr_grpo` at P = 16 and with `dr_grpo` at its matched P (P* for sign, P** for reinforce); each of the three
 families (beats dr_grpo@16, beats dr_grpo@matched, TOST within +-3 points of dr_grpo@matched) is Holm-corrected
-over the 4 (level, estimator) cells (``grpolab.stats.holm_correction``).
+over the 4 (level, estimator) cells (``grpolab.stats.holm_correction``), separately per metric (pass@1, the
+primary; greedy accuracy) and per match rule (measured, the primary; fit).
 """
 
 from __future__ import annotations
@@ -280,13 +283,15 @@ def decide(beats_base: bool, equivalent_matched: bool, beats_matched: bool) -> s
     return " and ".join(found) if found else NEITHER
 
 
-def comparisons(runs: pd.DataFrame, fit: pd.DataFrame, metric: str = "pass_at_1") -> pd.DataFrame:
+def comparisons(runs: pd.DataFrame, fit: pd.DataFrame, metric: str = "pass_at_1",
+                rule: str = "measured") -> pd.DataFrame:
     """One row per (level, estimator in MATCH) present in ``runs``: the paired tests against dr_grpo@16 and against
-    dr_grpo at the matched batch size, Holm over the cells of each family, and the verdict."""
+    dr_grpo at the batch size the match ``rule`` gives, Holm over the cells of each family, and the verdict."""
     from grpolab.pairing import compare_arms
+    from grpolab.stats import holm_correction
 
     result = []
-    matched = fit.set_index(["level", "estimator"])["matched_prompts"]
+    matched = fit.set_index(["level", "estimator"])[RULES[rule]]
     for level in (name for name in LEVELS if name in set(runs["level"])):
         for estimator in MATCH:
             size = int(matched[(level, estimator)])
@@ -298,7 +303,7 @@ def comparisons(runs: pd.DataFrame, fit: pd.DataFrame, metric: str = "pass_at_1"
             versus_base = compare_arms(arm, base, margin=MARGIN)
             versus_matched = compare_arms(arm, other, margin=MARGIN)
             result.append({
-                "level": level, "estimator": estimator, "metric": metric, "matched_prompts": size,
+                "rule": rule, "metric": metric, "level": level, "estimator": estimator, "matched_prompts": size,
                 "n": versus_base["n_a"], "mean": versus_base["mean_a"], "mean_dr_grpo_16": versus_base["mean_b"],
                 "mean_dr_grpo_matched": versus_matched["mean_b"],
                 "gain_vs_16": versus_base["mean_difference"], "gain_vs_16_low": versus_base["difference_low"],
@@ -310,8 +315,6 @@ def comparisons(runs: pd.DataFrame, fit: pd.DataFrame, metric: str = "pass_at_1"
     table = pd.DataFrame(result)
     if table.empty:
         return table
-    from grpolab.stats import holm_correction
-
     for column in ("p_vs_16", "p_vs_matched", "tost_p_matched"):
         table[f"{column}_holm"] = holm_correction(table[column].tolist())
     table["verdict"] = [decide(row.gain_vs_16 > 0 and row.p_vs_16_holm < ALPHA, row.tost_p_matched_holm < ALPHA,
@@ -352,16 +355,19 @@ def _points(frame: pd.DataFrame) -> pd.DataFrame:
 
 def build_tables(runs: pd.DataFrame, fit: pd.DataFrame, cells: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """results (the primary comparisons and the greedy ones beside them) and table.md's text."""
-    results = pd.concat([comparisons(runs, fit, "pass_at_1"), comparisons(runs, fit, "greedy")], ignore_index=True)
-    shown = ["level", "estimator", "metric", "matched_prompts", "n", "mean", "mean_dr_grpo_16", "mean_dr_grpo_matched",
-             "gain_vs_16", "gain_vs_16_low", "gain_vs_16_high", "p_vs_16_holm", "gain_vs_matched",
-             "gain_vs_matched_low", "gain_vs_matched_high", "p_vs_matched_holm", "tost_p_matched_holm", "verdict"]
+    results = pd.concat([comparisons(runs, fit, metric, rule) for rule in RULES for metric in ("pass_at_1", "greedy")],
+                        ignore_index=True)
+    shown = ["rule", "metric", "level", "estimator", "matched_prompts", "n", "mean", "mean_dr_grpo_16",
+             "mean_dr_grpo_matched", "gain_vs_16", "gain_vs_16_low", "gain_vs_16_high", "p_vs_16_holm",
+             "gain_vs_matched", "gain_vs_matched_low", "gain_vs_matched_high", "p_vs_matched_holm",
+             "tost_p_matched_holm", "verdict"]
     text = "\n".join([
         "# Noise or direction: tables", "",
         "Written by `python scripts/noise_direction.py table` from `runs.csv` and `snr_fit.csv`; scores in points "
-        "(x 100). Primary: mean held-out pass@1 over the evaluations at steps 2-10, paired by seed; p_*_holm: Holm "
-        "over the (level, estimator) cells of each family; TOST margin +-3 points. The greedy rows are reported "
-        "beside the primary ones with the same tests (their own Holm families), not as primaries.", "",
+        "(x 100). Primary: the measured rule's rows on pass@1 (mean held-out pass@1 over the evaluations at steps "
+        "2-10), paired by seed; p_*_holm: Holm over the (level, estimator) cells of each family (one family per "
+        "rule, metric and test); TOST margin +-3 points. The greedy rows and the fit rule's rows are reported "
+        "beside the primary ones with the same tests, not as primaries.", "",
         "## Comparisons and verdicts", "", _markdown(_points(results[shown])), "",
         "## Arms (means over seeds)", "",
         "cosine_early: the mean half-batch cosine over steps 1-5 of the runs (undefined counted as 0); snr2_early "
