@@ -94,16 +94,20 @@ def measure_batches(level: str, prompts: int, batches: int) -> list[dict[str, ob
     from grpolab.config import TrainConfig
     from grpolab.gradients.halves import half_batch_cosine
     from grpolab.models import load_policy
+    from grpolab.train.lifecycle import load_task_for
+    from grpolab.train.shell import step_problems
     from grpolab.train.step_advantages import step_advantages
 
     torch.set_num_threads(1)
     config = TrainConfig(task_options=LEVELS[level], group_size=GROUP_SIZE, prompts_per_step=prompts, threads=1)
     policy = load_policy(config.model)
     model = model_for(config, policy)
+    task = load_task_for(config)
     rows = []
     for seed in range(batches):
         torch.manual_seed(seed)
-        batch = sample_batch(config.replace(seed=seed), policy, model)
+        seeded = config.replace(seed=seed)
+        batch = sample_batch(seeded, policy, model, step_problems(task, seeded, 1))
         for estimator in ESTIMATORS:
             advantages = step_advantages(batch, config.replace(advantage=estimator, seed=seed))
             cosine = half_batch_cosine(model, batch, advantages, group_size=GROUP_SIZE)

@@ -1,7 +1,8 @@
-"""``grpolab gradients``' batch: the prompts of step 1 of a run, as many as asked, from the task's train stream.
+"""``grpolab gradients``' batch: as many prompt groups as asked, or a one-line refusal.
 
-The embedded ``reverse`` task streams fresh train prompts; its ``train`` split is a 64-prompt preview, so a batch
-drawn from the preview would silently hold at most 64 prompt groups whatever ``--prompts`` said.
+The embedded ``reverse`` task streams fresh train prompts; its ``train`` split is a 64-prompt preview. The command
+draws from the split and refuses ``--prompts`` beyond it (it used to cut the batch to the split's size without a
+word); a caller that wants a training step's prompts passes them (``grpolab.train.shell.step_problems``).
 """
 
 from __future__ import annotations
@@ -16,23 +17,21 @@ from grpolab.train.lifecycle import load_task_for
 from grpolab.train.shell import step_problems
 
 
-def test_a_batch_holds_every_prompt_asked_for_beyond_the_preview() -> None:
+def test_given_problems_are_the_batch_even_beyond_the_preview() -> None:
     config = TrainConfig(prompts_per_step=80, group_size=2, seed=3, threads=1)
-    assert len(load_task_for(config).train) < config.prompts_per_step  # the preview is smaller than the batch
+    task = load_task_for(config)
+    problems = step_problems(task, config, 1)
+    assert len(task.train) < len(problems) == 80  # the preview is smaller than the batch
     policy = load_policy(config.model)
-    batch = sample_batch(config, policy, model_for(config, policy))
+    batch = sample_batch(config, policy, model_for(config, policy), problems)
     assert batch.rewards.shape == (80, 2)
+    assert [p.id for p in batch.problems] == [p.id for p in problems]
 
 
-def test_a_batch_has_the_prompts_of_step_one_of_the_seed() -> None:
-    config = TrainConfig(prompts_per_step=4, group_size=2, seed=5, threads=1)
-    policy = load_policy(config.model)
-    batch = sample_batch(config, policy, model_for(config, policy))
-    assert [p.id for p in batch.problems] == [p.id for p in step_problems(load_task_for(config), config, 1)]
-
-
-def test_more_prompts_than_a_fixed_pool_is_refused_in_one_line(capsys: pytest.CaptureFixture) -> None:
-    code = main(["gradients", "--task-options", '{"train_pool": 8}', "--prompts", "9", "--threads", "1"])
+@pytest.mark.parametrize(("options", "prompts", "size"), [("{}", 65, 64), ('{"train_pool": 8}', 9, 8)])
+def test_more_prompts_than_the_split_is_refused_in_one_line(capsys: pytest.CaptureFixture, options: str, prompts: int,
+                                                            size: int) -> None:
+    code = main(["gradients", "--task-options", options, "--prompts", str(prompts), "--threads", "1"])
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1
-    assert "--prompts 9 is more than the 8 train prompts" in lines[0] and "lower --prompts" in lines[0]
+    assert f"--prompts {prompts} is more than the {size} train prompts" in lines[0] and "lower --prompts" in lines[0]

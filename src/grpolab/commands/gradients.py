@@ -43,11 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> Any:
-    """One rollout batch of the ``prompts_per_step`` prompts of step 1 of a run with the config's seed
-    (``grpolab.train.shell.step_problems``: fresh prompts from a task that streams them) x ``group_size`` samples,
-    scored (per token too under ``--reward-granularity token``); refused, like training, where a fixed train split
-    has fewer prompts than asked."""
+def sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module, problems: list[Any] | None = None) -> Any:
+    """One rollout batch of ``problems`` (default: ``prompts_per_step`` prompts drawn without replacement from the
+    task's train split, seeded by the config's seed; refused where the split has fewer) x ``group_size`` samples,
+    scored (per token too under ``--reward-granularity token``)."""
     import torch
 
     from grpolab import verifiers
@@ -56,15 +55,16 @@ def sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> An
     from grpolab.errors import UserError
     from grpolab.train.batch import StepBatch
     from grpolab.train.lifecycle import load_task_for
-    from grpolab.train.shell import step_problems
     from grpolab.verifiers.process import get_process_verifier
 
     task = load_task_for(config)
-    if task.train_stream is None and config.prompts_per_step > len(task.train):
-        raise UserError(f"--prompts {config.prompts_per_step} is more than the {len(task.train)} train prompts of "
-                        f"task {task.name!r}; lower --prompts (or give the task more prompts)")
     process = get_process_verifier(task.verifier) if config.reward_granularity == "token" else None
-    problems = step_problems(task, config, 1)
+    if problems is None:
+        if config.prompts_per_step > len(task.train):
+            raise UserError(f"--prompts {config.prompts_per_step} is more than the {len(task.train)} train prompts "
+                            f"this command draws from for task {task.name!r}; lower --prompts")
+        rng = np.random.default_rng(config.seed)
+        problems = [task.train[i] for i in rng.choice(len(task.train), size=config.prompts_per_step, replace=False)]
     budget = check_evaluation_fits(model, policy.tokenizer, [p.prompt for p in problems], samples=config.group_size,
                                    max_new_tokens=config.max_new_tokens or task.max_new_tokens,
                                    use_chat_template=task.use_chat_template, explicit=config.max_new_tokens is not None,
