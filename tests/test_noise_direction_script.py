@@ -119,7 +119,6 @@ def test_phase_zero_tables_regenerate_from_the_committed_batches() -> None:
     _assert_same(fit, pd.read_csv(EXPERIMENT / "snr_fit.csv"))
 
 
-@pytest.mark.skipif(not (EXPERIMENT / "runs.csv").is_file(), reason="phase 1 rows not committed")
 def test_the_results_regenerate_from_the_committed_rows() -> None:
     runs = pd.read_csv(EXPERIMENT / "runs.csv")
     results, text = script.build_tables(runs, pd.read_csv(EXPERIMENT / "snr_fit.csv"),
