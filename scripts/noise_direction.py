@@ -21,8 +21,9 @@ The design, the arms and the decision rules were fixed before phase 1 in experim
   P* and P** of both rules (``compare.yaml``: lr 1e-3, 10 steps, evaluations every 2 steps, the half-batch
   cosine every step).
 * ``rows`` reads each run's ``eval.jsonl`` and the sweeps' ``metrics.parquet`` into one row per run.
-* ``table`` reads only the committed rows (``runs.csv``, ``snr_fit.csv``) and writes ``results.csv`` (one row
-  per (level, estimator): the paired tests, Holm, TOST and the verdict) and ``table.md``.
+* ``table`` reads only the committed rows (``runs.csv``, ``snr_fit.csv``, ``snr_cells.csv``) and writes
+  ``results.csv`` (one row per (rule, metric, level, estimator): the paired tests, Holm, TOST and the verdict) and
+  ``table.md``.
 
 The primary metric of a run is its mean held-out pass@1 over the evaluations at steps 2, 4, 6, 8, 10. Each
 estimator e in {sign, reinforce} at P = 16 is compared, paired by seed (``grpolab.pairing.compare_arms``), with
@@ -367,11 +368,11 @@ def build_tables(runs: pd.DataFrame, fit: pd.DataFrame, cells: pd.DataFrame) -> 
              "tost_p_matched_holm", "verdict"]
     text = "\n".join([
         "# Noise or direction: tables", "",
-        "Written by `python scripts/noise_direction.py table` from `runs.csv` and `snr_fit.csv`; scores in points "
-        "(x 100). Primary: the measured rule's rows on pass@1 (mean held-out pass@1 over the evaluations at steps "
-        "2-10), paired by seed; p_*_holm: Holm over the (level, estimator) cells of each family (one family per "
-        "rule, metric and test); TOST margin +-3 points. The greedy rows and the fit rule's rows are reported "
-        "beside the primary ones with the same tests, not as primaries.", "",
+        "Written by `python scripts/noise_direction.py table` from `runs.csv`, `snr_fit.csv` and `snr_cells.csv`; "
+        "scores in points (x 100). Primary: the measured rule's rows on pass@1 (mean held-out pass@1 over the "
+        "evaluations at steps 2-10), paired by seed; p_*_holm: Holm over the (level, estimator) cells of each family "
+        "(one family per rule, metric and test); TOST margin +-3 points. The greedy rows and the fit rule's rows are "
+        "reported beside the primary ones with the same tests, not as primaries.", "",
         "## Comparisons and verdicts", "", _markdown(_points(results[shown])), "",
         "## Arms (means over seeds)", "",
         "cosine_early: the mean half-batch cosine over steps 1-5 of the runs (undefined counted as 0); snr2_early "
