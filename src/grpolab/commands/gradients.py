@@ -43,23 +43,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> Any:
-    """One rollout batch of ``prompts_per_step`` training prompts x ``group_size`` samples, scored (per token
-    too under ``--reward-granularity token``)."""
+def sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module, problems: list[Any] | None = None) -> Any:
+    """One rollout batch of ``problems`` (default: ``prompts_per_step`` prompts drawn without replacement from the
+    task's train split, seeded by the config's seed; refused where the split has fewer) x ``group_size`` samples,
+    scored (per token too under ``--reward-granularity token``)."""
     import torch
 
     from grpolab import verifiers
     from grpolab.engine.collect import collect_batch
     from grpolab.engine.fit import check_evaluation_fits
+    from grpolab.errors import UserError
     from grpolab.train.batch import StepBatch
     from grpolab.train.lifecycle import load_task_for
     from grpolab.verifiers.process import get_process_verifier
 
     task = load_task_for(config)
     process = get_process_verifier(task.verifier) if config.reward_granularity == "token" else None
-    rng = np.random.default_rng(config.seed)
-    problems = [task.train[i] for i in rng.choice(len(task.train), size=min(config.prompts_per_step,
-                                                                            len(task.train)), replace=False)]
+    if problems is None:
+        if config.prompts_per_step > len(task.train):
+            raise UserError(f"--prompts {config.prompts_per_step} is more than the {len(task.train)} train prompts "
+                            f"this command draws from for task {task.name!r}; lower --prompts")
+        rng = np.random.default_rng(config.seed)
+        problems = [task.train[i] for i in rng.choice(len(task.train), size=config.prompts_per_step, replace=False)]
     budget = check_evaluation_fits(model, policy.tokenizer, [p.prompt for p in problems], samples=config.group_size,
                                    max_new_tokens=config.max_new_tokens or task.max_new_tokens,
                                    use_chat_template=task.use_chat_template, explicit=config.max_new_tokens is not None,
@@ -72,7 +77,7 @@ def _sample_batch(config: TrainConfig, policy: Any, model: torch.nn.Module) -> A
     return StepBatch.from_scored(batch)
 
 
-def _model_for(config: TrainConfig, policy: Any) -> torch.nn.Module:
+def model_for(config: TrainConfig, policy: Any) -> torch.nn.Module:
     """The policy's model; with ``--lora``, or ``--params lora`` and no adapters present, wrapped in fresh LoRA
     adapters."""
     model = policy.model
@@ -101,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
     torch.manual_seed(config.seed)
     policy = load_policy(config.model)
     check_finite_weights(policy.model, f"the model {config.model}")  # its gradient spectrum has no meaning
-    model = _model_for(config, policy).to(device)
-    batch = _sample_batch(config, policy, model)
+    model = model_for(config, policy).to(device)
+    batch = sample_batch(config, policy, model)
     advantages = step_advantages(batch, config, statistics=estimator_statistics(model, batch, config))
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if config.dtype == "bfloat16"
                 else contextlib.nullcontext())
