@@ -178,14 +178,15 @@ def available_bytes(device: Any = None) -> int | None:
     return min(rooms) if rooms else None
 
 
-def sampler_budget(device: Any = None) -> int:
+def sampler_budget(device: Any = None, reusable: int = 0) -> int:
     """The most memory one sampling pass may use where the model is: ``SAMPLER_BUDGET_BYTES`` on the host; on a
-    CUDA ``device``, ``GPU_SAMPLER_SHARE`` of its available memory (``available_bytes``), and never less than the
-    host's budget (P = 64 x G = 8 rows of SmolLM2-135M at 512 tokens fit one pass on an 80 GB GPU, where the host's
-    1 GiB split them into four)."""
+    CUDA ``device``, ``GPU_SAMPLER_SHARE`` of its available memory (``available_bytes``) plus the ``reusable``
+    bytes the sampler keeps from its last pass (its KV cache, counted as free so that the budget does not shrink
+    from one rollout to the next), and never less than the host's budget (P = 64 x G = 8 rows of SmolLM2-135M at
+    512 tokens fit one pass on an 80 GB GPU, where the host's 1 GiB split them into four)."""
     if device is None or getattr(device, "type", "cpu") != "cuda":
         return SAMPLER_BUDGET_BYTES
-    available = available_bytes(device) or 0
+    available = (available_bytes(device) or 0) + reusable
     return max(SAMPLER_BUDGET_BYTES, int(GPU_SAMPLER_SHARE * available))
 
 
