@@ -165,6 +165,11 @@ class LeanLlama:
             self.embed, self._graph, self._graph_logits = embed, None, None
         self.version = weights_version(base)
 
+    def serves(self, model: nn.Module) -> bool:
+        """Whether ``refresh`` can bring this decoder up to date with ``model`` (the model it was built on): the
+        lean path still takes the model (no adapter it cannot merge was added since), on this decoder's device."""
+        return refusal(model) is None and base_model(model).model.embed_tokens.weight.device == self.device
+
     @property
     def held_bytes(self) -> int:
         """The bytes of the KV cache this decoder keeps between rollouts (reused by a rollout of the same shape)."""

@@ -17,6 +17,13 @@ the rollout records as its ``sampler_fallback``). The sampler records the
 log-probability of each token it drew, so that the trainer can measure how far the sampler's distribution is
 from its own (``rollout/sampler_kl``), as trainers that sample with vLLM do.
 
+The lean decoder is kept per model (the transformers model under any peft wrapper, weakly: it goes with the model),
+sampler dtype and step mode. Before each rollout its weight copy is rewritten in place from the model's current
+weights (``LeanLlama.refresh``), so a rollout after an optimizer step samples from the new weights whatever
+changed them; inside a ``fixed_weights`` block (an evaluation, a training step's sampling rounds) only the first
+rollout copies them. Its KV cache, tables and CUDA graph are reused while the shapes stay the same. The copy and
+the cache stay allocated between rollouts, during the update too; ``release_sampler`` lets them go.
+
 Devices. The sampling loop runs where the model is (``devices.model_device``): the prompts go there once, the
 decoder, its KV cache, the token draws, top-p and the EOS tracking stay there, and only the finished token ids,
 entropies and log-probs come back to the host, once per rollout (the ``Rollout`` is always on the host). The
@@ -250,7 +257,7 @@ def _lean_decoder(model: PreTrainedModel, weights: torch.dtype) -> fast_decode.L
     kept = _KEPT.setdefault(base, _Kept())
     key = (weights, fast_decode.step_mode)
     decoder = kept.decoders.get(key)
-    if decoder is not None and fast_decode.refusal(model) is not None:  # changed since (an adapter it cannot merge)
+    if decoder is not None and not decoder.serves(model):  # moved to another device, or an adapter it cannot merge
         kept.decoders.pop(key)
         decoder = None
     if decoder is None:

