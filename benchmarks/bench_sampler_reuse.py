@@ -78,8 +78,9 @@ def _step_sampling(policy: Any, quick: bool) -> Callable[[], Any]:
 
     def run() -> list[int]:
         generator = torch.Generator().manual_seed(0)
-        out = sample(policy.model, policy.tokenizer, ids, mask, num_samples=4, max_new_tokens=tokens,
-                     generator=generator)
+        out = sample(
+            policy.model, policy.tokenizer, ids, mask, num_samples=4, max_new_tokens=tokens, generator=generator
+        )
         return out.completion_ids.tolist()
 
     return run
@@ -99,9 +100,18 @@ def run(quick: bool) -> list[Row]:
         if any(result != results["kept"][0] for result in results["rebuilt"] + results["kept"]):
             raise RuntimeError(f"{workload}: the kept and rebuilt decoders sampled different tokens")
         rebuilt, kept = median(times["rebuilt"]), median(times["kept"])
-        rows.append(row(f"sampler_reuse_{workload}", unit="x (rebuilt / kept time)", goal="info", met=None,
-                        ratio=rebuilt / kept, rebuilt_s=rebuilt, kept_s=kept,
-                        detail=f"{name}, 1 thread, median of {repeats}: rebuilt {rebuilt:.3f} s, kept {kept:.3f} s"))
+        rows.append(
+            row(
+                f"sampler_reuse_{workload}",
+                unit="x (rebuilt / kept time)",
+                goal="info",
+                met=None,
+                ratio=rebuilt / kept,
+                rebuilt_s=rebuilt,
+                kept_s=kept,
+                detail=f"{name}, 1 thread, median of {repeats}: rebuilt {rebuilt:.3f} s, kept {kept:.3f} s",
+            )
+        )
     return rows
 
 
