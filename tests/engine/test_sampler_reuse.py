@@ -220,3 +220,23 @@ def test_a_kept_graph_reads_the_new_weights_and_is_captured_again_only_for_new_s
     fake.built.append(lean)  # the stand-in captures on the newest decoder built: the kept one again
     longer = _run(model, embedded.tokenizer, engine="lean", tokens=16)
     assert len(fake.captures) == 2 and longer.sampler == "lean graph" and longer.sampler_fallback == ""
+
+
+def test_a_kept_cache_counts_as_room_for_the_next_rollout(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory check of a rollout counts the KV cache kept from the last one as free (it is reused or let go
+    before the new one is allocated): with less memory available than the rollout needs, but enough with the
+    kept cache, it samples; without a kept cache it is refused."""
+    from grpolab.engine import memory
+    from grpolab.errors import UserError
+
+    model = _random_llama(len(embedded.tokenizer), kv_heads=2, tied=True)
+    _run(model, embedded.tokenizer, engine="lean")
+    held = rollout._held_bytes(model)
+    ids, _ = encode_prompts(embedded.tokenizer, PROMPTS, use_chat_template=False)
+    need = memory.sampling_bytes(memory.model_shape(model), len(PROMPTS), 4, ids.shape[1], 12)
+    assert 0 < held < need
+    monkeypatch.setattr(memory, "available_bytes", lambda: need - held // 2)
+    _run(model, embedded.tokenizer, engine="lean")
+    release_sampler(model)
+    with pytest.raises(UserError, match="needs about"):
+        _run(model, embedded.tokenizer, engine="lean")

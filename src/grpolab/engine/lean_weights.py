@@ -68,44 +68,45 @@ def _base_weight(module: nn.Module) -> torch.Tensor:
     return module.weight if type(module) is nn.Linear else module.base_layer.weight
 
 
-def _add_adapters(weight: torch.Tensor, module: nn.Module) -> None:
-    """Add a LoRA layer's active, unmerged adapters (``B A * scaling``) to ``weight`` in place; nothing for a
-    plain linear layer, or adapters that are disabled or already merged into the base weight."""
+def _adapters(module: nn.Module) -> list[str]:
+    """The adapters a LoRA layer applies on top of its base weight: its active ones, unless they are disabled or
+    already merged into the base weight; none for a plain linear layer."""
     if type(module) is nn.Linear or module.disable_adapters or module.merged:
-        return
-    for name in module.active_adapters:
-        if name in module.lora_A:
-            weight.add_(module.get_delta_weight(name))
+        return []
+    return [name for name in module.active_adapters if name in module.lora_A]
 
 
-def _stacked(modules: list[nn.Module], scales: list[float], out: torch.Tensor | None = None) -> torch.Tensor:
-    """The effective weights of ``modules`` stacked along their output axis, each times its scale, in float32
-    [sum out, in], written into ``out`` (float32, plain layout) when given."""
+def _stacked(
+    modules: list[nn.Module], scales: list[float], dtype: torch.dtype, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The effective weights of ``modules`` stacked along their output axis [sum out, in], each times its scale, in
+    ``dtype`` (plain layout), written into ``out`` when given. A part with adapters or a scale is summed in float32
+    (the base weight plus each adapter's ``B A * scaling``, added in place, then scaled) and rounded once; a plain
+    part is rounded straight from the model's weight (the same values, without the float32 pass)."""
     weights = [_base_weight(m) for m in modules]
     rows = [w.shape[0] for w in weights]
     if out is None:
-        out = torch.empty((sum(rows), weights[0].shape[1]), dtype=torch.float32, device=weights[0].device)
+        out = torch.empty((sum(rows), weights[0].shape[1]), dtype=dtype, device=weights[0].device)
     for part, weight, module, scale in zip(out.split(rows), weights, modules, scales, strict=True):
-        part.copy_(weight.detach())
-        _add_adapters(part, module)
-        if scale != 1.0:
-            part.mul_(scale)
+        adapters = _adapters(module)
+        if not adapters and scale == 1.0:
+            part.copy_(weight.detach())
+            continue
+        value = weight.detach().to(torch.float32, copy=True)
+        for name in adapters:
+            value.add_(module.get_delta_weight(name))
+        part.copy_(value.mul_(scale))
     return out
 
 
 def _matrix(
     modules: list[nn.Module], scales: list[float], dtype: torch.dtype, into: torch.Tensor | None
 ) -> torch.Tensor:
-    """``_stacked`` in ``dtype`` (prepacked where ``packs_bf16``): a new tensor, or written into ``into``."""
-    device = _base_weight(modules[0]).device
-    if packs_bf16(dtype, device):
-        packed = torch.ops.mkldnn._reorder_linear_weight(_stacked(modules, scales).to(dtype), batch_size=32)
-        return packed if into is None else into.copy_(packed)
-    if into is None:
-        return _stacked(modules, scales).to(dtype)
-    if into.dtype == torch.float32:
-        return _stacked(modules, scales, out=into)
-    return into.copy_(_stacked(modules, scales))
+    """``_stacked`` in ``dtype``, prepacked where ``packs_bf16``: a new tensor, or written into ``into``."""
+    if not packs_bf16(dtype, _base_weight(modules[0]).device):
+        return _stacked(modules, scales, dtype, out=into)
+    packed = torch.ops.mkldnn._reorder_linear_weight(_stacked(modules, scales, dtype), batch_size=32)
+    return packed if into is None else into.copy_(packed)
 
 
 def _vector(value: torch.Tensor, into: torch.Tensor | None) -> torch.Tensor:
