@@ -15,7 +15,7 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
   and gate/up into another, so a layer is four matmuls. The master weights are not touched. peft LoRA
   adapters are merged into the copy (``W + B A * scaling``), so LoRA adds no per-token cost. A decoder is
   built once per model and sampler dtype and kept (``rollout.sample``); ``refresh`` rewrites its copy in place
-  from the model's current weights (``lean_weights``: the same values a new build would copy), which
+  from the model's current weights (``weight_copy``: the same values a new build would copy), which
   ``rollout.sample`` does before each rollout unless the caller holds the weights fixed.
 * The residual stream, the RMS norms, the rotary embedding, the KV cache and the attention stay in
   float32; only the weight matmuls' inputs and outputs are in ``dtype`` (transformers in bfloat16 runs
@@ -88,7 +88,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grpolab.engine.families import FAMILIES, base_model, refusal
-from grpolab.engine.lean_weights import Weights, copy_weights, packed_linear, packs_bf16, weights_version
+from grpolab.engine.weight_copy import Weights, copy_weights, packed_linear, packs_bf16, weights_version
 
 __all__ = ["BF16_MIN_HIDDEN", "FAMILIES", "SAMPLER_PATHS", "STEP_MODES", "LeanLlama", "build", "preferred_dtype",
            "refusal"]
@@ -151,11 +151,11 @@ class LeanLlama:
         self.fallback = "" if self.mode == mode else f"an earlier capture in this process failed ({_GRAPH_FAILURE[0]})"
         """Why this decoder steps eagerly where it was to replay a graph ("" when it did not fall back)."""
         self.version = weights_version(base)
-        """``lean_weights.weights_version`` of the model when its weights were last copied."""
+        """``weight_copy.weights_version`` of the model when its weights were last copied."""
 
     def refresh(self, model: nn.Module) -> None:
         """Copy the current weights of ``model`` (the model this decoder was built on) into this decoder's buffers
-        in place (``lean_weights.copy_weights``): a CUDA graph captured on them reads the new weights. An embedding
+        in place (``weight_copy.copy_weights``): a CUDA graph captured on them reads the new weights. An embedding
         table the model replaced (a new tensor, not changed in place) is read from its new place, and the graph is
         captured again."""
         base = base_model(model)

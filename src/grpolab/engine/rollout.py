@@ -54,7 +54,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from grpolab.devices import model_device, to_host
-from grpolab.engine import families, fast_decode, lean_forward, lean_weights, memory
+from grpolab.engine import families, fast_decode, lean_forward, memory, weight_copy
 from grpolab.engine.target_logprobs import entropy as vocab_entropy
 from grpolab.engine.target_logprobs import sum_pi_squared as vocab_sum_pi_squared
 from grpolab.engine.target_logprobs import target_logprobs
@@ -229,7 +229,7 @@ def fixed_weights(model: PreTrainedModel) -> Iterator[None]:
     """A block in which ``model``'s weights do not change (an evaluation, a step's sampling rounds): its lean
     decoder copies them at the first ``sample`` inside, not at every one. Outside such blocks every ``sample``
     copies them, so a rollout after an optimizer step never reads a stale copy. Inside, a change torch's version
-    counters see (``lean_weights.weights_version``) is still copied; one they miss (torch's fused AdamW) is not."""
+    counters see (``weight_copy.weights_version``) is still copied; one they miss (torch's fused AdamW) is not."""
     kept = _KEPT.setdefault(families.base_model(model), _Kept())
     kept.fixed += 1
     try:
@@ -265,7 +265,7 @@ def _lean_decoder(model: PreTrainedModel, weights: torch.dtype) -> fast_decode.L
         if decoder is None:
             return None
         kept.decoders[key] = decoder
-    elif not (kept.fixed and key in kept.fresh and decoder.version == lean_weights.weights_version(base)):
+    elif not (kept.fixed and key in kept.fresh and decoder.version == weight_copy.weights_version(base)):
         decoder.refresh(model)
     if kept.fixed:
         kept.fresh.add(key)
