@@ -39,6 +39,7 @@ BENCHMARKS = (
     "rescore",
     "cli",
     "preflight",
+    "sampler_reuse",
 )
 
 

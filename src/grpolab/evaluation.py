@@ -10,12 +10,14 @@ without them) and pass^k (``grpolab.diagnostics.sampled``). Unscorable samples c
 Bounded memory: before sampling, the prompts are checked against the model's context and the sampling of
 ``n`` per prompt against the memory available (``grpolab.engine.fit``); each batch is sampled in chunks that
 keep its KV cache under ``engine.memory.sampler_budget`` with the same result (``engine.rollout``).
-Prompts cut to fit the context are counted in ``prompts_truncated``.
+Prompts cut to fit the context are counted in ``prompts_truncated``. The weights are held fixed for the whole
+evaluation (``engine.rollout.fixed_weights``): the lean sampler copies them once, not once per batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,6 +30,7 @@ from grpolab.diagnostics.majority import Votes, votes_of
 from grpolab.diagnostics.sampled import sampled_metrics
 from grpolab.engine.collect import collect_batch
 from grpolab.engine.fit import check_evaluation_fits
+from grpolab.engine.rollout import fixed_weights
 from grpolab.models import Policy
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
@@ -146,9 +149,7 @@ def evaluate(
     pool = task.test if split == "test" else task.validation
     problems = list(pool[:limit] if limit else pool)
     budget = _token_budget(policy, task, problems, n, max_new_tokens)
-    was_training = policy.model.training
-    policy.model.eval()
-    try:
+    with _evaluating(policy.model):
         greedy = _correct_counts(policy, task, problems, 1, 0.0, budget, None, batch_prompts)
         result = EvalResult(float(greedy.correct.mean()) if len(greedy.correct) else 0.0, n,
                             problem_ids=[p.id for p in problems], families=[p.family for p in problems],
@@ -163,8 +164,6 @@ def evaluate(
             curve = pass_at_k_curve(np.full(len(counts), n), counts)
             result.pass_at_k = {int(k): float(v) for k, v in curve.items()}
             result.sampled = sampled_metrics(np.full(len(counts), n), counts, sampled.votes).to_dict()
-    finally:
-        policy.model.train(was_training)
     return result
 
 
@@ -176,11 +175,20 @@ def sample_successes(
     train split's too: ``grpolab preflight``), with the same fit checks, seeding and scoring as ``evaluate``
     (unscorable samples count as failures); ``on_chunk(prompts)`` reports progress after each batch."""
     budget = _token_budget(policy, task, problems, n, max_new_tokens)
-    was_training = policy.model.training
-    policy.model.eval()
-    try:
+    with _evaluating(policy.model):
         generator = torch.Generator().manual_seed(seed)
         return _correct_counts(policy, task, problems, n, temperature, budget, generator, batch_prompts,
                                on_chunk).correct.astype(int)
+
+
+@contextmanager
+def _evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """A block with ``model`` in eval mode (its mode restored after) and its weights held fixed
+    (``fixed_weights``: the lean sampler copies them at the first batch only)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with fixed_weights(model):
+            yield
     finally:
-        policy.model.train(was_training)
+        model.train(was_training)

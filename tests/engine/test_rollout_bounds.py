@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from grpolab.engine import memory
-from grpolab.engine.rollout import encode_prompts, sample
+from grpolab.engine.rollout import encode_prompts, release_sampler, sample
 from grpolab.errors import UserError
 from grpolab.models import load_policy
 
@@ -63,6 +63,7 @@ def test_no_room_for_a_prompt_is_refused_in_one_line(embedded) -> None:
 
 
 def test_a_chunk_that_cannot_fit_in_memory_is_refused_before_allocating(embedded, monkeypatch) -> None:
+    release_sampler(embedded.model)  # no KV cache kept from an earlier rollout (it would count as free)
     monkeypatch.setattr(memory, "available_bytes", lambda: 50 << 20)  # 50 MiB left
     with pytest.raises(UserError, match=r"sampling 1 prompt\(s\) x 100000 completion\(s\) .* needs about .* GiB of "
                                         r"memory, but only 50 MiB is available; lower the completions per prompt"):

@@ -9,11 +9,14 @@ decode step), L = Lp + T cache slots, D hidden size, H query heads, Hkv key/valu
 
 How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it is tested against):
 
-* The weights are copied once per rollout into ``dtype`` (``build``'s default bfloat16: this CPU's
+* The weights are copied into ``dtype`` (``build``'s default bfloat16: this CPU's
   AVX-512 BF16 matmul ran 2x float32's rate, 176 vs 87 GFLOP/s at [32 x 576] . [576 x 1536], in
   benchmarks/bench_engine.py; ``preferred_dtype`` picks per model), with q/k/v fused into one matrix
   and gate/up into another, so a layer is four matmuls. The master weights are not touched. peft LoRA
-  adapters are merged into the copy (``W + B A * scaling``), so LoRA adds no per-token cost.
+  adapters are merged into the copy (``W + B A * scaling``), so LoRA adds no per-token cost. A decoder is
+  built once per model and sampler dtype and kept (``rollout.sample``); ``refresh`` rewrites its copy in place
+  from the model's current weights (``weight_copy``: the same values a new build would copy), which
+  ``rollout.sample`` does before each rollout unless the caller holds the weights fixed.
 * The residual stream, the RMS norms, the rotary embedding, the KV cache and the attention stay in
   float32; only the weight matmuls' inputs and outputs are in ``dtype`` (transformers in bfloat16 runs
   all of it in bfloat16). Attention over a short cache is a handful of tiny matmuls, faster in float32
@@ -23,9 +26,10 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
   the layout ``torch.compile``'s CPU freezing uses), so a decode step does not re-layout every weight;
   where oneDNN has no bfloat16 kernel, plain ``F.linear`` runs instead.
 * The KV cache is two preallocated tensors [layers, B, Hkv, L, Dh]; the attention mask is built once
-  per rollout. The prefill runs each distinct prompt once and copies its cache to the G rows that
-  sample from it (G times less prefill arithmetic; each row's values are those of a prefill of all B
-  rows, up to the matmul kernels' rounding).
+  per rollout. The cache, the rotary tables and the static step's inputs are kept for the next rollout and
+  written in place when its shapes fit (``prefill``). The prefill runs each distinct prompt once and copies its
+  cache to the G rows that sample from it (G times less prefill arithmetic; each row's values are those of a
+  prefill of all B rows, up to the matmul kernels' rounding).
   A padding query attends to itself, so no softmax row is empty (its output is never used).
 * Grouped-query attention groups the queries of a key/value head along the query axis instead of
   repeating the keys and values.
@@ -43,8 +47,12 @@ How the CUDA path departs from the CPU's (``step_mode``; "auto" picks it by devi
   position a row can reach, so no step reads a length back to the host. Its logits are the dynamic step's (the
   extra slots weigh exp(-inf) = 0) up to the kernels' summation order; ``tests/engine/test_fast_decode.py`` runs
   it eagerly on the CPU and compares tokens and log-probs.
-* That step is captured once per rollout (after one warm-up step on a side stream, whose slot and position are
-  taken back) as a ``torch.cuda.CUDAGraph`` and replayed per token: one launch instead of ~10 per layer. The
+* That step is captured (after one warm-up step on a side stream, whose slot and position are taken back) as a
+  ``torch.cuda.CUDAGraph`` and replayed per token: one launch instead of ~10 per layer. The graph is kept with the
+  decoder and captured again only when a rollout's rows or cache capacity differ from the last one's (or the
+  embedding table was replaced); otherwise the next rollout's prefill writes the graph's inputs and ``refresh``
+  the weights it reads in place. That reuse has run only on the CPU (the static step eagerly, and a stand-in
+  for the graph API in ``tests/engine/test_sampler_reuse.py``); it awaits a run on a GPU. The
   graph's output buffer is copied out at each step. Where capture fails, the rollout steps eagerly on the static
   step, with one warning per process, and later rollouts do not try again.
 * Attention over the whole cache reads all L slots every step instead of the written ones: at 128 new tokens
@@ -74,14 +82,13 @@ with its own rotary base. ``lean_forward`` (the update's forward) takes the bias
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grpolab.engine.families import FAMILIES, PROJECTIONS, base_model, qkv_biased, refusal
-from grpolab.engine.families import bias as linear_bias
+from grpolab.engine.families import FAMILIES, base_model, refusal
+from grpolab.engine.weight_copy import Weights, copy_weights, packed_linear, packs_bf16, weights_version
 
 __all__ = ["BF16_MIN_HIDDEN", "FAMILIES", "SAMPLER_PATHS", "STEP_MODES", "LeanLlama", "build", "preferred_dtype",
            "refusal"]
@@ -102,72 +109,6 @@ BF16_MIN_HIDDEN = 512
 for the bfloat16 kernels to pay for their call overhead."""
 
 
-@dataclass
-class _Layer:
-    """One decoder layer's weights: norms in float32, matrices in the compute dtype."""
-
-    attn_norm: torch.Tensor  # [D]
-    qkv: torch.Tensor  # [(H + 2 Hkv) Dh, D]
-    qkv_bias: torch.Tensor | None  # [(H + 2 Hkv) Dh] in float32 (Qwen2), else None
-    qk_norm: torch.Tensor | None  # [H + Hkv, Dh] in float32: each head's q or k RMSNorm weight (Qwen3), else None
-    out: torch.Tensor  # [D, H Dh]
-    mlp_norm: torch.Tensor  # [D]
-    gate_up: torch.Tensor  # [2 I, D]
-    down: torch.Tensor  # [D, I]
-
-
-def _effective_weight(module: nn.Module) -> torch.Tensor:
-    """The weight a linear layer that ``families.refusal`` accepts applies: its own, or a LoRA layer's base weight
-    plus its active, unmerged adapters."""
-    if type(module) is nn.Linear:
-        return module.weight
-    weight = module.base_layer.weight
-    if module.disable_adapters or module.merged:
-        return weight
-    for name in module.active_adapters:
-        if name in module.lora_A:
-            weight = weight + module.get_delta_weight(name)
-    return weight
-
-
-def _packs_bf16(dtype: torch.dtype, device: torch.device) -> bool:
-    mkldnn = torch.ops.mkldnn
-    return (dtype == torch.bfloat16 and device.type == "cpu" and torch.backends.mkldnn.is_available()
-            and hasattr(mkldnn, "_reorder_linear_weight") and bool(mkldnn._is_mkldnn_bf16_supported()))
-
-
-def _matrix(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``weight`` [out, in] in ``dtype``, prepacked for oneDNN where ``_packs_bf16``."""
-    weight = weight.detach().to(dtype)
-    return (torch.ops.mkldnn._reorder_linear_weight(weight, batch_size=32) if _packs_bf16(dtype, weight.device)
-            else weight)
-
-
-def _packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
-
-
-def _layer_weights(layer: nn.Module, dtype: torch.dtype, query_scale: float, qkv_bias: bool) -> _Layer:
-    """A layer ``refusal`` accepts, copied. The attention's 1 / sqrt(Dh) is folded into the queries: into the q
-    norm's weight where there is one (a norm undoes any scale put before it), else into the q projection."""
-    attn, mlp = layer.self_attn, layer.mlp
-    modules = [getattr(attn, n) for n in PROJECTIONS[:4]] + [getattr(mlp, n) for n in PROJECTIONS[4:]]
-    q, k, v, o, gate, up, down = (_effective_weight(m) for m in modules)
-    qk_norm, weight_scale = None, query_scale
-    if hasattr(attn, "q_norm"):  # Qwen3: per-head RMSNorm on q and k, after the projection and before RoPE
-        heads, kv_heads = q.shape[0] // attn.head_dim, k.shape[0] // attn.head_dim
-        qk_norm = torch.cat([(attn.q_norm.weight.detach().float() * query_scale).expand(heads, -1),
-                             attn.k_norm.weight.detach().float().expand(kv_heads, -1)])  # [H + Hkv, Dh]
-        weight_scale = 1.0
-    bias = None
-    if qkv_bias:
-        q_b, k_b, v_b = (linear_bias(m) for m in modules[:3])
-        bias = torch.cat([q_b * weight_scale, k_b, v_b]).detach().float()
-    return _Layer(layer.input_layernorm.weight.detach().float(), _matrix(torch.cat([q * weight_scale, k, v]), dtype),
-                  bias, qk_norm, _matrix(o, dtype), layer.post_attention_layernorm.weight.detach().float(),
-                  _matrix(torch.cat([gate, up]), dtype), _matrix(down, dtype))
-
-
 def preferred_dtype(model: nn.Module) -> torch.dtype:
     """bfloat16 for models with hidden size >= ``BF16_MIN_HIDDEN``, else float32."""
     hidden = getattr(getattr(base_model(model), "config", None), "hidden_size", 0) or 0
@@ -176,28 +117,23 @@ def preferred_dtype(model: nn.Module) -> torch.dtype:
 
 def build(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> LeanLlama | None:
     """A ``LeanLlama`` on the current weights of ``model`` in ``dtype``, or None if the lean path does not
-    accept the model (``refusal`` says why; see the module docstring)."""
+    accept the model (``refusal`` says why; see the module docstring). ``LeanLlama.refresh`` brings it up to date
+    with later weights."""
     if refusal(model) is not None:
         return None
-    base = base_model(model)
-    with torch.no_grad():
-        config = base.config
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        biased = qkv_biased(config)
-        layers = [_layer_weights(layer, dtype, head_dim**-0.5, biased) for layer in base.model.layers]
-        return LeanLlama(base, layers, _matrix(_effective_weight(base.lm_head), dtype), dtype)
+    return LeanLlama(base_model(model), copy_weights(model, dtype), dtype)
 
 
 class LeanLlama:
     """The Llama forward of ``build``: ``prefill`` once per rollout, then ``step`` per new token."""
 
-    def __init__(self, base: nn.Module, layers: list[_Layer], lm_head: torch.Tensor, dtype: torch.dtype):
+    def __init__(self, base: nn.Module, weights: Weights, dtype: torch.dtype):
         config = base.config
-        self.layers, self.lm_head, self.dtype = layers, lm_head, dtype
+        self.weights, self.dtype = weights, dtype
+        self.layers, self.lm_head, self.final_norm = weights.layers, weights.lm_head, weights.final_norm
         self.embed = base.model.embed_tokens.weight.detach()  # [V, D] master weights: a lookup needs no copy
         self.device = self.embed.device
-        self._linear = _packed_linear if _packs_bf16(dtype, self.device) else F.linear
-        self.final_norm = base.model.norm.weight.detach().float()
+        self._linear = packed_linear if packs_bf16(dtype, self.device) else F.linear
         self.eps = config.rms_norm_eps
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -205,6 +141,7 @@ class LeanLlama:
         self.inv_freq = rotary.inv_freq.detach().float()  # [Dh / 2]
         self.rope_scale = float(rotary.attention_scaling)
         self._length = 0
+        self._cos = self._sin = self._keys = self._values = None  # made by the first prefill, kept while they fit
         mode = step_mode if step_mode != "auto" else ("graph" if self.device.type == "cuda" else "dynamic")
         if mode not in STEP_MODES:
             raise ValueError(f"step_mode must be one of {STEP_MODES}, not {mode!r}")
@@ -213,24 +150,59 @@ class LeanLlama:
         self._graph_logits: torch.Tensor | None = None
         self.fallback = "" if self.mode == mode else f"an earlier capture in this process failed ({_GRAPH_FAILURE[0]})"
         """Why this decoder steps eagerly where it was to replay a graph ("" when it did not fall back)."""
+        self.version = weights_version(base)
+        """``weight_copy.weights_version`` of the model when its weights were last copied."""
 
-    def _rope_tables(self, positions: int) -> None:
+    def refresh(self, model: nn.Module) -> None:
+        """Copy the current weights of ``model`` (the model this decoder was built on) into this decoder's buffers
+        in place (``weight_copy.copy_weights``): a CUDA graph captured on them reads the new weights. An embedding
+        table the model replaced (a new tensor, not changed in place) is read from its new place, and the graph is
+        captured again."""
+        base = base_model(model)
+        copy_weights(model, self.dtype, into=self.weights)
+        embed = base.model.embed_tokens.weight.detach()
+        if embed.data_ptr() != self.embed.data_ptr():
+            self.embed, self._graph, self._graph_logits = embed, None, None
+        self.version = weights_version(base)
+
+    def serves(self, model: nn.Module) -> bool:
+        """Whether ``refresh`` can bring this decoder up to date with ``model`` (the model it was built on): the
+        lean path still takes the model (no adapter it cannot merge was added since), on this decoder's device."""
+        return refusal(model) is None and base_model(model).model.embed_tokens.weight.device == self.device
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of the KV cache this decoder keeps between rollouts (reused by a rollout of the same shape)."""
+        return sum(t.numel() * t.element_size() for t in (self._keys, self._values) if t is not None)
+
+    def _rope_tables(self, positions: int) -> bool:
+        """Rotary tables [positions, Dh] covering positions 0 .. positions - 1: the last rollout's where they do
+        (returns True: kept), else new ones (False)."""
+        if self._cos is not None and self._cos.shape[0] >= positions:
+            return True
         angles = (torch.arange(positions, dtype=torch.float32, device=self.device)[:, None]
                   * self.inv_freq.to(self.device))  # [positions, Dh / 2]
         cos, sin = angles.cos() * self.rope_scale, angles.sin() * self.rope_scale
         self._cos, self._sin = torch.cat([cos, cos], dim=1), torch.cat([-sin, sin], dim=1)  # [positions, Dh]
+        return False
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, copies: int = 1) -> torch.Tensor:
-        """Run the prompts ids [P, Lp] (left-padded, mask [P, Lp]) once each, then give every prompt
-        ``copies`` adjacent rows (B = P copies) in a cache allocated for ``max_new_tokens`` more tokens.
-        Returns the last position's logits [B, V] in float32."""
+    def _kept_cache(self, shape: tuple[int, ...], static: bool) -> bool:
+        """Whether the last rollout's KV cache serves a cache of ``shape`` [layers, B, Hkv, L, Dh]: the same shape
+        for the static step (a graph reads all of it), the same rows and at least L slots for the dynamic step (it
+        reads the written slice). Where it does not, it is let go before the new one is allocated."""
+        kept = self._keys
+        fits = kept is not None and (kept.shape == shape if static else
+                                     kept.shape[:3] == shape[:3] and kept.shape[3] >= shape[3])
+        if not fits:
+            self._keys = self._values = None
+        return fits
+
+    def _prompt_pass(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The prompts ids [P, Lp] forwarded once: their last logits [P, V] and their keys and values [layers, P,
+        Hkv, Lp, Dh] (in a cache of their own; the decoding cache is put back)."""
         prompts, width = ids.shape
-        rows, capacity = prompts * copies, width + max_new_tokens
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [P, Lp]
         on = {"device": self.device}
-        static = self.mode != "dynamic"
-        # The static step indexes the rotary tables by device positions: they cover every position a row can reach.
-        self._rope_tables(width + max_new_tokens + 1 if static else int(positions.max()) + max_new_tokens + 1)
+        decoding = self._keys, self._values
         shape = (len(self.layers), prompts, self.kv_heads, width, self.head_dim)
         self._keys, self._values = torch.empty(shape, **on), torch.empty(shape, **on)  # the prompts' cache, float32
         causal = torch.ones((width, width), dtype=torch.bool, **on).tril()
@@ -238,22 +210,52 @@ class LeanLlama:
         bias = torch.zeros((prompts, 1, width, width), **on).masked_fill(~allowed[:, None], float("-inf"))
         group = self.heads // self.kv_heads  # query rows are ordered (group member, position)
         bias = bias.repeat(1, self.kv_heads, group, 1).flatten(0, 1)  # [P Hkv, group Lp, Lp]
-        logits = self._forward(ids, positions, 0, bias).repeat_interleave(copies, dim=0)  # [B, V]
+        logits = self._forward(ids, positions, 0, bias)
         prompt_keys, prompt_values = self._keys, self._values
+        self._keys, self._values = decoding
+        return logits, prompt_keys, prompt_values
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, copies: int = 1) -> torch.Tensor:
+        """Run the prompts ids [P, Lp] (left-padded, mask [P, Lp]) once each, then give every prompt
+        ``copies`` adjacent rows (B = P copies) in a cache allocated for ``max_new_tokens`` more tokens.
+        Returns the last position's logits [B, V] in float32. The rotary tables, the KV cache and the static
+        step's inputs of the last rollout are reused where they fit (``_kept_cache``), written in place: a CUDA
+        graph captured on them is replayed again, and captured anew only when rows or capacity changed."""
+        prompts, width = ids.shape
+        rows, capacity = prompts * copies, width + max_new_tokens
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # [P, Lp]
+        on = {"device": self.device}
+        static = self.mode != "dynamic"
+        # The static step indexes the rotary tables by device positions: they cover every position a row can reach.
+        rope_kept = self._rope_tables(capacity + 1 if static else int(positions.max()) + max_new_tokens + 1)
         shape = (len(self.layers), rows, self.kv_heads, capacity, self.head_dim)
-        # The static step reads every slot (an unwritten one under a -inf bias): zeros, never uninitialised NaNs.
-        self._keys, self._values = (torch.zeros(shape, **on), torch.zeros(shape, **on)) if static else (
-            torch.empty(shape, **on), torch.empty(shape, **on))
+        cache_kept = self._kept_cache(shape, static)
+        kept = rope_kept and cache_kept
+        logits, prompt_keys, prompt_values = self._prompt_pass(ids, mask, positions)
+        logits = logits.repeat_interleave(copies, dim=0)  # [B, V]
+        if not cache_kept:
+            # The static step reads every slot (an unwritten one under a -inf bias): zeros, never uninitialised NaNs.
+            self._keys, self._values = (torch.zeros(shape, **on), torch.zeros(shape, **on)) if static else (
+                torch.empty(shape, **on), torch.empty(shape, **on))
+        elif static:
+            self._keys[..., width:, :] = 0.0
+            self._values[..., width:, :] = 0.0
         self._keys[..., :width, :] = prompt_keys.repeat_interleave(copies, dim=1)
         self._values[..., :width, :] = prompt_values.repeat_interleave(copies, dim=1)
         # Unwritten slots: 0 for the dynamic step (it never reads past the written slice), -inf for the static one
         # (each step lifts its own slot to 0 before attending).
         valid = torch.cat([mask.bool(), mask.new_full((prompts, max_new_tokens), not static, dtype=torch.bool)], dim=1)
-        self._key_bias = torch.zeros((prompts, 1, capacity), **on).masked_fill(
+        key_bias = torch.zeros((prompts, 1, capacity), **on).masked_fill(
             ~valid[:, None, :], float("-inf")).repeat_interleave(copies * self.kv_heads, dim=0)  # [B Hkv, 1, L]
-        self._next_position = positions[:, -1:].repeat_interleave(copies, dim=0) + 1  # [B, 1]
+        next_position = positions[:, -1:].repeat_interleave(copies, dim=0) + 1  # [B, 1]
         self._length = width
-        if static:  # the static step's inputs, read and advanced in place by every step (and by a graph's replay)
+        if static and kept:  # the graph's inputs keep their addresses: written in place
+            self._key_bias.copy_(key_bias)
+            self._next_position.copy_(next_position)
+            self._slot.fill_(width)
+        else:
+            self._key_bias, self._next_position = key_bias, next_position
+        if static and not kept:  # the static step's inputs, read and advanced in place by every step (and replays)
             self._slot = torch.full((1,), width, dtype=torch.long, **on)
             self._token = torch.zeros(rows, dtype=torch.long, **on)
             self._graph, self._graph_logits = None, None  # new buffers: a graph of the last rollout is stale

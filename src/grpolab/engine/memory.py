@@ -248,13 +248,14 @@ def available_bytes(device: Any = None) -> int | None:
     return min(rooms) if rooms else None
 
 
-def sampler_budget(device: Any = None) -> int:
+def sampler_budget(device: Any = None, reusable: int = 0) -> int:
     """The most memory one sampling pass may use where the model is: ``SAMPLER_BUDGET_BYTES`` on the host; on a
-    CUDA ``device``, ``gpu_sampler_budget`` of its available memory (``available_bytes``) for the runs that share
-    it (``runs_sharing_gpu``)."""
+    CUDA ``device``, ``gpu_sampler_budget`` of its available memory (``available_bytes``) plus the ``reusable``
+    bytes the sampler keeps from its last pass (its KV cache, counted as free so that the budget does not shrink
+    from one rollout to the next), for the runs that share it (``runs_sharing_gpu``)."""
     if device is None or getattr(device, "type", "cpu") != "cuda":
         return SAMPLER_BUDGET_BYTES
-    return gpu_sampler_budget(available_bytes(device) or 0, runs_sharing_gpu())
+    return gpu_sampler_budget((available_bytes(device) or 0) + reusable, runs_sharing_gpu())
 
 
 def gpu_sampler_budget(available: int, runs: int = 1) -> int:

@@ -17,6 +17,13 @@ the rollout records as its ``sampler_fallback``). The sampler records the
 log-probability of each token it drew, so that the trainer can measure how far the sampler's distribution is
 from its own (``rollout/sampler_kl``), as trainers that sample with vLLM do.
 
+The lean decoder is kept per model (the transformers model under any peft wrapper, weakly: it goes with the model),
+sampler dtype and step mode. Before each rollout its weight copy is rewritten in place from the model's current
+weights (``LeanLlama.refresh``), so a rollout after an optimizer step samples from the new weights whatever
+changed them; inside a ``fixed_weights`` block (an evaluation, a training step's sampling rounds) only the first
+rollout copies them. Its KV cache, tables and CUDA graph are reused while the shapes stay the same. The copy and
+the cache stay allocated between rollouts, during the update too; ``release_sampler`` lets them go.
+
 Devices. The sampling loop runs where the model is (``devices.model_device``): the prompts go there once, the
 decoder, its KV cache, the token draws, top-p and the EOS tracking stay there, and only the finished token ids,
 entropies and log-probs come back to the host, once per rollout (the ``Rollout`` is always on the host). The
@@ -38,20 +45,23 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from dataclasses import dataclass
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from grpolab.devices import model_device, to_host
-from grpolab.engine import families, fast_decode, lean_forward, memory
+from grpolab.engine import families, fast_decode, lean_forward, memory, weight_copy
 from grpolab.engine.target_logprobs import entropy as vocab_entropy
 from grpolab.engine.target_logprobs import sum_pi_squared as vocab_sum_pi_squared
 from grpolab.engine.target_logprobs import target_logprobs
 from grpolab.errors import UserError
 
-__all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "lean_copy_bytes", "sample", "sampler_weights_dtype",
-           "token_logprobs", "token_statistics"]
+__all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "fixed_weights", "lean_copy_bytes",
+           "release_sampler", "sample", "sampler_weights_dtype", "token_logprobs", "token_statistics"]
 
 ENGINES = ("auto", "lean", "hf")
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -205,7 +215,7 @@ def sampler_weights_dtype(model: PreTrainedModel, dtype: str) -> torch.dtype:
 
 
 def lean_copy_bytes(model: PreTrainedModel, dtype: str) -> int:
-    """Bytes of the copy of the weights the lean sampler makes for each rollout (``sampler_dtype`` ``dtype``): the
+    """Bytes of the copy of the weights the lean sampler keeps for a model (``sampler_dtype`` ``dtype``): the
     base model's parameters (LoRA adapters are merged into it) in that dtype; 0 for a model it does not take."""
     if fast_decode.refusal(model) is not None:
         return 0
@@ -213,11 +223,80 @@ def lean_copy_bytes(model: PreTrainedModel, dtype: str) -> int:
     return size * sum(p.numel() for name, p in model.named_parameters() if "lora_" not in name)
 
 
+@dataclass
+class _Kept:
+    """The lean decoders kept for one model: one per sampler dtype and step mode, how many ``fixed_weights`` blocks
+    are open, and which decoders were refreshed since the outermost one opened."""
+
+    decoders: dict[tuple[torch.dtype, str], fast_decode.LeanLlama] = field(default_factory=dict)
+    fixed: int = 0
+    fresh: set[tuple[torch.dtype, str]] = field(default_factory=set)
+
+
+_KEPT: weakref.WeakKeyDictionary[torch.nn.Module, _Kept] = weakref.WeakKeyDictionary()
+"""The lean decoders of each live model (keyed by the transformers model under any peft wrapper): the entry goes
+with the model, and a decoder holds tensors only, never the model."""
+
+
+@contextmanager
+def fixed_weights(model: PreTrainedModel) -> Iterator[None]:
+    """A block in which ``model``'s weights do not change (an evaluation, a step's sampling rounds): its lean
+    decoder copies them at the first ``sample`` inside, not at every one. Outside such blocks every ``sample``
+    copies them, so a rollout after an optimizer step never reads a stale copy. Inside, a change torch's version
+    counters see (``weight_copy.weights_version``) is still copied; one they miss (torch's fused AdamW) is not."""
+    kept = _KEPT.setdefault(families.base_model(model), _Kept())
+    kept.fixed += 1
+    try:
+        yield
+    finally:
+        kept.fixed -= 1
+        if not kept.fixed:
+            kept.fresh.clear()
+
+
+def release_sampler(model: PreTrainedModel) -> None:
+    """Let go of the lean decoders kept for ``model`` (their weight copies, KV caches and CUDA graphs); the next
+    ``sample`` builds a new one."""
+    kept = _KEPT.get(families.base_model(model))
+    if kept is not None:
+        kept.decoders.clear()
+        kept.fresh.clear()
+
+
+def _lean_decoder(model: PreTrainedModel, weights: torch.dtype) -> fast_decode.LeanLlama | None:
+    """The lean decoder of ``model`` in ``weights``, built at the first call and kept; a kept one is refreshed
+    with the model's current weights (``LeanLlama.refresh``) unless a ``fixed_weights`` block already did. None
+    where the lean path refuses the model."""
+    base = families.base_model(model)
+    kept = _KEPT.setdefault(base, _Kept())
+    key = (weights, fast_decode.step_mode)
+    decoder = kept.decoders.get(key)
+    if decoder is not None and not decoder.serves(model):  # moved to another device, or an adapter it cannot merge
+        kept.decoders.pop(key)
+        decoder = None
+    if decoder is None:
+        decoder = fast_decode.build(model, weights)
+        if decoder is None:
+            return None
+        kept.decoders[key] = decoder
+    elif not (kept.fixed and key in kept.fresh and decoder.version == weight_copy.weights_version(base)):
+        decoder.refresh(model)
+    if kept.fixed:
+        kept.fresh.add(key)
+    return decoder
+
+
+def _held_bytes(model: PreTrainedModel) -> int:
+    """The bytes of KV cache the decoders kept for ``model`` hold (free for its next rollout to reuse)."""
+    kept = _KEPT.get(families.base_model(model))
+    return sum(decoder.held_bytes for decoder in kept.decoders.values()) if kept is not None else 0
+
+
 def _decoder(model: PreTrainedModel, engine: str, dtype: str) -> _HFDecoder | fast_decode.LeanLlama:
     if engine not in ENGINES or dtype not in (*_DTYPES, "auto"):
         raise UserError(f"sampler engine must be one of {ENGINES} and dtype one of auto, {', '.join(_DTYPES)}; "
                         f"got engine={engine!r}, dtype={dtype!r}")
-    lean = fast_decode.build(model, sampler_weights_dtype(model, dtype)) if engine != "hf" else None
+    lean = _lean_decoder(model, sampler_weights_dtype(model, dtype)) if engine != "hf" else None
     if lean is not None:
         return lean
     if engine == "hf":
@@ -269,7 +348,7 @@ def sample(
     prompt_ids, prompt_mask = to_host(prompt_ids), to_host(prompt_mask)
     prompt_ids, prompt_mask, truncated = fit_context(model, prompt_ids, prompt_mask, max_new_tokens)
     device = model_device(model)
-    budget = memory.sampler_budget(device) if budget_bytes is None else budget_bytes
+    budget = memory.sampler_budget(device, reusable=_held_bytes(model)) if budget_bytes is None else budget_bytes
     chunk = _prompts_per_chunk(model, prompt_ids.shape, num_samples, max_new_tokens, budget)
     ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
     mask = prompt_mask.repeat_interleave(num_samples, dim=0)
@@ -325,17 +404,29 @@ def fit_context(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: t
 
 def _prompts_per_chunk(model: PreTrainedModel, prompt_shape: torch.Size, num_samples: int, max_new_tokens: int,
                        budget_bytes: int) -> int:
-    """How many prompts one sampling pass takes under ``budget_bytes`` (at least one, if it fits in memory)."""
+    """How many prompts one sampling pass takes under ``budget_bytes`` (at least one, if it fits in memory, the
+    KV cache kept from the last pass counted as free)."""
     prompts, width = prompt_shape
     shape = memory.model_shape(model)
     one = memory.sampling_bytes(shape, 1, num_samples, width, max_new_tokens)
     chunk = max(1, min(prompts, budget_bytes // max(one, 1)))
     need = memory.sampling_bytes(shape, chunk, num_samples, width, max_new_tokens)
+    device = model_device(model)
     memory.refuse_unless_fits(need, f"sampling {chunk} prompt(s) x {num_samples} completion(s) of up to {width} "
                                     f"prompt + {max_new_tokens} new tokens",
                               "the completions per prompt (--group-size, --eval-samples) or --max-new-tokens",
-                              device=model_device(model))
+                              available=_room(model, device), device=device)
     return chunk
+
+
+def _room(model: PreTrainedModel, device: torch.device) -> int | None:
+    """The memory a sampling pass of ``model`` may allocate: what is available plus the KV cache kept from its last
+    pass (let go or reused by the next); None (``refuse_unless_fits`` reads it) when nothing is kept."""
+    held = _held_bytes(model)
+    if not held:
+        return None
+    available = memory.available_bytes(device) if device.type == "cuda" else memory.available_bytes()
+    return None if available is None else available + held
 
 
 def _decode_in_chunks(decoder: _HFDecoder | fast_decode.LeanLlama, prompts: tuple[torch.Tensor, torch.Tensor],

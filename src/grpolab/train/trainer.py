@@ -61,6 +61,7 @@ from grpolab.config.budget import parse_budget
 from grpolab.diagnostics import SuccessWindow, starvation_metrics, success_rates
 from grpolab.engine.collect import ScoredBatch, collect_batch
 from grpolab.engine.fit import check_training_fits
+from grpolab.engine.rollout import fixed_weights
 from grpolab.engine.sampler_path import SamplerRecord, sampler_metrics
 from grpolab.errors import UserError
 from grpolab.gradients.geometry import gradient_metrics_for_step
@@ -258,7 +259,8 @@ class Trainer:
     def step(self, step: int) -> dict[str, Any]:
         """Run training step ``step`` (1-based) and return its metrics."""
         started = time.perf_counter()
-        batch, extra = self._collect(step)
+        with fixed_weights(self.model):  # the sampler copies the weights of the last update once, not per round
+            batch, extra = self._collect(step)
         rollout_time = time.perf_counter() - started
         advantages = self._advantages(batch, step)  # [P, G], or [B, T] with per-token rewards
         per_completion = completion_view(batch, advantages)  # [P, G]

@@ -30,7 +30,7 @@ from lm_eval.api.model import LM
 from lm_eval.models.utils import normalize_gen_kwargs
 
 from grpolab import devices
-from grpolab.engine.rollout import encode_prompts, sample
+from grpolab.engine.rollout import encode_prompts, fixed_weights, sample
 from grpolab.errors import UserError
 from grpolab.models import load_policy
 
@@ -126,10 +126,11 @@ class GrpolabLM(LM):
         generator = torch.Generator().manual_seed(self.seed)
         texts: dict[int, list[str]] = {}
         groups = _groups(requests)
-        for start in range(0, len(groups), self.prompts_per_batch):
-            chunk = groups[start : start + self.prompts_per_batch]
-            for (request, _), completions in zip(chunk, self._sample_chunk(chunk, generator), strict=True):
-                texts[id(request)] = completions
+        with fixed_weights(self.policy.model):  # the lean sampler copies the weights once, not per batch
+            for start in range(0, len(groups), self.prompts_per_batch):
+                chunk = groups[start : start + self.prompts_per_batch]
+                for (request, _), completions in zip(chunk, self._sample_chunk(chunk, generator), strict=True):
+                    texts[id(request)] = completions
         return [texts[id(request)].pop(0) for request in requests]
 
     def _settings(self, request: Any) -> tuple[float, float, int, tuple[str, ...]]:
