@@ -160,7 +160,7 @@ def test_auto_dtype_is_bfloat16_only_for_models_large_enough(embedded) -> None:
         _run(embedded.model, embedded.tokenizer, engine="auto", dtype="float16")
 
 
-# ------------------------------------------------------------ the static-shape step and its CUDA graph
+# ------------------------------------------------------ the static-shape step (its CUDA graph: test_static_decode.py)
 
 
 def _modes_sample(model, tokenizer, mode: str, monkeypatch: pytest.MonkeyPatch, **kwargs):
