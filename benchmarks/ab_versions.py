@@ -59,7 +59,7 @@ trainer.step(1)
 steps = []
 for step in range(2, 7):
     start = time.perf_counter(); trainer.step(step); steps.append(time.perf_counter() - start)
-trainer.lock.release()
+trainer.shell.release() if hasattr(trainer, "shell") else trainer.lock.release()  # the lock moved into the shell
 results["RL step embedded"] = statistics.median(steps)
 print(json.dumps(results))
 '''

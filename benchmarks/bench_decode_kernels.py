@@ -6,13 +6,14 @@ graph, and (``--compile MODE``) with the static step compiled by ``torch.compile
 
 The model: random weights of a real model's shape (``gpu_check_shapes.SHAPES``, default SmolLM2-135M's; ``--cpu``:
 the tiny sizes of the GPU check's CPU mode), float32 master weights, the lean copy in bfloat16 as ``rollout.sample``
-makes it (``fast_decode.build``). The decoder is driven through its public steps: ``prefill`` once, then ``step`` per
-token, its mode set by ``fast_decode.step_mode`` before the build. Variants (rows):
+makes it (``fast_decode.build``). The decoder is driven as ``rollout.sample`` drives it: ``prefill`` once, then per
+token the dynamic ``step`` or the static step's loop (``static_decode``, the greedy draw inside the step), its mode set
+by ``fast_decode.step_mode`` before the build. Variants (rows):
 
 * ``static eager``: the static-shape step run eagerly (``step_mode = "static"``): what the CUDA graph captures.
 * ``graph``: the same step replayed as a CUDA graph (``"graph"``, CUDA only).
 * ``dynamic``: the CPU's step (``"dynamic"``, CPU only).
-* ``compiled MODE``: ``LeanLlama._static_step`` replaced on the instance by ``torch.compile(..., mode=MODE)``. With
+* ``compiled MODE``: ``LeanLlama.static_step`` replaced on the instance by ``torch.compile(..., mode=MODE)``. With
   "max-autotune-no-cudagraphs" or "default" it runs under the decoder's own CUDA graph capture (as gpt-fast captures
   its compiled decode step); with "reduce-overhead" the compiler's CUDA graphs replace it (the step runs "static").
   Where the compiler is unavailable or fails, the row says so and why.
@@ -178,11 +179,32 @@ def _decoder(model: Any, mode: str, compile_mode: str | None, backend: str) -> A
     if lean is None:
         raise RuntimeError(f"fast_decode refused the model: {fast_decode.refusal(model)}")
     if compile_mode is not None:
-        if not hasattr(lean, "_static_step"):
-            raise RuntimeError("fast_decode.LeanLlama has no _static_step to compile")
+        if not hasattr(lean, "static_step"):
+            raise RuntimeError("fast_decode.LeanLlama has no static_step to compile")
         options = {"mode": compile_mode} if backend == "inductor" else {}
-        lean._static_step = torch.compile(lean._static_step, backend=backend, **options)
+        lean.static_step = torch.compile(lean.static_step, backend=backend, **options)
     return lean
+
+
+def _one_step(lean: Any, logits: torch.Tensor, tokens: int) -> Any:
+    """One decoding step of ``lean`` after its prefill (``logits``), as ``rollout.sample`` runs it: the dynamic
+    step's forward of the same token each call (the draw runs outside it, in ``rollout``'s loop); the static step's
+    forward with its greedy draw inside (``static_decode``: replayed as a CUDA graph in mode "graph"), over the
+    bucket its written slots reach."""
+    from grpolab.engine import static_decode
+
+    if lean.mode == "dynamic":
+        token = logits.argmax(dim=-1)
+        return lambda: lean.step(token)
+    loop = static_decode.loop_for(lean, tokens, (0.0, 1.0), None, (-1, 0))  # greedy; no token is EOS
+    loop._draw(logits)
+    drawn = [1]
+
+    def step() -> None:
+        loop._advance(lean.bucket_end(loop.width + drawn[0]), drawn[0])
+        drawn[0] += 1
+
+    return step
 
 
 def step_counts(
@@ -193,14 +215,15 @@ def step_counts(
     cuda = next(model.parameters()).is_cuda
     lean = _decoder(model, mode, compile_mode, backend)
     ids, mask = prompts(model.config.vocab_size, 4)
-    logits = lean.prefill(ids.to(lean.device), mask.to(lean.device), 2 + 2 * steps + 1, copies=2)
-    token = logits.argmax(dim=-1)
+    tokens = 2 + 2 * steps + 1
+    logits = lean.prefill(ids.to(lean.device), mask.to(lean.device), tokens, copies=2)
+    one_step = _one_step(lean, logits, tokens)
     for _ in range(2):  # warm-up: the graph's capture, the compiler's first call, cuBLAS handles
-        token = lean.step(token).argmax(dim=-1)
+        one_step()
 
     def run() -> None:
         for _ in range(steps):
-            lean.step(token)  # the same token each step: the step's own work, no sampling
+            one_step()
 
     counts = profiled(run, cuda)
     sync(cuda)

@@ -9,17 +9,21 @@ trains it. Prompts: the ``reverse`` task's test prompts; G = 8 samples each, up 
 weights rarely draw EOS, so most rows run to the cap). For P = 16 and 64 prompts it times, after one warm-up each:
 
 * ``grpolab eager``: ``rollout.sample`` with ``fast_decode.step_mode = "dynamic"`` (the step before CUDA graphs);
-* ``grpolab graph``: ``rollout.sample`` as it runs by default on CUDA (the static step captured once per rollout:
-  the capture is inside the timing);
+* ``grpolab graph``: ``rollout.sample`` as it runs by default on CUDA (the static step with the draw inside it, each
+  length bucket's step captured as a CUDA graph the first time a rollout reaches it, the captures inside the timing;
+  a bfloat16 KV cache);
+* ``grpolab graph f32 full``: the same graphs with a float32 KV cache attended over its whole capacity at every step
+  (``fast_decode.kv_cache = "float32"``, ``bucket_slots = 0``): what the bfloat16 cache and the buckets buy;
 * ``trl generate``: TRL 1.16's generation without vLLM, as the GPU check calls it
   (``gpu_check_sampling.trl_generation``). TRL at P = 64 runs only if the time budget (``--budget-s``) leaves room
   for it.
 
 Columns: completion tokens (through the first EOS) per second, the clock stopped after ``torch.cuda.synchronize()``;
 the roofline fraction: the bytes a decoding step must read (the lean copy's bfloat16 matrices and lm_head, plus the
-float32 KV cache at its mean length over the rollout, Lp + T / 2) over the mean step time (seconds / T), against the
-bandwidth of a 1 GiB device-to-device copy measured in the same run (read + write); the same bytes for every row,
-so it is the share of the hardware's limit each sampler reaches; and peak GPU memory
+KV cache at its mean length over the rollout, Lp + T / 2, in the dtype the row's sampler keeps it: float32 but for
+``grpolab graph``'s bfloat16) over the mean step time (seconds / T), against the bandwidth of a 1 GiB
+device-to-device copy measured in the same run (read + write), so it is the share of the hardware's limit each
+sampler reaches; and peak GPU memory
 (``torch.cuda.max_memory_allocated`` after a reset, per row). It prints a Markdown table and, with ``--out``, JSON.
 """
 
@@ -30,6 +34,8 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,17 +70,36 @@ def bandwidth(cuda: bool) -> float:
     return 2 * size / best
 
 
-def step_bytes(model: Any, rows: int, prompt_width: int, max_new_tokens: int) -> int:
+def step_bytes(model: Any, rows: int, prompt_width: int, max_new_tokens: int, settings: dict[str, Any]) -> int:
     """Bytes one decoding step reads at the rollout's mean cache length: the lean copy's matrices (what
-    ``fast_decode.build`` makes) and the float32 KV cache [layers, B, Hkv, Lp + T / 2, Dh] x 2."""
+    ``fast_decode.build`` makes) and the KV cache [layers, B, Hkv, Lp + T / 2, Dh] x 2 in the dtype the decoder keeps
+    it under ``settings`` (``fast_decode``'s module settings; float32 for TRL's row, which has none)."""
     from grpolab.engine import fast_decode
 
-    lean = fast_decode.build(model, fast_decode.preferred_dtype(model))
+    with fast_decode_settings(settings or {"step_mode": "dynamic"}):
+        lean = fast_decode.build(model, fast_decode.preferred_dtype(model))
+        cache_bytes = lean.kv_dtype.itemsize
     matrices = [lean.lm_head] + [m for layer in lean.layers for m in (layer.qkv, layer.out, layer.gate_up, layer.down)]
     weights = sum(m.numel() * m.element_size() for m in matrices)
-    cache = len(lean.layers) * rows * lean.kv_heads * (prompt_width + max_new_tokens / 2) * lean.head_dim * 4 * 2
+    slots = prompt_width + max_new_tokens / 2
+    cache = len(lean.layers) * rows * lean.kv_heads * slots * lean.head_dim * cache_bytes * 2
     del lean
     return int(weights + cache)
+
+
+@contextmanager
+def fast_decode_settings(settings: dict[str, Any]) -> Iterator[None]:
+    """``fast_decode``'s module settings (``step_mode``, ``kv_cache``, ``bucket_slots``) set for the block."""
+    from grpolab.engine import fast_decode
+
+    before = {name: getattr(fast_decode, name) for name in settings}
+    try:
+        for name, value in settings.items():
+            setattr(fast_decode, name, value)
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(fast_decode, name, value)
 
 
 def build(cpu: bool) -> tuple[Any, Any, str]:
@@ -91,23 +116,24 @@ def build(cpu: bool) -> tuple[Any, Any, str]:
     return model, tokenizer, source
 
 
+def grpolab_settings() -> dict[str, dict[str, Any]]:
+    """grpolab's rows: name -> ``fast_decode`` settings (on the CPU the graph rows run the static step eagerly)."""
+    graph = "auto" if torch.cuda.is_available() else "static"
+    return {"grpolab eager": {"step_mode": "dynamic"}, "grpolab graph": {"step_mode": graph},
+            "grpolab graph f32 full": {"step_mode": graph, "kv_cache": "float32", "bucket_slots": 0}}
+
+
 def samplers(model: Any, tokenizer: Any, trl: bool) -> dict[str, Any]:
     """name -> fn(ids, mask, samples, max_new_tokens) -> completion tokens."""
-    from grpolab.engine import fast_decode
-
     plain = gpu_check_sampling.grpolab_sampler(model, tokenizer)
-    graph_mode = "auto" if torch.cuda.is_available() else "static"  # the CPU runs the graph's step eagerly
 
-    def in_mode(mode: str) -> Any:
+    def with_settings(settings: dict[str, Any]) -> Any:
         def run(*args: Any) -> int:
-            before, fast_decode.step_mode = fast_decode.step_mode, mode
-            try:
+            with fast_decode_settings(settings):
                 return plain(*args)
-            finally:
-                fast_decode.step_mode = before
         return run
 
-    found = {"grpolab eager": in_mode("dynamic"), "grpolab graph": in_mode(graph_mode)}
+    found = {name: with_settings(settings) for name, settings in grpolab_settings().items()}
     if trl:
         found["trl generate"] = gpu_check_sampling.trl_generation(model, tokenizer)
     return found
@@ -135,9 +161,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         fn(ids[:2], mask[:2], 2, 8)
     rate = bandwidth(cuda)
     rows: list[dict[str, Any]] = []
+    settings = grpolab_settings()
     for prompts in prompt_counts:
-        per_step = step_bytes(model, prompts * samples, ids.shape[1], tokens)
         for name, fn in runs.items():
+            per_step = step_bytes(model, prompts * samples, ids.shape[1], tokens, settings.get(name, {}))
             row = {"sampler": name, "prompts": prompts, "samples": samples, "max_new_tokens": tokens}
             rows.append(row)
             elapsed = time.perf_counter() - started

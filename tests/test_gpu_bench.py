@@ -20,7 +20,7 @@ def test_cpu_mode_prints_every_row(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     names = [row["sampler"] for row in result["rows"]]
-    assert names == ["grpolab eager", "grpolab graph", "trl generate"]
+    assert names == ["grpolab eager", "grpolab graph", "grpolab graph f32 full", "trl generate"]
     for row in result["rows"]:
         assert row["tokens"] > 0 and row["tokens_per_s"] > 0 and 0 < row["roofline"]
     assert result["bandwidth_gb_s"] > 0

@@ -34,6 +34,12 @@ def test_sampling_and_update_estimates_grow_with_every_setting() -> None:
     assert memory.update_bytes(SHAPE, 64, 512) == 2 * 64 * 513 * 49152 * 4  # logits and log-softmax, float32
 
 
+def test_a_bfloat16_kv_cache_halves_the_rows_cache_in_the_sampling_estimate() -> None:
+    full = memory.sampling_bytes(SHAPE, 16, 64, 100, 512)
+    half = memory.sampling_bytes(SHAPE, 16, 64, 100, 512, kv_dtype_bytes=2)
+    assert full - half == memory.kv_cache_bytes(SHAPE, 16 * 64, 612) // 2  # the prompts' own cache stays float32
+
+
 def test_the_shape_and_context_of_the_embedded_model() -> None:
     shape = memory.model_shape(load_policy("embedded").model)
     assert shape == memory.ModelShape(layers=2, heads=4, kv_heads=4, head_dim=32, hidden=128, vocab=32, context=128)

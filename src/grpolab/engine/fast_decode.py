@@ -18,10 +18,10 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
   from the model's current weights (``weight_copy``: the same values a new build would copy), which
   ``rollout.sample`` does before each rollout unless the caller holds the weights fixed.
 * The residual stream, the RMS norms, the rotary embedding, the KV cache and the attention stay in
-  float32; only the weight matmuls' inputs and outputs are in ``dtype`` (transformers in bfloat16 runs
-  all of it in bfloat16). Attention over a short cache is a handful of tiny matmuls, faster in float32
-  on this CPU than bfloat16 or ``scaled_dot_product_attention``'s kernel. Logits are
-  returned in float32 (computed by a bfloat16 matmul, so they carry its rounding).
+  float32 (but for the static (CUDA) step's bfloat16 cache, below); only the weight matmuls' inputs and outputs are
+  in ``dtype`` (transformers in bfloat16 runs all of it in bfloat16). Attention over a short cache is a handful of
+  tiny matmuls, faster in float32 on this CPU than bfloat16 or ``scaled_dot_product_attention``'s kernel. Logits
+  are returned in float32 (computed by a bfloat16 matmul, so they carry its rounding).
 * In bfloat16 the matrices are handed to oneDNN prepacked (``torch.ops.mkldnn._reorder_linear_weight``,
   the layout ``torch.compile``'s CPU freezing uses), so a decode step does not re-layout every weight;
   where oneDNN has no bfloat16 kernel, plain ``F.linear`` runs instead.
@@ -40,23 +40,33 @@ are plain bfloat16 (or float32) tensors run by ``F.linear``; the oneDNN prepacki
 How the CUDA path departs from the CPU's (``step_mode``; "auto" picks it by device):
 
 * The CPU steps *dynamically*: each step attends over the written slice ``[..., :start + 1]`` of the cache, so
-  its shapes grow by one slot a step (the fastest on this CPU; a launch costs nothing there).
-* On CUDA the step has *static shapes*: it attends over the whole preallocated cache (zeros at allocation), with
-  the new-token slots under a -inf key bias that each step lifts for its own slot, and it reads its token, its
-  positions and its cache slot from device tensors that it advances in place. The rotary tables cover every
-  position a row can reach, so no step reads a length back to the host. Its logits are the dynamic step's (the
-  extra slots weigh exp(-inf) = 0) up to the kernels' summation order; ``tests/engine/test_fast_decode.py`` runs
-  it eagerly on the CPU and compares tokens and log-probs.
-* That step is captured (after one warm-up step on a side stream, whose slot and position are taken back) as a
-  ``torch.cuda.CUDAGraph`` and replayed per token: one launch instead of ~10 per layer. The graph is kept with the
-  decoder and captured again only when a rollout's rows or cache capacity differ from the last one's (or the
-  embedding table was replaced); otherwise the next rollout's prefill writes the graph's inputs and ``refresh``
-  the weights it reads in place. That reuse has run only on the CPU (the static step eagerly, and a stand-in
-  for the graph API in ``tests/engine/test_sampler_reuse.py``); it awaits a run on a GPU. The
-  graph's output buffer is copied out at each step. Where capture fails, the rollout steps eagerly on the static
-  step, with one warning per process, and later rollouts do not try again.
-* Attention over the whole cache reads all L slots every step instead of the written ones: at 128 new tokens
-  after a short prompt, about twice the KV bytes of the dynamic step on average, against a launch-bound step.
+  its shapes grow by one slot a step (the fastest on this CPU; a launch costs nothing there), and returns its
+  logits to ``rollout``'s loop, which draws the token.
+* On CUDA the step has *static shapes* (``static_step``): it attends over the cache's first ``bucket_end`` slots,
+  the written ones rounded up to a multiple of ``bucket_slots`` (32), with the unwritten slots (zeros at
+  allocation) under a -inf key bias that each step lifts for its own slot, and it reads its token, its positions
+  and its cache slot from device tensors that it advances in place. The rotary tables cover every position a row
+  can reach, so no step reads a length back to the host. Its logits are the dynamic step's (the extra slots weigh
+  exp(-inf) = 0) up to the kernels' summation order.
+* The static step samples inside the step: temperature, top-p, the draw from a preallocated buffer of the uniforms
+  the CPU's loop draws, and the token's entropy and log-prob, written in place into per-step outputs [B, T]; the
+  token is fed back to the next step (``static_decode``). Each bucket's step is captured as a
+  ``torch.cuda.CUDAGraph`` the first time a rollout reaches it and replayed per token: one launch instead of
+  ~10 per layer and the sampler's ~15, and nothing copied out per token. The graphs are kept with the decoder
+  (``static_decode.loop_for``) and replayed by the next rollout of the same rows, capacity, new tokens and sampling
+  settings: its prefill writes the graphs' inputs, and ``refresh`` the weights they read, in place. They are
+  captured again only when one of those changes (or the embedding table was replaced). Where capture fails, the
+  rollout steps eagerly on the static step, with one warning per process, and later rollouts do not try again.
+* The static step's KV cache is bfloat16 on CUDA where the weights are bfloat16 (``kv_cache``; float32 stays the
+  CPU's and the float32 weights' cache), halving the bytes a step reads from it; attention over a bfloat16 cache
+  runs ``scaled_dot_product_attention`` on bfloat16 queries, keys and values (float32 softmax inside the kernel).
+  Keys and values rounded to bfloat16 (relative error <= 2^-8) move the log-probs by about 2^-8 of the attention
+  scores' size; ``tests/engine/test_fast_decode.py`` bounds the gap to the float32 cache.
+* ``tests/engine/test_fast_decode.py`` runs all of this eagerly on the CPU, and through a stand-in for CUDA's graph
+  API (``tests/engine/test_static_decode.py``; ``tests/engine/test_sampler_reuse.py``: the graphs kept across
+  rollouts), and compares tokens and log-probs with the dynamic step; on a GPU the graphs with in-step sampling,
+  their reuse across rollouts, the buckets and the bfloat16 cache await their first run (``scripts/gpu_check.sh``,
+  ``benchmarks/bench_gpu.py``).
 
 Accepted (``FAMILIES``; ``refusal`` gives the reason for anything else, in the fall-back line and the rollout's
 ``sampler_fallback``), bare or wrapped by peft with plain LoRA on linear layers, SiLU MLP, no other biases, static
@@ -81,8 +91,6 @@ with its own rotary base. ``lean_forward`` (the update's forward) takes the bias
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -102,6 +110,14 @@ SAMPLER_PATHS = ("lean graph", "lean static", "lean dynamic", "transformers")
 transformers forward (``rollout.Rollout.sampler``)."""
 step_mode = "auto"
 """The process-wide ``STEP_MODES`` choice (benchmarks set "dynamic" to time the eager CUDA step)."""
+KV_CACHES = ("auto", "float32", "bfloat16")
+"""The static step's KV cache dtype (``kv_cache``): "auto" is bfloat16 on CUDA where the weights are bfloat16, else
+float32. The dynamic (CPU) step's cache is float32 whatever this says."""
+kv_cache = "auto"
+"""The process-wide ``KV_CACHES`` choice for the static step (tests set "bfloat16" to run it on the CPU)."""
+bucket_slots = 32
+"""The static step attends over the cache's first slots up to the next multiple of this (capped at the capacity):
+one static shape, and one CUDA graph, per bucket. 0: over the whole capacity at every step."""
 _GRAPH_FAILURE: list[str] = []  # the first capture failure of this process: later rollouts do not retry
 BF16_MIN_HIDDEN = 512
 """Hidden size from which ``preferred_dtype`` picks bfloat16. Measured, one thread: SmolLM2 (576) samples
@@ -146,10 +162,11 @@ class LeanLlama:
         if mode not in STEP_MODES:
             raise ValueError(f"step_mode must be one of {STEP_MODES}, not {mode!r}")
         self.mode = "static" if mode == "graph" and _GRAPH_FAILURE else mode
-        self._graph: torch.cuda.CUDAGraph | None = None
-        self._graph_logits: torch.Tensor | None = None
         self.fallback = "" if self.mode == mode else f"an earlier capture in this process failed ({_GRAPH_FAILURE[0]})"
         """Why this decoder steps eagerly where it was to replay a graph ("" when it did not fall back)."""
+        self._loop: object = None
+        """The static step's sampling loop with its CUDA graphs (``static_decode.loop_for``), kept for the next rollout
+        of the same shapes; None for the dynamic step and after anything its graphs read was replaced."""
         self.version = weights_version(base)
         """``weight_copy.weights_version`` of the model when its weights were last copied."""
 
@@ -162,7 +179,7 @@ class LeanLlama:
         copy_weights(model, self.dtype, into=self.weights)
         embed = base.model.embed_tokens.weight.detach()
         if embed.data_ptr() != self.embed.data_ptr():
-            self.embed, self._graph, self._graph_logits = embed, None, None
+            self.embed, self._loop = embed, None
         self.version = weights_version(base)
 
     def serves(self, model: nn.Module) -> bool:
@@ -187,11 +204,11 @@ class LeanLlama:
         return False
 
     def _kept_cache(self, shape: tuple[int, ...], static: bool) -> bool:
-        """Whether the last rollout's KV cache serves a cache of ``shape`` [layers, B, Hkv, L, Dh]: the same shape
-        for the static step (a graph reads all of it), the same rows and at least L slots for the dynamic step (it
-        reads the written slice). Where it does not, it is let go before the new one is allocated."""
+        """Whether the last rollout's KV cache serves a cache of ``shape`` [layers, B, Hkv, L, Dh] in ``kv_dtype``:
+        the same shape for the static step (a graph reads all of it), the same rows and at least L slots for the
+        dynamic step (it reads the written slice). Where it does not, it is let go before the new one is allocated."""
         kept = self._keys
-        fits = kept is not None and (kept.shape == shape if static else
+        fits = kept is not None and kept.dtype == self.kv_dtype and (kept.shape == shape if static else
                                      kept.shape[:3] == shape[:3] and kept.shape[3] >= shape[3])
         if not fits:
             self._keys = self._values = None
@@ -234,8 +251,10 @@ class LeanLlama:
         logits, prompt_keys, prompt_values = self._prompt_pass(ids, mask, positions)
         logits = logits.repeat_interleave(copies, dim=0)  # [B, V]
         if not cache_kept:
-            # The static step reads every slot (an unwritten one under a -inf bias): zeros, never uninitialised NaNs.
-            self._keys, self._values = (torch.zeros(shape, **on), torch.zeros(shape, **on)) if static else (
+            # The static step reads every slot of its bucket (an unwritten one under a -inf bias): zeros, never
+            # uninitialised NaNs; in ``kv_dtype`` (the prompts' cache stays float32).
+            kv = {"device": self.device, "dtype": self.kv_dtype}
+            self._keys, self._values = (torch.zeros(shape, **kv), torch.zeros(shape, **kv)) if static else (
                 torch.empty(shape, **on), torch.empty(shape, **on))
         elif static:
             self._keys[..., width:, :] = 0.0
@@ -245,7 +264,7 @@ class LeanLlama:
         # Unwritten slots: 0 for the dynamic step (it never reads past the written slice), -inf for the static one
         # (each step lifts its own slot to 0 before attending).
         valid = torch.cat([mask.bool(), mask.new_full((prompts, max_new_tokens), not static, dtype=torch.bool)], dim=1)
-        key_bias = torch.zeros((prompts, 1, capacity), **on).masked_fill(
+        key_bias = torch.zeros((prompts, 1, capacity), dtype=self._keys.dtype, **on).masked_fill(
             ~valid[:, None, :], float("-inf")).repeat_interleave(copies * self.kv_heads, dim=0)  # [B Hkv, 1, L]
         next_position = positions[:, -1:].repeat_interleave(copies, dim=0) + 1  # [B, 1]
         self._length = width
@@ -258,87 +277,48 @@ class LeanLlama:
         if static and not kept:  # the static step's inputs, read and advanced in place by every step (and replays)
             self._slot = torch.full((1,), width, dtype=torch.long, **on)
             self._token = torch.zeros(rows, dtype=torch.long, **on)
-            self._graph, self._graph_logits = None, None  # new buffers: a graph of the last rollout is stale
+            self._loop = None  # new inputs: the graphs of the last rollout's loop read the old ones
         return logits
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
-        """Append one token per row (token [B]); returns the next logits [B, V] in float32."""
-        if self.mode == "dynamic":
-            start = self._length
-            self._length += 1
-            position = self._next_position
-            self._next_position = position + 1
-            return self._forward(token[:, None], position, start, self._key_bias[..., : start + 1])
+        """Append one token per row (token [B]); returns the next logits [B, V] in float32. The dynamic step only:
+        the static one samples inside the step (``static_decode``)."""
+        if self.mode != "dynamic":
+            raise ValueError(f"step() is the dynamic step's; a {self.mode!r} decoder runs static_decode.StaticDecode")
+        start = self._length
         self._length += 1
-        self._token.copy_(token)
-        if self.mode == "graph":
-            if self._graph is None:
-                self._capture()
-                if self._graph is not None:
-                    return self._first_replay()
-            if self._graph is not None:
-                self._graph.replay()
-                return self._graph_logits.clone()  # the graph's output buffer is rewritten by the next replay
-        return self._static_step()
+        position = self._next_position
+        self._next_position = position + 1
+        return self._forward(token[:, None], position, start, self._key_bias[..., : start + 1])
 
-    def _first_replay(self) -> torch.Tensor:
-        """The first replay of a new graph, checked: it must write its output (filled with NaN before it) and
-        advance the cache slot. A graph that did neither was captured empty (on another device's stream, say): the
-        step is taken back and run eagerly, and the rollout goes on eagerly with a warning (``_fall_back``)."""
-        saved = (self._slot.clone(), self._next_position.clone(), self._key_bias.clone())
-        self._graph_logits.fill_(float("nan"))
-        self._graph.replay()
-        wrote = not bool(torch.isnan(self._graph_logits).all()) and bool((self._slot == saved[0] + 1).all())
-        if wrote:
-            return self._graph_logits.clone()
-        self._fall_back(saved, "the captured graph's first replay wrote no logits (an empty capture)")
-        return self._static_step()
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """The rows' KV cache dtype: float32 for the dynamic step; for the static one, ``kv_cache``'s choice."""
+        if kv_cache not in KV_CACHES:
+            raise ValueError(f"kv_cache must be one of {KV_CACHES}, not {kv_cache!r}")
+        if self.mode == "dynamic" or kv_cache == "float32":
+            return torch.float32
+        if kv_cache == "bfloat16":
+            return torch.bfloat16
+        return torch.bfloat16 if self.device.type == "cuda" and self.dtype == torch.bfloat16 else torch.float32
 
-    def _fall_back(self, saved: tuple[torch.Tensor, ...], reason: str) -> None:
-        """Step eagerly from now on: the slot, position and key bias back to ``saved``, the reason recorded in
-        ``fallback`` (the run's record of how it sampled) and, once per process, in ``_GRAPH_FAILURE`` and one
-        warning line."""
-        self._graph, self._graph_logits, self.mode = None, None, "static"
-        for buffer, value in zip((self._slot, self._next_position, self._key_bias), saved, strict=True):
-            buffer.copy_(value)
-        self.fallback = reason
-        if not _GRAPH_FAILURE:
-            _GRAPH_FAILURE.append(reason)
-            warnings.warn(f"CUDA graph capture of the lean decoder's step failed ({reason}); it steps eagerly (same "
-                          "tokens, about 3x slower on a GPU); the run records it as sampler fallback", RuntimeWarning,
-                          stacklevel=5)
+    def bucket_end(self, slots: int) -> int:
+        """How many cache slots the static step attends over when ``slots`` are written: ``slots`` rounded up to a
+        multiple of ``bucket_slots``, capped at the capacity (the capacity when ``bucket_slots`` is 0)."""
+        capacity = self._keys.shape[3]
+        return capacity if bucket_slots <= 0 else min(capacity, -(-slots // bucket_slots) * bucket_slots)
 
-    def _static_step(self) -> torch.Tensor:
-        """One decoding step on shapes fixed for the whole rollout: the token ``_token`` [B] at the positions
-        ``_next_position`` [B, 1] into cache slot ``_slot`` [1] (device tensors), attending over every slot of the
-        cache under ``_key_bias``; advances the position and the slot in place. Same logits as the dynamic
-        step (the extra slots weigh exp(-inf) = 0), up to the kernels' summation order."""
+    def static_step(self, end: int) -> torch.Tensor:
+        """One decoding step on shapes fixed for its bucket: the token ``_token`` [B] at the positions
+        ``_next_position`` [B, 1] into cache slot ``_slot`` [1] (device tensors), attending over the cache's first
+        ``end`` slots (``bucket_end``) under ``_key_bias``; advances the position and the slot in place. Returns the
+        logits [B, V] in float32: the dynamic step's (the unwritten slots weigh exp(-inf) = 0), up to the kernels'
+        summation order."""
         self._key_bias.index_fill_(-1, self._slot, 0.0)
-        logits = self._forward(self._token[:, None], self._next_position, self._slot, self._key_bias)
+        logits = self._forward(self._token[:, None], self._next_position, self._slot, self._key_bias[..., :end])
         self._next_position.add_(1)
         self._slot.add_(1)
         return logits
-
-    def _capture(self) -> None:
-        """Capture ``_static_step`` as a CUDA graph on the model's device and a stream of that device (after one
-        warm-up step on that stream, whose slot and position are then taken back, so the first replay redoes it);
-        where capture fails, step eagerly from now on (``_fall_back``)."""
-        saved = (self._slot.clone(), self._next_position.clone(), self._key_bias.clone())
-        try:
-            with torch.cuda.device(self.device):  # the capture stream, the graph and its pool on the model's GPU
-                stream = torch.cuda.Stream(self.device)
-                stream.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(stream):
-                    self._static_step()
-                torch.cuda.current_stream(self.device).wait_stream(stream)
-                self._next_position.sub_(1)
-                self._slot.sub_(1)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, stream=stream):
-                    self._graph_logits = self._static_step()
-            self._graph = graph
-        except Exception as error:  # any capture failure means: step eagerly
-            self._fall_back(saved, f"{type(error).__name__}: {' '.join(str(error).split())[:200]}")
 
     @property
     def path(self) -> str:
@@ -354,9 +334,10 @@ class LeanLlama:
 
     def _attention(self, index: int, normed: torch.Tensor, shape: tuple[int, int], start: int | torch.Tensor,
                    cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """Self-attention of layer ``index`` on normed [B S, D]; writes the cache at slots ``start`` .. (an int:
-        attends over the written slice; a device tensor [1] with S = 1: over the whole cache); returns
-        [B S, H Dh]."""
+        """Self-attention of layer ``index`` on normed [B S, D]; writes the cache at slots ``start`` .. (an int, or
+        a device tensor [1] with S = 1) and attends over its first ``bias.shape[-1]`` slots; returns [B S, H Dh].
+        A bfloat16 cache (the static step's, ``kv_dtype``) runs ``scaled_dot_product_attention`` on bfloat16
+        queries, keys and values."""
         rows, length = shape
         group = self.heads // self.kv_heads
         layer = self.layers[index]
@@ -369,19 +350,23 @@ class LeanLlama:
             qk = F.rms_norm(qk, (self.head_dim,), eps=self.eps) * layer.qk_norm
         qk = self._rope(qk, cos, sin)  # one rotation for queries and keys
         keys, values = qk[:, :, self.heads :].transpose(1, 2), qkv[:, :, self.heads + self.kv_heads :].transpose(1, 2)
+        cache = self._keys.dtype
         if isinstance(start, torch.Tensor):
-            self._keys[index].index_copy_(2, start, keys)
-            self._values[index].index_copy_(2, start, values)
-            end = self._keys.shape[3]
+            self._keys[index].index_copy_(2, start, keys.to(cache))
+            self._values[index].index_copy_(2, start, values.to(cache))
         else:
-            end = start + length
-            self._keys[index, :, :, start:end] = keys
-            self._values[index, :, :, start:end] = values
-        q = qk[:, :, : self.heads].transpose(1, 2).reshape(rows * self.kv_heads, group * length, self.head_dim)
-        keys = self._keys[index, :, :, :end].flatten(0, 1)  # [B Hkv, L, Dh]
-        scores = torch.baddbmm(bias, q, keys.transpose(1, 2))  # [B Hkv, group S, L], queries pre-scaled
-        attended = torch.bmm(torch.softmax(scores, dim=-1), self._values[index, :, :, :end].flatten(0, 1))
-        return attended.view(rows, self.heads, length, self.head_dim).transpose(1, 2).reshape(rows * length, -1)
+            self._keys[index, :, :, start : start + length] = keys
+            self._values[index, :, :, start : start + length] = values
+        end = bias.shape[-1]
+        q = qk[:, :, : self.heads].transpose(1, 2).reshape(rows, self.kv_heads, group * length, self.head_dim)
+        keys, values = self._keys[index, :, :, :end], self._values[index, :, :, :end]  # [B, Hkv, end, Dh]
+        if cache == torch.float32:  # queries pre-scaled; [B Hkv, group S, end] scores
+            scores = torch.baddbmm(bias, q.flatten(0, 1), keys.flatten(0, 1).transpose(1, 2))
+            attended = torch.bmm(torch.softmax(scores, dim=-1), values.flatten(0, 1))
+        else:  # 4-D, as the fused kernels take it; the float32 softmax runs inside the kernel
+            mask = bias.unflatten(0, (rows, self.kv_heads))  # [B, Hkv, group S or 1, end]
+            attended = F.scaled_dot_product_attention(q.to(cache), keys, values, attn_mask=mask, scale=1.0).float()
+        return attended.reshape(rows, self.heads, length, self.head_dim).transpose(1, 2).reshape(rows * length, -1)
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int | torch.Tensor,
                  bias: torch.Tensor) -> torch.Tensor:

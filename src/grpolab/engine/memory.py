@@ -4,7 +4,8 @@ refusal when a setting cannot fit.
 The estimates count the tensors that grow with the settings, not the model's weights or Python's overhead:
 
 * the KV cache: layers x 2 (keys, values) x heads_kv x head_dim x dtype bytes x rows x length (the lean
-  sampler keeps it in float32 whatever the weights; ``fast_decode``);
+  sampler's dynamic (CPU) step keeps it in float32 whatever the weights; its static (CUDA) step in bfloat16 where
+  the weights are bfloat16, ``fast_decode.LeanLlama.kv_dtype``; the prompts' own cache of the prefill is float32);
 * the prefill's attention: prompts x heads x Lp x Lp float32 scores (three live copies: bias, scores, softmax);
 * the sampler's logits: rows x vocab float32 (four live copies: logits, log-probs, probs, their CDF);
 * the update's logits: micro-batch x (T + 1) x vocab float32 (two live copies: logits, log-softmax).
@@ -106,14 +107,17 @@ def kv_cache_bytes(shape: ModelShape, rows: int, length: int, dtype_bytes: int =
     return shape.layers * 2 * shape.kv_heads * shape.head_dim * dtype_bytes * rows * length
 
 
-def sampling_bytes(shape: ModelShape, prompts: int, samples: int, prompt_tokens: int, new_tokens: int) -> int:
+def sampling_bytes(shape: ModelShape, prompts: int, samples: int, prompt_tokens: int, new_tokens: int,
+                   kv_dtype_bytes: int = _FLOAT) -> int:
     """Bytes one sampling pass of ``prompts`` x ``samples`` rows of ``prompt_tokens`` + ``new_tokens`` needs:
-    the rows' KV cache, the prompts' own cache and prefill attention, the logits and the sampled outputs."""
+    the rows' KV cache (``kv_dtype_bytes`` a value), the prompts' own float32 cache and prefill attention, the
+    logits, the sampled outputs and the uniforms drawn for them."""
     rows = prompts * samples
-    cache = kv_cache_bytes(shape, rows, prompt_tokens + new_tokens) + kv_cache_bytes(shape, prompts, prompt_tokens)
+    cache = (kv_cache_bytes(shape, rows, prompt_tokens + new_tokens, kv_dtype_bytes)
+             + kv_cache_bytes(shape, prompts, prompt_tokens))
     prefill = 3 * prompts * shape.heads * prompt_tokens**2 * _FLOAT
     logits = 4 * rows * shape.vocab * _FLOAT
-    outputs = rows * new_tokens * (8 + _FLOAT + _FLOAT)  # token ids, entropies, log-probs
+    outputs = rows * new_tokens * (8 + _FLOAT + _FLOAT + _FLOAT)  # token ids, entropies, log-probs, uniforms
     return cache + prefill + logits + outputs
 
 

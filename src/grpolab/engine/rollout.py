@@ -5,15 +5,16 @@ No reward logic lives here. Shapes: P prompts, G samples each, B = P * G sequenc
 
 ``sample`` is a plain loop over cached forward passes instead of ``model.generate``: it does one
 forward per new token and nothing else (no logits processors, no stopping-criteria objects), and takes
-an explicit ``torch.Generator`` so that a step's samples depend only on (seed, step). Top-p follows
-Holtzman et al. 2020 (arXiv 1904.09751); temperature divides the logits, and ``token_logprobs`` uses
-the same temperature so that the trained policy is the one that sampled (as TRL does).
+an explicit ``torch.Generator`` so that a step's samples depend only on (seed, step). The draw (temperature, top-p
+after Holtzman et al. 2020, an inverse-CDF draw) is ``token_draw.next_token``; ``token_logprobs`` uses the same
+temperature so that the trained policy is the one that sampled (as TRL does).
 
 Two decoders feed the same sampling loop: for Llama, Qwen2, Qwen3 and Mistral models ``fast_decode.LeanLlama`` (weight
-copies in bfloat16 for models large enough to gain from it, a preallocated KV cache, a CUDA graph per step on a
-GPU; ``engine="auto"`` or ``"lean"``), for every other model the transformers forward with a ``DynamicCache``
-(``engine="hf"``; under "auto" one warning line per model class says so and why: ``fast_decode.refusal``, which
-the rollout records as its ``sampler_fallback``). The sampler records the
+copies in bfloat16 for models large enough to gain from it, a preallocated KV cache; ``engine="auto"`` or
+``"lean"``), for every other model the transformers forward with a ``DynamicCache`` (``engine="hf"``; under "auto"
+one warning line per model class says so and why: ``fast_decode.refusal``, which the rollout records as its
+``sampler_fallback``). On a GPU the lean decoder's static step draws the token inside the step, replayed as a CUDA
+graph per token (``static_decode``: the same draws, tokens and log-probs as this loop). The sampler records the
 log-probability of each token it drew, so that the trainer can measure how far the sampler's distribution is
 from its own (``rollout/sampler_kl``), as trainers that sample with vLLM do.
 
@@ -54,10 +55,11 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from grpolab.devices import model_device, to_host
-from grpolab.engine import families, fast_decode, lean_forward, memory, weight_copy
+from grpolab.engine import families, fast_decode, lean_forward, memory, static_decode, weight_copy
 from grpolab.engine.target_logprobs import entropy as vocab_entropy
 from grpolab.engine.target_logprobs import sum_pi_squared as vocab_sum_pi_squared
 from grpolab.engine.target_logprobs import target_logprobs
+from grpolab.engine.token_draw import next_token as _next_token
 from grpolab.errors import UserError
 
 __all__ = ["ENGINES", "Rollout", "encode_prompts", "fit_context", "fixed_weights", "lean_copy_bytes",
@@ -138,40 +140,6 @@ def encode_prompts(
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(dim=1) - 1).clamp(min=0)
-
-
-def _next_token(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None,
-    uniform: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sample (or, with temperature 0, pick greedily) one token per row of logits [B, V]; also the
-    entropy [B] of the distribution sampled from (before top-p) and the token's log-probability [B]
-    under it (0 when greedy). ``uniform`` [B, 1]: the draws to use (default: drawn from ``generator``)."""
-    if temperature == 0:
-        zeros = logits.new_zeros(logits.shape[0], dtype=torch.float32)
-        return logits.argmax(dim=-1), zeros, zeros
-    log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
-    probs = log_probs.exp()
-    entropy = -(probs * log_probs).sum(dim=-1)
-    if top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # keep the smallest head with mass >= p
-        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    if uniform is None:
-        uniform = torch.rand((probs.shape[0], 1), generator=generator, dtype=probs.dtype)
-    uniform = uniform.to(probs.dtype)
-    token = _inverse_cdf_sample(probs, uniform)
-    return token, entropy, log_probs.gather(-1, token[:, None]).squeeze(1)
-
-
-def _inverse_cdf_sample(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """One draw per row of (unnormalised) probs [B, V] by inverse-CDF: one uniform [B, 1] in [0, 1) per row
-    and a binary search. Same distribution as ``torch.multinomial``, and ~40x faster for a 49k vocabulary on
-    the CPU."""
-    cdf = probs.cumsum(dim=-1)
-    token = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(1)
-    return token.clamp(max=probs.shape[-1] - 1)
 
 
 class _HFDecoder:
@@ -348,11 +316,12 @@ def sample(
     prompt_ids, prompt_mask = to_host(prompt_ids), to_host(prompt_mask)
     prompt_ids, prompt_mask, truncated = fit_context(model, prompt_ids, prompt_mask, max_new_tokens)
     device = model_device(model)
+    decoder = _decoder(model, engine, dtype)
     budget = memory.sampler_budget(device, reusable=_held_bytes(model)) if budget_bytes is None else budget_bytes
-    chunk = _prompts_per_chunk(model, prompt_ids.shape, num_samples, max_new_tokens, budget)
+    kv_bytes = decoder.kv_dtype.itemsize if isinstance(decoder, fast_decode.LeanLlama) else 4
+    chunk = _prompts_per_chunk(model, prompt_ids.shape, num_samples, max_new_tokens, budget, kv_bytes)
     ids = prompt_ids.repeat_interleave(num_samples, dim=0)  # [B, Lp]
     mask = prompt_mask.repeat_interleave(num_samples, dim=0)
-    decoder = _decoder(model, engine, dtype)
     switch = isinstance(decoder, _HFDecoder) and model.training  # the lean copy has no dropout to switch off
     if switch:
         model.eval()
@@ -403,14 +372,14 @@ def fit_context(model: PreTrainedModel, prompt_ids: torch.Tensor, prompt_mask: t
 
 
 def _prompts_per_chunk(model: PreTrainedModel, prompt_shape: torch.Size, num_samples: int, max_new_tokens: int,
-                       budget_bytes: int) -> int:
+                       budget_bytes: int, kv_bytes: int) -> int:
     """How many prompts one sampling pass takes under ``budget_bytes`` (at least one, if it fits in memory, the
-    KV cache kept from the last pass counted as free)."""
+    KV cache kept from the last pass counted as free), with ``kv_bytes`` a KV cache value."""
     prompts, width = prompt_shape
     shape = memory.model_shape(model)
-    one = memory.sampling_bytes(shape, 1, num_samples, width, max_new_tokens)
+    one = memory.sampling_bytes(shape, 1, num_samples, width, max_new_tokens, kv_bytes)
     chunk = max(1, min(prompts, budget_bytes // max(one, 1)))
-    need = memory.sampling_bytes(shape, chunk, num_samples, width, max_new_tokens)
+    need = memory.sampling_bytes(shape, chunk, num_samples, width, max_new_tokens, kv_bytes)
     device = model_device(model)
     memory.refuse_unless_fits(need, f"sampling {chunk} prompt(s) x {num_samples} completion(s) of up to {width} "
                                     f"prompt + {max_new_tokens} new tokens",
@@ -482,11 +451,14 @@ def _decode(decoder: _HFDecoder | fast_decode.LeanLlama, prompt_ids: torch.Tenso
             num_samples: int, max_new_tokens: int, sampling: tuple, special: tuple[int, int],
             uniforms: torch.Tensor | None = None) -> tuple[list, ...]:
     """The sampling loop: per-step token [B], entropy [B] and log-prob [B] lists (see ``sample``);
-    ``uniforms`` [T, B, 1]: the draws to sample with (default: drawn from the generator step by step)."""
+    ``uniforms`` [T, B, 1]: the draws to sample with (default: drawn from the generator step by step). The lean
+    decoder's static step samples inside the step (``_decode_static``)."""
     eos_id, pad_id = special
     temperature, top_p, generator = sampling
     logits = decoder.prefill(prompt_ids, prompt_mask, max_new_tokens, copies=num_samples)
-    check_every = 1 if logits.device.type == "cpu" else _FINISH_CHECK_EVERY
+    if isinstance(decoder, fast_decode.LeanLlama) and decoder.mode != "dynamic":
+        return _decode_static(decoder, logits, max_new_tokens, sampling, special, uniforms)
+    check_every = _check_every(logits.device)
     finished = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
     tokens: list[torch.Tensor] = []
     entropies: list[torch.Tensor] = []
@@ -502,18 +474,39 @@ def _decode(decoder: _HFDecoder | fast_decode.LeanLlama, prompt_ids: torch.Tenso
         if len(tokens) == max_new_tokens or (len(tokens) % check_every == 0 and bool(finished.all())):
             break  # no forward pass whose logits would go unused
         logits = decoder.step(token)
-    return _on_host(tokens, entropies, logprobs, eos_id)
-
-
-def _on_host(tokens: list[torch.Tensor], entropies: list[torch.Tensor], logprobs: list[torch.Tensor],
-             eos_id: int) -> tuple[list, list, list]:
-    """The per-step lists on the host, in one copy each, cut after the step where every row had finished (the
-    steps an accelerator ran past it between two checks hold only padding)."""
     if not tokens or tokens[0].device.type == "cpu":
         return tokens, entropies, logprobs
-    stacked = [to_host(torch.stack(values)) for values in (tokens, entropies, logprobs)]  # [T, B] each
+    return _cut_on_host(tuple(torch.stack(values) for values in (tokens, entropies, logprobs)), eos_id)
+
+
+def _check_every(device: torch.device) -> int:
+    return 1 if device.type == "cpu" else _FINISH_CHECK_EVERY
+
+
+def _decode_static(decoder: fast_decode.LeanLlama, logits: torch.Tensor, max_new_tokens: int, sampling: tuple,
+                   special: tuple[int, int], uniforms: torch.Tensor | None) -> tuple[list, ...]:
+    """``_decode``'s loop on the lean decoder's static step, which samples in the step (``static_decode``): the
+    same tokens, entropies and log-probs. The uniforms are drawn ahead (``_Draws``) when none are given, and the
+    generator is left where the step-by-step loop would have left it."""
+    temperature, top_p, generator = sampling
+    draws = None
+    if uniforms is None and temperature != 0:
+        draws = _Draws(generator, logits.shape[0], max_new_tokens, logits.device)
+        uniforms = draws.uniforms
+    run = static_decode.loop_for(decoder, max_new_tokens, (temperature, top_p), uniforms, special)
+    steps = run.sample(logits, _check_every(logits.device))
+    if draws is not None:
+        draws.consume(steps)
+    return _cut_on_host(run.outputs(steps), special[0])
+
+
+def _cut_on_host(stacked: tuple[torch.Tensor, ...], eos_id: int) -> tuple[list, list, list]:
+    """Tokens, entropies and log-probs [T, B] each as per-step lists on the host, in one copy each, cut after the
+    step where every row had finished (the steps an accelerator ran past it between two checks hold only
+    padding)."""
+    stacked = [to_host(values) for values in stacked]
     done = (stacked[0] == eos_id).long().cumsum(dim=0).clamp(max=1).all(dim=1)  # [T] all rows past their EOS
-    steps = int(done.long().argmax()) + 1 if bool(done.any()) else len(tokens)
+    steps = int(done.long().argmax()) + 1 if bool(done.any()) else stacked[0].shape[0]
     return tuple(list(values[:steps].unbind(0)) for values in stacked)
 
 
