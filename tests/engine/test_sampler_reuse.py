@@ -17,9 +17,10 @@ import weakref
 
 import pytest
 import torch
-from tests.engine.test_fast_decode import PROMPTS, _FakeCuda, _random_llama, _run
+from tests.engine.test_fast_decode import PROMPTS, _random_llama, _run
+from tests.engine.test_static_decode import _FakeCuda
 
-from grpolab.engine import fast_decode, rollout
+from grpolab.engine import fast_decode, rollout, static_decode
 from grpolab.engine.rollout import encode_prompts, fixed_weights, release_sampler, sample
 from grpolab.evaluation import evaluate
 from grpolab.models import Policy, load_policy
@@ -176,8 +177,9 @@ def _sample(model, tokenizer, prompts: list[str], tokens: int = 12):
     )
 
 
-def _graph_inputs(lean: fast_decode.LeanLlama) -> list[int]:
-    """The addresses of every tensor the captured step reads: a real graph reads them there."""
+def _graph_inputs(loop: static_decode.StaticDecode) -> list[int]:
+    """The addresses of every tensor the captured step reads or writes: a real graph reads them there."""
+    lean = loop.lean
     tensors = [
         lean._keys,
         lean._values,
@@ -190,26 +192,34 @@ def _graph_inputs(lean: fast_decode.LeanLlama) -> list[int]:
         lean.embed,
         lean.lm_head,
         lean.final_norm,
+        loop.tokens,
+        loop.entropies,
+        loop.logprobs,
+        loop.finished,
+        loop.column,
+        loop.uniforms,
     ]
     tensors += [t for layer in lean.layers for t in vars(layer).values() if t is not None]
     return [t.data_ptr() for t in tensors]
 
 
-def test_a_kept_graph_reads_the_new_weights_and_is_captured_again_only_for_new_shapes(
+def test_kept_graphs_read_the_new_weights_and_are_captured_again_only_for_new_shapes(
     embedded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On the stand-in for CUDA's graph API: a second rollout after an optimizer step replays the first rollout's
-    graph (no new capture, every input at its address) with the tokens of a new decoder on the new weights; a
-    rollout of another length captures again."""
+    graphs (no new capture, the same loop, every input at its address) with the tokens of a new decoder on the new
+    weights; a rollout of another length captures again."""
     model = _random_llama(len(embedded.tokenizer), kv_heads=2, tied=True)
     fake = _FakeCuda(monkeypatch)
     monkeypatch.setattr(fast_decode, "step_mode", "graph")
     first = _run(model, embedded.tokenizer, engine="lean")
-    lean = fake.built[-1]
-    addresses = _graph_inputs(lean)
+    loop, captured = fake.decodes[-1], len(fake.captures)
+    addresses = _graph_inputs(loop)
     _optimizer_step(model, embedded.tokenizer)
+    replays = fake.replays
     second = _run(model, embedded.tokenizer, engine="lean")
-    assert len(fake.captures) == 1 and fake.built[-1] is lean and _graph_inputs(lean) == addresses
+    assert captured >= 1 and len(fake.captures) == captured and fake.decodes[-1] is loop
+    assert _graph_inputs(loop) == addresses and fake.replays > replays
     assert second.sampler == "lean graph"
     monkeypatch.setattr(fast_decode, "step_mode", "dynamic")  # a new decoder, on the new weights
     reference = _run(model, embedded.tokenizer, engine="lean")
@@ -217,9 +227,9 @@ def test_a_kept_graph_reads_the_new_weights_and_is_captured_again_only_for_new_s
     torch.testing.assert_close(second.logprobs, reference.logprobs, atol=1e-5, rtol=0)
     assert (second.logprobs - first.logprobs).abs().max() > 1e-3
     monkeypatch.setattr(fast_decode, "step_mode", "graph")
-    fake.built.append(lean)  # the stand-in captures on the newest decoder built: the kept one again
     longer = _run(model, embedded.tokenizer, engine="lean", tokens=16)
-    assert len(fake.captures) == 2 and longer.sampler == "lean graph" and longer.sampler_fallback == ""
+    assert len(fake.captures) > captured and fake.decodes[-1] is not loop
+    assert longer.sampler == "lean graph" and longer.sampler_fallback == ""
 
 
 def test_a_kept_cache_counts_as_room_for_the_next_rollout(embedded, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -180,7 +180,7 @@ def test_chunks_of_prompts_give_the_unchunked_rollout(embedded, monkeypatch: pyt
     """A budget that splits the batch into one prompt per pass: the chunks' uniforms are the unchunked pass's."""
     model = _random_llama(len(embedded.tokenizer), kv_heads=2, tied=True)
     whole, after_whole = _sample(model, embedded.tokenizer, monkeypatch, mode="static")
-    monkeypatch.setattr("grpolab.engine.memory.sampler_budget", lambda device=None: 1)
+    monkeypatch.setattr("grpolab.engine.memory.sampler_budget", lambda device=None, reusable=0: 1)
     chunked, after_chunked = _sample(model, embedded.tokenizer, monkeypatch, mode="static")
     _assert_same_rollout(chunked, whole, _reordering_gap(model, whole, torch.float32))
     assert torch.equal(after_chunked.get_state(), after_whole.get_state())

@@ -99,8 +99,9 @@ class StaticDecode:
         return drawn
 
     def outputs(self, steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The first ``steps`` tokens, entropies and log-probs, [steps, B] each (views of the outputs)."""
-        return tuple(values[:, :steps].T for values in (self.tokens, self.entropies, self.logprobs))
+        """The first ``steps`` tokens, entropies and log-probs, [steps, B] each: copies, since the next rollout of a
+        kept loop (``loop_for``) overwrites its outputs in place."""
+        return tuple(values[:, :steps].T.clone() for values in (self.tokens, self.entropies, self.logprobs))
 
     def _draw(self, logits: torch.Tensor) -> None:
         """The next token of every row from ``logits`` [B, V], recorded at ``column`` and fed to ``_token``."""
