@@ -325,7 +325,7 @@ def verdicts_table(tests: pd.DataFrame, map_tests: pd.DataFrame) -> pd.DataFrame
 def arms_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (level, G, arm): lr, seeds, seeds that reached N, means over seeds of the steps, compute and scores."""
     grouped = runs.groupby(["level", "group_size", "arm"], sort=False)
-    return grouped.agg(
+    cells = grouped.agg(
         lr=("lr", "first"),
         seeds=("seed", "count"),
         reached_budget=("reached_budget", "sum"),
@@ -339,6 +339,8 @@ def arms_table(runs: pd.DataFrame) -> pd.DataFrame:
         end_pass_at_1=("end_pass_at_1", "mean"),
         end_greedy=("end_greedy", "mean"),
     ).reset_index()
+    place = [(CELLS.index((r.level, r.group_size)), ARMS.index(r.arm)) for r in cells.itertuples()]
+    return cells.iloc[sorted(range(len(cells)), key=place.__getitem__)].reset_index(drop=True)  # CELLS, then ARMS
 
 
 # ---------------------------------------------------------------- writing
