@@ -237,19 +237,19 @@ def test_one_runs_peak_against_a_hand_computation() -> None:
                 + 256 * 3 * 5  # the prompts' own cache
                 + 3 * 3 * 4 * 5 * 5 * 4  # prefill scores: 3 copies x prompts x heads x Lp x Lp x 4 bytes
                 + 4 * 6 * 100 * 4  # 4 copies of the logits
-                + 6 * 7 * 16)  # ids, entropies, log-probs
-    assert sampling == 36144
+                + 6 * 7 * 20)  # ids, entropies, log-probs, the draws' uniforms
+    assert sampling == 36312
     expected = {"weights": 2 * 1000, "optimizer": 50 * 12, "sampler copy": 500, "sampling": sampling,
                 "batch": 6 * 12 * 48, "update": 2 * 4 * 8 * 100 * 4}
     assert memory.run_peak_parts(_RUN, budget=GIB) == expected
-    assert sum(expected.values()) == 68300
+    assert sum(expected.values()) == 68468
     # a budget of one prompt's pass samples one prompt at a time: 2 rows
-    one = 256 * 2 * 12 + 256 * 1 * 5 + 3 * 1 * 4 * 25 * 4 + 4 * 2 * 100 * 4 + 2 * 7 * 16
-    assert memory.run_peak_parts(_RUN, budget=one)["sampling"] == one == 12048
+    one = 256 * 2 * 12 + 256 * 1 * 5 + 3 * 1 * 4 * 25 * 4 + 4 * 2 * 100 * 4 + 2 * 7 * 20
+    assert memory.run_peak_parts(_RUN, budget=one)["sampling"] == one == 12104
 
 
 def test_k_runs_are_refused_past_the_free_memory_in_one_line_naming_the_numbers() -> None:
-    one = 68300
+    one = 68468
     assert sharing.shared_gpu_refusal([_RUN], 3, free=3 * one, gpu="0") is None  # exactly fits
     line = sharing.shared_gpu_refusal([_RUN], 3, free=3 * one - 1, gpu="5")
     assert line is not None and "\n" not in line
