@@ -66,7 +66,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=EXPERIMENTS / "early-warning")
     parser.add_argument("--no-figure", action="store_true", help="write the tables only")
     commands = parser.add_subparsers(dest="command")
-    extract = commands.add_parser("extract", help="write early-warning/measured_runs.csv from the sweeps' metrics")
+    extract = commands.add_parser("extract", help="write early-warning/measured_runs*.csv from the sweeps' metrics")
     for experiment, (pattern, _, name) in SWEEP_LAYOUTS.items():
         extract.add_argument(
             f"--{experiment}", type=Path, help=f"the {experiment} runs folder (its {pattern} sweeps): writes {name}"
@@ -101,8 +101,9 @@ def sign_map_runs(folder: Path) -> pd.DataFrame:
 
 
 def committed_runs(experiments: Path) -> pd.DataFrame:
-    """Every run of the four experiments: experiment, level, G, condition_detail, estimator, seed, end_pass_at_1."""
-    columns = ["experiment", "level", "group_size", "condition_detail", "estimator", "seed", "end_pass_at_1"]
+    """Every run of the four experiments: experiment, level, G, condition_detail, estimator, seed, lr,
+    end_pass_at_1."""
+    columns = ["experiment", "level", "group_size", "condition_detail", "estimator", "seed", "lr", "end_pass_at_1"]
     frames = [sign_map_runs(experiments / "sign-map" / "runs").assign(experiment="sign-map")]
     for name in ("remedies", "remedies-curriculum"):
         frames.append(pd.read_csv(experiments / name / "runs.csv").assign(experiment=name, condition_detail=""))
@@ -356,7 +357,7 @@ def write(experiments: Path, out: Path, *, with_figure: bool = True) -> pd.DataF
 MEASURED_STEPS = (1, 2, 3)  # the steps --stop-when-dead watches
 DEMO_LEVEL = "mixed"  # experiments/demo/compare.yaml runs the reverse task's default options: markers "+*", lengths 3-6
 SWEEP_COLUMNS = {"starvation/uniform": "uniform", "starvation/degenerate": "degenerate"}
-RUN_COLUMNS = ["run_id", "experiment", "level", "condition", "estimator", "group_size", "seed"]
+RUN_COLUMNS = ["run_id", "experiment", "level", "condition", "estimator", "group_size", "seed", "lr"]
 SHARE_COLUMNS = ["uniform", "degenerate", "end_pass_at_1"]
 
 
@@ -433,8 +434,9 @@ def extract_sweeps(folder: Path, experiment: str) -> pd.DataFrame:
 
 
 def extract_remedies_new(folder: Path) -> pd.DataFrame:
-    """remedies-new's result runs (``LEVEL-GN`` sweeps), without the condition column its file has never had."""
-    return extract_sweeps(folder, "remedies-new").drop(columns="condition")
+    """remedies-new's result runs (``LEVEL-GN`` sweeps), without the condition and lr columns its file has never
+    had."""
+    return extract_sweeps(folder, "remedies-new").drop(columns=["condition", "lr"])
 
 
 def demo_runs(folder: Path) -> pd.DataFrame:
@@ -548,8 +550,9 @@ def agreement(cells: pd.DataFrame) -> list[str]:
 
 
 def reproduction(runs: pd.DataFrame, experiments: Path) -> pd.DataFrame:
-    """Per rerun experiment (sign-map, batch-size): its runs' end pass@1 against the committed per-run rows of the
-    same (level, condition, estimator, G, seed): how many match, how many are identical, the largest difference."""
+    """Per rerun experiment (sign-map, batch-size): its runs' lr and end pass@1 against the committed per-run rows
+    of the same (level, condition, estimator, G, seed): how many pair, how many ran at the committed lr, how many
+    end scores are identical, the largest and the mean difference."""
     committed = committed_runs(experiments).rename(columns={"condition_detail": "condition"})
     keys = ["experiment", "level", "condition", "estimator", "group_size", "seed"]
     rows = []
@@ -564,6 +567,7 @@ def reproduction(runs: pd.DataFrame, experiments: Path) -> pd.DataFrame:
                 "experiment": experiment,
                 "reruns": len(rerun),
                 "paired": len(paired),
+                "same_lr": int((paired["lr"] == paired["lr_committed"]).sum()),
                 "identical": int((difference == 0).sum()),
                 "largest_difference": float(difference.max()),
                 "mean_difference": float((paired["end_pass_at_1"] - paired["end_pass_at_1_committed"]).mean()),
@@ -614,13 +618,13 @@ def measured_markdown(table: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFra
         "",
         "Reruns against the committed per-run end pass@1 (same level, condition, estimator, G and seed):",
         "",
-        "| experiment | reruns | paired | identical | largest difference | "
+        "| experiment | reruns | paired | same lr | identical | largest difference | "
         "mean difference (rerun - committed) | conditions |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for _, row in repeats.iterrows():
         lines.append(
-            f"| {row['experiment']} | {row['reruns']} | {row['paired']} | {row['identical']} | "
+            f"| {row['experiment']} | {row['reruns']} | {row['paired']} | {row['same_lr']} | {row['identical']} | "
             f"{row['largest_difference']:.6f} | {row['mean_difference']:+.6f} | {row['conditions']} |"
         )
     return "\n".join(lines) + "\n"

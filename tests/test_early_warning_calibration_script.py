@@ -105,12 +105,15 @@ def test_the_committed_tables_regenerate_byte_for_byte(tmp_path: Path) -> None:
     cells = pd.read_csv(tmp_path / "cells.csv")
     assert len(cells) == 162 and cells["seeds"].eq(10).all()  # 64 + 56 + 24 + 18 cells, 10 seeds each
     measured = pd.read_csv(tmp_path / "measured_cells.csv")
-    assert len(measured) == 54 and measured.groupby("experiment")["seeds"].sum().to_dict() == {
+    assert len(measured) == 118 and measured.groupby("experiment")["seeds"].sum().to_dict() == {
         "batch-size": 180,  # 18 cells: 2 levels x 3 P x 3 estimators
         "demo": 40,
         "noise-direction": 140,  # 14 cells: 2 levels x 7 arms
         "remedies-new": 140,
+        "sign-map": 640,  # 64 cells: 4 levels x 2 clippings x 4 estimators x 2 G
     }
+    repeats = script.reproduction(script.measured_runs(ROOT / "experiments"), ROOT / "experiments")
+    assert repeats.set_index("experiment")["paired"].to_dict() == {"sign-map": 640, "batch-size": 180}
 
 
 def _sweep(folder: Path, uniform: list[float], degenerate: list[float], variant: str | None = None) -> None:
@@ -133,6 +136,7 @@ def _sweep(folder: Path, uniform: list[float], degenerate: list[float], variant:
             "estimator": ["sign", "sign"],
             "group_size": [2, 2],
             "seed": [0, 1000],
+            "lr": [1e-3, 1e-3],
             "end_pass_at_1": [0.5, 0.4],
         }
     )
@@ -172,10 +176,11 @@ def test_the_reproduction_counts_identical_runs_and_the_largest_difference() -> 
     rerun = committed[committed["experiment"] == "batch-size"].head(5).copy()
     rerun.loc[rerun.index[0], "end_pass_at_1"] += 0.0125  # 20 of the 1,600 samples
     rerun.loc[rerun.index[1], "end_pass_at_1"] -= 0.003125  # 5 samples
+    rerun.loc[rerun.index[2], "lr"] *= 3  # another lr, the same score: counted apart
     table = script.reproduction(rerun, ROOT / "experiments").set_index("experiment")
     assert list(table.index) == ["batch-size"]  # no sign-map rerun: no row
     row = table.loc["batch-size"]
-    assert (row["reruns"], row["paired"], row["identical"]) == (5, 5, 3)
+    assert (row["reruns"], row["paired"], row["same_lr"], row["identical"]) == (5, 5, 4, 3)
     assert row["largest_difference"] == pytest.approx(0.0125, abs=8 * EPS)
     assert row["mean_difference"] == pytest.approx((0.0125 - 0.003125) / 5, abs=8 * EPS)
 
