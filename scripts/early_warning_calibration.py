@@ -2,7 +2,9 @@
 
     python scripts/early_warning_calibration.py   # experiments/early-warning/: table.md, table.csv, cells.csv, fit.png,
                                                   # measured.md, measured.csv, measured_cells.csv
-    python scripts/early_warning_calibration.py extract --remedies-new runs/remedies-new   # measured_runs.csv
+    python scripts/early_warning_calibration.py extract --remedies-new runs/remedies-new \
+        --sign-map runs/sign-map --batch-size runs/batch-size --noise-direction runs/noise-direction
+        # early-warning/measured_runs.csv (remedies-new) and measured_runs_EXPERIMENT.csv (the others)
 
 The question is that of an early-warning calibration: arXiv 2605.21125 reports that the early "advantage collapse
 rate" explains 62% of the variance of final MATH-500 accuracy over 245 configurations. Here the configurations
@@ -32,10 +34,13 @@ the least-squares line of the end score on the share; its 95% interval is a perc
 (a run-level analysis resamples cells with all their runs). The "ceiling" is the R² of the cell scores on their
 (level, G) condition's mean: the most any function of a step-1 share of the start policy can explain.
 
-Measured shares (measured.md): the demo's ``steps.csv`` and the remedies-new sweeps commit, or let ``extract``
-commit, each result run's mean over steps 1-3 of the measured ``starvation/uniform`` (and, for remedies-new,
-``starvation/degenerate``). On those 22 cells (experiment x estimator x G) the script fits the same R², set beside
-the expected step-1 share of the same cells, and gives the Pearson r between the measured and the expected share.
+Measured shares (measured.md): the demo's ``steps.csv`` commits them; ``extract`` reduces the git-ignored
+sweeps of remedies-new, sign-map, batch-size and noise-direction (each run's ``metrics.parquet``) to one row per
+result run: its mean over steps 1-3 of the measured ``starvation/uniform`` and ``starvation/degenerate`` (the demo
+has no degenerate share) and its own end pass@1. Sign-map and batch-size are reruns of committed experiments: their
+end pass@1 is the rerun's, never the committed one, and ``reproduction`` compares the two run by run. On those
+cells (experiment x level x condition x estimator x G) the script fits the same R², set beside the expected step-1
+share of the same cells, and gives the Pearson r between the measured and the expected share.
 """
 
 from __future__ import annotations
@@ -61,13 +66,11 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=EXPERIMENTS / "early-warning")
     parser.add_argument("--no-figure", action="store_true", help="write the tables only")
     commands = parser.add_subparsers(dest="command")
-    extract = commands.add_parser("extract", help="write early-warning/measured_runs.csv from the sweeps' metrics")
-    extract.add_argument(
-        "--remedies-new",
-        type=Path,
-        required=True,
-        help="the remedies-new runs folder (its LEVEL-GN sweeps, each with metrics.parquet)",
-    )
+    extract = commands.add_parser("extract", help="write early-warning/measured_runs*.csv from the sweeps' metrics")
+    for experiment, (pattern, _, name) in SWEEP_LAYOUTS.items():
+        extract.add_argument(
+            f"--{experiment}", type=Path, help=f"the {experiment} runs folder (its {pattern} sweeps): writes {name}"
+        )
     return parser.parse_args()
 
 
@@ -98,8 +101,9 @@ def sign_map_runs(folder: Path) -> pd.DataFrame:
 
 
 def committed_runs(experiments: Path) -> pd.DataFrame:
-    """Every run of the four experiments: experiment, level, G, condition_detail, estimator, seed, end_pass_at_1."""
-    columns = ["experiment", "level", "group_size", "condition_detail", "estimator", "seed", "end_pass_at_1"]
+    """Every run of the four experiments: experiment, level, G, condition_detail, estimator, seed, lr,
+    end_pass_at_1."""
+    columns = ["experiment", "level", "group_size", "condition_detail", "estimator", "seed", "lr", "end_pass_at_1"]
     frames = [sign_map_runs(experiments / "sign-map" / "runs").assign(experiment="sign-map")]
     for name in ("remedies", "remedies-curriculum"):
         frames.append(pd.read_csv(experiments / name / "runs.csv").assign(experiment=name, condition_detail=""))
@@ -353,6 +357,33 @@ def write(experiments: Path, out: Path, *, with_figure: bool = True) -> pd.DataF
 MEASURED_STEPS = (1, 2, 3)  # the steps --stop-when-dead watches
 DEMO_LEVEL = "mixed"  # experiments/demo/compare.yaml runs the reverse task's default options: markers "+*", lengths 3-6
 SWEEP_COLUMNS = {"starvation/uniform": "uniform", "starvation/degenerate": "degenerate"}
+RUN_COLUMNS = ["run_id", "experiment", "level", "condition", "estimator", "group_size", "seed", "lr"]
+SHARE_COLUMNS = ["uniform", "degenerate", "end_pass_at_1"]
+
+
+def _level_and_gn(name: str) -> tuple[str, str]:
+    return name.rsplit("-G", 1)[0], ""  # remedies-new: LEVEL-GN (G is a column of runs.csv)
+
+
+def _level_and_clipping(name: str) -> tuple[str, str]:
+    level, clipping = name.rsplit("-", 1)  # sign-map: LEVEL-clip1, LEVEL-noclip
+    return level, clipping
+
+
+def _grid_level(name: str) -> tuple[str, str]:
+    return name.removeprefix("grid-").rsplit("-lr", 1)[0], ""  # batch-size: grid-LEVEL-lrLR (P is the variant)
+
+
+def _level_and_arm_set(name: str) -> tuple[str, str]:
+    return name.rsplit("-", 1)[0], ""  # noise-direction: LEVEL-p16, LEVEL-matched (P is the variant)
+
+
+SWEEP_LAYOUTS = {  # experiment -> (its sweeps' folder pattern, folder name -> (level, condition), committed file)
+    "remedies-new": ("*-G*", _level_and_gn, "measured_runs.csv"),
+    "sign-map": ("*clip*", _level_and_clipping, "measured_runs_sign-map.csv"),
+    "batch-size": ("grid-*", _grid_level, "measured_runs_batch-size.csv"),
+    "noise-direction": ("*-*", _level_and_arm_set, "measured_runs_noise-direction.csv"),
+}
 
 
 def _early_means(steps: pd.DataFrame, columns: dict[str, str], source: str) -> pd.DataFrame:
@@ -371,12 +402,22 @@ def _early_means(steps: pd.DataFrame, columns: dict[str, str], source: str) -> p
     return means.reset_index()
 
 
-def extract_remedies_new(folder: Path) -> pd.DataFrame:
-    """One row per result run of each ``LEVEL-GN`` sweep under ``folder`` (its runs.csv and metrics.parquet):
-    run_id, experiment, level, estimator, group_size, seed, uniform, degenerate (steps 1-3 means), end_pass_at_1."""
-    sweeps = sorted(path for path in folder.glob("*-G*") if (path / "metrics.parquet").is_file())
+def _condition(folder_part: str, variants: pd.Series) -> pd.Series:
+    """The condition of each run: the folder's part (clipping) and ``P<n>`` for a prompts_per_step variant."""
+    prompts = variants.map(lambda v: v if isinstance(v, str) else "").str.extract(
+        r"prompts_per_step=(\d+)", expand=False
+    )
+    parts = [pd.Series(folder_part, index=variants.index), ("P" + prompts).fillna("")]
+    return parts[0].str.cat(parts[1], sep="-").str.strip("-")
+
+
+def extract_sweeps(folder: Path, experiment: str) -> pd.DataFrame:
+    """One row per result run of each of ``experiment``'s sweeps under ``folder`` (their runs.csv and
+    metrics.parquet): ``RUN_COLUMNS``, then uniform, degenerate (steps 1-3 means) and end_pass_at_1."""
+    pattern, parse, _ = SWEEP_LAYOUTS[experiment]
+    sweeps = sorted(path for path in folder.glob(pattern) if (path / "metrics.parquet").is_file())
     if not sweeps:
-        raise SystemExit(f"{folder}: no LEVEL-GN folder with a metrics.parquet; pass the remedies-new runs folder")
+        raise SystemExit(f"{folder}: no {pattern} folder with a metrics.parquet; pass the {experiment} runs folder")
     frames = []
     for sweep in sweeps:
         runs = pd.read_csv(sweep / "runs.csv")
@@ -385,10 +426,17 @@ def extract_remedies_new(folder: Path) -> pd.DataFrame:
         absent = sorted(set(runs["run_id"]) - set(early["run_id"]))
         if absent:
             raise SystemExit(f"{sweep}: result run {absent[0]} has no metrics; rerun the sweep to finish it")
-        level = sweep.name.rsplit("-G", 1)[0]
-        frames.append(runs.merge(early, on="run_id").assign(experiment="remedies-new", level=level))
-    columns = ["run_id", "experiment", "level", "estimator", "group_size", "seed", "uniform", "degenerate"]
-    return pd.concat(frames, ignore_index=True)[[*columns, "end_pass_at_1"]]
+        level, folder_part = parse(sweep.name)
+        variants = runs["variant"] if "variant" in runs else pd.Series("", index=runs.index)
+        runs = runs.assign(experiment=experiment, level=level, condition=_condition(folder_part, variants))
+        frames.append(runs.merge(early, on="run_id"))
+    return pd.concat(frames, ignore_index=True)[[*RUN_COLUMNS, *SHARE_COLUMNS]]
+
+
+def extract_remedies_new(folder: Path) -> pd.DataFrame:
+    """remedies-new's result runs (``LEVEL-GN`` sweeps), without the condition and lr columns its file has never
+    had."""
+    return extract_sweeps(folder, "remedies-new").drop(columns=["condition", "lr"])
 
 
 def demo_runs(folder: Path) -> pd.DataFrame:
@@ -401,15 +449,22 @@ def demo_runs(folder: Path) -> pd.DataFrame:
 
 
 def measured_runs(experiments: Path) -> pd.DataFrame:
-    """The demo's and remedies-new's result runs with measured shares, a ``cell`` per experiment x estimator x G."""
-    path = experiments / "early-warning" / "measured_runs.csv"
-    if not path.is_file():
-        raise SystemExit(f"{path} is missing; write it with python scripts/early_warning_calibration.py extract")
-    runs = pd.concat([demo_runs(experiments / "demo"), pd.read_csv(path)], ignore_index=True)
-    runs = runs[
-        ["run_id", "experiment", "level", "estimator", "group_size", "seed", "uniform", "degenerate", "end_pass_at_1"]
-    ]
-    runs["cell"] = runs.groupby(["experiment", "estimator", "group_size"], sort=False).ngroup()
+    """The demo's result runs and every extracted experiment's, with measured shares and a ``cell`` per
+    experiment x level x condition x estimator x G."""
+    frames = [demo_runs(experiments / "demo")]
+    for experiment, (_, _, name) in SWEEP_LAYOUTS.items():
+        path = experiments / "early-warning" / name
+        if not path.is_file():
+            raise SystemExit(
+                f"{path} is missing; write it with python scripts/early_warning_calibration.py extract "
+                f"--{experiment} runs/{experiment}"
+            )
+        frames.append(pd.read_csv(path))
+    runs = pd.concat(frames, ignore_index=True)
+    runs["condition"] = runs["condition"].fillna("")
+    runs = runs[[*RUN_COLUMNS, *SHARE_COLUMNS]]
+    keys = ["experiment", "level", "condition", "estimator", "group_size"]
+    runs["cell"] = runs.groupby(keys, sort=False).ngroup()
     return runs
 
 
@@ -419,21 +474,36 @@ MEASURED_PREDICTORS = {  # label -> share column
     "expected step-1 all-equal share (G = 4 at its lower bound)": "all_equal_low",
     "expected step-1 all-equal share (G = 4 at its upper bound)": "all_equal_high",
 }
+FIRST_MEASURED = ("demo", "remedies-new")  # the two experiments measured first (the scope of the first rows)
+SHORT_RUNS = ("noise-direction",)  # its runs train 10 steps; every other measured experiment's train 20
+
+
+def _measured_scopes(cells: pd.DataFrame) -> list[tuple[str, object, tuple[str, ...]]]:
+    """(scope, row filter, units): all experiments, those of 20 steps, the first two, each one, then each one's G
+    where it has two."""
+    both = ("cells", "runs")
+    scopes = [
+        ("all measured experiments", lambda f: f["experiment"].notna(), both),
+        ("20-step experiments", lambda f: ~f["experiment"].isin(SHORT_RUNS), both),
+        (" and ".join(FIRST_MEASURED), lambda f: f["experiment"].isin(FIRST_MEASURED), both),
+    ]
+    scopes += [(name, lambda f, n=name: f["experiment"] == n, both) for name in cells["experiment"].unique()]
+    sizes = cells.groupby("experiment", sort=False)["group_size"].unique()
+    scopes += [
+        (f"{name}, G = {size}", lambda f, n=name, g=size: (f["experiment"] == n) & (f["group_size"] == g), ("cells",))
+        for name, values in sizes.items()
+        if len(values) > 1
+        for size in values
+    ]
+    return scopes
 
 
 def measured_table(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """R² of end pass@1 on each share, across cells and runs: over both experiments, each one, then each one's G
-    (cells only: there the expected share is one value, and the cells differ by estimator alone)."""
-    scopes = [("both experiments", lambda f: f["experiment"].notna(), ("cells", "runs"))]
-    scopes += [
-        (name, lambda f, n=name: f["experiment"] == n, ("cells", "runs")) for name in cells["experiment"].unique()
-    ]
-    scopes += [
-        (f"{name}, G = {size}", lambda f, n=name, g=size: (f["experiment"] == n) & (f["group_size"] == g), ("cells",))
-        for name, size in cells[["experiment", "group_size"]].drop_duplicates().itertuples(index=False)
-    ]
+    """R² of end pass@1 on each share over the scopes of ``_measured_scopes`` (an experiment's G: cells only).
+    The ceiling is kept for the expected share only: a measured share differs from cell to cell, so any function
+    of it can fit every cell."""
     rows = []
-    for scope, select, units in scopes:
+    for scope, select, units in _measured_scopes(cells):
         for unit in units:
             frame = cells if unit == "cells" else runs
             chosen = frame[select(frame)]
@@ -442,37 +512,76 @@ def measured_table(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
                 if kept.empty or np.ptp(kept[column].to_numpy(float)) == 0:
                     continue
                 stats = analyse(kept, column, kept["cell"].to_numpy())
+                if column in SWEEP_COLUMNS.values():
+                    stats.update(shares=np.nan, ceiling=np.nan)
                 rows.append({"scope": scope, "unit": unit, "predictor": label, **stats})
-    return pd.DataFrame(rows).drop(columns=["ceiling", "shares"])
+    return pd.DataFrame(rows)
 
 
 def measured_cells(runs: pd.DataFrame, moments: pd.DataFrame) -> pd.DataFrame:
     """Per cell: seeds, means of the measured shares and end pass@1, and the expected step-1 shares."""
-    keys = ["cell", "experiment", "level", "group_size", "estimator"]
+    keys = ["cell", "experiment", "level", "condition", "group_size", "estimator"]
     cells = runs.groupby(keys, sort=False).agg(
         seeds=("seed", "size"),
         uniform=("uniform", "mean"),
         degenerate=("degenerate", "mean"),
         end_pass_at_1=("end_pass_at_1", "mean"),
     )
-    return with_shares(cells.reset_index().assign(condition_detail=""), moments)
+    return with_shares(cells.reset_index(), moments)
 
 
 def agreement(cells: pd.DataFrame) -> list[str]:
-    """Markdown lines: Pearson r of the cells' measured steps 1-3 all-equal share with the expected step-1 one."""
+    """Markdown lines: Pearson r of the cells' measured steps 1-3 all-equal share with the expected step-1 one,
+    over the first two experiments and over all."""
     lines = []
-    for bound in BOUNDS:
-        x, y = cells["uniform"].to_numpy(float), cells[f"all_equal_{bound}"].to_numpy(float)
-        r = float(np.corrcoef(x, y)[0, 1])
-        lines.append(
-            f"- measured steps 1-3 all-equal share vs expected step-1 share (G = 4 at its {bound} bound): "
-            f"Pearson r = {r:.3f} over {len(cells)} cells ({int(np.unique(y.round(12)).size)} expected values); "
-            f"mean measured - expected = {float(np.mean(x - y)):+.3f}"
-        )
+    for scope, part in (
+        (" and ".join(FIRST_MEASURED), cells[cells["experiment"].isin(FIRST_MEASURED)]),
+        ("all", cells),
+    ):
+        for bound in BOUNDS:
+            x, y = part["uniform"].to_numpy(float), part[f"all_equal_{bound}"].to_numpy(float)
+            r = float(np.corrcoef(x, y)[0, 1])
+            lines.append(
+                f"- {scope}: measured steps 1-3 all-equal share vs expected step-1 share (G = 4 at its {bound} "
+                f"bound): Pearson r = {r:.3f} over {len(part)} cells ({int(np.unique(y.round(12)).size)} expected "
+                f"values); mean measured - expected = {float(np.mean(x - y)):+.3f}"
+            )
     return lines
 
 
-def measured_markdown(table: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame) -> str:
+def reproduction(runs: pd.DataFrame, experiments: Path) -> pd.DataFrame:
+    """Per rerun experiment (sign-map, batch-size): its runs' lr and end pass@1 against the committed per-run rows
+    of the same (level, condition, estimator, G, seed): how many pair, how many ran at the committed lr, how many
+    end scores are identical, the largest and the mean difference."""
+    committed = committed_runs(experiments).rename(columns={"condition_detail": "condition"})
+    keys = ["experiment", "level", "condition", "estimator", "group_size", "seed"]
+    rows = []
+    for experiment in ("sign-map", "batch-size"):
+        rerun = runs[runs["experiment"] == experiment]
+        if rerun.empty:
+            continue
+        paired = rerun.merge(committed, on=keys, how="inner", suffixes=("", "_committed"), validate="one_to_one")
+        difference = (paired["end_pass_at_1"] - paired["end_pass_at_1_committed"]).abs()
+        rows.append(
+            {
+                "experiment": experiment,
+                "reruns": len(rerun),
+                "paired": len(paired),
+                "same_lr": int((paired["lr"] == paired["lr_committed"]).sum()),
+                "identical": int((difference == 0).sum()),
+                "largest_difference": float(difference.max()),
+                "mean_difference": float((paired["end_pass_at_1"] - paired["end_pass_at_1_committed"]).mean()),
+                "conditions": ", ".join(sorted(set(rerun["level"] + " " + rerun["condition"]))),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _ceiling_text(row: pd.Series) -> str:
+    return "-" if np.isnan(row["ceiling"]) else f"{row['ceiling']:.3f}"
+
+
+def measured_markdown(table: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, repeats: pd.DataFrame) -> str:
     """The measured-share analyses as a Markdown page."""
     lines = [
         "# Measured early shares against held-out end pass@1",
@@ -480,27 +589,44 @@ def measured_markdown(table: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFra
         "`python scripts/early_warning_calibration.py`. Measured share = the run's mean over steps "
         f"{MEASURED_STEPS[0]}-{MEASURED_STEPS[-1]} of `starvation/uniform` (all-equal rewards) or "
         "`starvation/degenerate` (all-zero advantages), from experiments/demo/steps.csv and "
-        "experiments/early-warning/measured_runs.csv (`python scripts/early_warning_calibration.py extract "
-        "--remedies-new runs/remedies-new`); the demo has no degenerate share. Cell = experiment x estimator x G, "
-        f"mean over seeds. R² of the least-squares line, 95% percentile bootstrap over cells ({RESAMPLES} "
-        f"resamples, seed {SEED}; a run-level row resamples whole cells); slope in pass@1 per unit share.",
+        "experiments/early-warning/measured_runs*.csv (`python scripts/early_warning_calibration.py extract "
+        "--remedies-new runs/remedies-new --sign-map runs/sign-map --batch-size runs/batch-size --noise-direction "
+        "runs/noise-direction`); the demo has no degenerate share. Cell = experiment x level x condition x "
+        f"estimator x G, mean over seeds. R² of the least-squares line, 95% percentile bootstrap over cells "
+        f"({RESAMPLES} resamples, seed {SEED}; a run-level row resamples whole cells); ceiling = R² of the score "
+        "on its share's mean, for the expected share only (a measured share differs from cell to cell); slope in "
+        "pass@1 per unit share. End pass@1 is each run's own: the reruns' scores, never the committed ones.",
         "",
         f"{len(cells)} cells, {len(runs)} runs: "
         + ", ".join(
-            f"{name} {part['cell'].nunique()} cells / {len(part)} runs ({part['level'].iloc[0]})"
+            f"{name} {part['cell'].nunique()} cells / {len(part)} runs ({', '.join(part['level'].unique())})"
             for name, part in runs.groupby("experiment", sort=False)
         )
         + ".",
         "",
-        "| scope | unit | predictor | n | cells | R² | 95% CI | slope |",
-        "|---|---|---|---|---|---|---|---|",
+        "| scope | unit | predictor | n | cells | R² | 95% CI | ceiling | slope |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, row in table.iterrows():
         lines.append(
             f"| {row['scope']} | {row['unit']} | {row['predictor']} | {row['n']} | {row['cells']} | "
-            f"{row['r2']:.3f} | {_interval(row)} | {row['slope']:.3f} |"
+            f"{row['r2']:.3f} | {_interval(row)} | {_ceiling_text(row)} | {row['slope']:.3f} |"
         )
-    lines += ["", *agreement(cells)]
+    lines += [
+        "",
+        *agreement(cells),
+        "",
+        "Reruns against the committed per-run end pass@1 (same level, condition, estimator, G and seed):",
+        "",
+        "| experiment | reruns | paired | same lr | identical | largest difference | "
+        "mean difference (rerun - committed) | conditions |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for _, row in repeats.iterrows():
+        lines.append(
+            f"| {row['experiment']} | {row['reruns']} | {row['paired']} | {row['same_lr']} | {row['identical']} | "
+            f"{row['largest_difference']:.6f} | {row['mean_difference']:+.6f} | {row['conditions']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -511,21 +637,33 @@ def write_measured(experiments: Path, out: Path, moments: pd.DataFrame) -> pd.Da
     runs = runs.assign(all_equal_low=shares["all_equal_low"], all_equal_high=shares["all_equal_high"])
     cells = measured_cells(runs, moments)
     table = measured_table(runs, cells)
-    (out / "measured.md").write_text(measured_markdown(table, cells, runs))
+    repeats = reproduction(runs, experiments)
+    (out / "measured.md").write_text(measured_markdown(table, cells, runs, repeats))
     table.to_csv(out / "measured.csv", index=False, float_format="%.6f")
-    cells.drop(columns=["cell", "condition_detail"]).to_csv(
-        out / "measured_cells.csv", index=False, float_format="%.6f"
-    )
+    cells.drop(columns="cell").to_csv(out / "measured_cells.csv", index=False, float_format="%.6f")
     return table
+
+
+def extract(arguments: argparse.Namespace) -> None:
+    """Writes early-warning/measured_runs*.csv for each experiment whose runs folder was given."""
+    given = {name: getattr(arguments, name.replace("-", "_")) for name in SWEEP_LAYOUTS}
+    if not any(given.values()):
+        raise SystemExit(
+            "extract: no runs folder given; pass --remedies-new, --sign-map, --batch-size or --noise-direction"
+        )
+    for experiment, folder in given.items():
+        if folder is None:
+            continue
+        runs = extract_remedies_new(folder) if experiment == "remedies-new" else extract_sweeps(folder, experiment)
+        path = arguments.experiments / "early-warning" / SWEEP_LAYOUTS[experiment][2]
+        runs.to_csv(path, index=False, float_format="%.6f")
+        print(f"{path}: {len(runs)} result runs")
 
 
 def main() -> None:
     arguments = _arguments()
     if arguments.command == "extract":
-        path = arguments.experiments / "early-warning" / "measured_runs.csv"
-        runs = extract_remedies_new(arguments.remedies_new)
-        runs.to_csv(path, index=False, float_format="%.6f")
-        print(f"{path}: {len(runs)} result runs")
+        extract(arguments)
         return
     table = write(arguments.experiments, arguments.out, with_figure=not arguments.no_figure)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -5,7 +5,9 @@ experiments."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -103,14 +105,20 @@ def test_the_committed_tables_regenerate_byte_for_byte(tmp_path: Path) -> None:
     cells = pd.read_csv(tmp_path / "cells.csv")
     assert len(cells) == 162 and cells["seeds"].eq(10).all()  # 64 + 56 + 24 + 18 cells, 10 seeds each
     measured = pd.read_csv(tmp_path / "measured_cells.csv")
-    assert len(measured) == 22 and measured.groupby("experiment")["seeds"].sum().to_dict() == {
+    assert len(measured) == 118 and measured.groupby("experiment")["seeds"].sum().to_dict() == {
+        "batch-size": 180,  # 18 cells: 2 levels x 3 P x 3 estimators
         "demo": 40,
+        "noise-direction": 140,  # 14 cells: 2 levels x 7 arms
         "remedies-new": 140,
+        "sign-map": 640,  # 64 cells: 4 levels x 2 clippings x 4 estimators x 2 G
     }
+    repeats = script.reproduction(script.measured_runs(ROOT / "experiments"), ROOT / "experiments")
+    assert repeats.set_index("experiment")["paired"].to_dict() == {"sign-map": 640, "batch-size": 180}
 
 
-def _sweep(folder: Path, uniform: list[float], degenerate: list[float]) -> None:
-    """A one-result-run sweep (plus a selection run) with per-step shares ``uniform`` and ``degenerate``."""
+def _sweep(folder: Path, uniform: list[float], degenerate: list[float], variant: str | None = None) -> None:
+    """A one-result-run sweep (plus a selection run) with per-step shares ``uniform`` and ``degenerate``; with
+    ``variant``, runs.csv has grpolab compare's variant column."""
     folder.mkdir(parents=True)
     steps = len(uniform)
     pd.DataFrame(
@@ -121,25 +129,60 @@ def _sweep(folder: Path, uniform: list[float], degenerate: list[float]) -> None:
             "starvation/degenerate": degenerate * 2,
         }
     ).to_parquet(folder / "metrics.parquet")
-    pd.DataFrame(
+    runs = pd.DataFrame(
         {
             "role": ["result", "selection"],
             "run_id": ["a", "s"],
             "estimator": ["sign", "sign"],
             "group_size": [2, 2],
             "seed": [0, 1000],
+            "lr": [1e-3, 1e-3],
             "end_pass_at_1": [0.5, 0.4],
         }
-    ).to_csv(folder / "runs.csv", index=False)
+    )
+    if variant is not None:
+        runs.insert(2, "variant", [variant, variant])
+    runs.to_csv(folder / "runs.csv", index=False)
 
 
 def test_the_extraction_keeps_result_runs_with_their_steps_1_to_3_means(tmp_path: Path) -> None:
     _sweep(tmp_path / "star-len6-G2", [0.5, 0.25, 0.75, 0.0], [1.0, 0.5, 0.0, 1.0])  # step 4 is not averaged
     runs = script.extract_remedies_new(tmp_path)
     assert runs["run_id"].tolist() == ["a"] and runs["level"].tolist() == ["star-len6"]
+    assert "condition" not in runs  # measured_runs.csv keeps the columns it was committed with
     assert runs["uniform"].iloc[0] == pytest.approx(0.5, abs=4 * EPS)
     assert runs["degenerate"].iloc[0] == pytest.approx(0.5, abs=4 * EPS)
     assert runs["end_pass_at_1"].iloc[0] == 0.5
+
+
+def test_each_experiment_s_folders_give_its_level_and_condition(tmp_path: Path) -> None:
+    shares = ([0.5, 0.25, 0.75], [1.0, 0.5, 0.0])
+    _sweep(tmp_path / "sign-map" / "star-len4-noclip", *shares)
+    _sweep(tmp_path / "batch-size" / "grid-star-len6-lr0.001", *shares, variant="prompts_per_step=256")
+    _sweep(tmp_path / "noise-direction" / "mixed-matched", *shares, variant="prompts_per_step=37")
+    expected = {
+        "sign-map": ("star-len4", "noclip"),
+        "batch-size": ("star-len6", "P256"),
+        "noise-direction": ("mixed", "P37"),
+    }
+    for experiment, (level, condition) in expected.items():
+        runs = script.extract_sweeps(tmp_path / experiment, experiment)
+        assert runs[["experiment", "level", "condition"]].values.tolist() == [[experiment, level, condition]]
+        assert runs["uniform"].iloc[0] == pytest.approx(0.5, abs=4 * EPS)
+
+
+def test_the_reproduction_counts_identical_runs_and_the_largest_difference() -> None:
+    committed = script.committed_runs(ROOT / "experiments").rename(columns={"condition_detail": "condition"})
+    rerun = committed[committed["experiment"] == "batch-size"].head(5).copy()
+    rerun.loc[rerun.index[0], "end_pass_at_1"] += 0.0125  # 20 of the 1,600 samples
+    rerun.loc[rerun.index[1], "end_pass_at_1"] -= 0.003125  # 5 samples
+    rerun.loc[rerun.index[2], "lr"] *= 3  # another lr, the same score: counted apart
+    table = script.reproduction(rerun, ROOT / "experiments").set_index("experiment")
+    assert list(table.index) == ["batch-size"]  # no sign-map rerun: no row
+    row = table.loc["batch-size"]
+    assert (row["reruns"], row["paired"], row["same_lr"], row["identical"]) == (5, 5, 4, 3)
+    assert row["largest_difference"] == pytest.approx(0.0125, abs=8 * EPS)
+    assert row["mean_difference"] == pytest.approx((0.0125 - 0.003125) / 5, abs=8 * EPS)
 
 
 def test_a_run_short_of_step_3_and_an_empty_folder_are_refused_in_one_line(tmp_path: Path) -> None:
@@ -147,16 +190,31 @@ def test_a_run_short_of_step_3_and_an_empty_folder_are_refused_in_one_line(tmp_p
     with pytest.raises(SystemExit, match=r"lacks one of steps \[1, 2, 3\]"):
         script.extract_remedies_new(tmp_path / "short")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(SystemExit, match="no LEVEL-GN folder"):
+    with pytest.raises(SystemExit, match=r"no \*-G\* folder with a metrics.parquet; pass the remedies-new runs"):
         script.extract_remedies_new(tmp_path / "empty")
 
 
-def test_the_committed_measured_runs_are_what_the_local_sweeps_give() -> None:
-    sweeps = ROOT / "runs" / "remedies-new"  # git-ignored: present where the sweeps were run
-    if not (sweeps / "star-len6-G2" / "metrics.parquet").is_file():
-        pytest.skip("the remedies-new sweeps are not on this machine")
-    fresh = script.extract_remedies_new(sweeps)
-    committed = pd.read_csv(ROOT / "experiments" / "early-warning" / "measured_runs.csv")
+def test_extract_without_a_folder_and_a_missing_measured_file_are_refused_in_one_line(tmp_path: Path) -> None:
+    nothing = argparse.Namespace(
+        experiments=tmp_path, **{name.replace("-", "_"): None for name in script.SWEEP_LAYOUTS}
+    )
+    with pytest.raises(SystemExit, match="no runs folder given; pass --remedies-new"):
+        script.extract(nothing)
+    (tmp_path / "demo").mkdir()
+    for name in ("runs.csv", "steps.csv"):
+        shutil.copy(ROOT / "experiments" / "demo" / name, tmp_path / "demo" / name)
+    with pytest.raises(SystemExit, match=r"measured_runs\.csv is missing; .* extract --remedies-new runs/remedies-new"):
+        script.measured_runs(tmp_path)
+
+
+@pytest.mark.parametrize("experiment", list(script.SWEEP_LAYOUTS))
+def test_the_committed_measured_runs_are_what_the_local_sweeps_give(experiment: str) -> None:
+    pattern, _, name = script.SWEEP_LAYOUTS[experiment]
+    sweeps = ROOT / "runs" / experiment  # git-ignored: present where the sweeps were run
+    if not any((sweep / "metrics.parquet").is_file() for sweep in sweeps.glob(pattern)):
+        pytest.skip(f"the {experiment} sweeps are not on this machine")
+    fresh = script.extract_sweeps(sweeps, experiment)
+    committed = pd.read_csv(ROOT / "experiments" / "early-warning" / name)
     assert fresh["run_id"].tolist() == committed["run_id"].tolist()
     for column in ("uniform", "degenerate", "end_pass_at_1"):
         np.testing.assert_allclose(fresh[column], committed[column], atol=5e-7)  # the csv keeps 6 decimals
