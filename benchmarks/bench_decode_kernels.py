@@ -283,7 +283,8 @@ def variant_row(name: str, models: dict[int, Any], mode: str, compile_mode: str 
     row: dict[str, Any] = {"variant": name, "step_mode": mode, "compile": compile_mode}
     try:
         counts = {
-            layers: step_counts(model, mode, args.steps, compile_mode, args.backend) for layers, model in models.items()
+            layers: step_counts(model, mode, args.steps, compile_mode, args.compile_backend)
+            for layers, model in models.items()
         }
     except Exception as error:  # a compiler that is missing or fails is reported on its row
         if compile_mode is None:
@@ -391,7 +392,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="add a row with the static step compiled by torch.compile in this mode",
     )
     parser.add_argument(
-        "--backend",
+        "--compile-backend",
         default="inductor",
         help="torch.compile's backend (the test runs 'eager': the tracing without the compiler)",
     )

@@ -181,7 +181,11 @@ def kernels_section(spec: dict[str, Any], compile_mode: str | None = None) -> di
     import bench_decode_kernels
 
     args = argparse.Namespace(
-        cpu=spec["cpu"], model="smollm2-135m-shape", steps=4, compile=compile_mode, backend=spec["compile_backend"]
+        cpu=spec["cpu"],
+        model="smollm2-135m-shape",
+        steps=4,
+        compile=compile_mode,
+        compile_backend=spec["compile_backend"],
     )
     return bench_decode_kernels.measure(args)
 

@@ -76,7 +76,7 @@ def test_cpu_mode_prints_every_row_and_the_layers_add_up(tmp_path: Path) -> None
             "--cpu",
             "--compile",
             "default",
-            "--backend",
+            "--compile-backend",
             "eager",
             "--steps",
             "2",
@@ -108,7 +108,7 @@ def test_a_compiler_that_fails_gives_a_row_that_says_why(kernels, monkeypatch: p
 
     monkeypatch.setattr(torch, "compile", unavailable)
     models = {layers: kernels.shape_model("smollm2-135m-shape", True, "cpu", layers=layers) for layers in (1, 2)}
-    args = SimpleNamespace(steps=1, backend="inductor")
+    args = SimpleNamespace(steps=1, compile_backend="inductor")
     row = kernels.variant_row("compiled default", models, "static", "default", args)
     assert row["skipped"] == "torch.compile failed: RuntimeError: no C++ compiler found"
     assert "kernels" not in row

@@ -66,7 +66,7 @@ def test_compare_config_runs_reduced(config: Path, tmp_path: Path, in_process_wo
         pytest.skip("needs CUDA, vLLM and its model; tests/integrations/test_trl_paper1.py runs it reduced")
     defaults = TrainConfig()
     skip_without_model(settings.get("model", defaults.model))
-    estimators = settings["estimators"].split(",")
+    estimators = settings.get("estimators", CompareConfig().estimators).split(",")  # none: the default set
     # one lr of the grid (the selection itself is tested on `embedded`), or the config's one lr
     grid = settings.get("lrs", None if "lr" in settings else CompareConfig().lrs)  # no lr given: the default grid
     lrs = grid.split(",")[1:2] if grid else []
