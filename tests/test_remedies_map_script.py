@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
+from holm_by_hand import holm_by_hand
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -76,15 +78,6 @@ def _runs(levels: tuple[str, ...], seeds: int = 5) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _holm_by_hand(p: list[float]) -> list[float]:
-    m, order = len(p), sorted(range(len(p)), key=lambda i: p[i])
-    adjusted, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        adjusted[i] = running
-    return adjusted
-
-
 def test_holm_runs_within_each_family_and_never_across_families() -> None:
     tests = script.tests_table(_runs(("star-len6", "mixed", "plus")))
     sizes = tests.groupby("family").size().to_dict()
@@ -93,7 +86,7 @@ def test_holm_runs_within_each_family_and_never_across_families() -> None:
                      "secondary (restored levels)": 10, "reported": 66}
     for family in ("primary", "secondary", "primary (restored levels)", "secondary (restored levels)"):
         rows = tests[tests["family"] == family]
-        np.testing.assert_allclose(rows["p_holm"], _holm_by_hand(list(rows["p"])), atol=1e-12)
+        np.testing.assert_allclose(rows["p_holm"], holm_by_hand(list(rows["p"])), atol=1e-12)
     assert tests.loc[tests["family"] == "reported", "p_holm"].isna().all()
 
 
@@ -217,7 +210,7 @@ def test_the_curriculum_column_tests_its_preregistered_families_over_all_four_le
     primary = tests[tests["family"] == "primary"]
     assert set(zip(primary["arm"], primary["versus"], strict=True)) == {("dr_grpo+curriculum", "dr_grpo"),
                                                           ("dr_grpo+curriculum", "sign")}
-    np.testing.assert_allclose(primary["p_holm"], _holm_by_hand(list(primary["p"])), atol=1e-12)
+    np.testing.assert_allclose(primary["p_holm"], holm_by_hand(list(primary["p"])), atol=1e-12)
     assert set(tests.loc[tests["family"] == "secondary", "arm"]) == {"sign"}
 
 
@@ -278,4 +271,4 @@ def test_the_new_remedies_run_one_level_at_both_g_and_test_their_preregistered_f
     # primary: 3 new arms vs dr_grpo and vs sign at 2 G; secondary: 3 pairs at 2 G; greedy reported for all
     assert tests.groupby("family").size().to_dict() == {"primary": 12, "secondary": 6, "reported": 18}
     primary = tests[tests["family"] == "primary"]
-    np.testing.assert_allclose(primary["p_holm"], _holm_by_hand(list(primary["p"])), atol=1e-12)
+    np.testing.assert_allclose(primary["p_holm"], holm_by_hand(list(primary["p"])), atol=1e-12)

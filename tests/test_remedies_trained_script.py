@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
+from holm_by_hand import holm_by_hand
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "remedies-trained"
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
@@ -49,15 +51,6 @@ def _runs(cells: list[tuple[str, int]], seeds: int = 6, short: tuple = ()) -> pd
         for seed in range(seeds)
     ]
     return pd.DataFrame(rows)
-
-
-def _holm_by_hand(p: list[float]) -> list[float]:
-    m, order = len(p), sorted(range(len(p)), key=lambda i: p[i])
-    adjusted, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        adjusted[i] = running
-    return adjusted
 
 
 # ---------------------------------------------------------------- the verdict rule
@@ -108,7 +101,7 @@ def test_the_primary_family_is_each_remedy_against_both_references_with_holm_ove
     assert set(zip(primary["arm"], primary["versus"], strict=True)) == {
         (arm, versus) for arm in script.REMEDIES for versus in ("dr_grpo", "sign")
     }
-    np.testing.assert_allclose(primary["p_holm"], _holm_by_hand(list(primary["p"])), atol=1e-12)
+    np.testing.assert_allclose(primary["p_holm"], holm_by_hand(list(primary["p"])), atol=1e-12)
     assert tests.loc[tests["family"] == "reported", "p_holm"].isna().all()
     floor = 2 / 2**6  # 6 seeds
     for row in tests.itertuples():
