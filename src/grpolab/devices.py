@@ -15,6 +15,7 @@ Nothing here departs from the papers: they say nothing of devices.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from grpolab.errors import UserError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEVICE_CHOICES", "bind", "check_name", "describe", "model_device", "resolve", "to_host"]
+__all__ = ["DEVICE_CHOICES", "bind", "check_name", "compute_autocast", "describe", "model_device", "resolve", "to_host"]
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 _NAME = re.compile(r"auto|cpu|cuda(:[0-9]+)?")  # fullmatch: "$" would let "cpu\n" through
@@ -80,6 +81,16 @@ def describe(device: torch.device) -> str:
         return str(device)
     index = 0 if device.index is None else device.index
     return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
+def compute_autocast(dtype: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The autocast of a run's forwards with grad under its ``dtype`` setting: bfloat16 autocast on ``device``
+    under bfloat16 (the weights stay float32), nothing otherwise: the update's forwards
+    (``grpolab.train.forward``) and ``grpolab gradients``' analysis. The training hook's gradient analysis measures
+    in float32 (``grpolab.gradients.geometry.gradient_metrics_for_step``)."""
+    import torch
+
+    return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bfloat16" else contextlib.nullcontext()
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -143,3 +143,42 @@ def test_a_run_logs_the_cosine_alone_on_every_step(tmp_path) -> None:
     for row in rows:
         assert [key for key in row if key.startswith("grad/")] == ["grad/half_batch_cosine"]
         assert -1.0 <= row["grad/half_batch_cosine"] <= 1.0  # sign: every completion carries gradient
+
+
+def test_the_summed_gradient_is_the_updates_packed_forward_and_equals_the_padded_one(
+        policy, batch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``summed_policy_gradient`` forwards each prompt once with its completions packed behind it, as the update
+    does; with packing refused it runs the padded forward, and the two agree within the float32 bound of
+    ``tests.float_bounds`` (k = 16 for a gradient, as in tests/engine/test_lean_forward.py)."""
+    from tests.float_bounds import reordered_sum_gap
+
+    from grpolab.engine import prefix_packing
+
+    model, advantages = policy[0], compute_advantages("dr_grpo", REWARDS)
+    calls = []
+    packed_logprobs = prefix_packing.logprobs
+    monkeypatch.setattr(prefix_packing, "logprobs", lambda *a, **k: calls.append(1) or packed_logprobs(*a, **k))
+    packed = summed_policy_gradient(model, batch, advantages)
+    assert calls == [1]
+    monkeypatch.setattr(prefix_packing, "logprobs", lambda *a, **k: None)
+    padded = summed_policy_gradient(model, batch, advantages)
+    config = model.config
+    positions = batch.prompt_ids.shape[1] + 4 * batch.completion_ids.shape[1]  # the longest packed sequence
+    terms = (config.num_hidden_layers * (5 * config.hidden_size + positions + config.intermediate_size)
+             + 2 * config.hidden_size + config.vocab_size)
+    assert padded.keys() == packed.keys()
+    for name, grad in padded.items():
+        assert (packed[name] - grad).abs().max() <= reordered_sum_gap(torch.float32, terms, grad.abs().max(), k=16)
+    assert float(flat(padded).norm()) > 0
+
+
+def test_under_bfloat16_the_hook_still_measures_in_float32(policy, batch) -> None:
+    """dtype bfloat16 (the update in bfloat16 autocast): the training hook's cosine is the float32 one; the one
+    computed in autocast is another number (the logits' rounding adds noise of its own to each half)."""
+    model, advantages = policy[0], compute_advantages("dr_grpo", REWARDS)
+    config = TrainConfig(group_size=4, grad_analysis_parts="half_batch", dtype="bfloat16")
+    hooked = gradient_metrics_for_step(model, batch, advantages, config)["grad/half_batch_cosine"]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = half_batch_cosine(model, batch, advantages)
+    assert hooked == half_batch_cosine(model, batch, advantages)
+    assert hooked != autocast

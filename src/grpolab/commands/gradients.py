@@ -90,7 +90,6 @@ def model_for(config: TrainConfig, policy: Any) -> torch.nn.Module:
 
 
 def run(args: argparse.Namespace) -> int:
-    import contextlib
 
     import torch
 
@@ -109,9 +108,7 @@ def run(args: argparse.Namespace) -> int:
     model = model_for(config, policy).to(device)
     batch = sample_batch(config, policy, model)
     advantages = step_advantages(batch, config, statistics=estimator_statistics(model, batch, config))
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if config.dtype == "bfloat16"
-                else contextlib.nullcontext())
-    with autocast:
+    with devices.compute_autocast(config.dtype, device):
         metrics = analyze_gradients(model, batch, advantages, params=config.grad_analysis_params,
                                     sketch_dim=config.grad_analysis_sketch_dim, seed=config.seed,
                                     temperature=config.temperature)

@@ -263,19 +263,26 @@ def gradient_metrics_for_step(model: torch.nn.Module, batch: Any, advantages: to
                               config: TrainConfig) -> dict[str, float]:
     """The training hook: ``grad/half_batch_cosine`` (``grpolab.gradients.halves``) and, unless the config's
     ``grad_analysis_parts`` is half_batch, ``analyze_gradients`` with the config's ``grad_analysis_params``,
-    ``grad_analysis_sketch_dim``, ``seed`` and ``temperature``. The model is put in eval mode for the analysis
-    and its mode restored; parameter ``.grad`` fields are never touched.
+    ``grad_analysis_sketch_dim``, ``seed`` and ``temperature``. Both measure in float32 whatever the run's ``dtype``:
+    under bfloat16 autocast the rounding of the logits adds noise of its own to each half's gradient, and the
+    cosine is meant to measure the sampling noise. The model is put in eval mode for the analysis and its mode
+    restored; parameter ``.grad`` fields are never touched.
     """
     was_training = model.training
     model.eval()
     try:
-        metrics = {} if config.grad_analysis_parts == "half_batch" else analyze_gradients(
-            model, batch, advantages, params=config.grad_analysis_params,
-            sketch_dim=config.grad_analysis_sketch_dim, seed=config.seed, temperature=config.temperature)
-        groups = getattr(batch, "group_size", None) or config.group_size
-        metrics["grad/half_batch_cosine"] = half_batch_cosine(
-            model, batch, advantages, group_size=groups, params=config.grad_analysis_params,
-            temperature=config.temperature) if batch.completion_ids.shape[0] >= 2 * groups else float("nan")
-        return metrics
+        return _step_gradient_metrics(model, batch, advantages, config)
     finally:
         model.train(was_training)
+
+
+def _step_gradient_metrics(model: torch.nn.Module, batch: Any, advantages: torch.Tensor,
+                           config: TrainConfig) -> dict[str, float]:
+    metrics = {} if config.grad_analysis_parts == "half_batch" else analyze_gradients(
+        model, batch, advantages, params=config.grad_analysis_params,
+        sketch_dim=config.grad_analysis_sketch_dim, seed=config.seed, temperature=config.temperature)
+    groups = getattr(batch, "group_size", None) or config.group_size
+    metrics["grad/half_batch_cosine"] = half_batch_cosine(
+        model, batch, advantages, group_size=groups, params=config.grad_analysis_params,
+        temperature=config.temperature) if batch.completion_ids.shape[0] >= 2 * groups else float("nan")
+    return metrics

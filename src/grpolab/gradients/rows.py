@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import torch
 
 from grpolab.devices import model_device, to_host
+from grpolab.engine import prefix_packing
 from grpolab.engine.rollout import token_logprobs
 from grpolab.errors import UserError
 from grpolab.process_rewards import is_per_token
@@ -230,18 +231,31 @@ def summed_policy_gradient(
 ) -> dict[str, torch.Tensor]:
     """sum_i A_i g_i per parameter (one batched forward + backward), the "sum" aggregated policy gradient.
 
-    Returns {name: gradient} with each parameter's shape (2-D weights stay matrices).
+    The forward is the update's: each prompt once with its rows' completions packed behind it
+    (``grpolab.engine.prefix_packing``) where the model and rows allow, else the padded forward; the two agree up
+    to the kernels' rounding. Returns {name: gradient} with each parameter's shape (2-D weights stay matrices).
     """
     chosen, device = select_parameters(model, params), model_device(model)
-    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1).to(device)
-    mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1).to(device)
     weights = token_advantages(to_host(advantages), to_host(batch.completion_mask)).to(device)
     with _requiring_grad(chosen):
-        logprobs, _ = token_logprobs(model, ids, mask, batch.completion_ids.shape[1], temperature=temperature)
+        logprobs = _completion_logprobs(model, batch, temperature)
         objective = (logprobs.float() * weights).sum()
         grads = torch.autograd.grad(objective, list(chosen.values()), allow_unused=True)
     return {name: to_host(torch.zeros_like(p) if g is None else g)  # on the host, with the per-row gradients
             for (name, p), g in zip(chosen.items(), grads, strict=True)}
+
+
+def _completion_logprobs(model: torch.nn.Module, batch: CompletionBatch, temperature: float) -> torch.Tensor:
+    """[B, T] log-probs of the batch's completion tokens with autograd: packed behind their prompts where
+    ``prefix_packing`` accepts the model and rows (0 at masked positions), else the padded forward."""
+    packed = prefix_packing.logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                     batch.completion_mask, temperature=temperature)
+    if packed is not None:
+        return packed
+    device = model_device(model)
+    ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1).to(device)
+    mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1).to(device)
+    return token_logprobs(model, ids, mask, batch.completion_ids.shape[1], temperature=temperature)[0]
 
 
 def as_batch(obj: Any) -> CompletionBatch:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from grpolab.advantages import TokenStatistics
 from grpolab.config import TrainConfig
-from grpolab.devices import model_device
+from grpolab.devices import compute_autocast, model_device
 from grpolab.engine import prefix_packing
 from grpolab.engine.rollout import token_logprobs, token_statistics
 from grpolab.train.batch import StepBatch
@@ -38,9 +38,7 @@ __all__ = [
 
 
 def _autocast(config: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
-    if config.dtype == "bfloat16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    return compute_autocast(config.dtype, device)
 
 
 def policy_logprobs(model: torch.nn.Module, batch: StepBatch, rows: list[int], config: TrainConfig) -> torch.Tensor:
