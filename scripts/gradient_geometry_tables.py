@@ -9,9 +9,10 @@ printed to stderr as it starts), then prints the table as Markdown on stdout: me
 "mixed groups", the total over the seeds. ``--save FILE`` also writes the runs' JSON results (with each
 run's wall seconds); ``--load FILE`` prints a table from such a file without running anything.
 
-``smollm2`` needs the ``smollm2`` extra and, for its trained-policy rows, the run directory of the
-real-model experiment (``--trained``, default ``runs/smollm2/runs/dr_grpo-G4-lr0.0002-seed0``, written by
-``grpolab compare --config experiments/smollm2/compare.yaml --out runs/smollm2``).
+``smollm2`` needs the ``smollm2`` extra and, for its trained-policy rows, a run directory of the real-model
+experiment's `dr_grpo` seed 0 (``--trained``, default ``runs/smollm2-geometry/runs/dr_grpo-G4-seed0``, written by
+``grpolab compare --config experiments/smollm2/compare.yaml --estimators dr_grpo --lrs "" --lr 2e-4 --seeds 1
+--out runs/smollm2-geometry``, about 9 minutes).
 
 Residuals below 1e-12 are rounding noise whose digits change from run to run; they are shown as a bound.
 The commands run as ``python -m grpolab.cli`` with this interpreter, so ``PYTHONPATH=src`` selects a
@@ -34,7 +35,7 @@ from typing import Any
 Run = dict[str, Any]
 Column = tuple[str, Callable[[list[Run]], str]]
 
-TRAINED = "runs/smollm2/runs/dr_grpo-G4-lr0.0002-seed0"
+TRAINED = "runs/smollm2-geometry/runs/dr_grpo-G4-seed0"
 SMOLLM2_TASK = ["--lora", "--lora-r", "16", "--task", "arith", "--task-options",
                 '{"digits": [2, 2], "operators": "+", "operands": 2, "word_problems": true, '
                 '"use_chat_template": true, "max_new_tokens": 32}',

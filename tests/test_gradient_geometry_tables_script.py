@@ -86,3 +86,17 @@ def test_the_arith_readings_quote_the_saved_runs() -> None:
     mixed = [run["metrics"]["grad/mixed_groups"] for run in smallest]
     assert f"{min(mixed):.0f}-{max(mixed):.0f} mixed groups per batch" in doc
     assert f"energy90 is already {script._mean(smallest, 'grad/weighted_energy90'):.1f} there" in doc
+
+
+def test_the_smollm2_readings_quote_the_saved_runs() -> None:
+    runs = {(run["model"] == "smollm2-135m", run["reward_granularity"]): run["metrics"] for run in _saved("smollm2")}
+    doc = " ".join(DOC.read_text(encoding="utf-8").split())
+    trained, trained_token = runs[(False, "outcome")], runs[(False, "token")]
+    group = "grad/weighted_group_effective_rank"
+    assert f"per-group weighted matrix has effective rank {runs[(True, 'token')][group]:.2f}" in doc
+    assert f"({trained['grad/mixed_groups']:.0f} of 8)" in doc
+    assert f"per-group rank is {trained[group]:.2f}" in doc and f"it falls to {trained_token[group]:.2f}" in doc
+    assert f"({trained[group]:.2f} -> {trained_token[group]:.2f})" in doc
+    weighted = "grad/weighted_effective_rank"
+    assert f"`weighted` falls ({trained[weighted]:.2f} -> {trained_token[weighted]:.2f})" in doc
+    assert trained[weighted] > trained_token[weighted]  # "falls" is what the file says
