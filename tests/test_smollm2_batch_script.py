@@ -147,3 +147,16 @@ def test_the_committed_tables_regenerate_from_the_committed_rows() -> None:
     assert text == (EXPERIMENT / "table.md").read_text()
     pd.testing.assert_frame_equal(results, pd.read_csv(EXPERIMENT / "results.csv"), check_dtype=False)
     pd.testing.assert_frame_equal(arms, pd.read_csv(EXPERIMENT / "arms.csv"), check_dtype=False)
+
+
+@pytest.mark.skipif(not (EXPERIMENT / "lr.csv").is_file(), reason="the selection has not been committed")
+def test_docs_compare_quotes_the_committed_selection_and_compare_s_floor_agrees_with_the_rule() -> None:
+    lrs = pd.read_csv(EXPERIMENT / "lr.csv").set_index("lr")
+    doc = " ".join((ROOT / "docs" / "compare.md").read_text(encoding="utf-8").split())
+    assert (f"8e-4 had a mean validation pass@1 of {100 * lrs.loc[8e-4, 'mean']:.1f}% over 3 seeds, one of them at "
+            f"{100 * lrs.loc[8e-4, 'worst']:.0f}%") in doc
+    from grpolab.sweep.select import _choose
+
+    rows = pd.read_csv(EXPERIMENT / "selection.csv").rename(columns={"end_pass_at_1": "validation_score"})
+    chosen, *_ = _choose(rows.assign(status="finished"), script.FLOOR)  # grpolab compare --lr-seed-floor 0.1
+    assert chosen == float(lrs.index[lrs["chosen"]][0])

@@ -75,3 +75,15 @@ def test_diverged_selection_runs_are_counted_not_scored() -> None:
     row = table[table["lr"] == "0.001"].iloc[0]
     assert row["Diverged"] == 1 and row["Validation score"] == "10.0%"  # the seed that finished
     assert "Diverged" not in selection_section(_grid(OLD_GRID)).tables[0][1].columns
+
+
+def test_the_worst_seed_is_shown_and_a_seed_floor_is_stated() -> None:
+    selection = _grid({("sign", 2): ([1e-4, 3e-4], 1e-4)})
+    selection.loc[(selection["lr"] == 3e-4) & (selection["seed"] == 1001), "validation_score"] = 0.0  # collapsed
+    table = selection_section(selection).tables[0][1].set_index("lr")
+    assert table["Worst seed"].to_dict() == {"0.0001": "1.0%", "0.0003": "0.0%"}
+    assert table["Validation score"].to_dict() == {"0.0001": "1.0%", "0.0003": "1.5%"}
+    plain = selection_section(selection, {"compare": {"lr_seed_floor": None}}).paragraphs[0]
+    floored = selection_section(selection, {"compare": {"lr_seed_floor": 0.1}}).paragraphs[0]
+    assert "the lr with the best mean validation score was chosen" in plain and "--lr-seed-floor" not in plain
+    assert "whose every selection seed scored above 10% was chosen (--lr-seed-floor" in floored

@@ -99,3 +99,34 @@ def test_no_ended_selection_run_is_an_error(tmp_path: Path) -> None:
     _, grid = _grid(tmp_path, ["sign"], [1e-4, 3e-4])
     with pytest.raises(UserError, match="no lr-selection run finished"):
         select_lrs(grid)
+
+
+def _scored(tmp_path: Path, scores: dict[float, tuple[float, ...]]):
+    (cell,), grid = _grid(tmp_path, ["sign"], sorted(scores), [1000, 1001, 1002])
+    for spec in grid:
+        finish(spec, 0.0, passk={"1": scores[spec.lr][spec.seed - 1000]}, split="validation")
+    return cell, grid
+
+
+def test_under_a_seed_floor_an_lr_with_a_collapsed_seed_is_not_chosen(tmp_path: Path) -> None:
+    # the SmolLM2 batch-size experiment's selection (experiments/smollm2-batch/lr.csv), rounded
+    cell, grid = _scored(tmp_path, {1e-4: (0.15, 0.09, 0.12), 2e-4: (0.22, 0.30, 0.11),
+                                    4e-4: (0.37, 0.34, 0.25), 8e-4: (0.26, 0.0, 0.43)})
+    assert select_lrs(grid, floor=0.10).choice == {cell: 4e-4}
+    assert select_lrs(grid, floor=0.26).choice == {cell: 4e-4}  # none clears it: the best worst seed (0.25)
+    assert select_lrs(grid, floor=0.26).below_floor == [cell] and select_lrs(grid, floor=0.10).below_floor == []
+    spiky = {1e-4: (0.2, 0.2, 0.2), 3e-4: (0.9, 0.9, 0.05)}
+    cell, grid = _scored(tmp_path / "spiky", spiky)
+    assert select_lrs(grid).choice == {cell: 3e-4}  # the mean alone takes the lr that collapsed a seed
+    assert select_lrs(grid, floor=0.05).choice == {cell: 1e-4}  # at the floor is not above it
+    assert select_lrs(grid, floor=0.04).choice == {cell: 3e-4}
+
+
+def test_the_selection_line_names_the_rule_that_chose() -> None:
+    from grpolab.commands.compare import selection_rule
+
+    assert selection_rule({"floor": None}) == "best mean validation pass@1"
+    assert selection_rule({"floor": 0.1, "below_floor": False}) == (
+        "best mean validation pass@1 among lrs with every selection seed above 0.1")
+    assert selection_rule({"floor": 0.1, "below_floor": True}) == (
+        "no lr had every selection seed above 0.1: the best worst seed")

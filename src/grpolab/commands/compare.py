@@ -128,6 +128,17 @@ def selection_notes(result: Any, rounds: int) -> list[str]:
                    for cell in result.unbracketed if cell not in result.tied]
 
 
+def selection_rule(event: dict[str, Any]) -> str:
+    """How a "selected" event's lr was chosen: the best mean, or under ``lr_seed_floor`` the best mean among the
+    lrs whose every selection run scored above the floor, or the best worst seed where none did."""
+    floor = event.get("floor")
+    if floor is None:
+        return "best mean validation pass@1"
+    if event.get("below_floor"):
+        return f"no lr had every selection seed above {floor:g}: the best worst seed"
+    return f"best mean validation pass@1 among lrs with every selection seed above {floor:g}"
+
+
 def _edge(result: Any, cell: Any) -> str:
     lrs = result.selection
     tried = lrs[(lrs["variant"] == cell.variant.name) & (lrs["estimator"] == cell.estimator)
@@ -165,7 +176,7 @@ class _Progress:
             self.close()
             console.print(f"{event['phase_done']}: {event['trained']} run(s) trained in {event['seconds']:.0f} s")
         elif "selected" in event:
-            console.print(f"selected lr {event['lr']:g} for {event['selected']} (best mean validation pass@1"
+            console.print(f"selected lr {event['lr']:g} for {event['selected']} ({selection_rule(event)}"
                           + ("" if event["bracketed"] else "; at the edge of the lrs tried") + ")")
         elif "finished" in event:
             if not event["finished"]["ok"]:

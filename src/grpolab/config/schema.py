@@ -375,6 +375,11 @@ class CompareConfig:
     """local (process pool) or ray (a Ray cluster; RAY_ADDRESS or a local one)."""
 
     # the sweep as a Python API: lr bracketing, variants, the primary comparison, GPUs per run
+    lr_seed_floor: float | None = setting(None, scope="sweep", group="sweep", at_least=0)
+    """An lr is chosen only if every one of its selection runs scores above this on the validation split (e.g.
+    0.1: an lr at which one seed collapsed is never chosen, however good its mean); where no lr of a cell
+    qualifies, the one with the best worst seed is chosen and the sweep says so. Unset: every lr that did not
+    diverge qualifies."""
     lr_bracket_rounds: int = setting(2, scope="sweep", group="sweep", at_least=0)
     """Rounds that extend the lr grid of an (estimator, G, variant) whose best lr is the smallest or largest
     tried (one more lr in the grid's ratio each round) until the best lr lies inside; 0 = never extend."""

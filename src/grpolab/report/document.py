@@ -58,7 +58,7 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
     sections = [*verdict_sections(results, selection, config, usable, figure_png),
                 *summary_sections(results, config, usable), *data_sections(config)]
     if selection is not None and not selection.empty:
-        sections.append(selection_section(selection))
+        sections.append(selection_section(selection, config))
     family = families_section(results)
     sections += [family] if family is not None else []
     sections += [

@@ -9,6 +9,8 @@ bracketing inferred from whether the chosen lr is an end of its arm's grid.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -27,10 +29,11 @@ def _with_defaults(selection: pd.DataFrame) -> pd.DataFrame:
 
 def selection_table(selection: pd.DataFrame) -> pd.DataFrame:
     """Per (variant, estimator, group_size, lr): mean validation score over the selection seeds that did not
-    diverge, the seeds' count, how many diverged, whether the lr was chosen and the round that added it (0 =
-    the user's grid)."""
+    diverge and the worst of them, the seeds' count, how many diverged, whether the lr was chosen and the round
+    that added it (0 = the user's grid)."""
     table = _with_defaults(selection).groupby([*ARM, "lr"]).agg(
-        validation_score=("validation_score", "mean"), seeds=("seed", "nunique"), diverged=("diverged", "sum"),
+        validation_score=("validation_score", "mean"), worst_seed=("validation_score", "min"),
+        seeds=("seed", "nunique"), diverged=("diverged", "sum"),
         selected=("selected", "any"), round=("round", "min"))
     return table.reset_index()
 
@@ -73,11 +76,15 @@ def unbracketed_lines(selection: pd.DataFrame | None) -> list[str]:
     return lines
 
 
+def _percent(value: float) -> str:
+    return "n/a" if not np.isfinite(value) else f"{100 * value:.1f}%"
+
+
 def _chosen(row: pd.Series) -> str:
     return "yes" if row["selected"] else ""
 
 
-def selection_section(selection: pd.DataFrame) -> Section:
+def selection_section(selection: pd.DataFrame, config: dict[str, Any] | None = None) -> Section:
     """The lr grid: mean validation score per (variant, estimator, G, lr), the chosen lr marked, the lrs that
     the sweep added to bracket the best one marked with their round."""
     table = sort_arms(selection_table(selection), extra=("lr",))
@@ -87,15 +94,19 @@ def selection_section(selection: pd.DataFrame) -> Section:
         "Estimator": table["estimator"], "G": table["group_size"],
         "lr": [f"{lr:g}" + (f" (added, round {r})" if r > 0 else "") for lr, r in zip(table["lr"], table["round"],
                                                                                    strict=True)],
-        "Validation score": table["validation_score"].map(lambda v: "n/a" if not np.isfinite(v) else f"{100 * v:.1f}%"),
+        "Validation score": table["validation_score"].map(_percent), "Worst seed": table["worst_seed"].map(_percent),
         "Seeds": table["seeds"], "Chosen": table.apply(_chosen, axis=1),
     })
     if table["diverged"].gt(0).any():
         display.insert(len(display.columns) - 1, "Diverged", table["diverged"].astype(int))
+    floor = ((config or {}).get("compare") or {}).get("lr_seed_floor")  # the sweep settings' compare part
+    rule = ("the lr with the best mean validation score was chosen (ties: the smaller lr)" if floor is None else
+            f"the lr with the best mean validation score among those whose every selection seed scored above "
+            f"{100 * floor:g}% was chosen (--lr-seed-floor; where no lr did, the one with the best worst seed; "
+            "ties: the smaller lr)")
     text = ("Every (estimator, G) was trained at each learning rate of --lrs on separate selection seeds "
-            "(1000, 1001, ...), scored on the validation split (disjoint from train and test), and the lr with "
-            "the best mean validation score was chosen (ties: the smaller lr). The results above are fresh "
-            "runs at the chosen lr; the selection runs are never reported as results.")
+            "(1000, 1001, ...), scored on the validation split (disjoint from train and test), and " + rule + ". "
+            "The results above are fresh runs at the chosen lr; the selection runs are never reported as results.")
     if added.any():
         text += (" Where the best lr was an end of the grid, the sweep tried further lrs beyond it (marked "
                  "\"added\") until the best one had a tried lr on each side.")

@@ -213,7 +213,7 @@ def _select(base: TrainConfig, sweep: CompareConfig, cells: list[Cell], out: Pat
     for round_ in range(sweep.lr_bracket_rounds + 1):
         grid = plan_lr_grid(base, rounds, sweep.selection_seed_list, out)
         runner.run(grid, "lr selection" + (f", round {round_}" if round_ else ""))
-        selection = select_lrs(grid, rounds)
+        selection = select_lrs(grid, rounds, sweep.lr_seed_floor)
         added = extend_grids(selection, ratio) if round_ < sweep.lr_bracket_rounds else {}
         if not added:
             break
@@ -225,7 +225,8 @@ def _select(base: TrainConfig, sweep: CompareConfig, cells: list[Cell], out: Pat
                         "above and the runs in selection/")
     for cell, lr in sorted(selection.choice.items()):
         runner.on_event({"selected": cell, "lr": lr, "bracketed": selection.bracketed[cell],
-                         "tied": selection.tied.get(cell, [])})
+                         "tied": selection.tied.get(cell, []), "floor": sweep.lr_seed_floor,
+                         "below_floor": cell in selection.below_floor})
     return grid, selection
 
 
@@ -254,6 +255,7 @@ def _gather(out: Path, sweep: CompareConfig, settings: dict[str, Any], grid: lis
         write_table(out / "selection.parquet", selection.table)
         settings["selection"] = {"unbracketed": [str(cell) for cell in selection.unbracketed],
                                  "tied": {str(cell): lrs for cell, lrs in selection.tied.items()},
+                                 "below_floor": [str(cell) for cell in selection.below_floor],
                                  "lr_bracket_rounds": sweep.lr_bracket_rounds}
     result = CompareResult(out, results, metrics, runs, selection.table if selection else None, choice, bracketed,
                            outcomes, settings, specs=specs, not_counted=uncounted,

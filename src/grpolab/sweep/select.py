@@ -2,7 +2,10 @@
 
 Every (variant, estimator, G) trains at each lr of its grid on the selection seeds, scored on the validation
 split; the lr with the best mean validation score wins (ties: the smaller lr). An lr at which any selection
-run diverged is disqualified. Following the practice of reporting tuned baselines only when the tuned value is
+run diverged is disqualified. Under ``lr_seed_floor`` an lr also needs every selection run above the floor:
+a mean can hide a collapsed seed (docs/compare.md). Where no lr of a cell clears the floor, the lr with the best
+worst seed is chosen (ties: the smaller lr) and the cell is named (``Selection.below_floor``). Following the
+practice of reporting tuned baselines only when the tuned value is
 inside the searched range (Henderson et al. 2018, "Deep RL that matters"; Agarwal et al. 2021), a choice is
 *bracketed* when the grid holds a tried lr below it and one above it; an lr above at which runs diverged
 counts as a bracket from above. ``extend_grids`` gives an unbracketed cell one more lr on the open side, in
@@ -43,6 +46,7 @@ class Selection:
     table: pd.DataFrame
     tried: dict[Cell, list[float]] = field(default_factory=dict)
     tied: dict[Cell, list[float]] = field(default_factory=dict)  # the lrs sharing the best score, where several do
+    below_floor: list[Cell] = field(default_factory=list)  # cells where no lr cleared lr_seed_floor
     not_counted: list[dict[str, Any]] = field(default_factory=list)  # outcomes (``gather.not_counted``)
 
     @property
@@ -85,24 +89,31 @@ _TIE_TOLERANCE = 1e-9
 differ only by the rounding of their summation order, far below it; a real difference is at least 1 / samples."""
 
 
-def _choose(rows: pd.DataFrame) -> tuple[float | None, bool, list[float], list[float]]:
+def _choose(rows: pd.DataFrame, floor: float | None = None
+            ) -> tuple[float | None, bool, list[float], list[float], bool]:
     """One cell's (chosen lr or None when every lr diverged, bracketed, tried lrs ascending, the lrs tied for the
-    best score when more than one shares it, else [])."""
+    best score when more than one shares it, else [], whether no lr cleared ``floor``)."""
     tried = sorted(set(rows["lr"]))
     diverged = set(rows.loc[rows["status"] == "diverged", "lr"])
-    means = rows[~rows["lr"].isin(diverged)].groupby("lr")["validation_score"].mean()
+    scores = rows[~rows["lr"].isin(diverged)].groupby("lr")["validation_score"]
+    means, worst = scores.mean(), scores.min()
     if means.empty:
-        return None, False, tried, []
+        return None, False, tried, [], False
+    below = floor is not None and not (worst > floor).any()
+    if floor is not None:
+        means = worst if below else means[worst > floor]  # none clears it: the best worst seed
     top = float(means.max())
     best_lrs = sorted(float(lr) for lr, score in means.items() if top - score <= _TIE_TOLERANCE)
     best = best_lrs[0]
     tied = best_lrs if len(best_lrs) > 1 else []
-    return best, any(lr < best for lr in tried) and any(lr > best for lr in tried), tried, tied
+    return best, any(lr < best for lr in tried) and any(lr > best for lr in tried), tried, tied, below
 
 
-def select_lrs(grid: Sequence[RunSpec], rounds: Mapping[Cell, Mapping[float, int]] | None = None) -> Selection:
+def select_lrs(grid: Sequence[RunSpec], rounds: Mapping[Cell, Mapping[float, int]] | None = None,
+               floor: float | None = None) -> Selection:
     """Each cell's lr with the best mean validation score over its finished grid runs, lrs with a diverged
-    run excluded. ``rounds``: the round in which each cell's lr joined its grid (0: the --lrs grid)."""
+    run excluded, and under ``floor`` (``lr_seed_floor``) lrs with a run at or below it. ``rounds``: the round in
+    which each cell's lr joined its grid (0: the --lrs grid)."""
     by_cell: dict[Cell, list[dict[str, Any]]] = {}
     uncounted: list[dict[str, Any]] = []
     for spec in grid:
@@ -111,16 +122,19 @@ def select_lrs(grid: Sequence[RunSpec], rounds: Mapping[Cell, Mapping[float, int
             by_cell.setdefault(spec.cell, []).append(row)
     if not by_cell:
         raise UserError("no lr-selection run finished; see the errors above and the runs in selection/")
-    choice, bracketed, tried, tied, tables = {}, {}, {}, {}, []
+    choice, bracketed, tried, tied, below, tables = {}, {}, {}, {}, [], []
     for cell, rows in by_cell.items():
         table = pd.DataFrame(rows, columns=COLUMNS)
-        best, inside, tried[cell], tied_lrs = _choose(table)
+        best, inside, tried[cell], tied_lrs, below_floor = _choose(table, floor)
         if best is not None:
             choice[cell], bracketed[cell] = best, inside
         if tied_lrs:
             tied[cell] = tied_lrs
+        if below_floor:
+            below.append(cell)
         tables.append(table.assign(selected=table["lr"] == best, bracketed=inside))
-    return Selection(choice, bracketed, pd.concat(tables, ignore_index=True), tried, tied, uncounted)
+    return Selection(choice, bracketed, pd.concat(tables, ignore_index=True), tried, tied, not_counted=uncounted,
+                     below_floor=sorted(below))
 
 
 def _next_lr(value: float, ratio: float) -> float:
