@@ -128,7 +128,7 @@ def test_the_rows_come_from_the_sweep_folder(tmp_path: Path) -> None:
 
 
 def test_a_missing_sweep_says_what_to_run(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="scripts/smollm2_batch.py run"):
+    with pytest.raises(SystemExit, match=r"scripts/smollm2_batch\.py run"):
         script.read_runs(tmp_path)
 
 
