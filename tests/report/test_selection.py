@@ -87,3 +87,8 @@ def test_the_worst_seed_is_shown_and_a_seed_floor_is_stated() -> None:
     floored = selection_section(selection, {"compare": {"lr_seed_floor": 0.1}}).paragraphs[0]
     assert "the lr with the best mean validation score was chosen" in plain and "--lr-seed-floor" not in plain
     assert "whose every selection seed scored above 10% was chosen (--lr-seed-floor" in floored
+    settings = {"compare": {"lr_seed_floor": 0.5}, "selection": {"below_floor": ["sign G=2"]}}
+    below = selection_section(selection, settings)
+    assert below.bullets[-1:] == ["No lr for sign G=2 had every selection seed above 50%: the one with the best "
+                                  "worst seed was chosen, so its reported runs may collapse too."]
+    assert len(below.bullets) == len(selection_section(selection).bullets) + 1

@@ -85,8 +85,9 @@ def _chosen(row: pd.Series) -> str:
 
 
 def selection_section(selection: pd.DataFrame, config: dict[str, Any] | None = None) -> Section:
-    """The lr grid: mean validation score per (variant, estimator, G, lr), the chosen lr marked, the lrs that
-    the sweep added to bracket the best one marked with their round."""
+    """The lr grid: mean validation score and worst seed per (variant, estimator, G, lr), the chosen lr marked, the
+    lrs that the sweep added to bracket the best one marked with their round; ``config``: the sweep settings (the
+    rule under ``lr_seed_floor``, and a bullet for each cell where no lr cleared it)."""
     table = sort_arms(selection_table(selection), extra=("lr",))
     added = table["round"] > 0
     display = pd.DataFrame({
@@ -110,6 +111,9 @@ def selection_section(selection: pd.DataFrame, config: dict[str, Any] | None = N
     if added.any():
         text += (" Where the best lr was an end of the grid, the sweep tried further lrs beyond it (marked "
                  "\"added\") until the best one had a tried lr on each side.")
-    notes = unbracketed_lines(selection)
+    notes = unbracketed_lines(selection) + [
+        f"No lr for {cell} had every selection seed above {100 * floor:g}%: the one with the best worst seed was "
+        "chosen, so its reported runs may collapse too." for cell in ((config or {}).get("selection") or {}).get(
+            "below_floor", [])]
     return Section("Learning-rate selection", [text], [("Validation score per learning rate", display)],
                    bullets=notes)
