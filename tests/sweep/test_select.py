@@ -130,3 +130,21 @@ def test_the_selection_line_names_the_rule_that_chose() -> None:
         "best mean validation pass@1 among lrs with every selection seed above 0.1")
     assert selection_rule({"floor": 0.1, "below_floor": True}) == (
         "no lr had every selection seed above 0.1: the best worst seed")
+
+
+def test_the_progress_note_shortens_run_ids_never_steps() -> None:
+    from grpolab.commands.compare import running_line
+
+    two = {"dr_grpo-G4-seed0-prompts_per_step=16": "step 7/30", "dr_grpo-G4-seed0-prompts_per_step=4": "step 20/30"}
+    line = running_line(two)  # was: the joined text cut at 90 characters, "step 20/30" shown as "step 1"
+    assert len(line) <= 90 and line.endswith("…ompts_per_step=4 step 20/30")
+    assert line.count("…") == 2 and "per_step=16 step 7/30; " in line
+    many = {f"sign-G4-lr0.0004-seed{i}-prompts_per_step=16": f"step {i + 10}/30" for i in range(8)}
+    line = running_line(many)
+    assert len(line) <= 90 and line.endswith(" more")
+    shown = line.count("/30")
+    assert shown >= 1 and line.endswith(f"+{8 - shown} more")
+    assert all(f"step {i + 10}/30" in line for i in range(shown))
+    assert running_line({"a": "step 1/2"}) == "a step 1/2"
+    assert running_line({"x" * 200: "step 1/2"}, width=40) == "x" * 14 + "…" + "x" * 14 + " step 1/2"
+    assert running_line({"x" * 200: "step 1/2", "y" * 200: "step 2/2"}, width=12) == "+2 more"

@@ -184,7 +184,7 @@ class _Progress:
             self._current.pop(event["finished"]["run_id"], None)
             self._update(advance=1)
         else:
-            self._current[event["run_id"]] = f"{event['run_id']} step {event['step']}/{event['steps']}"
+            self._current[event["run_id"]] = f"step {event['step']}/{event['steps']}"
             self._update()
 
     def _start(self, event: dict[str, Any]) -> None:
@@ -200,11 +200,39 @@ class _Progress:
 
     def _update(self, advance: int = 0) -> None:
         if self._bar is not None:
-            self._bar.update(self._task, advance=advance, info="; ".join(sorted(self._current.values()))[:90])
+            self._bar.update(self._task, advance=advance, info=running_line(self._current))
 
     def close(self) -> None:
         self._bars.close()
         self._bar, self._current = None, {}
+
+
+def running_line(steps: dict[str, str], width: int = 90) -> str:
+    """The progress bar's note of the running runs, run id -> "step a/b", in at most ``width`` characters. Where the
+    whole ids do not fit, each is shortened in its middle ("dr_grpo-G…per_step=4"), never its step; runs that still
+    do not fit are counted ("+2 more"). Cutting the joined text at ``width`` once showed "step 20/30" as "step 1"."""
+    entries = sorted(steps.items())
+    whole = "; ".join(f"{run} {step}" for run, step in entries)
+    if len(whole) <= width:
+        return whole
+    room = max(12, width // len(entries) - max(len(step) for _, step in entries) - 3)
+    shown: list[str] = []
+    for index, (run, step) in enumerate(entries):
+        entry = f"{_middle(run, room)} {step}"
+        more = len(entries) - index - 1
+        tail = f"; +{more} more" if more else ""
+        if len("; ".join([*shown, entry]) + tail) > width:
+            return "; ".join(shown) + f"{'; ' if shown else ''}+{len(entries) - index} more"
+        shown.append(entry)
+    return "; ".join(shown)
+
+
+def _middle(text: str, room: int) -> str:
+    """``text`` in at most ``room`` characters, its middle replaced by "…" where it is longer."""
+    if len(text) <= room:
+        return text
+    head = (room - 1) // 2
+    return text[:head] + "…" + text[len(text) - (room - 1 - head):]
 
 
 def _print_summary(result: Any) -> None:
