@@ -40,6 +40,7 @@ BENCHMARKS = (
     "cli",
     "preflight",
     "sampler_reuse",
+    "half_batch",
 )
 
 

