@@ -90,7 +90,6 @@ def model_for(config: TrainConfig, policy: Any) -> torch.nn.Module:
 
 
 def run(args: argparse.Namespace) -> int:
-
     import torch
 
     from grpolab import devices
