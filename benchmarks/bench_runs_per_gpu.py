@@ -11,7 +11,12 @@ first K of the list. Plan enough runs that the largest K fills its slots (8 runs
 
 ``--cpu`` runs a tiny plan on the CPU, where ``--runs-per-gpu`` is refused: K becomes ``--workers K`` with
 ``--device cpu``, the same concurrency on the host, so that this script's machinery is run by a test and cannot rot;
-its numbers say nothing of a GPU. It prints a Markdown table and, with ``--out``, JSON.
+its numbers say nothing of a GPU. It prints a Markdown table and, with ``--out``, JSON (rewritten after every K).
+
+``--random-shape NAME`` builds a random-weight model of a real model's shape (``scripts/gpu_check_shapes.SHAPES``:
+``smollm2-135m-shape``, ``qwen2.5-0.5b-shape``; tiny on the CPU) in a temporary folder and gives it to every compare
+as ``--model``: the throughput of that shape with no download; its rewards mean nothing. ``--engine trl`` times
+TRL's engine instead of grpolab's. A K whose compare fails is recorded with its error and the next K runs.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ TINY = {"estimators": "sign", "seeds": 2, "group_size": 2, "steps": 1, "eval_lim
 def compare_command(out: Path, runs_per_gpu: int, args: argparse.Namespace) -> list[str]:
     """The ``grpolab compare`` of one K: ``--runs-per-gpu K`` on the GPU, ``--workers K --device cpu`` on the CPU."""
     command = [sys.executable, "-m", "grpolab", "compare", "--out", str(out), "--model", args.model,
+               "--engine", args.engine,
                "--estimators", args.estimators, "--seeds", str(args.seeds), "--group-sizes", str(args.group_size),
                "--lrs", "", "--lr", "1e-4", "--steps", str(args.steps), "--prompts-per-step",
                str(args.prompts_per_step), "--eval-limit", str(args.eval_limit), "--eval-samples",
@@ -55,22 +61,40 @@ def measure(runs_per_gpu: int, args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
         seconds = time.perf_counter() - started
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}")
-        runs = sum(1 for path in (out / "runs").iterdir() if (path / "summary.json").is_file())
-    return {"runs_per_gpu": runs_per_gpu, "runs": runs, "seconds": seconds, "runs_per_hour": runs * 3600 / seconds,
-            "command": " ".join(command[2:])}
+        runs_dir = out / "runs"
+        runs = sum(1 for path in runs_dir.iterdir() if (path / "summary.json").is_file()) if runs_dir.is_dir() else 0
+    row = {"runs_per_gpu": runs_per_gpu, "engine": args.engine, "runs": runs, "seconds": seconds,
+           "runs_per_hour": runs * 3600 / seconds, "command": " ".join(command[2:])}
+    if done.returncode != 0:
+        row["error"] = f"exit {done.returncode}: {done.stderr[-2000:]}"
+    return row
 
 
 def markdown(rows: list[dict[str, Any]], cpu: bool) -> str:
     """The table: K, runs, seconds, runs per hour, speed-up against the first row."""
     label = "workers (CPU)" if cpu else "runs per GPU"
-    lines = [f"| {label} | runs | seconds | runs/hour | speed-up |", "|---|---|---|---|---|"]
+    lines = [f"| {label} | engine | runs | seconds | runs/hour | speed-up |", "|---|---|---|---|---|---|"]
     first = rows[0]["runs_per_hour"]
     for row in rows:
-        lines.append(f"| {row['runs_per_gpu']} | {row['runs']} | {row['seconds']:.1f} | {row['runs_per_hour']:.0f} | "
-                     f"{row['runs_per_hour'] / first:.2f}x |")
+        speed_up = f"{row['runs_per_hour'] / first:.2f}x" if first > 0 else "n/a"
+        failed = " (failed: see its error)" if "error" in row else ""
+        lines.append(f"| {row['runs_per_gpu']} | {row['engine']} | {row['runs']} | {row['seconds']:.1f} | "
+                     f"{row['runs_per_hour']:.0f} | {speed_up}{failed} |")
     return "\n".join(lines)
+
+
+def build_random_shape(name: str, folder: Path, cpu: bool) -> str:
+    """A random-weight model of ``name``'s shape (``gpu_check_shapes``) saved with its tokenizer in ``folder``."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_check_shapes
+
+    if name not in gpu_check_shapes.SHAPES:
+        raise SystemExit(f"--random-shape {name!r}: not a shape; the shapes are {', '.join(gpu_check_shapes.SHAPES)}")
+    tokenizer, _ = gpu_check_shapes.shape_tokenizer(name, folder)
+    model = gpu_check_shapes.random_model(gpu_check_shapes.SHAPES[name], tokenizer, cpu)
+    model.save_pretrained(folder / name, safe_serialization=True)
+    tokenizer.save_pretrained(folder / name)
+    return str(folder / name)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -78,6 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs-per-gpu", default="1,2,4", help="the K to measure, comma-separated (default 1,2,4)")
     parser.add_argument("--cpu", action="store_true", help="a tiny plan on the CPU, K as --workers (for the test)")
     parser.add_argument("--model", default="embedded")
+    parser.add_argument("--random-shape", default=None, help="a random-weight model of this shape as --model")
+    parser.add_argument("--engine", default="grpolab", choices=("grpolab", "trl"))
     parser.add_argument("--estimators", default="sign,dr_grpo")
     parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
@@ -96,11 +122,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rows = [measure(int(k), args) for k in args.runs_per_gpu.split(",") if k.strip()]
+    with tempfile.TemporaryDirectory(prefix="grpolab-bench-shape-") as shapes:
+        if args.random_shape:
+            args.model = build_random_shape(args.random_shape, Path(shapes), args.cpu)
+        rows = []
+        for k in (int(k) for k in args.runs_per_gpu.split(",") if k.strip()):
+            rows.append(measure(k, args))
+            print(f"K = {k}: {rows[-1]['runs']} runs in {rows[-1]['seconds']:.1f} s", flush=True)
+            if args.out:
+                args.out.write_text(json.dumps({"cpu": args.cpu, "model": args.random_shape or args.model,
+                                                "rows": rows}, indent=1))
     print(markdown(rows, args.cpu))
-    if args.out:
-        args.out.write_text(json.dumps({"cpu": args.cpu, "rows": rows}, indent=1))
-    return 0
+    for row in rows:
+        if "error" in row:
+            print(f"K = {row['runs_per_gpu']} failed: {row['error']}", file=sys.stderr)
+    return 1 if any("error" in row for row in rows) else 0
 
 
 if __name__ == "__main__":

@@ -33,8 +33,8 @@ def test_cpu_mode_measures_each_k(tmp_path: Path) -> None:
         assert row["runs"] == 2 and row["seconds"] > 0
         assert row["runs_per_hour"] == 2 * 3600 / row["seconds"]  # the same float division, unrounded
         assert f"--workers {row['runs_per_gpu']}" in row["command"] and "--runs-per-gpu" not in row["command"]
-    assert "| workers (CPU) | runs | seconds | runs/hour | speed-up |" in done.stdout
-    assert "| 1 | 2 |" in done.stdout and "| 2 | 2 |" in done.stdout and "| 1.00x |" in done.stdout
+    assert "| workers (CPU) | engine | runs | seconds | runs/hour | speed-up |" in done.stdout
+    assert "| 1 | grpolab | 2 |" in done.stdout and "| 2 | grpolab | 2 |" in done.stdout and "| 1.00x |" in done.stdout
 
 
 def test_gpu_mode_passes_runs_per_gpu(tmp_path: Path) -> None:
