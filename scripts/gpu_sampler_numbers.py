@@ -24,6 +24,13 @@ cut short keeps what it measured:
   block of 3 steps per side, the first dropped: the medians of the step, of the update alone (grpolab
   ``perf/update_time``; TRL: its step less its generation and scoring, synchronised at the step's end) and their
   ratios.
+  grpolab's update forwards the whole batch as one micro-batch (``micro_batch_size`` = P x G), as TRL forwards its
+  ``per_device_train_batch_size`` of P x G rows; the H100 run of 2026-11-28 took ``bench_smollm2``'s CPU setting of
+  16 rows instead, 8 micro-batches against TRL's one (docs/benchmarks.md).
+* ``update``: grpolab's update alone on the same model and batch shape as ``rl-step``, at each micro-batch size of
+  ``UPDATE_MICRO_BATCHES`` (16 rows up to the whole batch), 3 steps each, the first dropped: the median
+  ``perf/update_time`` and the median with prefix packing off (``prefix_packing.logprobs`` made to decline, so the
+  padded forward runs), to say where the update's time goes.
 * ``compiled``: ``bench_decode_kernels.py --compile max-autotune-no-cudagraphs`` (the static step compiled, under
   the decoder's CUDA graph capture), last because compiling may take minutes.
 
@@ -69,6 +76,8 @@ ROOFLINE = (
     "written prefix at its mean length over the rollout"
 )
 PARITY_VERIFIER = "bench_length_parity"
+UPDATE_MICRO_BATCHES = (16, 64, 128)
+"""Micro-batch sizes (rows) of the ``update`` section; the tiny mode takes those up to its batch of 4 rows."""
 PROMPT_WIDTH = 32
 
 
@@ -197,41 +206,97 @@ def _register_parity() -> None:
         register(PARITY_VERIFIER)(lambda completion, reference: float(len(completion) % 2 == 0))
 
 
-def rl_step_section(spec: dict[str, Any]) -> dict[str, Any]:
+def _rl_settings(spec: dict[str, Any], folder: Path) -> Any:
+    """``bench_smollm2``'s pair settings on the random model in ``folder``: P = 16, G = 8, up to 128 new tokens
+    (tiny: 2, 2, 8), the parity reward, temperature 1, grpolab's whole batch in one micro-batch."""
     import bench_smollm2
+
+    prompts, samples, tokens = (2, 2, 8) if spec["tiny"] else (16, 8, 128)
+    return dataclasses.replace(
+        bench_smollm2.settings(),
+        model=str(folder),
+        prompts=prompts,
+        group_size=samples,
+        max_new_tokens=tokens,
+        verifier=PARITY_VERIFIER,
+        temperature=1.0,
+        device="cpu" if spec["cpu"] else "cuda",
+        trl_bf16_weights=True,
+        micro_batch_size=prompts * samples,
+    )
+
+
+def _random_smollm2(spec: dict[str, Any], work: Path) -> Path:
     import gpu_check_shapes
-    from _grpo_pair import compare_steps, describe
 
     name = "smollm2-135m-shape"
+    folder = work / name
+    tokenizer, _ = gpu_check_shapes.shape_tokenizer(name, work)
+    gpu_check_shapes.random_model(gpu_check_shapes.SHAPES[name], tokenizer, spec["tiny"]).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def rl_step_section(spec: dict[str, Any]) -> dict[str, Any]:
+    from _grpo_pair import compare_steps, describe
+
     _register_parity()
     with tempfile.TemporaryDirectory() as work:
-        folder = Path(work) / name
-        tokenizer, _ = gpu_check_shapes.shape_tokenizer(name, Path(work))
-        gpu_check_shapes.random_model(gpu_check_shapes.SHAPES[name], tokenizer, spec["tiny"]).save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        prompts, samples, tokens = (2, 2, 8) if spec["tiny"] else (16, 8, 128)
-        settings = dataclasses.replace(
-            bench_smollm2.settings(),
-            model=str(folder),
-            prompts=prompts,
-            group_size=samples,
-            max_new_tokens=tokens,
-            verifier=PARITY_VERIFIER,
-            temperature=1.0,
-            device="cpu" if spec["cpu"] else "cuda",
-            trl_bf16_weights=True,
-        )
+        settings = _rl_settings(spec, _random_smollm2(spec, Path(work)))
         times = compare_steps(settings, blocks=1, steps_per_block=3)
     info = describe(times)
     return {
-        "model": name,
-        "prompts": prompts,
-        "group_size": samples,
-        "max_new_tokens": tokens,
+        "model": "smollm2-135m-shape",
+        "prompts": settings.prompts,
+        "group_size": settings.group_size,
+        "max_new_tokens": settings.max_new_tokens,
+        "micro_batch_size": settings.micro_batch_size,
         "trl_weights": times.trl_weights.removeprefix("torch."),
         "step_ratio": times.ratio,
         **info,
     }
+
+
+def _update_times(trainer: Any, steps: int, first: int) -> list[float]:
+    return [trainer.step(first + i)["perf/update_time"] for i in range(steps)][1:]
+
+
+def update_section(spec: dict[str, Any]) -> dict[str, Any]:
+    from unittest import mock
+
+    from _common import median
+    from _grpo_pair import _grpolab_config
+
+    from grpolab.engine import prefix_packing
+    from grpolab.models import load_policy
+    from grpolab.train.lifecycle import load_task_for
+    from grpolab.train.trainer import Trainer
+
+    _register_parity()
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        settings = _rl_settings(spec, _random_smollm2(spec, Path(work)))
+        batch = settings.prompts * settings.group_size
+        for size in [size for size in UPDATE_MICRO_BATCHES if size <= batch] or [batch]:
+            config = _grpolab_config(dataclasses.replace(settings, micro_batch_size=size))
+            trainer = Trainer(config, Path(work) / f"run-{size}", policy=load_policy(settings.model),
+                              task=load_task_for(config))
+            original, packed_forwards = prefix_packing.logprobs, []
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                result = original(*args, **kwargs)
+                packed_forwards.append(result is not None)
+                return result
+
+            with mock.patch.object(prefix_packing, "logprobs", counted):
+                packed = _update_times(trainer, 3, 1)
+            with mock.patch.object(prefix_packing, "logprobs", lambda *args, **kwargs: None):
+                padded = _update_times(trainer, 3, 4)
+            rows.append({"micro_batch_size": size, "micro_batches": -(-batch // size),
+                         "update_ms": 1000 * median(packed), "update_padded_ms": 1000 * median(padded),
+                         "packed_forwards": sum(packed_forwards), "forwards": len(packed_forwards)})
+    return {"model": "smollm2-135m-shape", "prompts": settings.prompts, "group_size": settings.group_size,
+            "max_new_tokens": settings.max_new_tokens, "rows": rows}
 
 
 SECTIONS: dict[str, tuple[float, Callable[[dict[str, Any]], dict[str, Any]]]] = {
@@ -240,9 +305,10 @@ SECTIONS: dict[str, tuple[float, Callable[[dict[str, Any]], dict[str, Any]]]] = 
     "sampling-qwen2.5": (90, lambda spec: sampling_section(spec, "sampling-qwen2.5")),
     "kernels": (60, kernels_section),
     "rl-step": (150, rl_step_section),
+    "update": (120, update_section),
     "compiled": (130, lambda spec: kernels_section(spec, "max-autotune-no-cudagraphs")),
 }
-"""Section -> (time limit in seconds, what it runs), in the order they run; 540 s in all."""
+"""Section -> (time limit in seconds, what it runs), in the order they run; 660 s in all (``--budget-s`` cuts it)."""
 
 
 # ---------------------------------------------------------------------------------------------- running them

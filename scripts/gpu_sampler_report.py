@@ -89,13 +89,29 @@ def rl_lines(result: dict[str, Any]) -> list[str]:
     )
     return [
         f"{measured['model']}, LoRA, bfloat16, P = {measured['prompts']}, G = {measured['group_size']}, up to "
-        f"{measured['max_new_tokens']} new tokens, {measured['steps_timed']} step(s) timed per side:",
+        f"{measured['max_new_tokens']} new tokens, grpolab's micro-batch {measured.get('micro_batch_size', 16)} rows "
+        f"(TRL: one batch), {measured['steps_timed']} step(s) timed per side:",
         "",
         f"| | grpolab (ms) | TRL, {measured['trl_weights']} weights (ms) | grpolab / TRL |",
         "|---|---|---|---|",
         f"| RL step | {measured['grpolab_step_ms']:,.1f} | {measured['trl_step_ms']:,.1f} | "
         f"{measured['step_ratio']:.3f} |",
         f"| update alone | {measured['grpolab_update_ms']:,.1f} | {measured['trl_update_ms']:,.1f} | {update:.3f} |",
+    ]
+
+
+def update_lines(result: dict[str, Any]) -> list[str]:
+    measured = _ok(result, "update")
+    if measured is None:
+        return ["(not measured)"]
+    return [
+        f"grpolab's update alone, {measured['model']}, P = {measured['prompts']}, G = {measured['group_size']}, up to "
+        f"{measured['max_new_tokens']} new tokens, medians of 2 steps after a warm-up:",
+        "",
+        "| micro-batch (rows) | micro-batches | update, prefix-packed (ms) | update, padded forward (ms) |",
+        "|---|---|---|---|",
+        *(f"| {row['micro_batch_size']} | {row['micro_batches']} | {row['update_ms']:,.1f} | "
+          f"{row['update_padded_ms']:,.1f} |" for row in measured["rows"]),
     ]
 
 
@@ -126,6 +142,10 @@ def markdown(result: dict[str, Any]) -> str:
         "## The RL step and the update against TRL's",
         "",
         *rl_lines(result),
+        "",
+        "## The update by micro-batch size",
+        "",
+        *update_lines(result),
         "",
         "## Sections",
         "",

@@ -44,7 +44,8 @@ def test_smoke_mode_measures_every_section(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((tmp_path / "gpu-sampler-numbers.json").read_text())
     sections = result["sections"]
-    assert list(sections) == ["bandwidth", "sampling-smollm2", "sampling-qwen2.5", "kernels", "rl-step", "compiled"]
+    assert list(sections) == ["bandwidth", "sampling-smollm2", "sampling-qwen2.5", "kernels", "rl-step", "update",
+                              "compiled"]
     assert all(record["status"] == "ok" for record in sections.values())
     for name in ("sampling-smollm2", "sampling-qwen2.5"):
         rows = sections[name]["result"]["rows"]
@@ -55,9 +56,16 @@ def test_smoke_mode_measures_every_section(tmp_path: Path) -> None:
     rl = sections["rl-step"]["result"]
     assert rl["grpolab_update_ms"] > 0 and rl["trl_update_ms"] > 0 and rl["step_ratio"] > 0
     assert rl["trl_weights"] == "bfloat16"  # TRL trained its copy in bfloat16 weights
+    assert rl["micro_batch_size"] == rl["prompts"] * rl["group_size"]  # one micro-batch, as TRL forwards one batch
+    update = sections["update"]["result"]["rows"]
+    assert [row["micro_batch_size"] for row in update] == [4]  # the tiny batch: P x G = 4 rows, one micro-batch
+    for row in update:
+        assert row["update_ms"] > 0 and row["update_padded_ms"] > 0
+        assert row["packed_forwards"] == row["forwards"] > 0  # the packed timing did run the packed forward
     table = (tmp_path / "gpu-sampler-numbers.md").read_text()
-    assert "6 of 6 sections measured" in table and "a smoke run on tiny models" in table
+    assert "7 of 7 sections measured" in table and "a smoke run on tiny models" in table
     assert table.count("n/a (smoke run)") == 2 and "| update alone |" in table
+    assert "| 4 | 1 |" in table and "update, padded forward (ms)" in table
 
 
 def test_a_failing_section_is_recorded_and_the_next_one_runs(tmp_path: Path) -> None:
