@@ -257,6 +257,17 @@ def rl_step_section(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _counting(forward: Callable[..., Any], packed: list[bool]) -> Callable[..., Any]:
+    """``forward`` that appends to ``packed`` whether each call packed (returned log-probs, not None)."""
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        result = forward(*args, **kwargs)
+        packed.append(result is not None)
+        return result
+
+    return counted
+
+
 def _update_times(trainer: Any, steps: int, first: int) -> list[float]:
     return [trainer.step(first + i)["perf/update_time"] for i in range(steps)][1:]
 
@@ -266,7 +277,6 @@ def update_section(spec: dict[str, Any]) -> dict[str, Any]:
 
     from _common import median
     from _grpo_pair import _grpolab_config
-
     from grpolab.engine import prefix_packing
     from grpolab.models import load_policy
     from grpolab.train.lifecycle import load_task_for
@@ -279,24 +289,31 @@ def update_section(spec: dict[str, Any]) -> dict[str, Any]:
         batch = settings.prompts * settings.group_size
         for size in [size for size in UPDATE_MICRO_BATCHES if size <= batch] or [batch]:
             config = _grpolab_config(dataclasses.replace(settings, micro_batch_size=size))
-            trainer = Trainer(config, Path(work) / f"run-{size}", policy=load_policy(settings.model),
-                              task=load_task_for(config))
-            original, packed_forwards = prefix_packing.logprobs, []
-
-            def counted(*args: Any, **kwargs: Any) -> Any:
-                result = original(*args, **kwargs)
-                packed_forwards.append(result is not None)
-                return result
-
-            with mock.patch.object(prefix_packing, "logprobs", counted):
+            trainer = Trainer(
+                config, Path(work) / f"run-{size}", policy=load_policy(settings.model), task=load_task_for(config)
+            )
+            packed_forwards: list[bool] = []
+            with mock.patch.object(prefix_packing, "logprobs", _counting(prefix_packing.logprobs, packed_forwards)):
                 packed = _update_times(trainer, 3, 1)
             with mock.patch.object(prefix_packing, "logprobs", lambda *args, **kwargs: None):
                 padded = _update_times(trainer, 3, 4)
-            rows.append({"micro_batch_size": size, "micro_batches": -(-batch // size),
-                         "update_ms": 1000 * median(packed), "update_padded_ms": 1000 * median(padded),
-                         "packed_forwards": sum(packed_forwards), "forwards": len(packed_forwards)})
-    return {"model": "smollm2-135m-shape", "prompts": settings.prompts, "group_size": settings.group_size,
-            "max_new_tokens": settings.max_new_tokens, "rows": rows}
+            rows.append(
+                {
+                    "micro_batch_size": size,
+                    "micro_batches": -(-batch // size),
+                    "update_ms": 1000 * median(packed),
+                    "update_padded_ms": 1000 * median(padded),
+                    "packed_forwards": sum(packed_forwards),
+                    "forwards": len(packed_forwards),
+                }
+            )
+    return {
+        "model": "smollm2-135m-shape",
+        "prompts": settings.prompts,
+        "group_size": settings.group_size,
+        "max_new_tokens": settings.max_new_tokens,
+        "rows": rows,
+    }
 
 
 SECTIONS: dict[str, tuple[float, Callable[[dict[str, Any]], dict[str, Any]]]] = {

@@ -110,8 +110,11 @@ def update_lines(result: dict[str, Any]) -> list[str]:
         "",
         "| micro-batch (rows) | micro-batches | update, prefix-packed (ms) | update, padded forward (ms) |",
         "|---|---|---|---|",
-        *(f"| {row['micro_batch_size']} | {row['micro_batches']} | {row['update_ms']:,.1f} | "
-          f"{row['update_padded_ms']:,.1f} |" for row in measured["rows"]),
+        *(
+            f"| {row['micro_batch_size']} | {row['micro_batches']} | {row['update_ms']:,.1f} | "
+            f"{row['update_padded_ms']:,.1f} |"
+            for row in measured["rows"]
+        ),
     ]
 
 
