@@ -391,3 +391,45 @@ def test_a_host_read_inside_the_captured_step_is_a_failed_capture(embedded, monk
     with pytest.warns(RuntimeWarning, match="host synchronisation"):
         graphed = _graph_sample(model, embedded.tokenizer, monkeypatch)
     assert graphed.sampler == "lean static" and "host synchronisation" in graphed.sampler_fallback
+
+
+def _casts_per_step(model, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The dtype casts (outermost ``aten::to`` that copy) of one static step of ``model``'s bfloat16 lean copy over a bfloat16
+    KV cache, profiled on the CPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    monkeypatch.setattr(fast_decode, "step_mode", "static")
+    monkeypatch.setattr(fast_decode, "kv_cache", "bfloat16")
+    lean = fast_decode.build(model, torch.bfloat16)
+    ids = torch.randint(3, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(0))
+    logits = lean.prefill(ids, torch.ones_like(ids), 4)
+    lean._token.copy_(logits.argmax(dim=-1))
+    lean.static_step(lean.bucket_end(7))  # warm-up
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        lean.static_step(lean.bucket_end(8))
+    return sum(event.name == "aten::to" and bool(event.cpu_children) and not _under_aten(event)
+               for event in prof.events())
+
+
+def _under_aten(event) -> bool:
+    parent = event.cpu_parent
+    while parent is not None and not parent.name.startswith("aten::"):
+        parent = parent.cpu_parent
+    return parent is not None
+
+
+@pytest.mark.parametrize("biased", [False, True])
+def test_a_bfloat16_cache_step_casts_four_times_a_layer(monkeypatch: pytest.MonkeyPatch, biased: bool) -> None:
+    """Per layer: the two RMS norms' outputs to the weights' dtype, the q/k/v projection to float32 for the rotation,
+    and the rotated queries and keys to the cache's dtype once. The values go to the cache as the projection made
+    them, and the attention's output stays bfloat16 for the output projection (each of these was a cast to float32
+    and back, the identity). A biased q/k/v (Qwen2) adds its bias in float32 first, so its values take one cast."""
+    from tests.engine.test_fast_decode import _random_qwen2
+
+    counts = []
+    for layers in (1, 2):
+        model = _random_qwen2(96) if biased else _random_llama(96, kv_heads=2, tied=True)
+        model.model.layers = model.model.layers[:layers]
+        model.config.num_hidden_layers = layers
+        counts.append(_casts_per_step(model, monkeypatch))
+    assert counts[1] - counts[0] == (5 if biased else 4)

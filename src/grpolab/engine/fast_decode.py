@@ -341,19 +341,22 @@ class LeanLlama:
         rows, length = shape
         group = self.heads // self.kv_heads
         layer = self.layers[index]
-        qkv = self._linear(normed, layer.qkv).float()
+        cache = self._keys.dtype
+        projected = self._linear(normed, layer.qkv).view(rows, length, -1, self.head_dim)
+        qkv = projected.float()
         if layer.qkv_bias is not None:
-            qkv = qkv + layer.qkv_bias
-        qkv = qkv.view(rows, length, -1, self.head_dim)
+            qkv = qkv + layer.qkv_bias.view(-1, self.head_dim)
         qk = qkv[:, :, : self.heads + self.kv_heads]  # [B, S, H + Hkv, Dh]
         if layer.qk_norm is not None:  # each head normed over Dh, then its q or k weight (queries pre-scaled)
             qk = F.rms_norm(qk, (self.head_dim,), eps=self.eps) * layer.qk_norm
-        qk = self._rope(qk, cos, sin)  # one rotation for queries and keys
-        keys, values = qk[:, :, self.heads :].transpose(1, 2), qkv[:, :, self.heads + self.kv_heads :].transpose(1, 2)
-        cache = self._keys.dtype
+        qk = self._rope(qk, cos, sin).to(cache)  # one rotation, one cast for queries and keys
+        # without a bias the values are the projection's own: cast to float32 and back would give them bit for bit
+        values = projected if layer.qkv_bias is None and projected.dtype == cache else qkv.to(cache)
+        keys = qk[:, :, self.heads :].transpose(1, 2)  # [B, Hkv, S, Dh]
+        values = values[:, :, self.heads + self.kv_heads :].transpose(1, 2)
         if isinstance(start, torch.Tensor):
-            self._keys[index].index_copy_(2, start, keys.to(cache))
-            self._values[index].index_copy_(2, start, values.to(cache))
+            self._keys[index].index_copy_(2, start, keys)
+            self._values[index].index_copy_(2, start, values)
         else:
             self._keys[index, :, :, start : start + length] = keys
             self._values[index, :, :, start : start + length] = values
@@ -363,9 +366,10 @@ class LeanLlama:
         if cache == torch.float32:  # queries pre-scaled; [B Hkv, group S, end] scores
             scores = torch.baddbmm(bias, q.flatten(0, 1), keys.flatten(0, 1).transpose(1, 2))
             attended = torch.bmm(torch.softmax(scores, dim=-1), values.flatten(0, 1))
-        else:  # 4-D, as the fused kernels take it; the float32 softmax runs inside the kernel
+        else:  # 4-D, as the fused kernels take it; the float32 softmax runs inside the kernel. The output stays in
+            # the cache dtype: the caller casts it to the weights' dtype (bfloat16 -> float32 -> bfloat16 was a no-op)
             mask = bias.unflatten(0, (rows, self.kv_heads))  # [B, Hkv, group S or 1, end]
-            attended = F.scaled_dot_product_attention(q.to(cache), keys, values, attn_mask=mask, scale=1.0).float()
+            attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=1.0)
         return attended.reshape(rows, self.heads, length, self.head_dim).transpose(1, 2).reshape(rows * length, -1)
 
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int | torch.Tensor,
