@@ -106,7 +106,7 @@ def test_the_plan_line_names_the_runs_and_the_workers_memory_once(capsys) -> Non
     sweep = CompareConfig(estimators="sign,dr_grpo", group_sizes="2", seeds=2, lrs="1e-4", workers=2)
     line = command._plan_line(sweep, TrainConfig(), large=False)
     per_worker = sizing.worker_bytes([TrainConfig()])
-    assert line.startswith("plan: 4 run(s), about ") and " x 2 worker(s) = " in line and " allowed" in line, line
+    assert line.startswith("plan: 4 run(s), at least ") and " x 2 worker(s) = " in line and " allowed" in line, line
     assert str(round(per_worker / 2**20)) in line or f"{per_worker / 2**20:.3g}" in line, line
     progress = command._Progress(plan=line)
     for _ in range(2):
