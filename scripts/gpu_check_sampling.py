@@ -22,6 +22,14 @@ TRL_SAMPLERS = {"trl": "TRL generate (float32 weights, bf16 autocast)", "trl-bf1
 """The TRL generation configurations the sampling race times (``child_sampling``), by their result key."""
 
 
+TRL_CB_MEMORY = 0.5
+"""TRL 1.16's default ``max_memory_percent`` for transformers' continuous batching: the share of free memory its
+paged KV cache takes."""
+CPU_CB_MEMORY = 0.05
+"""The CPU mode's share: on the CPU the cache is sized from the host's free memory, and TRL's half of a 24 GB
+machine made this smoke step's process hold 11 GB (the kernel's OOM killer ended it beside other work)."""
+
+
 def sampling(check: Check, built: Future, fetch: Fetch) -> Step:
     """Step 5: grpolab's sampler against TRL's generations, in a child process (``child_sampling``); on the GPU
     grpolab's tokens/s must be at least the fastest TRL configuration's."""
@@ -74,7 +82,7 @@ def child_sampling(spec: dict[str, Any]) -> dict[str, Any]:
     samplers = {"grpolab": grpolab_sampler(model, policy.tokenizer),
                 "trl": trl_generation(model, policy.tokenizer),
                 "trl-bf16": trl_generation(bf16, policy.tokenizer, autocast=False),
-                "trl-cb": trl_continuous_batching(bf16, policy.tokenizer)}
+                "trl-cb": trl_continuous_batching(bf16, policy.tokenizer, TRL_CB_MEMORY if cuda else CPU_CB_MEMORY)}
     result = {}
     for name, sampler in samplers.items():
         try:
@@ -137,10 +145,11 @@ def _through_eos(completion: Any, eos_id: int) -> int:
     return int(((is_eos.long().cumsum(dim=1) - is_eos.long()) == 0).sum())
 
 
-def trl_continuous_batching(model: Any, tokenizer: Any) -> Callable[..., int]:
+def trl_continuous_batching(model: Any, tokenizer: Any, memory_percent: float) -> Callable[..., int]:
     """``fn(ids, mask, samples, max_new_tokens) -> completion tokens``: TRL 1.16's
     ``use_transformers_continuous_batching`` path: transformers' ``generate_batch`` (paged KV cache, continuous
-    batching) on the bfloat16 model, with TRL's default ``max_memory_percent`` of 0.5."""
+    batching) on the bfloat16 model, its paged cache sized to ``memory_percent`` of the free memory (on a GPU, TRL's
+    default ``TRL_CB_MEMORY``)."""
     import torch
     from transformers.generation import ContinuousBatchingConfig
 
@@ -148,7 +157,7 @@ def trl_continuous_batching(model: Any, tokenizer: Any) -> Callable[..., int]:
         prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True) for _ in range(samples)]
         with torch.no_grad():
             outputs = model.generate_batch(prompts, generation_config=_trl_generation_config(tokenizer, max_new_tokens),
-                                           continuous_batching_config=ContinuousBatchingConfig(max_memory_percent=0.5),
+                                           continuous_batching_config=ContinuousBatchingConfig(max_memory_percent=memory_percent),
                                            progress_bar=False)
         return sum(_through_eos(torch.tensor([out.generated_tokens]), tokenizer.eos_token_id)
                    for out in outputs.values())
