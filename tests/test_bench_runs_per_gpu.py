@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -44,3 +46,23 @@ def test_gpu_mode_passes_runs_per_gpu(tmp_path: Path) -> None:
     assert command[command.index("--runs-per-gpu") + 1] == "4" and "--workers" not in command
     assert "--device" not in command  # the runs' device is auto: the GPU each worker is given
     assert command[command.index("--seeds") + 1] == "4" and command[command.index("--estimators") + 1] == "sign,dr_grpo"
+
+
+def test_engine_and_random_shape_options(tmp_path: Path) -> None:
+    bench = _bench()
+    args = bench.parse_args(["--engine", "trl"])
+    command = bench.compare_command(tmp_path, 2, args)
+    assert command[command.index("--engine") + 1] == "trl"
+    with pytest.raises(SystemExit, match="not a shape; the shapes are smollm2-135m-shape"):
+        bench.build_random_shape("llama-70b-shape", tmp_path, cpu=True)
+    folder = Path(bench.build_random_shape("smollm2-135m-shape", tmp_path, cpu=True))
+    config = json.loads((folder / "config.json").read_text())
+    assert config["vocab_size"] == 49152 and (folder / "tokenizer.json").is_file()
+
+
+def test_a_failed_k_is_recorded_with_its_error(tmp_path: Path) -> None:
+    bench = _bench()
+    args = bench.parse_args(["--cpu", "--model", str(tmp_path / "no-such-model")])
+    row = bench.measure(1, args)
+    assert row["runs"] == 0 and row["runs_per_hour"] == 0 and row["error"].startswith("exit ")
+    assert "(failed: see its error)" in bench.markdown([row], cpu=True)
