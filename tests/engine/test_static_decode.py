@@ -394,8 +394,8 @@ def test_a_host_read_inside_the_captured_step_is_a_failed_capture(embedded, monk
 
 
 def _casts_per_step(model, monkeypatch: pytest.MonkeyPatch) -> int:
-    """The dtype casts (outermost ``aten::to`` that copy) of one static step of ``model``'s bfloat16 lean copy over a bfloat16
-    KV cache, profiled on the CPU."""
+    """The dtype casts (outermost ``aten::to`` that copy) of one static step of ``model``'s bfloat16 lean copy over a
+    bfloat16 KV cache, profiled on the CPU."""
     from torch.profiler import ProfilerActivity, profile
 
     monkeypatch.setattr(fast_decode, "step_mode", "static")

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from tests.optional_models import needs_smollm2
 
 from grpolab.cli import main
 from grpolab.config import CompareConfig, TrainConfig
@@ -81,6 +82,28 @@ def test_a_worker_needs_its_base_plus_copies_of_the_weights() -> None:
     assert sizing.worker_bytes([TrainConfig(model="org/not-local")]) == sizing.WORKER_BASE_BYTES
 
 
+def test_the_weights_count_as_loaded_in_float32_not_as_stored(tmp_path: Path) -> None:
+    """A bfloat16 file of 3 x 5 + 7 parameters loads as 22 float32 values: 88 bytes a copy, whatever the file's
+    size (its header included)."""
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"a": torch.zeros(3, 5, dtype=torch.bfloat16), "b": torch.zeros(7, dtype=torch.bfloat16)},
+              str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text("{}")
+    sizing._weights_bytes.cache_clear()
+    assert sizing._weights_bytes(str(tmp_path)) == 4 * 22
+    assert sizing.worker_bytes([TrainConfig(model=str(tmp_path))]) == sizing.WORKER_BASE_BYTES + 4 * 4 * 22
+
+
+@needs_smollm2
+def test_smollm2_counts_its_gguf_parameters_in_float32() -> None:
+    """The quantized GGUF file is 98 MB; its 134,515,008 parameters load as 538 MB of float32."""
+    from grpolab.models import SMOLLM2
+
+    assert sizing._weights_bytes(SMOLLM2) == 4 * 134_515_008
+
+
 def test_the_local_pool_starts_only_the_workers_the_memory_holds(tmp_path: Path, monkeypatch) -> None:
     # was: 12 workers each passed their own memory check (each saw the whole machine) and together used 6.5 GB;
     # in a 3 GB cgroup the sweep was killed without a word
@@ -106,7 +129,7 @@ def test_the_plan_line_names_the_runs_and_the_workers_memory_once(capsys) -> Non
     sweep = CompareConfig(estimators="sign,dr_grpo", group_sizes="2", seeds=2, lrs="1e-4", workers=2)
     line = command._plan_line(sweep, TrainConfig(), large=False)
     per_worker = sizing.worker_bytes([TrainConfig()])
-    assert line.startswith("plan: 4 run(s), at least ") and " x 2 worker(s) = " in line and " allowed" in line, line
+    assert line.startswith("plan: 4 run(s), an estimated ") and " x 2 worker(s) = " in line and " allowed" in line, line
     assert str(round(per_worker / 2**20)) in line or f"{per_worker / 2**20:.3g}" in line, line
     progress = command._Progress(plan=line)
     for _ in range(2):

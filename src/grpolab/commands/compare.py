@@ -97,7 +97,7 @@ def _plan_line(sweep: CompareConfig, base: TrainConfig, *, large: bool) -> str:
     per_worker = worker_bytes([base])
     workers = _local_workers(sweep, base, runs) if sweep.backend == "local" else None
     limit = memory_limit_bytes()
-    memory = f"at least {format_bytes(per_worker)} per worker" + (
+    memory = f"an estimated {format_bytes(per_worker)} per worker" + (
         f" x {workers} worker(s) = {format_bytes(per_worker * workers)}" if workers else "") + (
         f" of the {format_bytes(limit)} allowed" if limit and workers else "")
     bracketing = len(sweep.lr_list) > 1 and sweep.lr_bracket_rounds > 0

@@ -6,10 +6,16 @@ this process is allowed can hold at once.
   group sizes x ``--vary`` variants) x (reported seeds + selection seeds x (lrs + ``lr_bracket_rounds``) when lrs
   are selected): each bracketing round adds at most one lr to a cell whose grid has two or more ended lrs
   (``select.extend_grids``; a cell with only one ended lr, the others failed, may add one lr on each side once).
-* ``worker_bytes``: the memory one local worker needs, a lower bound: ``WORKER_BASE_BYTES`` (the interpreter,
-  torch and a small model: a 2-step ``grpolab train`` of the embedded model peaks at 434 MB resident on the
-  2-core CPU machine, ``/usr/bin/time -f %M``), plus ``WEIGHT_COPIES`` x the model's weight files (weights,
-  gradients and Adam's two moments). A hub id that is not a local directory adds nothing.
+* ``worker_bytes``: the memory one local worker needs, an estimate, not a bound (above the embedded model's measured
+  peak, below SmolLM2-135M's: docs/compare.md):
+  ``WORKER_BASE_BYTES`` (the interpreter, torch and a small model: a 2-step ``grpolab train`` of the embedded model
+  peaks at 434 MB resident on the 2-core CPU machine, ``/usr/bin/time -f %M``), plus ``WEIGHT_COPIES`` x the
+  weights as loaded (weights, gradients and Adam's two moments of a full fine-tune; under LoRA the copies stand for
+  the sampler's copy and the update's activations, which it does not count). The weights as loaded are float32:
+  4 bytes for each parameter of the weight files (their tensor shapes, read from the safetensors headers or the
+  GGUF file's tensor table), not the files' size, which a quantized GGUF file (SmolLM2-135M's: 98 MB for 538 MB as
+  loaded) understates 5.5 times. A hub id that is not a local directory adds nothing. Measured against it,
+  ``scripts/worker_peak_memory.sh`` (docs/compare.md).
 * ``memory_limit_bytes``: what this process is allowed, the cgroup's memory limit (v2 ``memory.max``, v1
   ``memory.limit_in_bytes``) where one is set, else the machine's total memory. Each worker's own memory
   check (``grpolab.engine.memory``) sees the whole of it, so without this bound 12 workers each passed their
@@ -21,6 +27,7 @@ this process is allowed can hold at once.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import warnings
@@ -34,7 +41,8 @@ __all__ = ["WEIGHT_COPIES", "WORKER_BASE_BYTES", "fit_workers", "memory_limit_by
 WORKER_BASE_BYTES = 512 << 20
 """The memory of a worker before its model's weights count (measured: 434 MB peak for the embedded model)."""
 WEIGHT_COPIES = 4
-"""Copies of the weights a training worker holds: the weights, their gradients and Adam's two moments."""
+"""Copies of the weights as loaded that a training worker is counted for: the weights, their gradients and Adam's two
+moments (module docstring)."""
 
 
 def plan_runs_count(sweep: Any) -> int:
@@ -86,16 +94,33 @@ def memory_limit_bytes() -> int | None:
     return None
 
 
+LOADED_BYTES_PER_PARAMETER = 4
+"""grpolab loads a model's weights in float32, whatever the files hold."""
+
+
+def _parameters(path: Path) -> int:
+    """The parameters of one weight file, from its tensor shapes (no tensor data is read)."""
+    if path.suffix == ".gguf":
+        from gguf import GGUFReader
+
+        return sum(math.prod(int(size) for size in tensor.shape) for tensor in GGUFReader(str(path)).tensors)
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as handle:
+        return sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())
+
+
+@functools.lru_cache(maxsize=16)
 def _weights_bytes(model: str) -> int:
-    """Bytes of the model's weight files (safetensors or GGUF) where it is a local directory, else 0."""
+    """Bytes of the model's weights as loaded (``LOADED_BYTES_PER_PARAMETER`` for each parameter of its safetensors
+    or GGUF files) where it is a local directory, else 0."""
     from grpolab.models import SMOLLM2, resolve_model_dir
 
     with contextlib.suppress(Exception):  # a missing package or path fails later, in the run, with its own line
         folder, extra = resolve_model_dir(model)
-        if model == SMOLLM2:
-            return (folder / extra["gguf_file"]).stat().st_size
-        if folder.is_dir():
-            return sum(p.stat().st_size for pattern in ("*.safetensors", "*.gguf") for p in folder.glob(pattern))
+        files = ([folder / extra["gguf_file"]] if model == SMOLLM2 else
+                 [p for pattern in ("*.safetensors", "*.gguf") for p in sorted(folder.glob(pattern))])
+        return LOADED_BYTES_PER_PARAMETER * sum(_parameters(path) for path in files)
     return 0
 
 
