@@ -90,10 +90,7 @@ def build_random_shape(name: str, folder: Path, cpu: bool) -> str:
 
     if name not in gpu_check_shapes.SHAPES:
         raise SystemExit(f"--random-shape {name!r}: not a shape; the shapes are {', '.join(gpu_check_shapes.SHAPES)}")
-    tokenizer, _ = gpu_check_shapes.shape_tokenizer(name, folder)
-    model = gpu_check_shapes.random_model(gpu_check_shapes.SHAPES[name], tokenizer, cpu)
-    model.save_pretrained(folder / name, safe_serialization=True)
-    tokenizer.save_pretrained(folder / name)
+    gpu_check_shapes.save_random_model(name, folder / name, cpu)
     return str(folder / name)
 
 

@@ -80,11 +80,7 @@ def child_build(spec: dict[str, Any]) -> dict[str, Any]:
     work, cpu = Path(spec["work"]), spec["cpu"]
     built = {}
     for name, shape in SHAPES.items():
-        tokenizer, source = shape_tokenizer(name, work)
-        model = random_model(shape, tokenizer, cpu)
-        folder = work / "models" / name
-        model.save_pretrained(folder, safe_serialization=True)
-        tokenizer.save_pretrained(folder)
+        model, tokenizer, source = save_random_model(name, work / "models" / name, cpu)
         built[name] = {"parameters": sum(p.numel() for p in model.parameters()), "tokenizer": source,
                        "vocab": len(tokenizer), "layers": model.config.num_hidden_layers}
         if len(tokenizer) != shape["vocab_size"]:
@@ -93,6 +89,16 @@ def child_build(spec: dict[str, Any]) -> dict[str, Any]:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return {"models": built}
+
+
+def save_random_model(name: str, folder: Path, cpu: bool) -> tuple[Any, Any, str]:
+    """``random_model`` of shape ``name`` saved with its tokenizer in ``folder`` (a model directory grpolab loads);
+    returns the model, the tokenizer and where the tokenizer came from (``shape_tokenizer``)."""
+    tokenizer, source = shape_tokenizer(name, folder.parent)
+    model = random_model(SHAPES[name], tokenizer, cpu)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return model, tokenizer, source
 
 
 def random_model(shape: dict[str, Any], tokenizer: Any, cpu: bool, layers: int | None = None) -> Any:

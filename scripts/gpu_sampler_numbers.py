@@ -229,11 +229,8 @@ def _rl_settings(spec: dict[str, Any], folder: Path) -> Any:
 def _random_smollm2(spec: dict[str, Any], work: Path) -> Path:
     import gpu_check_shapes
 
-    name = "smollm2-135m-shape"
-    folder = work / name
-    tokenizer, _ = gpu_check_shapes.shape_tokenizer(name, work)
-    gpu_check_shapes.random_model(gpu_check_shapes.SHAPES[name], tokenizer, spec["tiny"]).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = work / "smollm2-135m-shape"
+    gpu_check_shapes.save_random_model(folder.name, folder, spec["tiny"])
     return folder
 
 
