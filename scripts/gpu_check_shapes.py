@@ -155,22 +155,22 @@ def smollm2_tokenizer() -> Any:
 
 
 def byte_level_tokenizer(vocab_size: int, specials: dict[str, int]) -> Any:
-    """A byte-level BPE tokenizer (``tokenizers``) with exactly ``vocab_size`` tokens: the 256 byte symbols (no
-    merges, so one token per byte), the chat specials at the real model's ids, and unreachable filler tokens for
-    the rest; chat template ChatML, EOS ``<|im_end|>``, pad ``<|endoftext|>``."""
+    """A byte-level BPE tokenizer (``tokenizers``) with exactly ``vocab_size`` tokens: the chat specials at the real
+    model's ids (SmolLM2's are 0-2, Qwen2.5's past 151,000), the 256 byte symbols on the lowest ids left (no merges,
+    so one token per byte), and unreachable filler tokens for the rest; chat template ChatML, EOS ``<|im_end|>``,
+    pad ``<|endoftext|>``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab: dict[str, int] = {symbol: i for i, symbol in enumerate(alphabet)}
+    alphabet = iter(sorted(pre_tokenizers.ByteLevel.alphabet()))
     by_id = {i: token for token, i in specials.items()}
+    vocab: dict[str, int] = {}
     filler = 0
-    for i in range(len(vocab), vocab_size):
-        if i in by_id:
-            vocab[by_id[i]] = i
-        else:
-            vocab[f"<|filler_{filler}|>"] = i
-            filler += 1
+    for i in range(vocab_size):
+        symbol = by_id.get(i) or next(alphabet, None)
+        if symbol is None:
+            symbol, filler = f"<|filler_{filler}|>", filler + 1
+        vocab[symbol] = i
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()

@@ -3,6 +3,7 @@
 
     python scripts/paper_regime.py rows --out DIR    # DIR/lr*/ from the GPU call -> experiments/.../runs.csv
     python scripts/paper_regime.py table             # runs.csv -> results.csv and table.md beside it
+    python scripts/paper_regime.py probe --out SWEEP --wall S   # the probe's timing -> a 200-step run's estimate
 
 ``rows`` reads each sweep's ``runs.csv`` (its result runs), each run's ``eval.jsonl`` (pass@1 and greedy accuracy at
 steps 0, 100 and 200) and ``metrics.parquet`` (the mean of ``starvation/all_wrong`` over the run's steps). ``table``
@@ -144,17 +145,52 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+PERF = ("perf/step_time", "perf/rollout_time", "perf/update_time")
+
+
+def probe_timing(steps: pd.DataFrame, wall_s: float, probe_steps: int, full_steps: int = 200) -> pd.DataFrame:
+    """Per estimator of the probe's sweep (10 steps, evaluations at steps 0 and 10, all runs at once): the median
+    step, rollout and update times, and a full run's estimate: the probe's wall time with its steps replaced by
+    ``full_steps`` steps at the median, plus a third evaluation costed as the mean of the two (the wall time less the
+    steps, half of it)."""
+    rows = []
+    for estimator, mine in steps.groupby("estimator", sort=True):
+        medians = {key: float(mine[key].median()) for key in PERF if key in mine}
+        stepping = probe_steps * medians["perf/step_time"]
+        other = max(wall_s - stepping, 0.0)
+        rows.append({"estimator": estimator, **medians,
+                     "full_run_estimate_s": other * 1.5 + full_steps * medians["perf/step_time"]})
+    return pd.DataFrame(rows)
+
+
+def probe_report(out: Path, wall_s: float) -> str:
+    steps = pd.read_parquet(out / "metrics.parquet")
+    if "estimator" not in steps:
+        runs = pd.read_csv(out / "runs.csv")
+        steps = steps.merge(runs[["run_id", "estimator"]], on="run_id")
+    timing = probe_timing(steps, wall_s, int(steps["step"].max()))
+    lines = [f"probe: {wall_s:.0f} s wall, {int(steps['step'].max())} steps, runs at once: {steps['run_id'].nunique()}"]
+    lines += [f"  {row.estimator}: " + ", ".join(f"{key.split('/')[1]} {row[key]:.3f} s" for key in PERF if key in row)
+              + f"; 200 steps and 3 evaluations at this concurrency: about {row.full_run_estimate_s:.0f} s"
+              for _, row in timing.iterrows()]
+    return "\n".join(lines)
+
+
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=("rows", "table"))
+    parser.add_argument("what", choices=("rows", "table", "probe"))
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "paper-regime-smollm2",
                         help="the folder the GPU call brought back (lr1e-6/, lr1e-5/)")
     parser.add_argument("--dest", type=Path, default=DEST, help="where runs.csv, results.csv and table.md go")
+    parser.add_argument("--wall", type=float, default=math.nan, help="probe: the probe sweep's wall seconds")
     return parser.parse_args()
 
 
 def main() -> None:
     args = _arguments()
+    if args.what == "probe":
+        print(probe_report(args.out, args.wall))
+        return
     if args.what == "rows":
         read_runs(args.out).to_csv(args.dest / "runs.csv", index=False)
         print(f"wrote {args.dest / 'runs.csv'}")

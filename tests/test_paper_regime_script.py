@@ -129,3 +129,22 @@ def test_the_command_writes_the_table(script, tmp_path: Path) -> None:
     missing = subprocess.run([*command, "rows", "--out", str(tmp_path / "none"), "--dest", str(dest)],
                              capture_output=True, text=True, env=env, timeout=120)
     assert missing.returncode != 0 and "no sweep under" in missing.stderr
+
+
+def test_the_committed_rows_and_table_regenerate_from_the_committed_gpu_sweeps(script, tmp_path: Path) -> None:
+    """experiments/paper-regime-smollm2/{runs.csv, results.csv, table.md} from the sweeps one H100 brought back
+    (gpu-2026-11-28/lr1e-6, lr1e-5), by the same two commands."""
+    committed = ROOT / "experiments" / "paper-regime-smollm2"
+    for what in ("rows", "table"):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "paper_regime.py"), what,
+             "--out", str(committed / "gpu-2026-11-28"), "--dest", str(tmp_path)],
+            capture_output=True, text=True, timeout=300, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
+        assert done.returncode == 0, done.stderr
+    for name in ("runs.csv", "results.csv", "table.md"):
+        assert (tmp_path / name).read_text() == (committed / name).read_text(), name
+    runs = pd.read_csv(committed / "runs.csv")
+    assert len(runs) == 12 and set(runs["status"]) == {"finished"}
+    assert runs.groupby(["lr", "estimator"]).size().eq(3).all()
