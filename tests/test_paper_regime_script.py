@@ -148,3 +148,17 @@ def test_the_committed_rows_and_table_regenerate_from_the_committed_gpu_sweeps(s
     runs = pd.read_csv(committed / "runs.csv")
     assert len(runs) == 12 and set(runs["status"]) == {"finished"}
     assert runs.groupby(["lr", "estimator"]).size().eq(3).all()
+
+
+def test_the_docs_quote_the_committed_rows() -> None:
+    """docs/when-sign-helps.md's SmolLM2 regime table: the greedy ranges at step 200 and the mean all-wrong shares,
+    recomputed from experiments/paper-regime-smollm2/runs.csv."""
+    runs = pd.read_csv(ROOT / "experiments" / "paper-regime-smollm2" / "runs.csv")
+    doc = (ROOT / "docs" / "when-sign-helps.md").read_text()
+    for lr, mine in runs.groupby("lr"):
+        arms = {name: arm for name, arm in mine.groupby("estimator")}
+        greedy = " / ".join(
+            f"{100 * arms[n]['greedy_step200'].min():.1f}-{100 * arms[n]['greedy_step200'].max():.1f}%"
+            for n in ("sign", "dr_grpo"))
+        wrong = " / ".join(f"{arms[n]['all_wrong_mean'].mean():.2f}" for n in ("sign", "dr_grpo"))
+        assert f"| {greedy} | {wrong} |" in doc, (lr, greedy, wrong)
