@@ -92,3 +92,20 @@ def test_runs_per_gpu_rows_match() -> None:
         assert f"| {row['runs_per_gpu']} | {row['runs']} | {row['seconds']:.1f} | {row['runs_per_hour']:.0f} | " \
                f"{row['runs_per_hour'] / first:.2f}x" in text
         assert "--runs-per-gpu " + str(row["runs_per_gpu"]) in row["command"]
+
+
+def test_the_fair_rl_step_matches_its_file() -> None:
+    """sampler-3: the RL-step section with grpolab's update in one micro-batch of P x G rows, as TRL's."""
+    text = _section()
+    result = _result("sampler-3", "rl-step")
+    assert result["micro_batch_size"] == result["prompts"] * result["group_size"] == 128
+    ratio = result["grpolab_update_ms"] / result["trl_update_ms"]
+    assert (f"| RL step | {result['grpolab_step_ms']:,.1f} | {result['trl_step_ms']:,.1f} | "
+            f"{result['step_ratio']:.3f} |") in text
+    update_row = f"| update alone | {result['grpolab_update_ms']:,.1f} | {result['trl_update_ms']:,.1f} | {ratio:.3f} |"
+    assert update_row in text
+    assert f"grpolab's update takes {ratio:.2f}x TRL's time" in text
+    assert f"the step is\n{1 / result['step_ratio']:.2f}x TRL's speed" in text
+    assert f"TRL spends {100 * result['trl_generate_share']:.1f}% of its step generating" in text
+    update = json.loads((RESULTS / "sampler-3.json").read_text())["sections"]["update"]
+    assert update["status"] == "timeout" and f"({update['seconds']:.1f} s of its 120)" in text
