@@ -162,3 +162,21 @@ def test_the_docs_quote_the_committed_rows() -> None:
             for n in ("sign", "dr_grpo"))
         wrong = " / ".join(f"{arms[n]['all_wrong_mean'].mean():.2f}" for n in ("sign", "dr_grpo"))
         assert f"| {greedy} | {wrong} |" in doc, (lr, greedy, wrong)
+
+
+def test_the_probe_estimate_of_a_full_run(script) -> None:
+    """probe_timing: the medians per estimator, and a 200-step run as the probe's wall time with its 10 steps
+    replaced by 200 at the median and a third evaluation costed as half of what is not stepping."""
+    steps = pd.DataFrame({
+        "run_id": ["sign-G4-seed0"] * 3 + ["dr_grpo-G4-seed0"] * 3,
+        "estimator": ["sign"] * 3 + ["dr_grpo"] * 3,
+        "step": [1, 2, 3] * 2,
+        "perf/step_time": [0.4, 0.5, 0.9, 0.1, 0.2, 0.2],
+        "perf/rollout_time": [0.1, 0.2, 0.3, 0.1, 0.1, 0.1],
+        "perf/update_time": [0.3, 0.3, 0.6, 0.0, 0.1, 0.1],
+    })
+    timing = script.probe_timing(steps, wall_s=20.0, probe_steps=3).set_index("estimator")
+    assert timing.loc["sign", "perf/step_time"] == pytest.approx(0.5)
+    assert timing.loc["sign", "perf/update_time"] == pytest.approx(0.3)
+    assert timing.loc["sign", "full_run_estimate_s"] == pytest.approx((20.0 - 3 * 0.5) * 1.5 + 200 * 0.5)
+    assert timing.loc["dr_grpo", "full_run_estimate_s"] == pytest.approx((20.0 - 3 * 0.2) * 1.5 + 200 * 0.2)
