@@ -69,7 +69,7 @@ install_wheels() {
 }
 
 probe() {
-    local work=${PROBE_DIR:-runs/paper-regime-probe} model start
+    local work=${PROBE_DIR:-runs/paper-regime-probe} start
     use_store
     rm -rf "$work" && mkdir -p "$work"
     "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
