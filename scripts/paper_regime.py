@@ -168,8 +168,9 @@ def probe_report(out: Path, wall_s: float) -> str:
     if "estimator" not in steps:
         runs = pd.read_csv(out / "runs.csv")
         steps = steps.merge(runs[["run_id", "estimator"]], on="run_id")
-    timing = probe_timing(steps, wall_s, int(steps["step"].max()))
-    lines = [f"probe: {wall_s:.0f} s wall, {int(steps['step'].max())} steps, runs at once: {steps['run_id'].nunique()}"]
+    probe_steps = int(steps["step"].max())
+    timing = probe_timing(steps, wall_s, probe_steps)
+    lines = [f"probe: {wall_s:.0f} s wall, {probe_steps} steps, {steps['run_id'].nunique()} runs"]
     lines += [f"  {row.estimator}: " + ", ".join(f"{key.split('/')[1]} {row[key]:.3f} s" for key in PERF if key in row)
               + f"; 200 steps and 3 evaluations at this concurrency: about {row.full_run_estimate_s:.0f} s"
               for _, row in timing.iterrows()]
@@ -189,6 +190,9 @@ def _arguments() -> argparse.Namespace:
 def main() -> None:
     args = _arguments()
     if args.what == "probe":
+        if math.isnan(args.wall):
+            raise SystemExit("probe needs --wall S, the probe sweep's wall seconds "
+                             "(scripts/gpu_paper_regime.sh gives it)")
         print(probe_report(args.out, args.wall))
         return
     if args.what == "rows":
