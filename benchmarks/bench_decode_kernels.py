@@ -13,6 +13,10 @@ by ``fast_decode.step_mode`` before the build. Variants (rows):
 * ``static eager``: the static-shape step run eagerly (``step_mode = "static"``): what the CUDA graph captures.
 * ``graph``: the same step replayed as a CUDA graph (``"graph"``, CUDA only).
 * ``dynamic``: the CPU's step (``"dynamic"``, CPU only).
+* ``... bf16 stream``: the static step (eager on the CPU, the graph on CUDA) with ``fast_decode.stream = "bfloat16"``:
+  the residual stream, norms and rotation in bfloat16 over a bfloat16 cache, the residual adds fused into the
+  matmuls. On the CPU also ``static eager, bf16 cache`` (``kv_cache = "bfloat16"``, the float32 stream): the CUDA
+  default's structure, to set the stream's rows against.
 * ``compiled MODE``: ``LeanLlama.static_step`` replaced on the instance by ``torch.compile(..., mode=MODE)``. With
   "max-autotune-no-cudagraphs" or "default" it runs under the decoder's own CUDA graph capture (as gpt-fast captures
   its compiled decode step); with "reduce-overhead" the compiler's CUDA graphs replace it (the step runs "static").
@@ -21,9 +25,10 @@ by ``fast_decode.step_mode`` before the build. Variants (rows):
 Columns, each per decoding step (the mean over ``--steps`` profiled steps after two warm-up steps):
 
 * *kernels*: on CUDA the GPU kernels ``torch.profiler`` records (memcpy and memset counted apart); on the CPU,
-  which launches nothing, the proxy: the aten operators the step dispatches at its top level, less views and
-  no-op casts (``count_events``). A CUDA graph replays the kernels it captured under one ``cudaGraphLaunch``; the
-  graph row shows how many of them the profiler records (the static eager row is what was captured).
+  which launches nothing, the proxy: the aten operators (and oneDNN's prepacked matmuls) the step dispatches at its
+  top level, less views and no-op casts (``count_events``). A CUDA graph replays the kernels it captured under one
+  ``cudaGraphLaunch``; the graph row shows how many of them the profiler records (the static eager row is what was
+  captured).
 * *per layer* and *fixed*: the same count on 1-layer and 2-layer models of the shape (per layer = the difference,
   fixed = the 1-layer count less it); *check*: fixed + layers x per layer, against the full model's count.
 * *host launches*: the CUDA runtime calls that start device work (kernel and graph launches, async copies and sets).
@@ -38,6 +43,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +74,7 @@ VIEW_OPS = frozenset(
         "aten::select",
         "aten::narrow",
         "aten::unsqueeze",
+        "aten::unflatten",
         "aten::squeeze",
         "aten::flatten",
         "aten::chunk",
@@ -83,6 +91,9 @@ VIEW_OPS = frozenset(
     }
 )
 """aten operators that launch no kernel (views, allocations, metadata): left out of the CPU's proxy count."""
+OPERATORS = ("aten::", "mkldnn::")
+"""The namespaces of the operators the CPU's proxy counts: aten's, and oneDNN's prepacked bfloat16 matmul
+(``mkldnn::_linear_pointwise``, the CPU copy's linear layers)."""
 LAUNCHES = (
     "cudaLaunchKernel",
     "cuLaunchKernel",
@@ -113,11 +124,11 @@ class SpecialTokens:
 
 def count_events(events: list[Any], cuda: bool) -> dict[str, int]:
     """What a profiled span launched: on CUDA its GPU kernels, memcpys and memsets (device events) and its host
-    launches; on the CPU its outermost aten operators (no aten operator above them: a compiled region's wrapper is
+    launches; on the CPU its outermost ``OPERATORS`` (none above them: a compiled region's wrapper is
     not one) less ``VIEW_OPS`` and no-op ``aten::to`` (a cast to the tensor's own dtype calls nothing below it),
     under "kernels"."""
     if not cuda:
-        top = [e for e in events if e.name.startswith("aten::") and not _aten_above(e)]
+        top = [e for e in events if e.name.startswith(OPERATORS) and not _aten_above(e)]
         real = [e for e in top if e.name not in VIEW_OPS and not (e.name == "aten::to" and not e.cpu_children)]
         return {"kernels": len(real), "memcpy": 0, "memset": 0, "launches": 0}
     device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
@@ -130,7 +141,7 @@ def count_events(events: list[Any], cuda: bool) -> dict[str, int]:
 def _aten_above(event: Any) -> bool:
     parent = event.cpu_parent
     while parent is not None:
-        if parent.name.startswith("aten::"):
+        if parent.name.startswith(OPERATORS):
             return True
         parent = parent.cpu_parent
     return False
@@ -167,15 +178,28 @@ def prompts(vocab: int, count: int, width: int = 32) -> tuple[torch.Tensor, torc
     return ids, torch.ones_like(ids)
 
 
-def _decoder(model: Any, mode: str, compile_mode: str | None, backend: str) -> Any:
-    """The lean decoder of ``model`` stepping in ``mode``; with ``compile_mode``, its static step compiled."""
+@contextmanager
+def fast_decode_settings(**values: Any) -> Iterator[None]:
+    """``fast_decode``'s module settings (``step_mode``, ``kv_cache``, ``stream``) set for the block."""
     from grpolab.engine import fast_decode
 
-    before, fast_decode.step_mode = fast_decode.step_mode, mode
+    before = {name: getattr(fast_decode, name) for name in values}
+    for name, value in values.items():
+        setattr(fast_decode, name, value)
     try:
-        lean = fast_decode.build(model, torch.bfloat16)
+        yield
     finally:
-        fast_decode.step_mode = before
+        for name, value in before.items():
+            setattr(fast_decode, name, value)
+
+
+def _decoder(model: Any, mode: str, compile_mode: str | None, backend: str) -> Any:
+    """The lean decoder of ``model`` stepping in ``mode`` (the other settings as the caller set them); with
+    ``compile_mode``, its static step compiled."""
+    from grpolab.engine import fast_decode
+
+    with fast_decode_settings(step_mode=mode):
+        lean = fast_decode.build(model, torch.bfloat16)
     if lean is None:
         raise RuntimeError(f"fast_decode refused the model: {fast_decode.refusal(model)}")
     if compile_mode is not None:
@@ -208,10 +232,17 @@ def _one_step(lean: Any, logits: torch.Tensor, tokens: int) -> Any:
 
 
 def step_counts(
-    model: Any, mode: str, steps: int, compile_mode: str | None = None, backend: str = "inductor"
+    model: Any, mode: str, steps: int, compile_mode: str | None = None, backend: str = "inductor",
+    settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Kernels and host launches per decoding step (``count_events``, the mean over ``steps`` profiled steps after
-    two warm-up steps), ms per step (``steps`` more, unprofiled), and the path the decoder took."""
+    two warm-up steps), ms per step (``steps`` more, unprofiled), and the path the decoder took; ``settings``:
+    ``fast_decode``'s other module settings for the count (``kv_cache``, ``stream``)."""
+    with fast_decode_settings(**(settings or {})):
+        return _step_counts(model, mode, steps, compile_mode, backend)
+
+
+def _step_counts(model: Any, mode: str, steps: int, compile_mode: str | None, backend: str) -> dict[str, Any]:
     cuda = next(model.parameters()).is_cuda
     lean = _decoder(model, mode, compile_mode, backend)
     ids, mask = prompts(model.config.vocab_size, 4)
@@ -264,26 +295,37 @@ def rollout_token_kernels(model: Any) -> float:
     return (long - short) / (ROLLOUT_TOKENS[1] - ROLLOUT_TOKENS[0])
 
 
-def variants(cuda: bool, compile_mode: str | None) -> dict[str, tuple[str, str | None]]:
-    """Row name -> (``fast_decode.step_mode``, compile mode) of the rows this device runs."""
-    rows = {"static eager": ("static", None)}
-    rows.update({"graph": ("graph", None)} if cuda else {"dynamic": ("dynamic", None)})
+BF16_STREAM = {"kv_cache": "bfloat16", "stream": "bfloat16"}
+"""The settings of the bfloat16-stream rows (``fast_decode.stream``; it needs the bfloat16 cache)."""
+
+
+def variants(cuda: bool, compile_mode: str | None) -> dict[str, tuple[str, str | None, dict[str, str]]]:
+    """Row name -> (``fast_decode.step_mode``, compile mode, ``fast_decode``'s other settings) of the rows this
+    device runs."""
+    rows: dict[str, tuple[str, str | None, dict[str, str]]] = {"static eager": ("static", None, {})}
+    if cuda:
+        rows.update({"graph": ("graph", None, {}), "graph, bf16 stream": ("graph", None, BF16_STREAM)})
+    else:
+        rows.update({"static eager, bf16 cache": ("static", None, {"kv_cache": "bfloat16"}),
+                     "static eager, bf16 stream": ("static", None, BF16_STREAM), "dynamic": ("dynamic", None, {})})
     if compile_mode is not None:
         under_graph = cuda and compile_mode != "reduce-overhead"
         rows[f"compiled {compile_mode}" + (" + graph" if under_graph else "")] = (
             "graph" if under_graph else "static",
             compile_mode,
+            {},
         )
     return rows
 
 
-def variant_row(name: str, models: dict[int, Any], mode: str, compile_mode: str | None, args: Any) -> dict[str, Any]:
+def variant_row(name: str, models: dict[int, Any], mode: str, compile_mode: str | None, args: Any,
+                settings: dict[str, str] | None = None) -> dict[str, Any]:
     """One row: the full model's per-step counts and time, and the per-layer split from the 1- and 2-layer
     models; a compiled row that cannot compile is kept with the reason (``skipped``)."""
-    row: dict[str, Any] = {"variant": name, "step_mode": mode, "compile": compile_mode}
+    row: dict[str, Any] = {"variant": name, "step_mode": mode, "compile": compile_mode, "settings": settings or {}}
     try:
         counts = {
-            layers: step_counts(model, mode, args.steps, compile_mode, args.compile_backend)
+            layers: step_counts(model, mode, args.steps, compile_mode, args.compile_backend, settings)
             for layers, model in models.items()
         }
     except Exception as error:  # a compiler that is missing or fails is reported on its row
@@ -317,8 +359,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         full.config.num_hidden_layers: full,
     }
     rows = [
-        variant_row(name, models, mode, compile_mode, args)
-        for name, (mode, compile_mode) in variants(cuda, args.compile).items()
+        variant_row(name, models, mode, compile_mode, args, settings)
+        for name, (mode, compile_mode, settings) in variants(cuda, args.compile).items()
     ]
     return {
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
@@ -327,7 +369,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "layers": full.config.num_hidden_layers,
         "rows": rows,
         **rollout_row(full),
-        "unit": "kernels" if cuda else "aten ops",
+        "unit": "kernels" if cuda else "operators",
         "seconds": time.perf_counter() - started,
     }
 
@@ -347,7 +389,7 @@ def table(result: dict[str, Any]) -> str:
     unit = result["unit"]
     lines = [
         f"Decoding step of the lean sampler on {result['device']} (torch {result['torch']}): {result['model']}, "
-        f"{result['layers']} layers, 8 rows; {unit} per step (CPU: top-level aten operators less views, a "
+        f"{result['layers']} layers, 8 rows; {unit} per step (CPU: top-level aten and oneDNN operators less views, a "
         f"proxy); {result['seconds']:.1f} s in all.",
         "",
         f"| variant | path | {unit}/step | per layer | fixed | check: fixed + L x per layer | memcpy | memset "

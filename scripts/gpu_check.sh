@@ -31,7 +31,7 @@ if [ "${1:-}" = "--pace" ]; then
     status=0 smoke=()
     [ "${GPU_PACE_SMOKE:-}" = 1 ] && smoke=(--cpu --tiny)  # the CPU smoke run of this mode: no measurement
     "$PY" scripts/gpu_sampler_numbers.py "${smoke[@]}" --out "$out/sampler-1" --budget-s 300 \
-        --sections bandwidth,sampling-smollm2,kernels,rl-step,update || status=1
+        --sections bandwidth,sampling-smollm2,sampling-smollm2-bf16-stream,kernels,rl-step,update || status=1
     timeout 170 "$PY" benchmarks/bench_runs_per_gpu.py "${smoke[@]:0:1}" --random-shape smollm2-135m-shape --runs-per-gpu 1,4 \
         --seeds 2 --steps 10 --eval-limit 16 --eval-samples 0 --out "$out/runs-per-gpu.json" || status=1
     left=$((560 - SECONDS))

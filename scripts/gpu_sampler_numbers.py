@@ -15,6 +15,9 @@ cut short keeps what it measured:
   (``budget_bytes`` set to the pass's own need), one warm-up of the same size, then one timed run that stops after
   ``torch.cuda.synchronize()``. Tokens: completion tokens through the first EOS (random weights rarely draw it).
   Roofline fraction: ``ROOFLINE``.
+* ``sampling-smollm2-bf16-stream``: ``sampling-smollm2`` with ``fast_decode.stream = "bfloat16"`` (the residual
+  stream, norms and rotation in bfloat16, the residual adds fused into the matmuls: fewer kernels a step), against the
+  same floors; on the CPU (``--cpu``) the static step with a bfloat16 cache, which that stream needs.
 * ``kernels``: ``benchmarks/bench_decode_kernels.py`` at SmolLM2-135M's shape (kernels per step, per layer, fixed).
 * ``rl-step``: ``benchmarks/_grpo_pair.py`` as ``bench_smollm2.py`` sets it up (LoRA r = 16, bfloat16 on both sides,
   the chat-template additions task), on the SmolLM2-shaped random model, G = 8, P = 16, up to 128 new tokens,
@@ -60,7 +63,12 @@ for _path in (ROOT / "src", ROOT / "scripts", ROOT / "benchmarks"):
 
 import gpu_sampler_report  # noqa: E402 - the Markdown table of the result
 
-SHAPE_NAMES = {"sampling-smollm2": "smollm2-135m-shape", "sampling-qwen2.5": "qwen2.5-0.5b-shape"}
+SHAPE_NAMES = {"sampling-smollm2": "smollm2-135m-shape", "sampling-smollm2-bf16-stream": "smollm2-135m-shape",
+               "sampling-qwen2.5": "qwen2.5-0.5b-shape"}
+STREAMS = {"sampling-smollm2-bf16-stream": "bfloat16"}
+"""``fast_decode.stream`` of the sampling sections that set it (the others: its default, "float32")."""
+FLOOR_SECTIONS = ("sampling-smollm2", "sampling-smollm2-bf16-stream")
+"""The sampling sections held to ``FLOORS``."""
 CONFIGS = {
     "gpu": [(16, 8, 128), (64, 8, 128), (16, 8, 512)],
     "tiny": [(2, 2, 8), (4, 2, 8), (2, 2, 16)],
@@ -166,19 +174,24 @@ def sampling_section(spec: dict[str, Any], section: str) -> dict[str, Any]:
     import bench_gpu
     import gpu_check_shapes
     from bench_decode_kernels import shape_model
+    from grpolab.engine import fast_decode
 
-    name = SHAPE_NAMES[section]
+    name, stream = SHAPE_NAMES[section], STREAMS.get(section, "float32")
+    fast_decode.stream = stream  # each section runs in its own process
+    if stream != "float32" and spec["cpu"]:  # the stream needs the static step's bfloat16 cache, CUDA's default
+        fast_decode.step_mode, fast_decode.kv_cache = "static", "bfloat16"
     bandwidth = (spec.get("bandwidth_gb_s") or bench_gpu.bandwidth(not spec["cpu"]) / 1e9) * 1e9
     with tempfile.TemporaryDirectory() as work:
         tokenizer, source = gpu_check_shapes.shape_tokenizer(name, Path(work))
     model = shape_model(name, spec["tiny"], "cpu" if spec["cpu"] else "cuda", tokenizer=tokenizer)
-    floors = FLOORS if section == "sampling-smollm2" else (None,) * len(FLOORS)
+    floors = FLOORS if section in FLOOR_SECTIONS else (None,) * len(FLOORS)
     configs = CONFIGS["tiny" if spec["tiny"] else "gpu"]
     rows = [
         _sample_row(model, tokenizer, config, bandwidth, floor) for config, floor in zip(configs, floors, strict=True)
     ]
     return {
         "model": name,
+        "stream": stream,
         "parameters": sum(p.numel() for p in model.parameters()),
         "tokenizer": source,
         "bandwidth_gb_s": bandwidth / 1e9,
@@ -316,13 +329,14 @@ def update_section(spec: dict[str, Any]) -> dict[str, Any]:
 SECTIONS: dict[str, tuple[float, Callable[[dict[str, Any]], dict[str, Any]]]] = {
     "bandwidth": (20, bandwidth_section),
     "sampling-smollm2": (90, lambda spec: sampling_section(spec, "sampling-smollm2")),
+    "sampling-smollm2-bf16-stream": (90, lambda spec: sampling_section(spec, "sampling-smollm2-bf16-stream")),
     "sampling-qwen2.5": (90, lambda spec: sampling_section(spec, "sampling-qwen2.5")),
     "kernels": (60, kernels_section),
     "rl-step": (150, rl_step_section),
     "update": (120, update_section),
     "compiled": (130, lambda spec: kernels_section(spec, "max-autotune-no-cudagraphs")),
 }
-"""Section -> (time limit in seconds, what it runs), in the order they run; 660 s in all (``--budget-s`` cuts it)."""
+"""Section -> (time limit in seconds, what it runs), in the order they run; 750 s in all (``--budget-s`` cuts it)."""
 
 
 # ---------------------------------------------------------------------------------------------- running them

@@ -49,34 +49,44 @@ def sampling_lines(result: dict[str, Any]) -> list[str]:
         "| shape | rows x new tokens | tokens | seconds | tokens/s | bytes/step | roofline | path | peak GPU MiB |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for section in ("sampling-smollm2", "sampling-qwen2.5"):
+    for section in ("sampling-smollm2", "sampling-smollm2-bf16-stream", "sampling-qwen2.5"):
         measured = _ok(result, section)
         for row in measured["rows"] if measured else []:
             path = row["path"] + (f" (fell back: {row['fallback']})" if row["fallback"] else "")
             peak = f"{row['peak_gpu_mib']:,.0f}" if row["peak_gpu_mib"] is not None else "n/a"
             lines.append(
-                f"| {measured['model']} | {row['rows']} x {row['new_tokens']} (one pass) | {row['tokens']:,} "
+                f"| {_shape(measured)} | {row['rows']} x {row['new_tokens']} (one pass) | {row['tokens']:,} "
                 f"| {row['seconds']:.3f} | {row['tokens_per_s']:,.0f} | {row['bytes_per_step'] / 1e6:,.1f} MB "
                 f"| {100 * row['roofline']:.1f}% | {path} | {peak} |"
             )
     return [*lines, "", result["roofline_formula"] + "."]
 
 
+def _shape(measured: dict[str, Any]) -> str:
+    """A sampling section's shape, and its residual stream where that is not the default float32."""
+    stream = measured.get("stream", "float32")
+    return measured["model"] + ("" if stream == "float32" else f", {stream} stream")
+
+
 def floor_lines(result: dict[str, Any]) -> list[str]:
-    """One line per floor: PASS or FAIL on a GPU, n/a in a smoke run, "not measured" when its row is missing."""
-    measured = _ok(result, "sampling-smollm2")
-    lines = ["| floor (smollm2-135m-shape) | measured tokens/s | status |", "|---|---|---|"]
-    if measured is None:
-        return [*lines, "| the sampling floors | not measured | FAIL |"]
-    for row in measured["rows"]:
-        floor = row["floor_tokens_per_s"]
-        if floor is None:
+    """One line per floor and sampling section held to it: PASS or FAIL on a GPU, n/a in a smoke run, "not measured"
+    when the default stream's section is missing (the bfloat16 stream's, an option, is left out when missing)."""
+    lines = ["| floor | measured tokens/s | status |", "|---|---|---|"]
+    for section in ("sampling-smollm2", "sampling-smollm2-bf16-stream"):
+        measured = _ok(result, section)
+        if measured is None:
+            if section == "sampling-smollm2":
+                lines.append("| the sampling floors (smollm2-135m-shape) | not measured | FAIL |")
             continue
-        status = "n/a (smoke run)" if result["smoke"] else ("PASS" if row["tokens_per_s"] >= floor else "FAIL")
-        lines.append(
-            f"| {row['rows']} rows x {row['new_tokens']} tokens, one pass: >= {floor:,.0f} | "
-            f"{row['tokens_per_s']:,.0f} | {status} |"
-        )
+        for row in measured["rows"]:
+            floor = row["floor_tokens_per_s"]
+            if floor is None:
+                continue
+            status = "n/a (smoke run)" if result["smoke"] else ("PASS" if row["tokens_per_s"] >= floor else "FAIL")
+            lines.append(
+                f"| {_shape(measured)}: {row['rows']} rows x {row['new_tokens']} tokens, one pass: >= {floor:,.0f} "
+                f"| {row['tokens_per_s']:,.0f} | {status} |"
+            )
     return lines
 
 

@@ -92,8 +92,12 @@ def test_cpu_mode_prints_every_row_and_the_layers_add_up(tmp_path: Path) -> None
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     rows = {row["variant"]: row for row in result["rows"]}
-    assert list(rows) == ["static eager", "dynamic", "compiled default"]
+    assert list(rows) == ["static eager", "static eager, bf16 cache", "static eager, bf16 stream", "dynamic",
+                          "compiled default"]
     assert rows["static eager"]["path"] == "lean static" and rows["dynamic"]["path"] == "lean dynamic"
+    # the bfloat16 stream: no casts around the two norms, the projection and the rotated q/k (4), the rotation in one
+    # matmul instead of three operations (2), and the two residual adds fused into their matmuls (2)
+    assert rows["static eager, bf16 cache"]["per_layer"] - rows["static eager, bf16 stream"]["per_layer"] == 8
     for row in rows.values():
         assert row["per_layer"] > 0 and row["fixed"] > 0
         assert row["predicted"] == row["kernels"]  # fixed + 3 x per layer: the 3-layer model's own count

@@ -44,10 +44,13 @@ def test_smoke_mode_measures_every_section(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((tmp_path / "gpu-sampler-numbers.json").read_text())
     sections = result["sections"]
-    assert list(sections) == ["bandwidth", "sampling-smollm2", "sampling-qwen2.5", "kernels", "rl-step", "update",
-                              "compiled"]
+    assert list(sections) == ["bandwidth", "sampling-smollm2", "sampling-smollm2-bf16-stream", "sampling-qwen2.5",
+                              "kernels", "rl-step", "update", "compiled"]
     assert all(record["status"] == "ok" for record in sections.values())
-    for name in ("sampling-smollm2", "sampling-qwen2.5"):
+    stream = sections["sampling-smollm2-bf16-stream"]["result"]
+    assert stream["stream"] == "bfloat16" and sections["sampling-smollm2"]["result"]["stream"] == "float32"
+    assert {row["path"] for row in stream["rows"]} == {"lean static"}  # the CPU's static step: the stream's own
+    for name in ("sampling-smollm2", "sampling-smollm2-bf16-stream", "sampling-qwen2.5"):
         rows = sections[name]["result"]["rows"]
         assert [(r["rows"], r["new_tokens"]) for r in rows] == [(4, 8), (8, 8), (4, 16)]
         assert all(r["tokens"] > 0 and r["tokens_per_s"] > 0 and r["roofline"] > 0 for r in rows)
@@ -63,8 +66,9 @@ def test_smoke_mode_measures_every_section(tmp_path: Path) -> None:
         assert row["update_ms"] > 0 and row["update_padded_ms"] > 0
         assert row["packed_forwards"] == row["forwards"] > 0  # the packed timing did run the packed forward
     table = (tmp_path / "gpu-sampler-numbers.md").read_text()
-    assert "7 of 7 sections measured" in table and "a smoke run on tiny models" in table
-    assert table.count("n/a (smoke run)") == 2 and "| update alone |" in table
+    assert "8 of 8 sections measured" in table and "a smoke run on tiny models" in table
+    assert table.count("n/a (smoke run)") == 4 and "| update alone |" in table
+    assert "| smollm2-135m-shape, bfloat16 stream | 4 x 8 (one pass) |" in table
     assert "| 4 | 1 |" in table and "update, padded forward (ms)" in table
 
 
@@ -96,14 +100,23 @@ def test_floor_lines_pass_and_fail_on_a_gpu_result(numbers) -> None:
         {"rows": 512, "new_tokens": 128, "tokens_per_s": 150_000.0, "floor_tokens_per_s": 1.5e5},
         {"rows": 128, "new_tokens": 512, "tokens_per_s": 1.0, "floor_tokens_per_s": None},
     ]
-    result = {"smoke": False, "sections": {"sampling-smollm2": {"status": "ok", "result": {"rows": rows}}}}
+    measured = {"model": "smollm2-135m-shape", "stream": "float32", "rows": rows}
+    result = {"smoke": False, "sections": {"sampling-smollm2": {"status": "ok", "result": measured}}}
     lines = gpu_sampler_report.floor_lines(result)
     assert lines[2:] == [
-        "| 128 rows x 128 tokens, one pass: >= 100,000 | 99,999 | FAIL |",
-        "| 512 rows x 128 tokens, one pass: >= 150,000 | 150,000 | PASS |",
+        "| smollm2-135m-shape: 128 rows x 128 tokens, one pass: >= 100,000 | 99,999 | FAIL |",
+        "| smollm2-135m-shape: 512 rows x 128 tokens, one pass: >= 150,000 | 150,000 | PASS |",
+    ]
+    stream_rows = [{**row, "tokens_per_s": 2e5} for row in rows]
+    result["sections"]["sampling-smollm2-bf16-stream"] = {
+        "status": "ok", "result": {**measured, "stream": "bfloat16", "rows": stream_rows}}
+    assert gpu_sampler_report.floor_lines(result)[4:] == [
+        "| smollm2-135m-shape, bfloat16 stream: 128 rows x 128 tokens, one pass: >= 100,000 | 200,000 | PASS |",
+        "| smollm2-135m-shape, bfloat16 stream: 512 rows x 128 tokens, one pass: >= 150,000 | 200,000 | PASS |",
     ]
     result["sections"]["sampling-smollm2"] = {"status": "timeout", "error": "killed"}
-    assert gpu_sampler_report.floor_lines(result)[2:] == ["| the sampling floors | not measured | FAIL |"]
+    assert gpu_sampler_report.floor_lines(result)[2] == (
+        "| the sampling floors (smollm2-135m-shape) | not measured | FAIL |")
 
 
 def test_roofline_bytes_by_hand(numbers) -> None:

@@ -138,7 +138,8 @@ def test_a_kept_decoder_goes_with_its_model(embedded) -> None:
     models = [_random_llama(len(embedded.tokenizer), kv_heads=kv, tied=True) for kv in (1, 2)]
     for model in models:
         _run(model, embedded.tokenizer, engine="lean")
-    decoders = [weakref.ref(rollout._KEPT[model].decoders[(torch.float32, fast_decode.step_mode)]) for model in models]
+    key = (torch.float32, fast_decode.step_mode, fast_decode.stream)
+    decoders = [weakref.ref(rollout._KEPT[model].decoders[key]) for model in models]
     assert decoders[0]() is not decoders[1]()
     del model, models
     gc.collect()

@@ -19,7 +19,10 @@ How it departs from transformers' ``LlamaForCausalLM`` forward (the reference it
   ``rollout.sample`` does before each rollout unless the caller holds the weights fixed.
 * The residual stream, the RMS norms, the rotary embedding, the KV cache and the attention stay in
   float32 (but for the static (CUDA) step's bfloat16 cache, below); only the weight matmuls' inputs and outputs are
-  in ``dtype`` (transformers in bfloat16 runs all of it in bfloat16). Attention over a short cache is a handful of
+  in ``dtype`` (transformers in bfloat16 runs all of it in bfloat16). ``stream = "bfloat16"`` (opt-in, the static
+  step with a bfloat16 cache only) runs the stream, norms and rotation in bfloat16 too, as transformers does, with
+  the residual adds fused into the matmuls: fewer operations a layer, for the GPU's launch-bound step.
+  Attention over a short cache is a handful of
   tiny matmuls, faster in float32 on this CPU than bfloat16 or ``scaled_dot_product_attention``'s kernel. Logits
   are returned in float32 (computed by a bfloat16 matmul, so they carry its rounding).
 * In bfloat16 the matrices are handed to oneDNN prepacked (``torch.ops.mkldnn._reorder_linear_weight``,
@@ -98,8 +101,8 @@ from torch import nn
 from grpolab.engine.families import FAMILIES, base_model, refusal
 from grpolab.engine.weight_copy import Weights, copy_weights, packed_linear, packs_bf16, weights_version
 
-__all__ = ["BF16_MIN_HIDDEN", "FAMILIES", "SAMPLER_PATHS", "STEP_MODES", "LeanLlama", "build", "preferred_dtype",
-           "refusal"]
+__all__ = ["BF16_MIN_HIDDEN", "FAMILIES", "SAMPLER_PATHS", "STEP_MODES", "STREAMS", "LeanLlama", "build",
+           "preferred_dtype", "refusal"]
 
 STEP_MODES = ("auto", "dynamic", "static", "graph")
 """How ``LeanLlama.step`` runs (``step_mode``): "dynamic" attends over the written slice of the cache (the CPU's
@@ -115,6 +118,16 @@ KV_CACHES = ("auto", "float32", "bfloat16")
 float32. The dynamic (CPU) step's cache is float32 whatever this says."""
 kv_cache = "auto"
 """The process-wide ``KV_CACHES`` choice for the static step (tests set "bfloat16" to run it on the CPU)."""
+STREAMS = ("float32", "bfloat16")
+"""The residual stream's dtype of a decoder (``stream``)."""
+stream = "float32"
+"""The process-wide ``STREAMS`` choice for decoders built from now on. "float32": the residual stream, the norms and
+the rotary embedding in float32, the weights' dtype only at the matmuls. "bfloat16": all of it in bfloat16, as
+transformers runs a bfloat16 model, for a bfloat16 copy whose static step has a bfloat16 cache (``build`` refuses
+anything else): no casts around the norms, the rotation and the cache, and the residual adds fused into the output
+and down matmuls (``_plus_linear``), 6 fewer operations a layer. Its log-probs depart from the float32 stream's by
+bfloat16 rounding of the stream (``tests/engine/test_bf16_stream.py`` bounds it); the run's ``sampler_kl`` measures
+the gap to the trainer. Opt-in: it has not yet run on a GPU."""
 bucket_slots = 32
 """The static step attends over the cache's first slots up to the next multiple of this (capped at the capacity):
 one static shape, and one CUDA graph, per bucket. 0: over the whole capacity at every step."""
@@ -137,7 +150,10 @@ def build(model: nn.Module, dtype: torch.dtype = torch.bfloat16) -> LeanLlama | 
     with later weights."""
     if refusal(model) is not None:
         return None
-    return LeanLlama(base_model(model), copy_weights(model, dtype), dtype)
+    if stream not in STREAMS:
+        raise ValueError(f"fast_decode.stream must be one of {STREAMS}, not {stream!r}")
+    vectors = torch.bfloat16 if stream == "bfloat16" else torch.float32
+    return LeanLlama(base_model(model), copy_weights(model, dtype, vectors=vectors), dtype)
 
 
 class LeanLlama:
@@ -169,6 +185,14 @@ class LeanLlama:
         of the same shapes; None for the dynamic step and after anything its graphs read was replaced."""
         self.version = weights_version(base)
         """``weight_copy.weights_version`` of the model when its weights were last copied."""
+        self.stream = weights.final_norm.dtype
+        """The residual stream's dtype (``stream`` when built): the norms', the rotation's and the residual's."""
+        if self.stream != torch.float32 and not (self.dtype == self.stream == self.kv_dtype):
+            raise ValueError(
+                f"fast_decode.stream = 'bfloat16' needs a bfloat16 weight copy whose static step has a bfloat16 KV "
+                f"cache; this decoder has {self.dtype} weights, a {self.kv_dtype} cache and step mode {self.mode!r}. "
+                "Set fast_decode.stream = 'float32' (the default), or build in bfloat16 with step_mode 'static' or "
+                "'graph' and kv_cache 'bfloat16' ('auto' picks it on CUDA)")
 
     def refresh(self, model: nn.Module) -> None:
         """Copy the current weights of ``model`` (the model this decoder was built on) into this decoder's buffers
@@ -200,7 +224,10 @@ class LeanLlama:
         angles = (torch.arange(positions, dtype=torch.float32, device=self.device)[:, None]
                   * self.inv_freq.to(self.device))  # [positions, Dh / 2]
         cos, sin = angles.cos() * self.rope_scale, angles.sin() * self.rope_scale
-        self._cos, self._sin = torch.cat([cos, cos], dim=1), torch.cat([-sin, sin], dim=1)  # [positions, Dh]
+        self._cos = torch.cat([cos, cos], dim=1).to(self.stream)  # [positions, Dh]
+        self._sin = torch.cat([-sin, sin], dim=1).to(self.stream)
+        half = self.head_dim // 2  # _swap[i, j] = 1 where i = j + Dh/2 (mod Dh): x @ _swap is rotate_half's x
+        self._swap = torch.eye(self.head_dim, device=self.device).roll(half, dims=0).to(self.stream)
         return False
 
     def _kept_cache(self, shape: tuple[int, ...], static: bool) -> bool:
@@ -327,31 +354,49 @@ class LeanLlama:
         "lean graph" into "lean static" and sets ``fallback``."""
         return f"lean {self.mode}"
 
-    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """transformers' ``x cos + rotate_half(x) sin`` with the sign of rotate_half in the sin table."""
+    def _rope(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """transformers' ``x cos + rotate_half(x) sin`` on x [B, S, heads, Dh], with the sign of rotate_half in the
+        sin table; ``rope``: (cos, sin) [B, S, 1, Dh], or (the rotation matrices [B, Dh, Dh],) for S = 1."""
+        if len(rope) == 1:  # one matmul: x @ (diag(cos) + _swap sin), summed in float32 and rounded once
+            rows, length, heads, size = x.shape
+            return torch.bmm(x.reshape(rows, heads, size), rope[0]).view(rows, length, heads, size)
+        cos, sin = rope
         first, second = x.chunk(2, dim=-1)
         return torch.addcmul(x * cos, torch.cat([second, first], dim=-1), sin)
 
+    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The rotary embedding of ``positions`` [B, S] as ``_rope`` takes it: the cos and sin tables' rows [B, S, 1,
+        Dh]; for a bfloat16 stream's decoding step (S = 1), one rotation matrix a row, [B, Dh, Dh], built once a step
+        so that each layer rotates its queries and keys in one matmul instead of three operations."""
+        cos, sin = self._cos[positions][:, :, None], self._sin[positions][:, :, None]
+        if positions.shape[1] != 1 or self.stream == torch.float32:
+            return cos, sin
+        cos, sin = cos.flatten(1), sin.flatten(1)  # [B, Dh]
+        return (torch.addcmul(torch.diag_embed(cos), self._swap, sin[:, None, :]),)
+
     def _attention(self, index: int, normed: torch.Tensor, shape: tuple[int, int], start: int | torch.Tensor,
-                   cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+                   rope: tuple[torch.Tensor, ...], bias: torch.Tensor) -> torch.Tensor:
         """Self-attention of layer ``index`` on normed [B S, D]; writes the cache at slots ``start`` .. (an int, or
-        a device tensor [1] with S = 1) and attends over its first ``bias.shape[-1]`` slots; returns [B S, H Dh].
+        a device tensor [1] with S = 1) and attends over its first ``bias.shape[-1]`` slots (``rope``: ``_rotary``'s);
+        returns [B S, H Dh].
         A bfloat16 cache (the static step's, ``kv_dtype``) runs ``scaled_dot_product_attention`` on bfloat16
         queries, keys and values."""
         rows, length = shape
         group = self.heads // self.kv_heads
         layer = self.layers[index]
         cache = self._keys.dtype
-        projected = self._linear(normed, layer.qkv).view(rows, length, -1, self.head_dim)
-        qkv = projected.float()
-        if layer.qkv_bias is not None:
-            qkv = qkv + layer.qkv_bias.view(-1, self.head_dim)
+        qkv_bias = layer.qkv_bias  # in the stream's dtype: added by the matmul where that is the weights' dtype
+        fused = qkv_bias is not None and qkv_bias.dtype == self.dtype
+        projected = self._linear(normed, layer.qkv, qkv_bias if fused else None).view(rows, length, -1, self.head_dim)
+        qkv = projected.to(self.stream)
+        if qkv_bias is not None and not fused:
+            qkv = qkv + qkv_bias.view(-1, self.head_dim)
         qk = qkv[:, :, : self.heads + self.kv_heads]  # [B, S, H + Hkv, Dh]
         if layer.qk_norm is not None:  # each head normed over Dh, then its q or k weight (queries pre-scaled)
             qk = F.rms_norm(qk, (self.head_dim,), eps=self.eps) * layer.qk_norm
-        qk = self._rope(qk, cos, sin).to(cache)  # one rotation, one cast for queries and keys
-        # without a bias the values are the projection's own: cast to float32 and back would give them bit for bit
-        values = projected if layer.qkv_bias is None and projected.dtype == cache else qkv.to(cache)
+        qk = self._rope(qk, rope).to(cache)  # one rotation, one cast for queries and keys
+        # without a float32 bias the values are the projection's own: a cast to float32 and back gives them bit for bit
+        values = projected if (qkv_bias is None or fused) and projected.dtype == cache else qkv.to(cache)
         keys = qk[:, :, self.heads :].transpose(1, 2)  # [B, Hkv, S, Dh]
         values = values[:, :, self.heads + self.kv_heads :].transpose(1, 2)
         if isinstance(start, torch.Tensor):
@@ -372,22 +417,32 @@ class LeanLlama:
             attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=1.0)
         return attended.reshape(rows, self.heads, length, self.head_dim).transpose(1, 2).reshape(rows * length, -1)
 
+    def _plus_linear(self, hidden: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The residual ``hidden`` [N, D] plus x [N, in] times ``weight`` [D, in] transposed: a float32 stream adds
+        the matmul's output in place; a stream in the weights' dtype has the matmul add it (``addmm_`` in place, or
+        oneDNN's fused add on a prepacked weight), one operation instead of two, rounded once."""
+        if hidden.dtype != x.dtype:
+            return hidden.add_(self._linear(x, weight))  # float32 += dtype
+        if self._linear is packed_linear:
+            return torch.ops.mkldnn._linear_pointwise.binary(x, hidden, weight, None, "add")
+        return hidden.addmm_(x, weight.t())
+
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int | torch.Tensor,
                  bias: torch.Tensor) -> torch.Tensor:
         """ids, positions [B, S] written at cache slots start .. start + S - 1 (``start`` a device tensor: see
         ``_attention``); bias [B Hkv, group S or 1, start + S or L], added to the attention scores.
         Every matmul takes a 2-D [B S, in] input (a 3-D one runs slower on this CPU's kernels)."""
         rows, length = ids.shape
-        hidden = F.embedding(ids.reshape(-1), self.embed).float()  # [B S, D], the residual stream
-        cos, sin = self._cos[positions][:, :, None], self._sin[positions][:, :, None]  # [B, S, 1, Dh]
+        hidden = F.embedding(ids.reshape(-1), self.embed).to(self.stream)  # [B S, D], the residual stream
+        rope = self._rotary(positions)
         width = (hidden.shape[-1],)
         for index, layer in enumerate(self.layers):
             normed = F.rms_norm(hidden, width, layer.attn_norm, self.eps).to(self.dtype)
-            attended = self._attention(index, normed, (rows, length), start, cos, sin, bias).to(self.dtype)
-            hidden.add_(self._linear(attended, layer.out))  # float32 += dtype
+            attended = self._attention(index, normed, (rows, length), start, rope, bias).to(self.dtype)
+            hidden = self._plus_linear(hidden, attended, layer.out)
             normed = F.rms_norm(hidden, width, layer.mlp_norm, self.eps).to(self.dtype)
             gate, up = self._linear(normed, layer.gate_up).chunk(2, dim=-1)
-            hidden.add_(self._linear(F.silu(gate) * up, layer.down))
+            hidden = self._plus_linear(hidden, F.silu(gate) * up, layer.down)
         last = hidden.view(rows, length, -1)[:, -1]
         last = F.rms_norm(last, width, self.final_norm, self.eps).to(self.dtype)
         return self._linear(last, self.lm_head).float()  # [B, V]

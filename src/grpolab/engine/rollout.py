@@ -237,7 +237,7 @@ def _lean_decoder(model: PreTrainedModel, weights: torch.dtype) -> fast_decode.L
     where the lean path refuses the model."""
     base = families.base_model(model)
     kept = _KEPT.setdefault(base, _Kept())
-    key = (weights, fast_decode.step_mode)
+    key = (weights, fast_decode.step_mode, fast_decode.stream)
     decoder = kept.decoders.get(key)
     if decoder is not None and not decoder.serves(model):  # moved to another device, or an adapter it cannot merge
         kept.decoders.pop(key)

@@ -6,7 +6,8 @@ Each matrix is written the same way both times: the float32 sum of its parts (q/
 gate/up into another; a LoRA layer's base weight plus each active adapter's ``B A * scaling``, added in place),
 the attention's 1 / sqrt(Dh) folded into the queries, then converted to the compute dtype (and on the CPU in
 bfloat16, prepacked for oneDNN and copied into the prepacked buffer). A refreshed copy is therefore the copy a
-new decoder would make, bit for bit (``tests/engine/test_sampler_reuse.py``). The norms are float32 copies; the
+new decoder would make, bit for bit (``tests/engine/test_sampler_reuse.py``). The vectors (norm weights, Qwen2's
+q/k/v bias) are copies in the decoder's residual-stream dtype (``fast_decode.stream``: float32 by default); the
 embedding table is not copied (the lookup reads the model's own weight).
 """
 
@@ -25,12 +26,13 @@ __all__ = ["LayerWeights", "Weights", "copy_weights", "packed_linear", "packs_bf
 
 @dataclass
 class LayerWeights:
-    """One decoder layer's weights: norms in float32, matrices in the compute dtype."""
+    """One decoder layer's weights: vectors in the residual stream's dtype (float32 by default), matrices in the
+    compute dtype."""
 
     attn_norm: torch.Tensor  # [D]
     qkv: torch.Tensor  # [(H + 2 Hkv) Dh, D]
-    qkv_bias: torch.Tensor | None  # [(H + 2 Hkv) Dh] in float32 (Qwen2), else None
-    qk_norm: torch.Tensor | None  # [H + Hkv, Dh] in float32: each head's q or k RMSNorm weight (Qwen3), else None
+    qkv_bias: torch.Tensor | None  # [(H + 2 Hkv) Dh] (Qwen2), else None
+    qk_norm: torch.Tensor | None  # [H + Hkv, Dh]: each head's q or k RMSNorm weight (Qwen3), else None
     out: torch.Tensor  # [D, H Dh]
     mlp_norm: torch.Tensor  # [D]
     gate_up: torch.Tensor  # [2 I, D]
@@ -58,9 +60,9 @@ def packs_bf16(dtype: torch.dtype, device: torch.device) -> bool:
     )
 
 
-def packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [N, in] times a prepacked weight [out, in] transposed."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [N, in] times a prepacked weight [out, in] transposed, plus ``bias`` [out] when given."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
 def _base_weight(module: nn.Module) -> torch.Tensor:
@@ -109,18 +111,23 @@ def _matrix(
     return packed if into is None else into.copy_(packed)
 
 
-def _vector(value: torch.Tensor, into: torch.Tensor | None) -> torch.Tensor:
-    """``value`` in float32: a tensor of its own (never the model's), or written into ``into``."""
+def _vector(value: torch.Tensor, vectors: torch.dtype, into: torch.Tensor | None) -> torch.Tensor:
+    """``value`` (computed in float32) in ``vectors``: a tensor of its own (never the model's), or written into
+    ``into`` (in its own dtype)."""
     value = value.detach().float()
-    return value.clone() if into is None else into.copy_(value)
+    if into is not None:
+        return into.copy_(value)
+    return value.clone() if vectors == torch.float32 else value.to(vectors)
 
 
 def _layer(
-    layer: nn.Module, dtype: torch.dtype, query_scale: float, biased: bool, into: LayerWeights | None
+    layer: nn.Module, dtypes: tuple[torch.dtype, torch.dtype], query_scale: float, biased: bool,
+    into: LayerWeights | None,
 ) -> LayerWeights:
     """A layer ``refusal`` accepts, copied (into ``into``'s buffers when given). The attention's 1 / sqrt(Dh) is
     folded into the queries: into the q norm's weight where there is one (a norm undoes any scale put before it),
-    else into the q projection."""
+    else into the q projection. ``dtypes``: the matrices' and the vectors'."""
+    dtype, vectors = dtypes
     attn, mlp = layer.self_attn, layer.mlp
     modules = [getattr(attn, n) for n in PROJECTIONS[:4]] + [getattr(mlp, n) for n in PROJECTIONS[4:]]
     old = {f.name: None if into is None else getattr(into, f.name) for f in fields(LayerWeights)}
@@ -135,42 +142,45 @@ def _layer(
                     attn.k_norm.weight.detach().float().expand(kv_heads, -1),
                 ]
             ),
+            vectors,
             old["qk_norm"],
         )  # [H + Hkv, Dh]
         weight_scale = 1.0
     bias = None
     if biased:
         q_b, k_b, v_b = (linear_bias(m).detach().float() for m in modules[:3])
-        bias = _vector(torch.cat([q_b * weight_scale, k_b, v_b]), old["qkv_bias"])
+        bias = _vector(torch.cat([q_b * weight_scale, k_b, v_b]), vectors, old["qkv_bias"])
     return LayerWeights(
-        _vector(layer.input_layernorm.weight, old["attn_norm"]),
+        _vector(layer.input_layernorm.weight, vectors, old["attn_norm"]),
         _matrix(modules[:3], [weight_scale, 1.0, 1.0], dtype, old["qkv"]),
         bias,
         qk_norm,
         _matrix(modules[3:4], [1.0], dtype, old["out"]),
-        _vector(layer.post_attention_layernorm.weight, old["mlp_norm"]),
+        _vector(layer.post_attention_layernorm.weight, vectors, old["mlp_norm"]),
         _matrix(modules[4:6], [1.0, 1.0], dtype, old["gate_up"]),
         _matrix(modules[6:], [1.0], dtype, old["down"]),
     )
 
 
-def copy_weights(model: nn.Module, dtype: torch.dtype, into: Weights | None = None) -> Weights:
-    """The weights of ``model`` (bare or under peft; one ``refusal`` accepts) as the lean decoder reads them, in
-    ``dtype``: new tensors, or, given ``into`` (an earlier copy of the same model in the same dtype), written into
-    its buffers in place and returned."""
+def copy_weights(
+    model: nn.Module, dtype: torch.dtype, into: Weights | None = None, vectors: torch.dtype = torch.float32
+) -> Weights:
+    """The weights of ``model`` (bare or under peft; one ``refusal`` accepts) as the lean decoder reads them, the
+    matrices in ``dtype`` and the vectors in ``vectors``: new tensors, or, given ``into`` (an earlier copy of the
+    same model in the same dtypes), written into its buffers in place and returned."""
     base = base_model(model)
     config = base.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     biased = qkv_biased(config)
     with torch.no_grad():
         layers = [
-            _layer(layer, dtype, head_dim**-0.5, biased, None if into is None else into.layers[index])
+            _layer(layer, (dtype, vectors), head_dim**-0.5, biased, None if into is None else into.layers[index])
             for index, layer in enumerate(base.model.layers)
         ]
         return Weights(
             layers,
             _matrix([base.lm_head], [1.0], dtype, None if into is None else into.lm_head),
-            _vector(base.model.norm.weight, None if into is None else into.final_norm),
+            _vector(base.model.norm.weight, vectors, None if into is None else into.final_norm),
         )
 
 
