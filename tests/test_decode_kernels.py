@@ -128,3 +128,29 @@ def test_a_compiler_that_fails_gives_a_row_that_says_why(kernels, monkeypatch: p
             "rollout_kernels_per_token": 1.0,
         }
     )
+
+
+def test_the_docs_proxy_table_recomputes_from_the_committed_counts() -> None:
+    """docs/benchmarks.md's table of operators a layer (the bfloat16 stream's section) and the count of the code that
+    ran on the H100, from the committed files of ``bench_decode_kernels.py --cpu``; the 30-layer column is fixed +
+    30 x per layer."""
+    results = ROOT / "benchmarks" / "results" / "cpu-2026-11-28"
+    current = json.loads((results / "decode-kernels.json").read_text())
+    rows = {row["variant"]: row for row in current["rows"]}
+    old = {row["variant"]: row for row in json.loads((results / "decode-kernels-8599f9a.json").read_text())["rows"]}
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    labels = {
+        "static eager": "float32 cache (the CPU's static default)",
+        "static eager, bf16 cache": "bfloat16 cache, float32 stream (CUDA's default)",
+        "static eager, bf16 stream": "bfloat16 cache, bfloat16 stream",
+    }
+    for variant, label in labels.items():
+        row = rows[variant]
+        line = f"| {label} | {row['per_layer']:.0f} | {row['fixed']:.0f} | {row['fixed'] + 30 * row['per_layer']:.0f} |"
+        assert line in docs
+    assert (old["static eager, bf16 cache"]["per_layer"], old["static eager, bf16 cache"]["fixed"]) == (24, 20)
+    assert "counts 24\noperators a layer and 20 fixed" in docs
+    dynamic = rows["dynamic"]
+    assert (rows["static eager"]["per_layer"], dynamic["per_layer"], dynamic["fixed"]) == (22, 22, 8)
+    assert "counted 22 operators per layer in both step modes, 20 fixed\nin the static step and 8" in docs
+    assert f"and {current['rollout_kernels_per_token']:.1f} per token" in docs
