@@ -127,7 +127,7 @@ transformers runs a bfloat16 model, for a bfloat16 copy whose static step has a 
 anything else): no casts around the norms, the rotation and the cache, the residual adds fused into the output
 and down matmuls (``_plus_linear``) and the rotation one matmul (``_rotary``), 8 fewer operations a layer. Its
 log-probs depart from the float32 stream's by bfloat16 rounding of the stream (``tests/engine/test_bf16_stream.py``
-bounds it); the run's ``sampler_kl`` measures the gap to the trainer. Opt-in: it has not yet run on a GPU."""
+bounds it); the run's ``rollout/sampler_kl`` measures the gap to the trainer. Opt-in: it has not yet run on a GPU."""
 bucket_slots = 32
 """The static step attends over the cache's first slots up to the next multiple of this (capped at the capacity):
 one static shape, and one CUDA graph, per bucket. 0: over the whole capacity at every step."""
