@@ -228,6 +228,22 @@ def bench_main(run: Callable[[bool], list[Row]], argv: list[str] | None = None) 
     return 0
 
 
+@contextmanager
+def fast_decode_settings(settings: dict[str, Any]) -> Iterator[None]:
+    """``grpolab.engine.fast_decode``'s module settings (``step_mode``, ``kv_cache``, ``stream``, ``bucket_slots``)
+    set for the block, and put back after it."""
+    from grpolab.engine import fast_decode
+
+    before = {name: getattr(fast_decode, name) for name in settings}
+    try:
+        for name, value in settings.items():
+            setattr(fast_decode, name, value)
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(fast_decode, name, value)
+
+
 def print_and_save(text: str, result: dict[str, Any], out: Path | None) -> None:
     """The ``__main__`` end of a benchmark with its own table (``bench_gpu.py``, ``bench_decode_kernels.py``):
     print ``text``; with ``out``, write ``result`` there as JSON."""

@@ -43,8 +43,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +55,7 @@ for _path in (ROOT / "src", ROOT / "scripts", ROOT / "benchmarks"):
 import torch  # noqa: E402
 
 import gpu_check_shapes  # noqa: E402 - the real models' shapes and their random-weight builder
-from _common import print_and_save  # noqa: E402
+from _common import fast_decode_settings, print_and_save  # noqa: E402
 
 VIEW_OPS = frozenset(
     {
@@ -178,27 +176,12 @@ def prompts(vocab: int, count: int, width: int = 32) -> tuple[torch.Tensor, torc
     return ids, torch.ones_like(ids)
 
 
-@contextmanager
-def fast_decode_settings(**values: Any) -> Iterator[None]:
-    """``fast_decode``'s module settings (``step_mode``, ``kv_cache``, ``stream``) set for the block."""
-    from grpolab.engine import fast_decode
-
-    before = {name: getattr(fast_decode, name) for name in values}
-    for name, value in values.items():
-        setattr(fast_decode, name, value)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            setattr(fast_decode, name, value)
-
-
 def _decoder(model: Any, mode: str, compile_mode: str | None, backend: str) -> Any:
     """The lean decoder of ``model`` stepping in ``mode`` (the other settings as the caller set them); with
     ``compile_mode``, its static step compiled."""
     from grpolab.engine import fast_decode
 
-    with fast_decode_settings(step_mode=mode):
+    with fast_decode_settings({"step_mode": mode}):
         lean = fast_decode.build(model, torch.bfloat16)
     if lean is None:
         raise RuntimeError(f"fast_decode refused the model: {fast_decode.refusal(model)}")
@@ -238,7 +221,7 @@ def step_counts(
     """Kernels and host launches per decoding step (``count_events``, the mean over ``steps`` profiled steps after
     two warm-up steps), ms per step (``steps`` more, unprofiled), and the path the decoder took; ``settings``:
     ``fast_decode``'s other module settings for the count (``kv_cache``, ``stream``)."""
-    with fast_decode_settings(**(settings or {})):
+    with fast_decode_settings(settings or {}):
         return _step_counts(model, mode, steps, compile_mode, backend)
 
 

@@ -14,6 +14,8 @@ weights rarely draw EOS, so most rows run to the cap). For P = 16 and 64 prompts
   a bfloat16 KV cache);
 * ``grpolab graph f32 full``: the same graphs with a float32 KV cache attended over its whole capacity at every step
   (``fast_decode.kv_cache = "float32"``, ``bucket_slots = 0``): what the bfloat16 cache and the buckets buy;
+* ``grpolab graph bf16 stream`` (CUDA only): the default graphs with ``fast_decode.stream = "bfloat16"`` (the
+  residual stream, norms and rotation in bfloat16, the residual adds fused into the matmuls);
 * ``trl generate``: TRL 1.16's generation without vLLM, as the GPU check calls it
   (``gpu_check_sampling.trl_generation``). TRL at P = 64 runs only if the time budget (``--budget-s``) leaves room
   for it.
@@ -34,8 +36,6 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ import torch  # noqa: E402
 
 import gpu_check_sampling  # noqa: E402 - the GPU check's samplers and TRL generation
 import gpu_check_shapes  # noqa: E402 - the GPU check's models and tokenizers
-from _common import print_and_save  # noqa: E402
+from _common import fast_decode_settings, print_and_save  # noqa: E402
 
 MODEL = "smollm2-135m-shape"
 
@@ -87,21 +87,6 @@ def step_bytes(model: Any, rows: int, prompt_width: int, max_new_tokens: int, se
     return int(weights + cache)
 
 
-@contextmanager
-def fast_decode_settings(settings: dict[str, Any]) -> Iterator[None]:
-    """``fast_decode``'s module settings (``step_mode``, ``kv_cache``, ``bucket_slots``) set for the block."""
-    from grpolab.engine import fast_decode
-
-    before = {name: getattr(fast_decode, name) for name in settings}
-    try:
-        for name, value in settings.items():
-            setattr(fast_decode, name, value)
-        yield
-    finally:
-        for name, value in before.items():
-            setattr(fast_decode, name, value)
-
-
 def build(cpu: bool) -> tuple[Any, Any, str]:
     """The GPU check's SmolLM2-shaped random model (tiny on the CPU), float32 with a fresh LoRA adapter, on the
     device; its tokenizer; where the tokenizer came from."""
@@ -117,10 +102,16 @@ def build(cpu: bool) -> tuple[Any, Any, str]:
 
 
 def grpolab_settings() -> dict[str, dict[str, Any]]:
-    """grpolab's rows: name -> ``fast_decode`` settings (on the CPU the graph rows run the static step eagerly)."""
-    graph = "auto" if torch.cuda.is_available() else "static"
-    return {"grpolab eager": {"step_mode": "dynamic"}, "grpolab graph": {"step_mode": graph},
+    """grpolab's rows: name -> ``fast_decode`` settings (on the CPU the graph rows run the static step eagerly). The
+    bfloat16 stream's row runs on CUDA only: it needs a bfloat16 copy, and the CPU mode's tiny model samples in
+    float32 (``fast_decode.preferred_dtype``); ``gpu_sampler_numbers.py --cpu --tiny`` runs the stream on the CPU."""
+    cuda = torch.cuda.is_available()
+    graph = "auto" if cuda else "static"
+    rows = {"grpolab eager": {"step_mode": "dynamic"}, "grpolab graph": {"step_mode": graph},
             "grpolab graph f32 full": {"step_mode": graph, "kv_cache": "float32", "bucket_slots": 0}}
+    if cuda:
+        rows["grpolab graph bf16 stream"] = {"step_mode": graph, "stream": "bfloat16"}
+    return rows
 
 
 def samplers(model: Any, tokenizer: Any, trl: bool) -> dict[str, Any]:
