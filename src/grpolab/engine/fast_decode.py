@@ -385,8 +385,8 @@ class LeanLlama:
         group = self.heads // self.kv_heads
         layer = self.layers[index]
         cache = self._keys.dtype
-        qkv_bias = layer.qkv_bias  # in the stream's dtype: added by the matmul where that is the weights' dtype
-        fused = qkv_bias is not None and qkv_bias.dtype == self.dtype
+        qkv_bias = layer.qkv_bias  # in the stream's dtype: a bfloat16 stream's is added by the matmul
+        fused = qkv_bias is not None and self.stream != torch.float32
         projected = self._linear(normed, layer.qkv, qkv_bias if fused else None).view(rows, length, -1, self.head_dim)
         qkv = projected.to(self.stream)
         if qkv_bias is not None and not fused:
