@@ -160,3 +160,54 @@ def test_docs_compare_quotes_the_committed_selection_and_compare_s_floor_agrees_
     rows = pd.read_csv(EXPERIMENT / "selection.csv").rename(columns={"end_pass_at_1": "validation_score"})
     chosen, *_ = _choose(rows.assign(status="finished"), script.FLOOR)  # grpolab compare --lr-seed-floor 0.1
     assert chosen == float(lrs.index[lrs["chosen"]][0])
+
+
+@pytest.mark.skipif(not (EXPERIMENT / "runs.csv").is_file(), reason="the arms have not been committed")
+def test_the_docs_quote_the_committed_results() -> None:
+    """The numbers docs/when-sign-helps.md, docs/results.md and the experiment's README give, from the committed
+    results, arms and rows; the reading from the pre-registered rule."""
+    results = pd.read_csv(EXPERIMENT / "results.csv")
+    end = results[results["metric"] == "pass_at_1_step30"].set_index("difference")
+    arms = pd.read_csv(EXPERIMENT / "arms.csv").set_index(["estimator", "prompts"])
+    runs = pd.read_csv(EXPERIMENT / "runs.csv")
+    per_seed = runs.pivot_table(index="seed", columns=["estimator", "prompts"], values="pass_at_1_step30")
+    gap16 = per_seed[("sign", 16)] - per_seed[("dr_grpo", 16)]
+    d1, d2 = end.loc["sign@16 - dr_grpo@4"], end.loc["sign@16 - sign@4"]
+
+    def points(value: float) -> str:
+        return f"{100 * value:+.1f}"
+
+    quotes = {
+        "when-sign-helps.md": [
+            f"`sign`@16 − `sign`@4 = {points(d2['gain'])} points [{points(d2['low'])}, {points(d2['high'])}], "
+            f"Holm p = {d2['p_holm']:.3f}",
+            f"`sign`@16 − `dr_grpo`@4 = {points(d1['gain'])} points [{points(d1['low'])}, {points(d1['high'])}], "
+            f"Holm p = {d1['p_holm']:.3f}",
+            f"`dr_grpo`@4 {100 * arms.loc[('dr_grpo', 4), 'pass_at_1_step30']:.1f}%, `dr_grpo`@16 "
+            f"{100 * arms.loc[('dr_grpo', 16), 'pass_at_1_step30']:.1f}%, `sign`@4 "
+            f"{100 * arms.loc[('sign', 4), 'pass_at_1_step30']:.1f}%, `sign`@16 "
+            f"{100 * arms.loc[('sign', 16), 'pass_at_1_step30']:.1f}%",
+            f"`dr_grpo` gains {100 * end.loc['dr_grpo@16 - dr_grpo@4', 'gain']:.1f} points",
+            f"`sign` is {-100 * gap16.mean():.1f} points below `dr_grpo`, lower in all {int((gap16 < 0).sum())} seeds",
+            f"{arms.loc[('sign', 16), 'trained_sequences']:,.0f} sequences a run to `dr_grpo`@4's "
+            f"{arms.loc[('dr_grpo', 4), 'trained_sequences']:.0f}",
+            f"{100 * arms.loc[('dr_grpo', 4), 'cosine_early_undefined']:.0f}% of `dr_grpo`'s half-batch cosines",
+        ],
+        "results.md": [
+            f"gains {100 * d2['gain']:.1f} points over `sign` at 4 and ends {100 * d1['gain']:.1f} points above",
+            f"`dr_grpo` at 16 prompts reaches {100 * arms.loc[('dr_grpo', 16), 'pass_at_1_step30']:.1f}%",
+            f"used {arms.loc[('sign', 16), 'trained_sequences'] / arms.loc[('dr_grpo', 4), 'trained_sequences']:.1f}x "
+            "the trained sequences",
+        ],
+    }
+    for name, lines in quotes.items():
+        doc = " ".join((ROOT / "docs" / name).read_text(encoding="utf-8").split())
+        for line in lines:
+            assert line in doc, (name, line)
+    readme = " ".join((EXPERIMENT / "README.md").read_text(encoding="utf-8").split())
+    assert (f"| d₁ = `sign`@16 − `dr_grpo`@4 | {points(d1['gain'])} | [{points(d1['low'])}, {points(d1['high'])}] "
+            f"| {d1['p']:.3f} | {d1['p_holm']:.3f} | {d1['tost_p']:.2f} |") in readme
+    assert (f"| d₂ = `sign`@16 − `sign`@4 | {points(d2['gain'])} | [{points(d2['low'])}, {points(d2['high'])}] "
+            f"| {d2['p']:.3f} (floor) | {d2['p_holm']:.3f} | {d2['tost_p']:.2f} |") in readme
+    assert script.verdict(end.reset_index()) == script.NEITHER
+    assert "no evidence either way at this n" in (EXPERIMENT / "table.md").read_text()
