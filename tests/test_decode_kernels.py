@@ -154,3 +154,25 @@ def test_the_docs_proxy_table_recomputes_from_the_committed_counts() -> None:
     assert (rows["static eager"]["per_layer"], dynamic["per_layer"], dynamic["fixed"]) == (22, 22, 8)
     assert "counted 22 operators per layer in both step modes, 20 fixed\nin the static step and 8" in docs
     assert f"and {current['rollout_kernels_per_token']:.1f} per token" in docs
+
+
+def test_the_docs_ab_table_is_the_committed_runs() -> None:
+    """The bfloat16 stream section's A/B table quotes the committed ``ab_versions.py`` outputs, row for row, and
+    every A/B ratio lies inside the A/A control's spread, as the text says."""
+    results = ROOT / "benchmarks" / "results" / "cpu-2026-11-28"
+
+    def ratios(name: str) -> dict[str, tuple[str, ...]]:
+        rows = [line.split("|")[1:-1] for line in (results / name).read_text().splitlines()[2:] if line.strip()]
+        return {cells[0].strip(): tuple(c.strip() for c in cells[1:4]) for cells in rows}
+
+    ab, aa = ratios("ab-6908351-vs-1d95ecf.md"), ratios("aa-1d95ecf.md")
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    labels = {"sample embedded": "sample embedded (16 prompts x 4 x 32 tokens)",
+              "sample smollm2-135m": "sample SmolLM2-135M (4 x 4 x 32 tokens)",
+              "RL step embedded": "RL step embedded (the defaults)"}
+    for workload, label in labels.items():
+        old, new, ratio = ab[workload]
+        assert f"| {label} | {old} | {new} | {ratio} | {aa[workload][2]} |" in docs
+    control = [float(row[2]) for row in aa.values()]
+    assert all(min(control) <= float(row[2]) <= max(control) for row in ab.values())
+    assert f"A/A control's spread ({min(control):.3f} to {max(control):.3f})" in docs
