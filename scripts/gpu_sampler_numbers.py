@@ -171,15 +171,21 @@ def _sample_row(
 
 
 def sampling_section(spec: dict[str, Any], section: str) -> dict[str, Any]:
+    from _common import fast_decode_settings
+
+    name, stream = SHAPE_NAMES[section], STREAMS.get(section, "float32")
+    settings = {"stream": stream}
+    if stream != "float32" and spec["cpu"]:  # the stream needs the static step's bfloat16 cache, CUDA's default
+        settings.update(step_mode="static", kv_cache="bfloat16")
+    with fast_decode_settings(settings):  # put back after the section (``--inline`` runs every section in one process)
+        return _sampling_result(spec, section, name, stream)
+
+
+def _sampling_result(spec: dict[str, Any], section: str, name: str, stream: str) -> dict[str, Any]:
     import bench_gpu
     import gpu_check_shapes
     from bench_decode_kernels import shape_model
-    from grpolab.engine import fast_decode
 
-    name, stream = SHAPE_NAMES[section], STREAMS.get(section, "float32")
-    fast_decode.stream = stream  # each section runs in its own process
-    if stream != "float32" and spec["cpu"]:  # the stream needs the static step's bfloat16 cache, CUDA's default
-        fast_decode.step_mode, fast_decode.kv_cache = "static", "bfloat16"
     bandwidth = (spec.get("bandwidth_gb_s") or bench_gpu.bandwidth(not spec["cpu"]) / 1e9) * 1e9
     with tempfile.TemporaryDirectory() as work:
         tokenizer, source = gpu_check_shapes.shape_tokenizer(name, Path(work))

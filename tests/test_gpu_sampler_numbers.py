@@ -50,6 +50,8 @@ def test_smoke_mode_measures_every_section(tmp_path: Path) -> None:
     stream = sections["sampling-smollm2-bf16-stream"]["result"]
     assert stream["stream"] == "bfloat16" and sections["sampling-smollm2"]["result"]["stream"] == "float32"
     assert {row["path"] for row in stream["rows"]} == {"lean static"}  # the CPU's static step: the stream's own
+    # its settings are put back: the next section, in the same process (--inline), samples on the CPU's default step
+    assert {row["path"] for row in sections["sampling-qwen2.5"]["result"]["rows"]} == {"lean dynamic"}
     for name in ("sampling-smollm2", "sampling-smollm2-bf16-stream", "sampling-qwen2.5"):
         rows = sections[name]["result"]["rows"]
         assert [(r["rows"], r["new_tokens"]) for r in rows] == [(4, 8), (8, 8), (4, 16)]
