@@ -15,7 +15,10 @@ Steps (each records pass or fail with its time; a failing step never hides the o
    (``SHAPES``) saved as local Hugging Face directories with tokenizers of the real vocabulary sizes, trained a
    few steps with LoRA and bfloat16 through the Python API (``grpolab.train.train``), each in a fresh process
    (``--child``) so that its peak GPU memory (``torch.cuda.max_memory_allocated`` after
-   ``reset_peak_memory_stats``: PyTorch's allocations only, not the CUDA context) is its own.
+   ``reset_peak_memory_stats``: PyTorch's allocations only, not the CUDA context) is its own. Each step also
+   reports grpolab's estimate of that peak (``grpolab.engine.memory.run_peak_parts``, which ``compare
+   --runs-per-gpu`` checks before any run starts); on the GPU it fails where the estimate exceeds the peak (the
+   estimate is meant as a lower bound).
 5. ``sampling``: on the SmolLM2-shaped model, grpolab's sampler (``grpolab.engine.rollout.sample``, what its
    evaluation runs) against TRL's own generation without vLLM (``model.generate`` on the peft-wrapped float32
    model under bfloat16 autocast, as accelerate's mixed precision runs the model TRL trains, with TRL 1.16's

@@ -64,11 +64,18 @@ def shape(check: Check, engine: str, model: str, built: Future, fetch: Fetch) ->
             raise StepFailed("build-models failed: no model")
         result = fetch(name)
         step.metrics.update({"engine": engine, "model": model, **result})
+        peak, estimate = result.get("peak_gpu_mib"), result.get("estimate_mib")
         step.detail = (f"{result['steps']} steps, median {fmt(result.get('median_step_s'), '.2f')} s/step, "
-                       f"peak GPU {fmt(result.get('peak_gpu_mib'), '.0f')} MiB")
-        if not check.cpu and not (result.get("peak_gpu_mib") or 0) > 50:
+                       f"peak GPU {fmt(peak, '.0f')} MiB, estimate {fmt(estimate, '.0f')} MiB")
+        if not check.cpu and not (peak or 0) > 50:
             raise StepFailed(f"{step.detail}: the run allocated (almost) no GPU memory, so it did not train on "
                              "the GPU")
+        if peak and estimate is not None:
+            step.detail += f" ({estimate / peak:.2f} of the peak)"
+            if estimate > peak:
+                raise StepFailed(f"{step.detail}: grpolab.engine.memory's estimate of one run's peak "
+                                 "(run_peak_parts, what compare --runs-per-gpu checks) exceeds the measured peak, "
+                                 "so it would refuse settings that fit")
 
     return check.record(name, body)
 
@@ -200,6 +207,7 @@ def child_train(spec: dict[str, Any]) -> dict[str, Any]:
 
         lifecycle.evaluate = timed
     cuda = torch.cuda.is_available()
+    estimate = peak_estimate(config)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
@@ -210,5 +218,22 @@ def child_train(spec: dict[str, Any]) -> dict[str, Any]:
     wall = time.perf_counter() - started
     perf = run_perf(Path(spec["run_dir"]), config.engine)
     return {**perf, "wall_s": wall, "eval_s": statistics.mean(seconds) if seconds else None,
-            "evaluations": len(seconds),
+            "evaluations": len(seconds), "estimate_mib": estimate / 2**20,
             "peak_gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+
+
+def peak_estimate(config: Any) -> int:
+    """grpolab's estimate of the run's peak GPU memory: the sum of ``memory.run_peak_parts`` of its footprint (read
+    as ``grpolab compare --runs-per-gpu`` reads it, from the model loaded on the host), its sampler under the budget
+    a run alone gets from the GPU's free memory now (on the CPU, the host's budget)."""
+    import torch
+
+    from grpolab.engine import memory
+    from grpolab.models import load_policy
+    from grpolab.sweep.sharing import run_footprint
+    from grpolab.train.lifecycle import load_task_for
+
+    run = run_footprint(config, load_policy(config.model), load_task_for(config, for_model=False))
+    free = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
+    budget = memory.SAMPLER_BUDGET_BYTES if free is None else memory.gpu_sampler_budget(free)
+    return sum(memory.run_peak_parts(run, budget).values())

@@ -47,6 +47,9 @@ def test_cpu_mode_runs_every_step_and_passes(tmp_path: Path) -> None:
     assert all(label in done.stdout for label in ("TRL generate (bf16 weights)", "TRL continuous batching"))
     saved = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
     assert saved["passed"] and [s["name"] for s in saved["steps"]] == STEPS
+    for step in saved["steps"]:  # each shape run reports grpolab's estimate of its peak (memory.run_peak_parts)
+        if step["name"].startswith("shape-"):
+            assert step["metrics"]["estimate_mib"] > 0 and "estimate" in step["detail"], step
     assert (tmp_path / "out" / "gpu-check.md").read_text().startswith("# GPU check: 12 of 12 steps passed")
     assert "===== train-trl.log" in (tmp_path / "out" / "gpu-check.log").read_text()
 

@@ -42,7 +42,8 @@ def test_a_bfloat16_kv_cache_halves_the_rows_cache_in_the_sampling_estimate() ->
 
 def test_the_shape_and_context_of_the_embedded_model() -> None:
     shape = memory.model_shape(load_policy("embedded").model)
-    assert shape == memory.ModelShape(layers=2, heads=4, kv_heads=4, head_dim=32, hidden=128, vocab=32, context=128)
+    assert shape == memory.ModelShape(layers=2, heads=4, kv_heads=4, head_dim=32, hidden=128, vocab=32, context=128,
+                                      intermediate=256, gated=True)
 
 
 def test_available_memory_sees_an_address_space_limit() -> None:

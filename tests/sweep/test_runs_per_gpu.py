@@ -226,9 +226,11 @@ def test_ray_refuses_k_for_runs_on_the_cpu(tmp_path: Path, monkeypatch: pytest.M
 
 # ---------------------------------------------------------------------------- the memory check's arithmetic
 
-_SHAPE = memory.ModelShape(layers=2, heads=4, kv_heads=2, head_dim=8, hidden=32, vocab=100, context=None)
+_SHAPE = memory.ModelShape(layers=2, heads=4, kv_heads=2, head_dim=8, hidden=32, vocab=100, context=None,
+                           intermediate=48, gated=True)
 _RUN = memory.RunFootprint(shape=_SHAPE, weight_bytes=1000, trained=50, sampler_copy_bytes=500, reference=True,
-                           prompts=3, samples=2, prompt_tokens=5, new_tokens=7, micro_batch=4)
+                           prompts=3, samples=2, prompt_tokens=5, new_tokens=7, micro_batch=4, compute_bytes=2,
+                           cast_weight_bytes=300)
 
 
 def test_one_runs_peak_against_a_hand_computation() -> None:
@@ -239,17 +241,22 @@ def test_one_runs_peak_against_a_hand_computation() -> None:
                 + 4 * 6 * 100 * 4  # 4 copies of the logits
                 + 6 * 7 * 20)  # ids, entropies, log-probs, the draws' uniforms
     assert sampling == 36312
+    # one micro-batch of 4 rows: 4 completions of 7 tokens and the prompts (5 tokens) of its 2 groups once = 38
+    # tokens; a layer saves 2 x hidden 32 (norms) + 2 x 4 x 8 (q, output) + 2 x 2 x 8 (k, v) + 3 x 48 (gated MLP)
+    # = 304 values a token, 2 bytes each under bfloat16
+    activations = 38 * 2 * 304 * 2
     expected = {"weights": 2 * 1000, "optimizer": 50 * 12, "sampler copy": 500, "sampling": sampling,
-                "batch": 6 * 12 * 48, "update": 2 * 4 * 8 * 100 * 4}
+                "batch": 6 * 12 * 48, "update": 2 * 4 * 8 * 100 * 2, "activations": activations,
+                "autocast copies": 300}
     assert memory.run_peak_parts(_RUN, budget=GIB) == expected
-    assert sum(expected.values()) == 68468
+    assert sum(expected.values()) == 102176
     # a budget of one prompt's pass samples one prompt at a time: 2 rows
     one = 256 * 2 * 12 + 256 * 1 * 5 + 3 * 1 * 4 * 25 * 4 + 4 * 2 * 100 * 4 + 2 * 7 * 20
     assert memory.run_peak_parts(_RUN, budget=one)["sampling"] == one == 12104
 
 
 def test_k_runs_are_refused_past_the_free_memory_in_one_line_naming_the_numbers() -> None:
-    one = 68468
+    one = 102176
     assert sharing.shared_gpu_refusal([_RUN], 3, free=3 * one, gpu="0") is None  # exactly fits
     line = sharing.shared_gpu_refusal([_RUN], 3, free=3 * one - 1, gpu="5")
     assert line is not None and "\n" not in line
@@ -273,7 +280,7 @@ def test_the_check_reads_each_gpus_free_memory_and_names_the_fullest(monkeypatch
     monkeypatch.setattr(sharing, "_footprints", lambda configs: [_RUN] * len(configs))
     with pytest.raises(UserError, match=r"--runs-per-gpu 64 needs .* but GPU 7 has 3 MiB free"):
         sharing.check_shared_gpus([TrainConfig()], 64)
-    sharing.check_shared_gpus([TrainConfig()], 8)  # 8 x 66.7 KiB fit in 3 MiB
+    sharing.check_shared_gpus([TrainConfig()], 8)  # 8 x 99.8 KiB fit in 3 MiB
     sharing.check_shared_gpus([TrainConfig()], 1000, free=[])  # no GPU seen: nothing to check
 
 
@@ -322,6 +329,24 @@ def test_a_runs_footprint_is_read_from_its_model_and_task(lora: bool) -> None:
     assert (run.prompts, run.samples, run.new_tokens, run.micro_batch, run.reference) == (5, 3, 9, 64, True)
     assert 0 < run.prompt_tokens <= 128 - 9  # the embedded model's context leaves room for the completion
     assert run.shape == memory.model_shape(bare)
+    assert (run.compute_bytes, run.cast_weight_bytes, run.kv_bytes) == (4, 0, 4)  # float32: no autocast, no bf16 cache
+
+
+def test_a_bfloat16_runs_footprint_counts_autocasts_copies_and_a_bfloat16_cache() -> None:
+    from grpolab.models import load_policy
+    from grpolab.train.lifecycle import load_task_for
+
+    config = TrainConfig(lora=True, lora_r=4, dtype="bfloat16", sampler_dtype="bfloat16")
+    bare = load_policy("embedded").model
+    linear = {m.weight.data_ptr(): m.weight.numel() for m in bare.modules() if isinstance(m, nn.Linear)}
+    run = sharing.run_footprint(config, load_policy("embedded"), load_task_for(config, for_model=False))
+    adapters = _lora_parameters(bare, config.lora_targets, 4)
+    assert (run.compute_bytes, run.kv_bytes) == (2, 2)
+    assert run.cast_weight_bytes == 2 * (sum(linear.values()) + adapters)  # the base weights and the adapters
+    float32 = memory.run_peak_parts(memory.RunFootprint(**{**run.__dict__, "kv_bytes": 4}), GIB)
+    bfloat16 = memory.run_peak_parts(run, GIB)
+    assert float32["sampling"] - bfloat16["sampling"] == memory.kv_cache_bytes(
+        run.shape, run.prompts * run.samples, run.prompt_tokens + run.new_tokens, 2)  # half the rows' cache
 
 
 # ---------------------------------------------------------------------------- the sampler's share

@@ -107,7 +107,11 @@ def check_training_fits(model: Any, tokenizer: Any, task: Any, config: Any, max_
     sampling = _sampling_need(shape, config.prompts_per_step, config.group_size, width, max_new_tokens,
                               model_device(model))
     batch = memory.batch_bytes(rows, width + max_new_tokens)
-    update = memory.update_bytes(shape, min(config.micro_batch_size, rows), max_new_tokens)
+    micro = min(config.micro_batch_size, rows)
+    tokens = memory.update_tokens(micro, config.group_size, width, max_new_tokens)
+    values = memory.compute_bytes(config.dtype)
+    update = (memory.update_bytes(shape, micro, max_new_tokens, values) + memory.activation_bytes(shape, tokens, values)
+              + memory.autocast_copy_bytes(model, config.dtype))
     memory.refuse_unless_fits(
         sampling + batch + update,
         f"a step of {config.prompts_per_step} prompts x {config.group_size} completions of up to {width} prompt + "

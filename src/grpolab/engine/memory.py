@@ -8,22 +8,36 @@ The estimates count the tensors that grow with the settings, not the model's wei
   the weights are bfloat16, ``fast_decode.LeanLlama.kv_dtype``; the prompts' own cache of the prefill is float32);
 * the prefill's attention: prompts x heads x Lp x Lp float32 scores (three live copies: bias, scores, softmax);
 * the sampler's logits: rows x vocab float32 (four live copies: logits, log-probs, probs, their CDF);
-* the update's logits: micro-batch x (T + 1) x vocab float32 (two live copies: logits, log-softmax).
+* the update's logits: micro-batch x (T + 1) x vocab in the compute dtype (two live copies: the logits and their
+  gradient, ``update_bytes``);
+* the activations the update's backward needs (``activation_bytes``): per token and layer at least the two norms'
+  inputs (2 x hidden), attention's queries, keys, values and output (2 x (heads + kv_heads) x head_dim) and
+  the MLP's inputs to its activation and product (3 x intermediate for a gated MLP, 1 x for a plain one), in the
+  compute dtype, over the tokens one micro-batch forwards (``update_tokens``: each group's prompt once, as prefix
+  packing forwards it, and every completion at the length cap). Left out: attention's scores (some kernels keep
+  them, flash attention does not), the float32 copies autocast keeps of the norms, and the LoRA adapters' small
+  products;
+* under bfloat16 autocast over float32 weights, the bfloat16 copy of each matmul weight that the backward keeps
+  (``autocast_copy_bytes``: one a weight, whether it trains or not).
 
-These leave out the weights, the optimizer state and the activations of the backward pass, so they are a
-lower bound of the peak: a setting they refuse cannot fit, while one they pass may still run out (the
-command line then names the settings to lower). They exist to refuse a setting that needs 100 GB on a
-machine with 24, in one line before anything is allocated, not to pack memory tight. What "available" means:
-the least of the physical memory not in use (``psutil``'s ``available`` when installed, else ``MemAvailable``
-of /proc/meminfo, else ``os.sysconf``'s free pages), the room left under the cgroup's limit (containers), and
-the room left under the address-space limit (``ulimit -v``).
+``tests/engine/test_update_activations.py`` checks the last two against what autograd saves on this CPU, on each
+forward path (prefix packing and the transformers forward; LoRA and full; float32 and bfloat16): the estimate
+stays below what is saved and above a fixed share of it.
+
+These leave out the weights and the optimizer state, so they are a lower bound of the peak: a setting they refuse
+cannot fit, while one they pass may still run out (the command line then names the settings to lower). They exist
+to refuse a setting that needs 100 GB on a machine with 24, in one line before anything is allocated, not to pack
+memory tight. What "available" means: the least of the physical memory not in use (``psutil``'s ``available``
+when installed, else ``MemAvailable`` of /proc/meminfo, else ``os.sysconf``'s free pages), the room left under the
+cgroup's limit (containers), and the room left under the address-space limit (``ulimit -v``).
 
 One run's peak on a GPU (``run_peak_parts``, what ``grpolab compare --runs-per-gpu K`` multiplies by K before
-any run starts) adds what they leave out of the memory that stays: the weights as loaded (a second copy with a
-frozen reference model), ``OPTIMIZER_BYTES_PER_PARAMETER`` for each trained parameter (LoRA adapters or all
-weights), the lean sampler's copy of the weights in its dtype, then the step's sampling (chunked under the
-sampler's budget), its batch and one micro-batch of the update; the backward pass's activations are still left
-out. K runs on one GPU each sample under 1/K of the sampler's share (``RUNS_PER_GPU_ENV``, ``sampler_budget``).
+any run starts) adds what they leave out: the weights as loaded (a second copy with a frozen reference model),
+``OPTIMIZER_BYTES_PER_PARAMETER`` for each trained parameter (LoRA adapters or all weights) and the lean
+sampler's copy of the weights in its dtype, to the step's sampling (chunked under the sampler's budget, the rows'
+cache in the dtype the GPU's static step keeps it, ``rollout.cuda_kv_bytes``), its batch and one micro-batch of the
+update. K runs on one GPU each sample under 1/K of the sampler's share
+(``RUNS_PER_GPU_ENV``, ``sampler_budget``).
 """
 
 from __future__ import annotations
@@ -38,9 +52,10 @@ from typing import Any
 from grpolab.errors import UserError
 
 __all__ = ["GPU_SAMPLER_SHARE", "OPTIMIZER_BYTES_PER_PARAMETER", "RUNS_PER_GPU_ENV", "SAMPLER_BUDGET_BYTES",
-           "ModelShape", "RunFootprint", "available_bytes", "batch_bytes", "chunked_sampling_bytes", "context_length",
-           "format_bytes", "gpu_sampler_budget", "kv_cache_bytes", "model_shape", "refuse_unless_fits",
-           "run_peak_parts", "runs_sharing_gpu", "sampler_budget", "sampling_bytes", "update_bytes"]
+           "ModelShape", "RunFootprint", "activation_bytes", "autocast_copy_bytes", "available_bytes", "batch_bytes",
+           "chunked_sampling_bytes", "compute_bytes", "context_length", "format_bytes", "gpu_sampler_budget",
+           "kv_cache_bytes", "model_shape", "refuse_unless_fits", "run_peak_parts", "runs_sharing_gpu",
+           "sampler_budget", "sampling_bytes", "saved_tensor_bytes", "update_bytes", "update_tokens"]
 
 SAMPLER_BUDGET_BYTES = 1 << 30
 """The most memory one sampling pass may use on the host (``sampling_bytes``); a batch that needs more is sampled
@@ -71,6 +86,15 @@ class ModelShape:
     hidden: int
     vocab: int
     context: int | None
+    intermediate: int = 0
+    """The MLP's inner width (0: unknown, its activations then left out of ``activation_bytes``)."""
+    gated: bool = False
+    """Whether the MLP is gated (a gate and an up projection, as in Llama), which saves 3 x ``intermediate``
+    values a token for the backward instead of 1."""
+
+
+_GATES = frozenset({"gate_proj", "gate_up_proj"})
+"""Module names of a gated MLP's gate (Llama, Qwen, Mistral, Gemma; fused in Phi-3)."""
 
 
 def _config(model: Any) -> Any:
@@ -98,8 +122,12 @@ def model_shape(model: Any) -> ModelShape:
     kv_heads = int(getattr(text, "num_key_value_heads", 0) or heads)
     head_dim = int(getattr(text, "head_dim", 0) or hidden // heads)
     layers = int(getattr(text, "num_hidden_layers", 0) or getattr(text, "n_layer", 0) or 0)
+    intermediate = int(getattr(text, "intermediate_size", 0) or getattr(text, "n_inner", 0) or 0)
+    if not intermediate and getattr(text, "model_type", "") == "gpt2":
+        intermediate = 4 * hidden  # GPT-2's n_inner=None
+    gated = any(name.rsplit(".", 1)[-1] in _GATES for name, _ in model.named_modules())
     return ModelShape(layers, heads, kv_heads, head_dim, hidden, int(getattr(text, "vocab_size", 0) or 0),
-                      context_length(model))
+                      context_length(model), intermediate, gated)
 
 
 def kv_cache_bytes(shape: ModelShape, rows: int, length: int, dtype_bytes: int = _FLOAT) -> int:
@@ -122,17 +150,54 @@ def sampling_bytes(shape: ModelShape, prompts: int, samples: int, prompt_tokens:
 
 
 def chunked_sampling_bytes(shape: ModelShape, prompts: int, samples: int, prompt_tokens: int, new_tokens: int,
-                           budget: int) -> int:
+                           budget: int, kv_dtype_bytes: int = _FLOAT) -> int:
     """``sampling_bytes`` of the largest chunk of ``prompts`` that ``rollout.sample`` samples at once under
-    ``budget`` bytes (at least one prompt)."""
-    one = sampling_bytes(shape, 1, samples, prompt_tokens, new_tokens)
+    ``budget`` bytes (at least one prompt), its rows' cache ``kv_dtype_bytes`` a value."""
+    one = sampling_bytes(shape, 1, samples, prompt_tokens, new_tokens, kv_dtype_bytes)
     chunk = max(1, min(prompts, budget // max(one, 1)))
-    return sampling_bytes(shape, chunk, samples, prompt_tokens, new_tokens)
+    return sampling_bytes(shape, chunk, samples, prompt_tokens, new_tokens, kv_dtype_bytes)
 
 
-def update_bytes(shape: ModelShape, micro_batch: int, new_tokens: int) -> int:
-    """Bytes one micro-batch of the update needs at least: its completion logits and their log-softmax."""
-    return 2 * micro_batch * (new_tokens + 1) * shape.vocab * _FLOAT
+def update_bytes(shape: ModelShape, micro_batch: int, new_tokens: int, dtype_bytes: int = _FLOAT) -> int:
+    """Bytes the head of one micro-batch of the update needs at least: its completion logits and their gradient,
+    ``dtype_bytes`` a value (the compute dtype's: 2 under bfloat16 autocast)."""
+    return 2 * micro_batch * (new_tokens + 1) * shape.vocab * dtype_bytes
+
+
+def update_tokens(micro_batch: int, samples: int, prompt_tokens: int, new_tokens: int) -> int:
+    """The fewest tokens one micro-batch of ``micro_batch`` completions of ``new_tokens`` forwards at the length
+    cap: each completion, and the prompt of each of the groups (of ``samples`` rows) it holds once, as prefix
+    packing forwards it (the padded forward of other models forwards each row's prompt)."""
+    return micro_batch * new_tokens + -(-micro_batch // max(samples, 1)) * prompt_tokens
+
+
+def activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int = _FLOAT) -> int:
+    """Bytes autograd keeps at least for the backward of a forward of ``tokens`` tokens through the decoder layers,
+    ``dtype_bytes`` a value; the module docstring says what a layer saves and what is left out."""
+    attention = 2 * shape.heads * shape.head_dim + 2 * shape.kv_heads * shape.head_dim  # q, output; k, v
+    mlp = (3 if shape.gated else 1) * shape.intermediate
+    return tokens * shape.layers * (2 * shape.hidden + attention + mlp) * dtype_bytes
+
+
+def compute_bytes(dtype: str) -> int:
+    """Bytes of a value in the update's compute dtype (the ``dtype`` setting: bfloat16 runs under autocast)."""
+    return 2 if dtype == "bfloat16" else _FLOAT
+
+
+def autocast_copy_bytes(model: Any, dtype: str) -> int:
+    """Bytes of the bfloat16 copies bfloat16 autocast makes of ``model``'s float32 matmul weights (every 2-D weight
+    but the embeddings'; a tied head counted once), which the backward keeps; 0 under float32 (no autocast)."""
+    if dtype != "bfloat16":
+        return 0
+    import torch
+
+    weights: dict[int, int] = {}
+    for module in model.modules():
+        weight = module.__dict__.get("_parameters", {}).get("weight")
+        if (weight is not None and weight.dim() == 2 and weight.dtype == torch.float32
+                and not isinstance(module, torch.nn.Embedding)):
+            weights[weight.data_ptr()] = weight.numel()
+    return 2 * sum(weights.values())
 
 
 def batch_bytes(rows: int, tokens: int) -> int:
@@ -163,20 +228,30 @@ class RunFootprint:
     """The completion length cap."""
     micro_batch: int
     """Sequences per forward/backward pass of the update."""
+    compute_bytes: int = _FLOAT
+    """Bytes of a value in the update's compute dtype (``compute_bytes``)."""
+    cast_weight_bytes: int = 0
+    """Bytes of autocast's copies of the weights (``autocast_copy_bytes``)."""
+    kv_bytes: int = _FLOAT
+    """Bytes of a value of the sampler's KV cache on the GPU (``rollout.cuda_kv_bytes``)."""
 
 
 def run_peak_parts(run: RunFootprint, budget: int) -> dict[str, int]:
     """Bytes of one run's peak on its device, part by part (the module docstring says what is counted); the
     sampler samples under ``budget`` bytes. Their sum is the estimate."""
     rows = run.prompts * run.samples
+    micro = min(run.micro_batch, rows)
+    tokens = update_tokens(micro, run.samples, run.prompt_tokens, run.new_tokens)
     return {
         "weights": run.weight_bytes * (2 if run.reference else 1),
         "optimizer": run.trained * OPTIMIZER_BYTES_PER_PARAMETER,
         "sampler copy": run.sampler_copy_bytes,
         "sampling": chunked_sampling_bytes(run.shape, run.prompts, run.samples, run.prompt_tokens, run.new_tokens,
-                                           budget),
+                                           budget, run.kv_bytes),
         "batch": batch_bytes(rows, run.prompt_tokens + run.new_tokens),
-        "update": update_bytes(run.shape, min(run.micro_batch, rows), run.new_tokens),
+        "update": update_bytes(run.shape, micro, run.new_tokens, run.compute_bytes),
+        "activations": activation_bytes(run.shape, tokens, run.compute_bytes),
+        "autocast copies": run.cast_weight_bytes,
     }
 
 
@@ -302,3 +377,26 @@ def refuse_unless_fits(need: int, what: str, lower: str, available: int | None =
     if available is not None and need > available:
         raise UserError(f"{what} needs about {format_bytes(need)} of {where}, but only {format_bytes(available)} "
                         f"is available; lower {lower}")
+
+
+def saved_tensor_bytes(forward: Any, model: Any, *, square: int | None = None) -> int:
+    """Bytes of the tensors autograd saves for the backward while ``forward()`` runs: each storage once (views
+    share theirs), ``model``'s parameters left out; with ``square``, also every tensor whose last two sizes are
+    both ``square`` (attention's scores and masks over a sequence of that length, which ``activation_bytes``
+    leaves out). What ``activation_bytes`` and ``autocast_copy_bytes`` are checked against."""
+    import torch
+
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        scores = square is not None and tensor.dim() >= 2 and tuple(tensor.shape[-2:]) == (square, square)
+        if pointer and pointer not in parameters and not scores:
+            saved[pointer] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward()
+    return sum(saved.values())

@@ -191,6 +191,16 @@ def lean_copy_bytes(model: PreTrainedModel, dtype: str) -> int:
     return size * sum(p.numel() for name, p in model.named_parameters() if "lora_" not in name)
 
 
+def cuda_kv_bytes(model: PreTrainedModel, dtype: str) -> int:
+    """Bytes of a value of the KV cache the sampler keeps for a model on a GPU (``sampler_dtype`` ``dtype``): 2 where
+    the lean decoder's static step keeps it in bfloat16 (``fast_decode.LeanLlama.kv_dtype``), else 4."""
+    if fast_decode.step_mode == "dynamic" or fast_decode.kv_cache == "float32" or fast_decode.refusal(model):
+        return 4
+    if fast_decode.kv_cache == "bfloat16" or sampler_weights_dtype(model, dtype) == torch.bfloat16:
+        return 2
+    return 4
+
+
 @dataclass
 class _Kept:
     """The lean decoders kept for one model: one per sampler dtype and step mode, how many ``fixed_weights`` blocks

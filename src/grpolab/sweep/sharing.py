@@ -4,8 +4,9 @@ estimated peak GPU memory against the free memory of each GPU the sweep sees, re
 * ``run_footprint``: what one run's peak depends on (``grpolab.engine.memory.RunFootprint``), read from its model
   as loaded on the host (LoRA adapters added as the run adds them), its task's prompts and its settings;
 * ``shared_gpu_refusal``: the arithmetic and the line: K x the sum of ``memory.run_peak_parts`` (the sampler
-  under its 1/K share of the GPU, ``memory.gpu_sampler_budget``) against the least free memory, naming the
-  estimate, the free memory, the K that would fit and the settings to lower;
+  under its 1/K share of the GPU, ``memory.gpu_sampler_budget``; the update's activations and autocast's weight
+  copies included) against the least free memory, naming the estimate part by part (parts of 0 bytes left out),
+  the free memory, the K that would fit and the settings to lower;
 * ``gpu_free_bytes``: each visible GPU's free memory (``torch.cuda.mem_get_info``), read in a short child process,
   so that the sweep process itself holds no CUDA context (hundreds of MB on each GPU) while its runs train.
 
@@ -36,7 +37,7 @@ def run_footprint(config: Any, policy: Any, task: Any) -> memory.RunFootprint:
     """What the peak GPU memory of one run of ``config`` (a ``TrainConfig``) depends on, for its ``policy`` (a
     ``grpolab.models.Policy`` freshly loaded: LoRA adapters are added to it as the run adds them) and ``task``."""
     from grpolab.engine.fit import step_lengths
-    from grpolab.engine.rollout import lean_copy_bytes
+    from grpolab.engine.rollout import cuda_kv_bytes, lean_copy_bytes
     from grpolab.train.lifecycle import wrap_lora
 
     model = wrap_lora(policy.model, config) if config.lora else policy.model
@@ -50,7 +51,9 @@ def run_footprint(config: Any, policy: Any, task: Any) -> memory.RunFootprint:
         trained=sum(p.numel() for p in parameters if p.requires_grad),
         sampler_copy_bytes=lean_copy_bytes(model, config.sampler_dtype), reference=config.beta > 0,
         prompts=config.prompts_per_step, samples=config.group_size, prompt_tokens=width, new_tokens=new_tokens,
-        micro_batch=config.micro_batch_size)
+        micro_batch=config.micro_batch_size, compute_bytes=memory.compute_bytes(config.dtype),
+        cast_weight_bytes=memory.autocast_copy_bytes(model, config.dtype),
+        kv_bytes=cuda_kv_bytes(model, config.sampler_dtype))
 
 
 def shared_gpu_refusal(footprints: Sequence[memory.RunFootprint], runs_per_gpu: int, free: int, gpu: str
@@ -64,7 +67,7 @@ def shared_gpu_refusal(footprints: Sequence[memory.RunFootprint], runs_per_gpu: 
         return None
     fitting = free // one if one else 0
     fix = f"--runs-per-gpu {fitting} fits" if fitting >= 1 else "not even one run fits"
-    shown = ", ".join(f"{name} {memory.format_bytes(size)}" for name, size in parts.items())
+    shown = ", ".join(f"{name} {memory.format_bytes(size)}" for name, size in parts.items() if size)
     return (f"--runs-per-gpu {runs_per_gpu} needs about {runs_per_gpu} x {memory.format_bytes(one)} = "
             f"{memory.format_bytes(runs_per_gpu * one)} of GPU memory (one run: {shown}), but GPU {gpu} has "
             f"{memory.format_bytes(free)} free; lower --runs-per-gpu ({fix}), {LOWER}")
