@@ -6,11 +6,12 @@ what autograd saves on this machine.
 
 Two tables, random weights of SmolLM2-135M's and Qwen2.5-0.5B's shapes (``gpu_check_shapes.SHAPES``):
 
-* *The estimate of the GPU check's shape runs* (``scripts/gpu_check.sh``'s ``shape-grpolab-*`` steps: task
+* *The estimate of the GPU check's shape runs* (``scripts/gpu_check.sh``'s ``shape-*`` steps, both engines: task
   ``reverse``, P = 16, G = 8, 128 new tokens, LoRA, bfloat16, micro-batch 64), read as ``compare`` reads it (the
-  model as loaded on the host, the task's prompts in the shape's tokenizer), each part in MiB; *before*: the sum
-  as it was counted before the update's activations and autocast's weight copies were (the update's logits and the
-  sampler's KV cache in float32); *peak*: the peak GPU memory an H200 measured for that run at commit 53cc678,
+  model as loaded on the host and set up as its engine sets it up on a GPU, the task's prompts in the shape's
+  tokenizer), each part in MiB; *before*: the sum as it was counted before the update's activations and
+  autocast's weight copies were (the update's logits and the sampler's KV cache in float32; TRL's run read as
+  grpolab's); *peak*: the peak GPU memory an H200 measured for that run at commit 53cc678,
   read from docs/gpu.md's table (another commit: the comparison is a sanity check, not a measurement of this
   estimate).
 * *A layer's activations*: the bytes autograd saves for one decoder layer's backward in the update's forward
@@ -27,9 +28,10 @@ checks docs/benchmarks.md's numbers against the committed result.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,10 +129,11 @@ def layer_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def gpu_peaks(text: str) -> dict[str, float]:
-    """The peak GPU memory (MiB) of each grpolab shape run in docs/gpu.md's performance table."""
-    found = re.findall(r"^\| grpolab \| ([\w.-]+-shape) \|[^\n]*\| (\d+) \| PASS \|$", text, flags=re.MULTILINE)
-    return {model: float(peak) for model, peak in found}
+def gpu_peaks(text: str) -> dict[tuple[str, str], float]:
+    """The peak GPU memory (MiB) of each (engine, model) shape run in docs/gpu.md's performance table."""
+    found = re.findall(r"^\| (grpolab|trl) \| ([\w.-]+-shape) \|[^\n]*\| (\d+) \| PASS \|$", text,
+                       flags=re.MULTILINE)
+    return {(engine, model): float(peak) for engine, model, peak in found}
 
 
 def estimate_rows(work: Path) -> list[dict[str, Any]]:
@@ -148,27 +151,45 @@ def estimate_rows(work: Path) -> list[dict[str, Any]]:
         folder = work / name
         if not (folder / "config.json").is_file():
             gpu_check_shapes.save_random_model(name, folder, cpu=False)
-        config = TrainConfig(engine="grpolab", model=str(folder), device="cuda", **SHAPE_RUN)
-        run = run_footprint(config, load_policy(config.model), load_task_for(config, for_model=False))
-        budget = memory.gpu_sampler_budget(80 * 2**30)
-        parts = memory.run_peak_parts(run, budget)
-        old = memory.run_peak_parts(memory.RunFootprint(**{**run.__dict__, "compute_bytes": 4, "kv_bytes": 4}), budget)
-        before = sum(old.values()) - old["activations"] - old["autocast copies"]
-        rows.append({"model": name, "prompt_tokens": run.prompt_tokens, "new_tokens": run.new_tokens,
-                     "parts_mib": {part: size / MIB for part, size in parts.items()},
-                     "total_mib": sum(parts.values()) / MIB, "before_mib": before / MIB, "peak_mib": peaks.get(name)})
+        for engine in ("grpolab", "trl"):
+            config = TrainConfig(engine=engine, model=str(folder), device="cuda", **SHAPE_RUN)
+            with _as_on_cuda():
+                run = run_footprint(config, load_policy(config.model), load_task_for(config, for_model=False))
+            budget = memory.gpu_sampler_budget(80 * 2**30)
+            parts = memory.run_peak_parts(run, budget)
+            if engine == "grpolab":  # the old count read every engine's run as grpolab's
+                old = memory.run_peak_parts(memory.RunFootprint(**{**run.__dict__, "compute_bytes": 4,
+                                                                   "kv_bytes": 4}), budget)
+                before = sum(old.values()) - old["activations"] - old["autocast copies"]
+            rows.append({"engine": engine, "model": name, "prompt_tokens": run.prompt_tokens,
+                         "new_tokens": run.new_tokens, "parts_mib": {part: size / MIB for part, size in parts.items()},
+                         "total_mib": sum(parts.values()) / MIB, "before_mib": before / MIB,
+                         "peak_mib": peaks.get((engine, name))})
     return rows
+
+
+@contextlib.contextmanager
+def _as_on_cuda() -> Iterator[None]:
+    """TRL's engine set up as on a CUDA device (``loads_bfloat16_weights`` reads the run's device) on any machine."""
+    import grpolab.train.trl_engine.run as trl_run
+
+    saved = trl_run.loads_bfloat16_weights
+    trl_run.loads_bfloat16_weights = lambda config: config.lora and config.dtype == "bfloat16"
+    try:
+        yield
+    finally:
+        trl_run.loads_bfloat16_weights = saved
 
 
 def table(estimates: list[dict[str, Any]], layers: list[dict[str, Any]]) -> str:
     parts = list(estimates[0]["parts_mib"]) if estimates else []
     lines = [f"One run's peak estimate (MiB), the GPU check's shape runs; peak: H200 at {PEAK_COMMIT} (docs/gpu.md)",
-             "", "| model | Lp | " + " | ".join(parts) + " | total | before | peak | total / peak |",
-             "|---|---|" + "---|" * (len(parts) + 4)]
+             "", "| engine | model | Lp | " + " | ".join(parts) + " | total | before | peak | total / peak |",
+             "|---|---|---|" + "---|" * (len(parts) + 4)]
     for row in estimates:
         peak = row["peak_mib"]
         ratio = f"{row['total_mib'] / peak:.2f}" if peak else "n/a"
-        lines.append(f"| {row['model']} | {row['prompt_tokens']} | "
+        lines.append(f"| {row['engine']} | {row['model']} | {row['prompt_tokens']} | "
                      + " | ".join(f"{row['parts_mib'][part]:,.0f}" for part in parts)
                      + f" | {row['total_mib']:,.0f} | {row['before_mib']:,.0f} | "
                      + (f"{peak:,.0f}" if peak else "n/a") + f" | {ratio} |")

@@ -349,6 +349,25 @@ def test_a_bfloat16_runs_footprint_counts_autocasts_copies_and_a_bfloat16_cache(
         run.shape, run.prompts * run.samples, run.prompt_tokens + run.new_tokens, 2)  # half the rows' cache
 
 
+def test_a_trl_runs_footprint_is_the_trl_engines_set_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRL's engine on a GPU under LoRA and bfloat16: base weights in bfloat16 (so autocast copies only the float32
+    adapters), no lean sampler copy, a bfloat16 KV cache, and TRL's micro-batch (the largest divisor of P x G = 15
+    within --micro-batch-size 4: 3)."""
+    import grpolab.train.trl_engine.run as trl_run
+    from grpolab.models import load_policy
+    from grpolab.train.lifecycle import load_task_for
+
+    monkeypatch.setattr(trl_run, "loads_bfloat16_weights", lambda config: True)  # as on a CUDA device
+    config = TrainConfig(engine="trl", lora=True, lora_r=4, dtype="bfloat16", group_size=3, prompts_per_step=5,
+                         micro_batch_size=4)
+    bare = load_policy("embedded").model
+    every, adapters = sum(p.numel() for p in bare.parameters()), _lora_parameters(bare, config.lora_targets, 4)
+    run = sharing.run_footprint(config, load_policy("embedded"), load_task_for(config, for_model=False))
+    assert (run.sampler_copy_bytes, run.micro_batch, run.kv_bytes, run.compute_bytes) == (0, 3, 2, 2)
+    assert run.weight_bytes == 2 * every + 4 * adapters  # peft keeps the adapters in float32
+    assert run.cast_weight_bytes == 2 * adapters
+
+
 # ---------------------------------------------------------------------------- the sampler's share
 
 

@@ -35,25 +35,38 @@ LOWER = "--group-sizes, --prompts-per-step, --max-new-tokens or --micro-batch-si
 
 def run_footprint(config: Any, policy: Any, task: Any) -> memory.RunFootprint:
     """What the peak GPU memory of one run of ``config`` (a ``TrainConfig``) depends on, for its ``policy`` (a
-    ``grpolab.models.Policy`` freshly loaded: LoRA adapters are added to it as the run adds them) and ``task``."""
+    ``grpolab.models.Policy`` freshly loaded: the model is set up as its engine sets it up, LoRA adapters added)
+    and ``task``. TRL's engine (``--engine trl``, one process a run) samples with the model itself: no lean copy,
+    a KV cache in the compute dtype; its base weights in bfloat16 under LoRA and bfloat16
+    (``trl_engine.run.loads_bfloat16_weights``); its micro-batch ``trl_engine.arguments.batch_layout``'s."""
     from grpolab.engine.fit import step_lengths
     from grpolab.engine.rollout import cuda_kv_bytes, lean_copy_bytes
     from grpolab.train.lifecycle import wrap_lora
 
+    trl = config.engine == "trl"
+    if trl:
+        from grpolab.train.trl_engine.arguments import batch_layout
+        from grpolab.train.trl_engine.run import loads_bfloat16_weights
+
+        if loads_bfloat16_weights(config):
+            import torch
+
+            policy.model.to(dtype=torch.bfloat16)
     model = wrap_lora(policy.model, config) if config.lora else policy.model
     with warnings.catch_warnings():  # a default max_new_tokens lowered to fit: the run says so itself
         warnings.simplefilter("ignore")
         width, new_tokens = step_lengths(model, policy.tokenizer, task, config,
                                          config.max_new_tokens or task.max_new_tokens)
     parameters = list(model.parameters())
+    values = memory.compute_bytes(config.dtype)
     return memory.RunFootprint(
         shape=memory.model_shape(model), weight_bytes=sum(p.numel() * p.element_size() for p in parameters),
         trained=sum(p.numel() for p in parameters if p.requires_grad),
-        sampler_copy_bytes=lean_copy_bytes(model, config.sampler_dtype), reference=config.beta > 0,
+        sampler_copy_bytes=0 if trl else lean_copy_bytes(model, config.sampler_dtype), reference=config.beta > 0,
         prompts=config.prompts_per_step, samples=config.group_size, prompt_tokens=width, new_tokens=new_tokens,
-        micro_batch=config.micro_batch_size, compute_bytes=memory.compute_bytes(config.dtype),
+        micro_batch=batch_layout(config, 1)[0] if trl else config.micro_batch_size, compute_bytes=values,
         cast_weight_bytes=memory.autocast_copy_bytes(model, config.dtype),
-        kv_bytes=cuda_kv_bytes(model, config.sampler_dtype))
+        kv_bytes=values if trl else cuda_kv_bytes(model, config.sampler_dtype))
 
 
 def shared_gpu_refusal(footprints: Sequence[memory.RunFootprint], runs_per_gpu: int, free: int, gpu: str
