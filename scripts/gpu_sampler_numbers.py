@@ -33,7 +33,9 @@ cut short keeps what it measured:
 * ``update``: grpolab's update alone on the same model and batch shape as ``rl-step``, at each micro-batch size of
   ``UPDATE_MICRO_BATCHES`` (16 rows up to the whole batch), 3 steps each, the first dropped: the median
   ``perf/update_time`` and the median with prefix packing off (``prefix_packing.logprobs`` made to decline, so the
-  padded forward runs), to say where the update's time goes.
+  padded forward runs), to say where the update's time goes; and each size's peak GPU memory (above what the
+  process held before its trainer was made) beside grpolab's estimate of it (``memory.run_peak_parts``, what
+  ``compare --runs-per-gpu`` checks), which is meant to stay below it.
 * ``compiled``: ``bench_decode_kernels.py --compile max-autotune-no-cudagraphs`` (the static step compiled, under
   the decoder's CUDA graph capture), last because compiling may take minutes.
 
@@ -288,6 +290,34 @@ def _update_times(trainer: Any, steps: int, first: int) -> list[float]:
     return [trainer.step(first + i)["perf/update_time"] for i in range(steps)][1:]
 
 
+def _fresh_peak() -> int:
+    """Free what earlier runs of this process left, reset the peak statistics; the bytes still allocated (0 on the
+    CPU)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if not torch.cuda.is_available():
+        return 0
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated()
+
+
+def _peak_and_estimate(base: int, footprint: Any) -> dict[str, Any]:
+    """The run's peak GPU memory since ``_fresh_peak`` (above ``base``; None on the CPU) beside grpolab's estimate
+    of it (``memory.run_peak_parts`` of ``footprint``, its sampler under the budget a run alone gets now), in MiB."""
+    import torch
+
+    from grpolab.engine import memory
+
+    cuda = torch.cuda.is_available()
+    budget = memory.gpu_sampler_budget(torch.cuda.mem_get_info()[0]) if cuda else memory.SAMPLER_BUDGET_BYTES
+    return {"peak_gpu_mib": (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else None,
+            "estimate_mib": sum(memory.run_peak_parts(footprint, budget).values()) / 2**20}
+
+
 def update_section(spec: dict[str, Any]) -> dict[str, Any]:
     from unittest import mock
 
@@ -295,6 +325,7 @@ def update_section(spec: dict[str, Any]) -> dict[str, Any]:
     from _grpo_pair import _grpolab_config
     from grpolab.engine import prefix_packing
     from grpolab.models import load_policy
+    from grpolab.sweep.sharing import run_footprint
     from grpolab.train.lifecycle import load_task_for
     from grpolab.train.trainer import Trainer
 
@@ -303,8 +334,11 @@ def update_section(spec: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as work:
         settings = _rl_settings(spec, _random_smollm2(spec, Path(work)))
         batch = settings.prompts * settings.group_size
+        footprint = None
         for size in [size for size in UPDATE_MICRO_BATCHES if size <= batch] or [batch]:
             config = _grpolab_config(dataclasses.replace(settings, micro_batch_size=size))
+            footprint = footprint or run_footprint(config, load_policy(settings.model), load_task_for(config))
+            base = _fresh_peak()
             trainer = Trainer(
                 config, Path(work) / f"run-{size}", policy=load_policy(settings.model), task=load_task_for(config)
             )
@@ -321,8 +355,10 @@ def update_section(spec: dict[str, Any]) -> dict[str, Any]:
                     "update_padded_ms": 1000 * median(padded),
                     "packed_forwards": sum(packed_forwards),
                     "forwards": len(packed_forwards),
+                    **_peak_and_estimate(base, dataclasses.replace(footprint, micro_batch=size)),
                 }
             )
+            del trainer
     return {
         "model": "smollm2-135m-shape",
         "prompts": settings.prompts,

@@ -118,14 +118,27 @@ def update_lines(result: dict[str, Any]) -> list[str]:
         f"grpolab's update alone, {measured['model']}, P = {measured['prompts']}, G = {measured['group_size']}, up to "
         f"{measured['max_new_tokens']} new tokens, medians of 2 steps after a warm-up:",
         "",
-        "| micro-batch (rows) | micro-batches | update, prefix-packed (ms) | update, padded forward (ms) |",
-        "|---|---|---|---|",
+        "| micro-batch (rows) | micro-batches | update, prefix-packed (ms) | update, padded forward (ms) | "
+        "peak GPU (MiB) | estimate (MiB) | estimate / peak |",
+        "|---|---|---|---|---|---|---|",
         *(
             f"| {row['micro_batch_size']} | {row['micro_batches']} | {row['update_ms']:,.1f} | "
-            f"{row['update_padded_ms']:,.1f} |"
+            f"{row['update_padded_ms']:,.1f} | {_mib(row.get('peak_gpu_mib'))} | {_mib(row.get('estimate_mib'))} | "
+            f"{_share(row.get('estimate_mib'), row.get('peak_gpu_mib'))} |"
             for row in measured["rows"]
         ),
+        "",
+        "Peak: `torch.cuda.max_memory_allocated` over the size's 6 steps, above what the process held before;",
+        "estimate: `grpolab.engine.memory.run_peak_parts`, what `compare --runs-per-gpu` checks (a lower bound).",
     ]
+
+
+def _mib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def _share(estimate: float | None, peak: float | None) -> str:
+    return "n/a" if not estimate or not peak else f"{estimate / peak:.2f}"
 
 
 def markdown(result: dict[str, Any]) -> str:

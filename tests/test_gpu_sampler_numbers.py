@@ -66,12 +66,13 @@ def test_smoke_mode_measures_every_section(tmp_path: Path) -> None:
     assert [row["micro_batch_size"] for row in update] == [4]  # the tiny batch: P x G = 4 rows, one micro-batch
     for row in update:
         assert row["update_ms"] > 0 and row["update_padded_ms"] > 0
+        assert row["peak_gpu_mib"] is None and row["estimate_mib"] > 0  # on a GPU: the peak beside the estimate
         assert row["packed_forwards"] == row["forwards"] > 0  # the packed timing did run the packed forward
     table = (tmp_path / "gpu-sampler-numbers.md").read_text()
     assert "8 of 8 sections measured" in table and "a smoke run on tiny models" in table
     assert table.count("n/a (smoke run)") == 4 and "| update alone |" in table
     assert "| smollm2-135m-shape, bfloat16 stream | 4 x 8 (one pass) |" in table
-    assert "| 4 | 1 |" in table and "update, padded forward (ms)" in table
+    assert "| 4 | 1 |" in table and "update, padded forward (ms)" in table and "| estimate / peak |" in table
 
 
 def test_a_failing_section_is_recorded_and_the_next_one_runs(tmp_path: Path) -> None:
