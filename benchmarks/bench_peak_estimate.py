@@ -10,8 +10,8 @@ Two tables, random weights of SmolLM2-135M's and Qwen2.5-0.5B's shapes (``gpu_ch
   ``reverse``, P = 16, G = 8, 128 new tokens, LoRA, bfloat16, micro-batch 64), read as ``compare`` reads it (the
   model as loaded on the host and set up as its engine sets it up on a GPU, the task's prompts in the shape's
   tokenizer), each part in MiB; *before*: the sum as it was counted before the update's activations and
-  autocast's weight copies were (the update's logits and the sampler's KV cache in float32; TRL's run read as
-  grpolab's); *peak*: the peak GPU memory an H200 measured for that run at commit 53cc678,
+  autocast's weight copies were (the update's logits over T + 1 columns and the sampler's KV cache in float32;
+  TRL's run read as grpolab's); *peak*: the peak GPU memory an H200 measured for that run at commit 53cc678,
   read from docs/gpu.md's table (another commit: the comparison is a sanity check, not a measurement of this
   estimate).
 * *A layer's activations*: the bytes autograd saves for one decoder layer's backward in the update's forward
@@ -160,6 +160,8 @@ def estimate_rows(work: Path) -> list[dict[str, Any]]:
             if engine == "grpolab":  # the old count read every engine's run as grpolab's
                 old = memory.run_peak_parts(memory.RunFootprint(**{**run.__dict__, "compute_bytes": 4,
                                                                    "kv_bytes": 4}), budget)
+                micro = min(run.micro_batch, run.prompts * run.samples)
+                old["update"] = 2 * micro * (run.new_tokens + 1) * run.shape.vocab * 4  # it counted T + 1 columns
                 before = sum(old.values()) - old["activations"] - old["autocast copies"]
             rows.append({"engine": engine, "model": name, "prompt_tokens": run.prompt_tokens,
                          "new_tokens": run.new_tokens, "parts_mib": {part: size / MIB for part, size in parts.items()},

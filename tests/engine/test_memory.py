@@ -31,7 +31,8 @@ def test_sampling_and_update_estimates_grow_with_every_setting() -> None:
     assert base > memory.kv_cache_bytes(SHAPE, 16 * 64, 612)
     for bigger in ((32, 64, 100, 512), (16, 128, 100, 512), (16, 64, 200, 512), (16, 64, 100, 1024)):
         assert memory.sampling_bytes(SHAPE, *bigger) > base
-    assert memory.update_bytes(SHAPE, 64, 512) == 2 * 64 * 513 * 49152 * 4  # logits and log-softmax, float32
+    assert memory.update_bytes(SHAPE, 64, 512) == 2 * 64 * 512 * 49152 * 4  # the logits and their gradient, float32
+    assert memory.update_bytes(SHAPE, 64, 512, 2) == 2 * 64 * 512 * 49152 * 2  # under bfloat16 autocast
 
 
 def test_a_bfloat16_kv_cache_halves_the_rows_cache_in_the_sampling_estimate() -> None:

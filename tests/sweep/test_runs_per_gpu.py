@@ -246,17 +246,17 @@ def test_one_runs_peak_against_a_hand_computation() -> None:
     # = 304 values a token, 2 bytes each under bfloat16
     activations = 38 * 2 * 304 * 2
     expected = {"weights": 2 * 1000, "optimizer": 50 * 12, "sampler copy": 500, "sampling": sampling,
-                "batch": 6 * 12 * 48, "update": 2 * 4 * 8 * 100 * 2, "activations": activations,
+                "batch": 6 * 12 * 48, "update": 2 * 4 * 7 * 100 * 2, "activations": activations,
                 "autocast copies": 300}
     assert memory.run_peak_parts(_RUN, budget=GIB) == expected
-    assert sum(expected.values()) == 102176
+    assert sum(expected.values()) == 100576
     # a budget of one prompt's pass samples one prompt at a time: 2 rows
     one = 256 * 2 * 12 + 256 * 1 * 5 + 3 * 1 * 4 * 25 * 4 + 4 * 2 * 100 * 4 + 2 * 7 * 20
     assert memory.run_peak_parts(_RUN, budget=one)["sampling"] == one == 12104
 
 
 def test_k_runs_are_refused_past_the_free_memory_in_one_line_naming_the_numbers() -> None:
-    one = 102176
+    one = 100576
     assert sharing.shared_gpu_refusal([_RUN], 3, free=3 * one, gpu="0") is None  # exactly fits
     line = sharing.shared_gpu_refusal([_RUN], 3, free=3 * one - 1, gpu="5")
     assert line is not None and "\n" not in line
@@ -280,7 +280,7 @@ def test_the_check_reads_each_gpus_free_memory_and_names_the_fullest(monkeypatch
     monkeypatch.setattr(sharing, "_footprints", lambda configs: [_RUN] * len(configs))
     with pytest.raises(UserError, match=r"--runs-per-gpu 64 needs .* but GPU 7 has 3 MiB free"):
         sharing.check_shared_gpus([TrainConfig()], 64)
-    sharing.check_shared_gpus([TrainConfig()], 8)  # 8 x 99.8 KiB fit in 3 MiB
+    sharing.check_shared_gpus([TrainConfig()], 8)  # 8 x 98.2 KiB fit in 3 MiB
     sharing.check_shared_gpus([TrainConfig()], 1000, free=[])  # no GPU seen: nothing to check
 
 
@@ -295,6 +295,9 @@ def test_a_compare_whose_k_runs_overfill_a_gpu_is_refused_before_anything_is_wri
     assert "--runs-per-gpu 4 needs about 4 x" in err and "but GPU 1 has 1 MiB free" in err
     assert "not even one run fits" in err and "--group-sizes" in err
     assert not (tmp_path / "c" / "compare.yaml").exists()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "compare.md").read_text()
+    shown = docs[docs.index("```\n--runs-per-gpu 4 needs") + 4:].split("\n```")[0]
+    assert err == "grpolab compare: error: " + " ".join(shown.split()), "docs/compare.md shows another line"
 
 
 def test_the_child_process_reads_no_gpu_here(monkeypatch: pytest.MonkeyPatch) -> None:

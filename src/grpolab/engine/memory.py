@@ -8,7 +8,7 @@ The estimates count the tensors that grow with the settings, not the model's wei
   the weights are bfloat16, ``fast_decode.LeanLlama.kv_dtype``; the prompts' own cache of the prefill is float32);
 * the prefill's attention: prompts x heads x Lp x Lp float32 scores (three live copies: bias, scores, softmax);
 * the sampler's logits: rows x vocab float32 (four live copies: logits, log-probs, probs, their CDF);
-* the update's logits: micro-batch x (T + 1) x vocab in the compute dtype (two live copies: the logits and their
+* the update's logits: micro-batch x T x vocab in the compute dtype (two live copies: the logits and their
   gradient, ``update_bytes``);
 * the activations the update's backward needs (``activation_bytes``): per token and layer at least the two norms'
   inputs (2 x hidden), attention's queries, keys, values and output (2 x (heads + kv_heads) x head_dim) and
@@ -161,7 +161,7 @@ def chunked_sampling_bytes(shape: ModelShape, prompts: int, samples: int, prompt
 def update_bytes(shape: ModelShape, micro_batch: int, new_tokens: int, dtype_bytes: int = _FLOAT) -> int:
     """Bytes the head of one micro-batch of the update needs at least: its completion logits and their gradient,
     ``dtype_bytes`` a value (the compute dtype's: 2 under bfloat16 autocast)."""
-    return 2 * micro_batch * (new_tokens + 1) * shape.vocab * dtype_bytes
+    return 2 * micro_batch * new_tokens * shape.vocab * dtype_bytes
 
 
 def update_tokens(micro_batch: int, samples: int, prompt_tokens: int, new_tokens: int) -> int:
