@@ -128,3 +128,18 @@ def test_smollm2_at_p64_g8_samples_in_one_pass_on_an_80_gb_gpu(monkeypatch: pyte
     assert need > memory.SAMPLER_BUDGET_BYTES
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *_: (80 << 30, 80 << 30))
     assert need <= memory.sampler_budget(torch.device("cuda", 0))
+
+
+def test_a_steps_sampling_on_a_gpu_counts_the_cache_in_the_dtype_the_sampler_keeps_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU the lean sampler's static step keeps a bfloat16 cache where its weights are bfloat16; the host's
+    dynamic step a float32 one (the device is faked: only the arithmetic runs)."""
+    from grpolab.engine import fit
+
+    model = load_policy("embedded").model
+    monkeypatch.setattr(memory, "sampler_budget", lambda device=None, reusable=0: 1 << 30)
+    host = fit._sampling_need(model, 4, 8, 20, 32, "bfloat16")
+    monkeypatch.setattr(fit, "model_device", lambda model: torch.device("cuda"))
+    assert fit._sampling_need(model, 4, 8, 20, 32, "float32") == host  # float32 weights: a float32 cache
+    half = host - memory.kv_cache_bytes(memory.model_shape(model), 4 * 8, 20 + 32, 2)
+    assert fit._sampling_need(model, 4, 8, 20, 32, "bfloat16") == half

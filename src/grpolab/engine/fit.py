@@ -83,9 +83,17 @@ def _longest_fitting(model: Any, lengths: list[int], max_new_tokens: int, where:
     return min(longest, room)
 
 
-def _sampling_need(shape: memory.ModelShape, prompts: int, samples: int, width: int, new_tokens: int,
-                   device: Any = None) -> int:
-    return memory.chunked_sampling_bytes(shape, prompts, samples, width, new_tokens, memory.sampler_budget(device))
+def _sampling_need(model: Any, prompts: int, samples: int, width: int, new_tokens: int, sampler_dtype: str) -> int:
+    """``memory.chunked_sampling_bytes`` where ``model`` is, its rows' KV cache in the dtype the sampler keeps it
+    there (on a GPU ``rollout.cuda_kv_bytes`` of ``sampler_dtype``; float32 on the host)."""
+    device = model_device(model)
+    kv_bytes = 4
+    if device.type == "cuda":
+        from grpolab.engine.rollout import cuda_kv_bytes
+
+        kv_bytes = cuda_kv_bytes(model, sampler_dtype)
+    return memory.chunked_sampling_bytes(memory.model_shape(model), prompts, samples, width, new_tokens,
+                                         memory.sampler_budget(device), kv_bytes)
 
 
 def step_lengths(model: Any, tokenizer: Any, task: Any, config: Any, max_new_tokens: int) -> tuple[int, int]:
@@ -104,8 +112,8 @@ def check_training_fits(model: Any, tokenizer: Any, task: Any, config: Any, max_
     width, max_new_tokens = step_lengths(model, tokenizer, task, config, max_new_tokens)
     shape = memory.model_shape(model)
     rows = config.prompts_per_step * config.group_size
-    sampling = _sampling_need(shape, config.prompts_per_step, config.group_size, width, max_new_tokens,
-                              model_device(model))
+    sampling = _sampling_need(model, config.prompts_per_step, config.group_size, width, max_new_tokens,
+                              config.sampler_dtype)
     batch = memory.batch_bytes(rows, width + max_new_tokens)
     micro = min(config.micro_batch_size, rows)
     tokens = memory.update_tokens(micro, config.group_size, width, max_new_tokens)
@@ -137,8 +145,8 @@ def check_evaluation_fits(model: Any, tokenizer: Any, prompts: Sequence[str], *,
         return max_new_tokens
     max_new_tokens = fit_new_tokens(model, lengths, max_new_tokens, explicit=explicit)
     width = _longest_fitting(model, lengths, max_new_tokens, where)
-    need = _sampling_need(memory.model_shape(model), len(prompts), max(samples, 1), width, max_new_tokens,
-                          model_device(model))
+    need = _sampling_need(model, len(prompts), max(samples, 1), width, max_new_tokens,
+                          "bfloat16")  # the sampler's setting is not known here: the smallest cache it may keep
     memory.refuse_unless_fits(need, f"sampling {max(samples, 1)} completions per prompt of the {where} of up to "
                                     f"{width} prompt + {max_new_tokens} new tokens", lower,
                               device=model_device(model))

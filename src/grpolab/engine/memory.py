@@ -5,7 +5,8 @@ The estimates count the tensors that grow with the settings, not the model's wei
 
 * the KV cache: layers x 2 (keys, values) x heads_kv x head_dim x dtype bytes x rows x length (the lean
   sampler's dynamic (CPU) step keeps it in float32 whatever the weights; its static (CUDA) step in bfloat16 where
-  the weights are bfloat16, ``fast_decode.LeanLlama.kv_dtype``; the prompts' own cache of the prefill is float32);
+  the weights are bfloat16, ``fast_decode.LeanLlama.kv_dtype``, ``rollout.cuda_kv_bytes``; the prompts' own cache
+  of the prefill is float32);
 * the prefill's attention: prompts x heads x Lp x Lp float32 scores (three live copies: bias, scores, softmax);
 * the sampler's logits: rows x vocab float32 (four live copies: logits, log-probs, probs, their CDF);
 * the update's logits: micro-batch x T x vocab in the compute dtype (two live copies: the logits and their
@@ -22,7 +23,8 @@ The estimates count the tensors that grow with the settings, not the model's wei
 
 ``tests/engine/test_update_activations.py`` checks the last two against what autograd saves on this CPU, on each
 forward path (prefix packing and the transformers forward; LoRA and full; float32 and bfloat16): the estimate
-stays below what is saved and above a fixed share of it.
+stays below what is saved and above a fixed share of it; and the update's three together against the resident
+memory one micro-batch's forward and backward add.
 
 These leave out the weights and the optimizer state, so they are a lower bound of the peak: a setting they refuse
 cannot fit, while one they pass may still run out (the command line then names the settings to lower). They exist
