@@ -1,7 +1,7 @@
 """The training engines, one object each in one registry: what each supports (its remedies, whether it has
 per-token estimators, the settings it refuses, those under which a run needs a GPU of its own, and the check a sweep
-runs on every arm before a run starts), how it names and finds its checkpoint folders, and the run class that starts
-one of its runs.
+runs on every arm before a run starts), how it names and finds its checkpoint folders, how a sweep reads what one of
+its runs needs of a GPU's memory, and the run class that starts one of its runs.
 
 ``engine: grpolab`` is grpolab's own engine, ``engine: trl`` TRL's ``GRPOTrainer`` under grpolab's run. Everything
 that depends on the engine asks its object here (``engine(name)``) instead of comparing the engine's name: the
@@ -101,6 +101,9 @@ class Engine:
             under either engine (``newest_checkpoint_settings``).
         exclusive_gpu: the settings under which one of its runs needs a GPU of its own (refused, when on, with
             ``grpolab compare --runs-per-gpu`` above 1: ``check_shared_gpu``).
+        gpu_footprint: ``module:function`` reading what one of its runs' peak GPU memory depends on from the run's
+            config, freshly loaded policy and task, the model set up as its run sets it up (``footprint``; what
+            ``grpolab compare --runs-per-gpu`` checks).
     """
 
     name: str
@@ -113,6 +116,7 @@ class Engine:
     arm_check: str | None = None
     checkpoint_settings: str = "grpolab.train.checkpoint:checkpoint_settings"
     exclusive_gpu: tuple[Unsupported, ...] = ()
+    gpu_footprint: str = "grpolab.sweep.sharing:grpolab_footprint"
 
     @property
     def remedies(self) -> tuple[str, ...]:
@@ -142,6 +146,11 @@ class Engine:
                 raise UserError(f"--runs-per-gpu {runs_per_gpu} puts several runs on one GPU, but engine {self.name} "
                                 f"with {entry.setting} needs a GPU for each run ({entry.why}); use --runs-per-gpu 1 "
                                 f"or {entry.fix}")
+
+    def footprint(self, config: Any, policy: Any, task: Any) -> Any:
+        """What one of its runs' peak GPU memory depends on (``grpolab.engine.memory.RunFootprint``), its freshly
+        loaded ``policy`` set up as a run sets it up (its ``gpu_footprint``)."""
+        return _load(self.gpu_footprint)(config, policy, task)
 
     def start(self, config: Any, run_dir: Path, **options: Any) -> Any:
         """Set one run up with this engine (``grpolab.train.engines.start`` says what ``options`` are)."""
@@ -179,7 +188,8 @@ ENGINES: dict[str, Engine] = {
         arm_check="grpolab.train.trl_engine.arguments:check_supported",
         checkpoint_settings="grpolab.train.trl_engine.checkpoints:trl_checkpoint_settings",
         exclusive_gpu=(Unsupported("use_vllm", "vLLM reserves a fixed share of the GPU's memory in each run",
-                                   "drop --use-vllm"),)),
+                                   "drop --use-vllm"),),
+        gpu_footprint="grpolab.train.trl_engine.run:gpu_footprint"),
 }
 """engine name -> the engine; the ``engine`` setting's choices are its keys."""
 

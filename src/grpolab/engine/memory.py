@@ -23,8 +23,8 @@ The estimates count the tensors that grow with the settings, not the model's wei
 
 ``tests/engine/test_update_activations.py`` checks the last two against what autograd saves on this CPU, on each
 forward path (prefix packing and the transformers forward; LoRA and full; float32 and bfloat16): the estimate
-stays below what is saved and above a fixed share of it; and the update's three together against the resident
-memory one micro-batch's forward and backward add.
+stays below what is saved and above a fixed share of it. ``tests/engine/test_update_memory.py`` checks the update's
+three together against the resident memory one micro-batch's forward and backward add.
 
 These leave out the weights and the optimizer state, so they are a lower bound of the peak: a setting they refuse
 cannot fit, while one they pass may still run out (the command line then names the settings to lower). They exist

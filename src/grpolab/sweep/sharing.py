@@ -2,7 +2,8 @@
 estimated peak GPU memory against the free memory of each GPU the sweep sees, refused in one line.
 
 * ``run_footprint``: what one run's peak depends on (``grpolab.engine.memory.RunFootprint``), read from its model
-  as loaded on the host (LoRA adapters added as the run adds them), its task's prompts and its settings;
+  as loaded on the host and set up as its engine sets it up (``capabilities.Engine.footprint``: grpolab's
+  ``grpolab_footprint``, TRL's ``trl_engine.run.gpu_footprint``), its task's prompts and its settings;
 * ``shared_gpu_refusal``: the arithmetic and the line: K x the sum of ``memory.run_peak_parts`` (the sampler
   under its 1/K share of the GPU, ``memory.gpu_sampler_budget``; the update's activations and autocast's weight
   copies included) against the least free memory, naming the estimate part by part (parts of 0 bytes left out),
@@ -27,7 +28,8 @@ from typing import Any
 from grpolab.engine import memory
 from grpolab.errors import UserError
 
-__all__ = ["check_shared_gpus", "free_bytes_here", "gpu_free_bytes", "run_footprint", "shared_gpu_refusal"]
+__all__ = ["check_shared_gpus", "footprint", "free_bytes_here", "gpu_free_bytes", "grpolab_footprint", "run_footprint",
+           "shared_gpu_refusal"]
 
 LOWER = "--group-sizes, --prompts-per-step, --max-new-tokens or --micro-batch-size"
 """The settings that make one run's estimate smaller."""
@@ -35,38 +37,46 @@ LOWER = "--group-sizes, --prompts-per-step, --max-new-tokens or --micro-batch-si
 
 def run_footprint(config: Any, policy: Any, task: Any) -> memory.RunFootprint:
     """What the peak GPU memory of one run of ``config`` (a ``TrainConfig``) depends on, for its ``policy`` (a
-    ``grpolab.models.Policy`` freshly loaded: the model is set up as its engine sets it up, LoRA adapters added)
-    and ``task``. TRL's engine (``--engine trl``, one process a run) samples with the model itself: no lean copy,
-    a KV cache in the compute dtype; its base weights in bfloat16 under LoRA and bfloat16
-    (``trl_engine.run.loads_bfloat16_weights``); its micro-batch ``trl_engine.arguments.batch_layout``'s."""
-    from grpolab.engine.fit import step_lengths
+    ``grpolab.models.Policy`` freshly loaded, set up here as the run's engine sets it up: LoRA adapters added) and
+    ``task``: the engine's own reading (``capabilities.Engine.footprint``)."""
+    from grpolab import capabilities
+
+    return capabilities.engine(config.engine).footprint(config, policy, task)
+
+
+def grpolab_footprint(config: Any, policy: Any, task: Any) -> memory.RunFootprint:
+    """``run_footprint`` of grpolab's engine: its lean sampler's copy of the weights and the KV cache its static
+    step keeps on a GPU."""
     from grpolab.engine.rollout import cuda_kv_bytes, lean_copy_bytes
+
+    model = _with_adapters(policy.model, config)
+    return footprint(config, model, policy.tokenizer, task, sampler_copy_bytes=lean_copy_bytes(model,
+                     config.sampler_dtype), kv_bytes=cuda_kv_bytes(model, config.sampler_dtype),
+                     micro_batch=config.micro_batch_size)
+
+
+def _with_adapters(model: Any, config: Any) -> Any:
     from grpolab.train.lifecycle import wrap_lora
 
-    trl = config.engine == "trl"
-    if trl:
-        from grpolab.train.trl_engine.arguments import batch_layout
-        from grpolab.train.trl_engine.run import loads_bfloat16_weights
+    return wrap_lora(model, config) if config.lora else model
 
-        if loads_bfloat16_weights(config):
-            import torch
 
-            policy.model.to(dtype=torch.bfloat16)
-    model = wrap_lora(policy.model, config) if config.lora else policy.model
+def footprint(config: Any, model: Any, tokenizer: Any, task: Any, *, sampler_copy_bytes: int, kv_bytes: int,
+              micro_batch: int) -> memory.RunFootprint:
+    """The ``RunFootprint`` of ``model`` (as its engine set it up) under ``config`` for ``task``'s prompts, with what
+    the engine decides: its sampler's copy of the weights, its KV cache's bytes a value and its micro-batch."""
+    from grpolab.engine.fit import step_lengths
+
     with warnings.catch_warnings():  # a default max_new_tokens lowered to fit: the run says so itself
         warnings.simplefilter("ignore")
-        width, new_tokens = step_lengths(model, policy.tokenizer, task, config,
-                                         config.max_new_tokens or task.max_new_tokens)
+        width, new_tokens = step_lengths(model, tokenizer, task, config, config.max_new_tokens or task.max_new_tokens)
     parameters = list(model.parameters())
-    values = memory.compute_bytes(config.dtype)
     return memory.RunFootprint(
         shape=memory.model_shape(model), weight_bytes=sum(p.numel() * p.element_size() for p in parameters),
-        trained=sum(p.numel() for p in parameters if p.requires_grad),
-        sampler_copy_bytes=0 if trl else lean_copy_bytes(model, config.sampler_dtype), reference=config.beta > 0,
-        prompts=config.prompts_per_step, samples=config.group_size, prompt_tokens=width, new_tokens=new_tokens,
-        micro_batch=batch_layout(config, 1)[0] if trl else config.micro_batch_size, compute_bytes=values,
-        cast_weight_bytes=memory.autocast_copy_bytes(model, config.dtype),
-        kv_bytes=values if trl else cuda_kv_bytes(model, config.sampler_dtype))
+        trained=sum(p.numel() for p in parameters if p.requires_grad), sampler_copy_bytes=sampler_copy_bytes,
+        reference=config.beta > 0, prompts=config.prompts_per_step, samples=config.group_size, prompt_tokens=width,
+        new_tokens=new_tokens, micro_batch=micro_batch, compute_bytes=memory.compute_bytes(config.dtype),
+        cast_weight_bytes=memory.autocast_copy_bytes(model, config.dtype), kv_bytes=kv_bytes)
 
 
 def shared_gpu_refusal(footprints: Sequence[memory.RunFootprint], runs_per_gpu: int, free: int, gpu: str

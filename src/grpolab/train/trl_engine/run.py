@@ -276,6 +276,23 @@ def loads_bfloat16_weights(config: Any) -> bool:
     return config.lora and config.dtype == "bfloat16" and devices.resolve(config.device).type == "cuda"
 
 
+def gpu_footprint(config: Any, policy: Any, task: Any) -> Any:
+    """What the peak GPU memory of one of this engine's runs depends on (``grpolab.sweep.sharing.run_footprint``),
+    its model set up as ``TRLRun`` sets it up: base weights in bfloat16 where ``loads_bfloat16_weights``, LoRA
+    adapters added; TRL samples with that model (no lean copy, its KV cache in the compute dtype) and trains in
+    micro-batches of ``arguments.batch_layout``'s size."""
+    from grpolab.engine import memory
+    from grpolab.sweep.sharing import footprint
+    from grpolab.train.lifecycle import wrap_lora
+    from grpolab.train.trl_engine.arguments import batch_layout
+
+    if loads_bfloat16_weights(config):
+        policy.model.to(dtype=_bfloat16())
+    model = wrap_lora(policy.model, config) if config.lora else policy.model
+    return footprint(config, model, policy.tokenizer, task, sampler_copy_bytes=0,
+                     kv_bytes=memory.compute_bytes(config.dtype), micro_batch=batch_layout(config, 1)[0])
+
+
 def _bfloat16() -> Any:
     import torch
 
