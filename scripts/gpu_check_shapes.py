@@ -223,17 +223,22 @@ def child_train(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def peak_estimate(config: Any) -> int:
-    """grpolab's estimate of the run's peak GPU memory: the sum of ``memory.run_peak_parts`` of its footprint (read
-    as ``grpolab compare --runs-per-gpu`` reads it, from the model loaded on the host), its sampler under the budget
-    a run alone gets from the GPU's free memory now (on the CPU, the host's budget)."""
-    import torch
-
-    from grpolab.engine import memory
+    """grpolab's estimate of the run's peak GPU memory (``run_estimate``) from its footprint, read as ``grpolab compare
+    --runs-per-gpu`` reads it, from the model loaded on the host."""
     from grpolab.models import load_policy
     from grpolab.sweep.sharing import run_footprint
     from grpolab.train.lifecycle import load_task_for
 
-    run = run_footprint(config, load_policy(config.model), load_task_for(config, for_model=False))
+    return run_estimate(run_footprint(config, load_policy(config.model), load_task_for(config, for_model=False)))
+
+
+def run_estimate(run: Any) -> int:
+    """The sum of ``memory.run_peak_parts`` of a footprint, its sampler under the budget a run alone gets from the
+    GPU's free memory now (on the CPU, the host's budget)."""
+    import torch
+
+    from grpolab.engine import memory
+
     free = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else None
     budget = memory.SAMPLER_BUDGET_BYTES if free is None else memory.gpu_sampler_budget(free)
     return sum(memory.run_peak_parts(run, budget).values())

@@ -307,15 +307,14 @@ def _fresh_peak() -> int:
 
 def _peak_and_estimate(base: int, footprint: Any) -> dict[str, Any]:
     """The run's peak GPU memory since ``_fresh_peak`` (above ``base``; None on the CPU) beside grpolab's estimate
-    of it (``memory.run_peak_parts`` of ``footprint``, its sampler under the budget a run alone gets now), in MiB."""
+    of it (``gpu_check_shapes.run_estimate`` of ``footprint``), in MiB."""
     import torch
 
-    from grpolab.engine import memory
+    import gpu_check_shapes
 
     cuda = torch.cuda.is_available()
-    budget = memory.gpu_sampler_budget(torch.cuda.mem_get_info()[0]) if cuda else memory.SAMPLER_BUDGET_BYTES
     return {"peak_gpu_mib": (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else None,
-            "estimate_mib": sum(memory.run_peak_parts(footprint, budget).values()) / 2**20}
+            "estimate_mib": gpu_check_shapes.run_estimate(footprint) / 2**20}
 
 
 def update_section(spec: dict[str, Any]) -> dict[str, Any]:
