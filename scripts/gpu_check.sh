@@ -9,12 +9,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 SITE=${GPU_CHECK_SITE:-/tmp/site}
 PY=${PYTHON:-python3}
-if ls .gpu/wheels/*.whl >/dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-        .gpu/wheels/*.whl || { echo "gpu_check.sh: installing .gpu/wheels failed" >&2; exit 3; }
-else
-    echo "gpu_check.sh: no wheels in .gpu/wheels (run scripts/gpu_check_prepare.sh where pip works, and carry .gpu)" >&2
-fi
+# shellcheck source=scripts/gpu_wheels.sh
+. scripts/gpu_wheels.sh
+install_gpu_wheels "$SITE" gpu_check.sh
 export PYTHONPATH="$SITE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline PYTHONUNBUFFERED=1
 if [ "${1:-}" = "--numbers" ]; then

@@ -63,9 +63,11 @@ use_store() {
     export HF_HUB_OFFLINE=1 WANDB_MODE=offline PYTHONUNBUFFERED=1
 }
 
+# shellcheck source=scripts/gpu_wheels.sh
+. scripts/gpu_wheels.sh
+
 install_wheels() {
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$STORE/site" \
-        .gpu/wheels/*.whl || { echo "gpu_paper_regime.sh: installing .gpu/wheels failed" >&2; exit 3; }
+    install_gpu_wheels "$STORE/site" gpu_paper_regime.sh
 }
 
 probe() {
