@@ -112,3 +112,24 @@ def test_a_resume_refuses_problems_that_differ_from_the_runs_task_json(file_run,
     code, err = run_cli(["train", "--out", str(run), "--resume", "--steps", "3", "--data", str(data), *FLAGS[:2]],
                         capsys)
     assert_one_line_error(code, err, "the problems of task 'file' differ from those", "task.json")
+
+
+def test_a_trl_engine_resume_refuses_data_that_changed(tmp_path: Path, capsys) -> None:
+    """The TRL engine's runs go through the same run shell: its resume refuses changed data too."""
+    pytest.importorskip("trl")
+    data = _write(tmp_path / "qa.jsonl", ROWS)
+    run = tmp_path / "run"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code, err = run_cli(["train", "--engine", "trl", "--out", str(run), "--data", str(data), *FLAGS], capsys)
+    assert code == 0, err
+    state = json.loads((run / "checkpoints" / "checkpoint-2" / "state.json").read_text())
+    assert state["identity"]["data"] == run_identity(TrainConfig(data=str(data)))["data"]
+    _write(data, [*ROWS[:-1], {"prompt": "9+9=", "answer": "19"}])
+    before = (run / "metrics.jsonl").read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code, err = run_cli(["train", "--engine", "trl", "--out", str(run), "--resume", "--steps", "3", "--data",
+                             str(data), *FLAGS[:2]], capsys)
+    assert_one_line_error(code, err, f"the data {data} changed since", "checkpoint-2", "restore the data")
+    assert (run / "metrics.jsonl").read_bytes() == before
