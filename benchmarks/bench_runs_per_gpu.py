@@ -118,6 +118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grpolab.provenance import software  # the code that ran (provenance.describe)
+
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="grpolab-bench-shape-") as shapes:
         if args.random_shape:
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"K = {k}: {rows[-1]['runs']} runs in {rows[-1]['seconds']:.1f} s", flush=True)
             if args.out:
                 args.out.write_text(json.dumps({"cpu": args.cpu, "model": args.random_shape or args.model,
-                                                "rows": rows}, indent=1))
+                                                "grpolab": software(), "rows": rows}, indent=1))
     print(markdown(rows, args.cpu))
     for row in rows:
         if "error" in row:

@@ -57,6 +57,7 @@ from gpu_check_report import device_name, write_outputs
 from gpu_check_runner import Check, child_main
 from gpu_check_setup import ROOT, Step, step_names
 from gpu_check_shapes import smollm2_tokenizer
+from grpolab.provenance import describe, software
 
 
 def save_smollm2_tokenizer(folder: Path) -> None:
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         total = time.perf_counter() - started
         text = write_outputs(Path(args.out), steps or list(check.steps.values()), check.work,
-                             device_name(args.cpu), total)
+                             f"{device_name(args.cpu)}, grpolab {describe(software())}", total)
         print(text, flush=True)
         print(f"written: {Path(args.out) / 'gpu-check.md'}, gpu-check.json, gpu-check.log", flush=True)
         if not args.keep_work and not args.work:

@@ -74,6 +74,7 @@ def write_outputs(out: Path, steps: list[Step], work: Path, device: str, total_s
 
 
 def device_name(cpu: bool) -> str:
+    """The GPU's name (or the CPU mode)."""
     if cpu:
         return "CPU mode"
     try:

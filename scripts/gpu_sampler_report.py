@@ -4,33 +4,24 @@ pass/fail lines, and the two files it rewrites after every section."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from gpu_check_report import device_name as _device_name
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def device_name(cpu: bool) -> str:
-    """The GPU's name and torch's version (or the CPU mode), and the commit when the tree has one."""
+    """The GPU's name and torch's version (or the CPU mode), and grpolab's commit and, where the tree has changes
+    (a GPU machine's copy of a newer tree over an older ``.git``), its source digest (``provenance.describe``)."""
     try:
         import torch
 
         version = f"torch {torch.__version__}"
     except ImportError:
         version = "no torch"
-    try:
-        commit = (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, timeout=10
-            ).stdout.strip()
-            or "no commit"
-        )
-    except (OSError, subprocess.SubprocessError):
-        commit = "no commit"
-    return f"{_device_name(cpu)}, {version}, {commit}"
+    from grpolab.provenance import describe, software
+
+    return f"{_device_name(cpu)}, {version}, grpolab {describe(software())}"
 
 
 def write(out: Path, result: dict[str, Any]) -> None:

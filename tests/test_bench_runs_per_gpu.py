@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from grpolab import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,7 +31,9 @@ def test_cpu_mode_measures_each_k(tmp_path: Path) -> None:
                            "--runs-per-gpu", "1,2", "--out", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = json.loads(out.read_text())["rows"]
+    result = json.loads(out.read_text())
+    assert result["grpolab"]["source"] == provenance.source_digest()  # the code that ran, named
+    rows = result["rows"]
     assert [row["runs_per_gpu"] for row in rows] == [1, 2]
     for row in rows:
         assert row["runs"] == 2 and row["seconds"] > 0

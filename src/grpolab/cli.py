@@ -153,13 +153,12 @@ class _VersionAction(argparse.Action):
 
 
 def _version() -> str:
-    """grpolab's version, and the commit of the checkout it runs from where there is one (``provenance``)."""
-    from grpolab.provenance import software
+    """grpolab's version, and the commit of the checkout it runs from where there is one, with the source digest
+    where the commit does not name the code (``provenance.describe``)."""
+    from grpolab.provenance import describe, software
 
-    record = software()
-    if not record["commit"]:
-        return str(record["version"])
-    return f"{record['version']} (commit {record['commit'][:12]}{', with changes' if record['dirty'] else ''})"
+    version, _, rest = describe(software()).partition(", ")
+    return f"{version} ({rest})" if rest else version
 
 
 def _one_line_warning(command: str):

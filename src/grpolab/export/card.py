@@ -18,6 +18,7 @@ from grpolab import __version__
 from grpolab.config import TrainConfig
 from grpolab.export.source import RunSource
 from grpolab.models import EMBEDDED, EMBEDDED_ARITH, SMOLLM2
+from grpolab.provenance import describe
 
 __all__ = ["TAGS", "hub_base_model", "model_card"]
 
@@ -65,14 +66,13 @@ def _settings_rows(source: RunSource) -> list[tuple[str, str]]:
 
 
 def _software_text(summary: dict[str, Any] | None) -> str:
-    """The grpolab version and commit that trained the run (``summary.json``'s ``"grpolab"``), or, for a run that
-    predates the record or has not finished, the version that exported it, saying so."""
+    """The grpolab version, commit and source digest that trained the run (``summary.json``'s ``"grpolab"``, in
+    ``provenance.describe``'s words), or, for a run that predates the record or has not finished, the version that
+    exported it, saying so."""
     recorded = (summary or {}).get("grpolab")
     if not isinstance(recorded, dict) or not recorded.get("version"):
         return f"not recorded by the run; exported with grpolab {__version__}"
-    commit = recorded.get("commit")
-    where = f", commit {commit[:12]}{' with uncommitted changes' if recorded.get('dirty') else ''}" if commit else ""
-    return f"{recorded['version']}{where} (trained the run)"
+    return f"{describe(recorded)} (trained the run)"
 
 
 def _evaluation_rows(evaluations: list[dict[str, Any]], source: RunSource) -> list[dict[str, Any]]:
