@@ -128,9 +128,16 @@ def _trl_name_hint(message: str) -> str:
     return "; " + "; ".join(hints) + " (docs/integrations.md maps every setting)" if hints else ""
 
 
+DESCRIPTION = ("Reinforcement learning from verifiable, binary rewards on language models with the GRPO family of "
+               "advantage estimators, and the gradient starvation of their groups made visible.")
+EPILOG = "'grpolab COMMAND --help' gives each command's settings; docs/guide.md walks through them."
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="grpolab", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action=_VersionAction, help="show grpolab's version (and its checkout's commit)")
+    parser = OneLineParser(prog="grpolab", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action=_VersionAction,
+                        help="show grpolab's version (and its checkout's commit, with the source digest where the "
+                             "checkout has changes)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser.command = chosen if chosen in COMMANDS else None
