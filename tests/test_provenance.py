@@ -96,3 +96,26 @@ def test_describe_names_the_source_where_the_commit_does_not(monkeypatch) -> Non
         f"source {'b' * 12}"
     assert provenance.describe({**clean, "commit": None, "dirty": None}) == f"1.0, source {'b' * 12}"
     assert provenance.describe({"version": "1.0", "commit": None, "dirty": None}) == "1.0"  # a record from before
+
+
+def test_a_repository_that_does_not_track_grpolab_names_no_commit(tmp_path: Path, monkeypatch) -> None:
+    """grpolab installed into a virtual environment inside a user's own repository: that repository's HEAD is not
+    grpolab's commit."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = tmp_path / "project"
+    (repo / "train.py").parent.mkdir()
+    (repo / "train.py").write_text("print(1)\n")
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+                   check=True)
+    installed = _package(repo / ".venv" / "site-packages" / "grpolab", {"__init__.py": "x = 1\n"})
+    monkeypatch.setattr(provenance, "_SOURCE", installed)
+    provenance.software.cache_clear()
+    try:
+        record = provenance.software()
+    finally:
+        provenance.software.cache_clear()
+    assert record["commit"] is None and record["dirty"] is None
+    assert record["source"] == provenance.source_digest(installed)

@@ -34,8 +34,10 @@ _SOURCE = Path(__file__).resolve().parent
 def software() -> dict[str, Any]:
     """``{"version": ..., "commit": 40 hex digits or None, "dirty": bool or None, "source": 64 hex digits}``;
     ``commit`` and ``dirty`` are None where grpolab is not run from a git checkout (an installed wheel) or git is not
-    there; ``source`` is ``source_digest()``."""
-    commit = _git("rev-parse", "HEAD")
+    there; ``source`` is ``source_digest()``. A checkout that does not track grpolab's files is not grpolab's: a
+    wheel installed into a virtual environment inside a user's own repository names no commit, not that
+    repository's."""
+    commit = _git("rev-parse", "HEAD") if _git("ls-files", "--", "__init__.py") else None
     status = _git("status", "--porcelain", "--untracked-files=no", "--", str(_SOURCE)) if commit else None
     return {"version": _version(), "commit": commit or None, "dirty": None if status is None else bool(status),
             "source": source_digest()}
@@ -61,8 +63,9 @@ def _digest(files: Iterable[tuple[str, bytes]]) -> str:
     return total.hexdigest()
 
 
-def source_digest(root: Path = _SOURCE) -> str:
-    """The digest of the Python files under ``root`` (grpolab's package folder), caches left out."""
+def source_digest(root: Path | None = None) -> str:
+    """The digest of the Python files under ``root`` (default: grpolab's package folder), caches left out."""
+    root = _SOURCE if root is None else root
     files = (path for path in root.rglob("*.py") if "__pycache__" not in path.relative_to(root).parts)
     return _digest((path.relative_to(root).as_posix(), path.read_bytes()) for path in files)
 
