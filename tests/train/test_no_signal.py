@@ -104,3 +104,48 @@ def test_stop_when_dead_ends_a_run_with_every_advantage_zero(stop: bool, tmp_pat
     assert steps == [1, 2, 3] and [(e["phase"], e["step"]) for e in ends] == [("end", 3)]
     assert said == summary["reason"] and "every completion was wrong" in said and "stops at step 3" in said
     assert (run / "final").is_dir()
+
+
+def _watched(watch: NoSignalWatch, start: int, rows: list[tuple[int, dict]]) -> str | None:
+    """Resume ``watch`` at checkpoint ``start`` from logged ``rows`` and observe the steps after it up to the last
+    watched one with every group wrong; the line it said, if any."""
+    watch.resume(start, [{"step": step, **row} for step, row in rows])
+    said = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for step in range(start + 1, WATCHED_STEPS + 1):
+            said = watch.observe(step, WRONG) or said
+    return said
+
+
+def test_a_resumed_watch_judges_the_steps_before_its_checkpoint_too() -> None:
+    # learned at steps 1-2, then one dead step: an undisturbed run says nothing, so the resumed one says nothing
+    assert _watched(NoSignalWatch(4, stop=True), 2, [(1, MIXED), (2, MIXED)]) is None
+    # dead from the start: the resumed run says what the undisturbed one says, over the same 3 steps
+    dead = NoSignalWatch(4, stop=True)
+    assert _watched(dead, 2, [(1, WRONG), (2, WRONG)]).startswith(f"no gradient signal in the first {WATCHED_STEPS}")
+    assert dead.stopped_at == WATCHED_STEPS
+    # a log that lacks a watched step before the checkpoint: nothing is judged rather than fewer steps
+    blind = NoSignalWatch(4, stop=True)
+    assert _watched(blind, 2, [(2, WRONG), (5, WRONG)]) is None and blind.stopped_at is None
+    # a checkpoint past the watched steps: nothing left to judge
+    assert _watched(NoSignalWatch(4, stop=True), WATCHED_STEPS + 1, [(1, WRONG)]) is None
+
+
+def test_a_resumed_dead_run_stops_where_the_undisturbed_one_does(tmp_path: Path) -> None:
+    """A run killed after step 2 of a task it cannot learn, resumed: the warning counts steps 1-3 (not the one step
+    left of the window) and the run stops at step 3 as it would have."""
+    task = ["--task", "file", "--data", str(_impossible_task(tmp_path / "q.jsonl")), "--prompt-column", "question",
+            "--reference-column", "answer", "--verifier", "exact", "--task-options", '{"max_new_tokens": 8}',
+            "--advantage", "grpo"]
+    run = tmp_path / "run"
+    flags = [*TINY, "--checkpoint-every", "1", "--stop-when-dead"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["train", "--model", "embedded", *task, "--out", str(run), *flags, "--steps", "2"]) == 0
+        assert [w for w in caught if w.category is NoSignalWarning] == []  # 2 steps: the window is not over
+        assert main(["train", "--out", str(run), "--resume", "--steps", "5"]) == 0
+    [said] = [str(w.message) for w in caught if w.category is NoSignalWarning]
+    assert said.startswith(f"no gradient signal in the first {WATCHED_STEPS} step(s)") and "stops at step 3" in said
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == NO_SIGNAL and summary["no_signal_at_step"] == WATCHED_STEPS

@@ -4,7 +4,9 @@ wrong or unscorable: a group-centred advantage is 0 for all of its members, grad
 every advantage is 0, one warning line after those steps names the likely causes.
 
 Watched: steps 1..``WATCHED_STEPS`` of the run's ``starvation/*`` metrics (``grpolab.metric_keys``), the ones both
-engines write. A resumed run watches the steps of the window it still runs. The causes follow from what the groups
+engines write. A resumed run takes the watched steps before its checkpoint from its ``metrics.jsonl``
+(``NoSignalWatch.resume``), so it judges the same steps an undisturbed run does; where that log lacks one of them
+(damaged), it judges nothing rather than fewer steps. The causes follow from what the groups
 were: every completion wrong (a verifier that always returns 0, an answer the verifier cannot read, a completion
 cap too short, or a task far too hard), every completion right, one-completion groups, nothing scorable, or each
 prompt solved always or never. Departure from the paper: it reports starvation rates; the warning is grpolab's.
@@ -76,13 +78,22 @@ class NoSignalWatch:
         self.rows: list[dict[str, Any]] = []
         self.stopped_at: int | None = None
         self.line: str | None = None
+        self.blind = False  # a resumed run whose log lacks a watched step before its checkpoint judges nothing
+
+    def resume(self, start_step: int, logged: list[dict[str, Any]]) -> None:
+        """Take the watched steps up to ``start_step`` (a resumed run's checkpoint) from ``logged``, the rows of its
+        ``metrics.jsonl`` (each with its ``step``), as if it had observed them; without all of them, judge nothing."""
+        earlier = {row.get("step"): row for row in logged if isinstance(row, dict)}
+        wanted = range(1, min(start_step, self.watched) + 1)
+        self.rows = [earlier[step] for step in wanted if step in earlier]
+        self.blind = len(self.rows) < len(wanted)
 
     def observe(self, step: int, metrics: dict[str, Any]) -> str | None:
         """Record step ``step``; at the last watched step, warn and return the line when the run had no signal."""
         if step > self.watched:
             return None
         self.rows.append(metrics)
-        if step < self.watched:
+        if step < self.watched or self.blind:
             return None
         line = no_signal_line(self.rows, self.group_size)
         if line is not None:

@@ -50,7 +50,7 @@ from grpolab.train.lifecycle import (
 from grpolab.train.lock import DirectoryLock, refuse_a_file
 from grpolab.train.no_signal import NoSignalWatch
 from grpolab.train.ownership import check_fresh_run_dir, refuse_planted_links, remove_run_files
-from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends
+from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends, read_metrics
 from grpolab.train.settings import checked_resume_settings, record_resume
 
 __all__ = ["RunShell", "prepare_run_dir", "rollout_figures", "rollout_table", "step_problems", "step_seed"]
@@ -216,6 +216,8 @@ class RunShell:
         resume_from = start_step + 1 if resume else None
         self.metrics_log = MetricsLog(run_dir / "metrics.jsonl", resume_from_step=resume_from,
                                       backends=open_backends(config, run_dir, resume=resume))
+        if start_step:  # the first steps' signal is judged over the steps before the checkpoint too
+            self.no_signal.resume(start_step, read_metrics(run_dir / "metrics.jsonl"))
         self.rollout_log = RolloutLog(run_dir / "rollouts", resume_from_step=resume_from)
         # with no checkpoint the start evaluation is redone, so its row must go too
         prepare_eval_log(run_dir / "eval.jsonl", resume_from_step=resume_from if start_step else None,
