@@ -419,3 +419,16 @@ def test_no_paired_p_below_the_exact_permutation_minimum(n: int, data) -> None:
     assert row["p"] >= sign_flip_floor(n) - 1e-12 and row["tost_p"] >= sign_flip_floor(n) - 1e-12
     low, high = row["difference_low"], row["difference_high"]
     assert (math.isnan(low) and math.isnan(high)) or high > low
+
+
+def test_differences_equal_up_to_rounding_have_no_interval() -> None:
+    """0.55 - 0.50, 0.65 - 0.60 and 0.45 - 0.40 are 0.05 up to about 1e-16: no spread, so no interval (a width of
+    1e-16 would read as certainty) and p at the floor of 3 pairs; a real spread keeps its interval."""
+    from grpolab.stats import paired_within_floor
+
+    a, b = np.array([0.55, 0.65, 0.45]), np.array([0.50, 0.60, 0.40])
+    assert len(set((a - b).tolist())) > 1  # the rounding is really there
+    p, low, high, test = paired_within_floor(a, b)
+    assert math.isnan(low) and math.isnan(high) and p == 0.25 and test == "paired t (floored)"
+    p, low, high, _ = paired_within_floor(a, b - np.array([0.0, 1e-6, 0.0]))
+    assert low < high

@@ -120,6 +120,23 @@ def test_seed_differences_match_the_paired_t_interval_by_hand():
     holm = {small: min(1.0, 2 * small), large: max(min(1.0, 2 * small), large)}  # Holm over the 2 values of k
     assert result.p_holm == pytest.approx([holm[p] for p in result.p], rel=1e-12)
 
+
+def test_seed_differences_floor_p_and_give_no_interval_without_spread():
+    """Three seeds that each differ by exactly +0.05 at k = 1: no exact test of 3 pairs gives p below 2 / 2^3, and
+    an interval of width 0 would read as certainty (the report's paired rows do the same)."""
+    a = np.array([[0.55, 0.9], [0.65, 0.8], [0.45, 0.95]])
+    b = a - np.array([[0.05, 0.2], [0.05, 0.1], [0.05, 0.0]])
+    result = seed_differences(a, b, [0, 1, 2])
+    assert result.p[0] == pytest.approx(0.25, abs=1e-12) and np.isnan(result.low[0]) and np.isnan(result.high[0])
+    assert result.difference[0] == pytest.approx(0.05, abs=1e-12)
+    d = (a - b)[:, 1]  # 0.2, 0.1, 0.0: spread, so its own t interval and p (above the floor)
+    assert result.p[1] == pytest.approx(max(0.25, scipy_stats.ttest_rel(a[:, 1], b[:, 1]).pvalue), rel=1e-9)
+    assert result.low[1] < d.mean() < result.high[1]
+    written = result.to_dict()
+    assert written["low"][0] is None and written["high"][0] is None and written["p"][0] == pytest.approx(0.25)
+    assert "floored" in written["method"]
+
+
 def test_seed_differences_need_two_seeds():
     with pytest.raises(UserError, match="at least 2 seeds"):
         seed_differences([[0.5]], [[0.4]], [0])

@@ -75,7 +75,9 @@ def band_lines(band: dict[str, Any], label_a: str, label_b: str) -> list[str]:
     return lines
 
 
-def _pair(low: float, high: float) -> str:
+def _pair(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return "none (no spread)"
     return f"[{low:+.4f}, {high:+.4f}]"
 
 

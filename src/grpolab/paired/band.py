@@ -28,7 +28,10 @@ It treats the prompts as the random part; it knows nothing of the training seed 
 **Seed level** (``seed_differences``). When each arm has S runs paired by seed (seed s of A and of B start from the
 same policy), the per-seed difference of mean pass@k, e_sk = pass@k_A(s) - pass@k_B(s), has a Student-t interval
 over seeds for each k (n - 1 degrees of freedom, ``grpolab.stats.paired_interval``) and a paired t-test whose
-p-values are Holm-adjusted over the K values of k (Holm 1979). This is the uncertainty a prompt-level band leaves
+p-values are Holm-adjusted over the K values of k (Holm 1979). As in the report's paired rows
+(``stats.paired_within_floor``), a p below 2 / 2^S, the least any exact test of S pairs can give, is raised to it,
+and a k whose differences have no spread over seeds gets no interval (None in ``to_dict``; a zero-width interval
+would read as certainty). This is the uncertainty a prompt-level band leaves
 out, and the one that supports a claim about *the estimator* (a training method), since a new run of it is a new
 seed.
 
@@ -152,7 +155,8 @@ def paired_band(n_a: Any, c_a: Any, n_b: Any, c_b: Any, *, level: float = 0.95, 
 @dataclass
 class SeedDifferences:
     """Per-seed differences of mean pass@k, A - B, over S seeds paired by seed: for each k [K] the mean, the
-    Student-t interval over seeds, the paired t-test's p and its Holm adjustment over the K values of k."""
+    Student-t interval over seeds (NaN where the differences have no spread), the paired t-test's p (floored at
+    2 / 2^S) and its Holm adjustment over the K values of k."""
 
     ks: list[int]
     seeds: list[int]
@@ -166,9 +170,9 @@ class SeedDifferences:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ks": list(self.ks), "seeds": list(self.seeds), "level": self.level,
-                "method": "Student t over seeds paired by seed, Holm over k",
-                **{name: [float(v) for v in getattr(self, name)] for name in ("difference", "low", "high", "p",
-                                                                              "p_holm")}}
+                "method": "Student t over seeds paired by seed, p floored at 2 / 2^seeds, Holm over k",
+                **{name: [None if np.isnan(v) else float(v) for v in getattr(self, name)]
+                   for name in ("difference", "low", "high", "p", "p_holm")}}
 
 
 def seed_differences(curves_a: Any, curves_b: Any, seeds: list[int], *, level: float = 0.95) -> SeedDifferences:
@@ -179,7 +183,10 @@ def seed_differences(curves_a: Any, curves_b: Any, seeds: list[int], *, level: f
     if a.shape[0] < 2:
         raise UserError(f"a seed-level interval needs at least 2 seeds run by both arms, got {a.shape[0]}")
     mean, low, high = (np.asarray(x, dtype=np.float64) for x in stats.t_interval((a - b).T, confidence=level))
+    flat = stats.no_spread(a - b, a, b)
+    low[flat] = high[flat] = np.nan
     p = np.array([stats.paired_t_test(a[:, j], b[:, j])[2] for j in range(a.shape[1])])
+    p = np.maximum(np.where(np.isnan(p), 1.0, p), stats.sign_flip_floor(a.shape[0]))
     return SeedDifferences(list(range(1, a.shape[1] + 1)), list(seeds), mean, low, high, p,
                            stats.holm_correction(p), level, a - b)
 

@@ -52,7 +52,9 @@ def paired_rows(results: pd.DataFrame, config: dict[str, Any], resamples: int = 
     return rows
 
 
-def _interval(low: float, high: float) -> str:
+def _interval(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return "none: no spread over seeds"
     return f"[{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
@@ -90,9 +92,9 @@ def _difference_axis(ax: plt.Axes, row: dict[str, Any]) -> None:
     ax.plot(ks, 100 * np.asarray(band["difference"]), "-", color="tab:blue")
     if seed is not None:
         seed_ks = np.asarray(seed["ks"])
-        ax.errorbar(seed_ks, 100 * np.asarray(seed["difference"]),
-                    yerr=[100 * (np.asarray(seed["difference"]) - seed["low"]),
-                          100 * (np.asarray(seed["high"]) - seed["difference"])],
+        difference, low, high = (np.asarray(seed[key], dtype=np.float64) for key in ("difference", "low", "high"))
+        ax.errorbar(seed_ks, 100 * difference, yerr=[100 * np.nan_to_num(difference - low),
+                                                     100 * np.nan_to_num(high - difference)],
                     fmt="o", ms=3, color="black", capsize=2, label="seed-level 95% t")
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xlabel("k")
