@@ -10,7 +10,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from grpolab.errors import UserError
-from grpolab.planning import fewest_resolving_seeds, paired_power, seeds_needed
+from grpolab.planning import fewest_resolving_seeds, floored_power, paired_power, seeds_needed
+from grpolab.planning.power import MOST_SEEDS
 
 pytestmark = pytest.mark.fast
 
@@ -70,3 +71,26 @@ def test_what_no_number_of_seeds_can_do_and_bad_input() -> None:
                  lambda: paired_power(0.05, 0.05, 1), lambda: seeds_needed(0.05, 0.05, family=0)):
         with pytest.raises(UserError):
             call()
+
+
+def test_the_report_tests_power_is_zero_below_the_fewest_resolving_seeds() -> None:
+    """At 3 seeds the report's p is floored at 0.25, so no effect is ever resolved: the power is 0, not the t-test's."""
+    assert paired_power(0.1, 0.05, 3) > 0.3 and floored_power(0.1, 0.05, 3) == 0.0
+    assert floored_power(0.1, 0.05, 6) == paired_power(0.1, 0.05, 6)
+    assert floored_power(0.1, 0.05, 6, family=2) == 0.0  # 7 seeds in a Holm family of 2
+    with pytest.raises(UserError):
+        floored_power(0.1, -1.0, 3)
+
+
+def test_an_effect_beyond_the_cap_is_not_an_effect_of_0_and_non_finite_effects_are_refused(capsys) -> None:
+    from grpolab.cli import main
+
+    assert seeds_needed(1e-6, 0.05) is None  # about 2e10 seeds: more than MOST_SEEDS
+    assert main(["plan", "--sd", "0.05", "--effect", "1e-6"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"more than {MOST_SEEDS:,} seeds per arm" in said and "effect of 0" not in said
+    assert main(["plan", "--sd", "0.05", "--effect", "0"]) == 0
+    assert "no number of seeds detects an effect of 0" in capsys.readouterr().out
+    for effect in ("inf", "nan"):
+        assert main(["plan", "--sd", "0.05", "--effect", effect]) == 2
+        assert "the effect to detect must be a finite difference" in capsys.readouterr().err

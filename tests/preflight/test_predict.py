@@ -4,6 +4,8 @@ simulated population, hand-computed tables, the recommendation rules and the ban
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,3 +119,12 @@ def test_analyse_measures_the_band_on_its_own_prompts() -> None:
     band_share = predict.group_table(inside, 8, (result.group_size,))["degenerate"].iloc[0]
     assert result.band_degenerate == pytest.approx(band_share)
     assert result.band_degenerate < result.table.set_index("group_size").loc[result.group_size, "degenerate"]
+
+
+def test_the_bands_docs_planning_quotes_are_the_codes() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "planning.md").read_text()
+    quoted = re.findall(r"\[(0\.\d{3}), (0\.\d{3})\] at G = (\d+)", text)
+    assert {int(g) for _, _, g in quoted} == {2, 4, 8}
+    for low, high, group_size in quoted:
+        band = predict.band_for(int(group_size))
+        assert (f"{band[0]:.3f}", f"{band[1]:.3f}") == (low, high), group_size

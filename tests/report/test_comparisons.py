@@ -162,3 +162,15 @@ def test_the_same_difference_below_the_ceiling_is_equivalent() -> None:
     results.loc[ends, "pass_at_k"] = pd.Series([[0.60 + o] for o in offsets], index=results.index[ends])
     row, = [r for r in comparisons(run_table(results), config)[0] if r["tested"]]
     assert finding(row) == "equivalent"
+
+
+def test_a_tiny_observed_difference_is_neither_rounded_to_0_nor_called_0() -> None:
+    from grpolab.planning.power import MOST_SEEDS
+    from grpolab.report.comparisons import points, resolve_phrase
+
+    assert points(0.0003) == "+0.03 points" and points(-0.00002) == "-0.002 points" and points(0.0) == "+0.0 points"
+    assert points(0.032) == "+3.2 points"
+    row = {"mean_difference": 0.00002, "difference_sd": 0.05, "family": "primary", "family_size": 1}
+    assert resolve_phrase(row) == f"more than {MOST_SEEDS:,} seeds per arm would be needed to detect a difference " \
+                                  "of +0.002 points"
+    assert resolve_phrase({**row, "mean_difference": 0.0}) == "no number of seeds resolves an observed difference of 0"

@@ -35,18 +35,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _from_numbers(args: argparse.Namespace) -> int:
-    from grpolab.planning import paired_power, seeds_needed
+    from grpolab.planning import floored_power, seeds_needed
+    from grpolab.planning.power import MOST_SEEDS
 
     if args.sd is None or args.effect is None:
         raise UserError("without a pilot COMPARE_DIR, give --sd (of the paired difference) and --effect")
     seeds = seeds_needed(args.effect, args.sd, power=args.power, alpha=args.alpha, family=args.family)
     data = {"seeds": seeds, "effect": args.effect, "sd": args.sd, "family": args.family, "power": args.power,
             "alpha": args.alpha, "achieved_power": None if seeds is None else
-            paired_power(args.effect, args.sd, seeds, alpha=args.alpha, family=args.family)}
+            floored_power(args.effect, args.sd, seeds, alpha=args.alpha, family=args.family)}
     if args.json:
         print(json.dumps(data))
     elif seeds is None:
-        print_text("no number of seeds detects an effect of 0")
+        print_text("no number of seeds detects an effect of 0" if args.effect == 0 else
+                   f"more than {MOST_SEEDS:,} seeds per arm would be needed to detect a difference of {args.effect:g} "
+                   f"(SD of the paired difference {args.sd:g})")
     else:
         print_text(f"{seeds} seeds per arm detect a difference of {args.effect:g} (SD of the paired difference "
                    f"{args.sd:g}) with power {data['achieved_power']:.3f} >= {args.power:g}: paired t, two-sided, "

@@ -34,7 +34,7 @@ import yaml
 
 from grpolab.diagnostics.variance import mean_success_variance
 from grpolab.errors import UserError
-from grpolab.planning.power import paired_power, seeds_needed
+from grpolab.planning.power import floored_power, seeds_needed
 from grpolab.report.comparisons import comparisons
 from grpolab.report.tables import run_table, score
 from grpolab.stats import PAIRED_TESTS
@@ -124,6 +124,6 @@ def pair_plans(results: pd.DataFrame, config: dict[str, Any], *, effect: float |
                       "family_size": family, "seeds_now": now, "observed": float(row["mean_difference"]),
                       "sd": spread, "sd_source": source, "effect": float(wanted),
                       "seeds": seeds_needed(wanted, spread, power=power, alpha=alpha, family=family),
-                      "power_now": paired_power(wanted, spread, now, alpha=alpha, family=family) if now > 1
+                      "power_now": floored_power(wanted, spread, now, alpha=alpha, family=family) if now > 1
                       else math.nan})
     return plans

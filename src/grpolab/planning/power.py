@@ -31,7 +31,7 @@ from scipy import stats as scipy_stats
 from grpolab.errors import UserError
 from grpolab.stats import sign_flip_floor
 
-__all__ = ["MOST_SEEDS", "fewest_resolving_seeds", "paired_power", "seeds_needed"]
+__all__ = ["MOST_SEEDS", "fewest_resolving_seeds", "floored_power", "paired_power", "seeds_needed"]
 
 MOST_SEEDS = 1_000_000  # seeds_needed gives up (None) beyond this
 
@@ -47,7 +47,7 @@ def _check(sd: float, alpha: float, family: int) -> None:
 
 def paired_power(effect: float, sd: float, seeds: int, *, alpha: float = 0.05, family: int = 1) -> float:
     """Exact power of the two-sided paired t-test at level alpha / family with ``seeds`` (>= 2) pairs, a true
-    mean difference ``effect`` and a per-seed difference SD ``sd``."""
+    mean difference ``effect`` and a per-seed difference SD ``sd`` (``floored_power``: that of the report's test)."""
     _check(sd, alpha, family)
     if seeds < 2:
         raise UserError(f"a paired t-test needs at least 2 seeds, got {seeds}")
@@ -57,6 +57,15 @@ def paired_power(effect: float, sd: float, seeds: int, *, alpha: float = 0.05, f
     critical = float(scipy_stats.t.ppf(1 - alpha / family / 2, dof))
     # P(T < -c) as P(T' > c), T' ~ nct(dof, -shift): scipy's nct.cdf returns NaN far in the tail, its sf does not
     return float(scipy_stats.nct.sf(critical, dof, shift) + scipy_stats.nct.sf(critical, dof, -shift))
+
+
+def floored_power(effect: float, sd: float, seeds: int, *, alpha: float = 0.05, family: int = 1) -> float:
+    """The power of the report's paired test, whose p is floored at 2 / 2^seeds (``stats.paired_within_floor``):
+    ``paired_power`` from ``fewest_resolving_seeds`` on, 0 below it, where no p can pass alpha / family."""
+    if seeds < fewest_resolving_seeds(alpha, family):
+        _check(sd, alpha, family)
+        return 0.0
+    return paired_power(effect, sd, seeds, alpha=alpha, family=family)
 
 
 def fewest_resolving_seeds(alpha: float = 0.05, family: int = 1) -> int:
@@ -74,7 +83,9 @@ def seeds_needed(effect: float, sd: float, *, power: float = 0.8, alpha: float =
     _check(sd, alpha, family)
     if not 0 < power < 1:
         raise UserError(f"power must lie in (0, 1), got {power}")
-    if effect == 0 or not math.isfinite(effect):
+    if not math.isfinite(effect):
+        raise UserError(f"the effect to detect must be a finite difference, got {effect}")
+    if effect == 0:
         return None
 
     def enough(seeds: int) -> bool:

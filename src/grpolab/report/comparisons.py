@@ -42,7 +42,7 @@ import pandas as pd
 from grpolab import equivalence, stats
 from grpolab.advantages import display_order
 from grpolab.pairing import compare_arms
-from grpolab.planning.power import seeds_needed
+from grpolab.planning.power import MOST_SEEDS, seeds_needed
 from grpolab.report.same_update import same_update_ratio
 from grpolab.report.tables import ALPHA, N_RESAMPLES
 
@@ -273,7 +273,9 @@ def permutation_floor_notes(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def points(value: float) -> str:
-    return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:+.1f} points"
+    if value is None or not np.isfinite(value):
+        return "n/a"
+    return f"{100 * value:+.1f} points" if value == 0 or abs(100 * value) >= 0.05 else f"{100 * value:+.2g} points"
 
 
 def p_phrase(row: dict[str, Any], prefix: str = "") -> str:
@@ -340,7 +342,8 @@ def resolve_phrase(row: dict[str, Any], prefix: str = "") -> str:
         return "the seeds that would resolve it are not known (no per-seed spread)"
     needed = seeds_to_resolve(row, prefix)
     if needed is None:
-        return "no number of seeds resolves an observed difference of 0"
+        return ("no number of seeds resolves an observed difference of 0" if diff == 0 else
+                f"more than {MOST_SEEDS:,} seeds per arm would be needed to detect a difference of {points(diff)}")
     return (f"{needed} seeds per arm would detect a difference of {points(diff)} at {PLANNED_POWER:.0%} power "
             f"(paired t, {family}; grpolab plan)")
 
