@@ -92,6 +92,27 @@ def test_hand_computed_steps_tokens_and_sign(tmp_path: Path) -> None:
     assert (counts[0], counts[5], counts[-1], sum(counts)) == (1, 1, 2, 4)
 
 
+def test_missing_advantages_are_unknown_not_zero(tmp_path: Path) -> None:
+    """A NaN advantage is not a zero one: a group with a missing advantage is judged by its rewards, with a warning
+    (read as 0, the mixed group (0, b) counted as zero-gradient: 100% degenerate at step 0)."""
+    frame = pd.DataFrame(
+        {
+            "step": [0, 0, 0, 0, 1, 1, 1, 1],
+            "prompt_id": ["a", "a", "b", "b", "a", "a", "b", "b"],
+            "reward": [1, 1, 0, 1, 0, 0, np.nan, 1],
+            "advantage": [0.0, 0.0, np.nan, np.nan, 0.0, 0.0, np.nan, 1.0],
+        }
+    )
+    frame.to_csv(tmp_path / "log.csv", index=False)
+    result = audit(tmp_path / "log.csv")
+    assert [s["degenerate"] for s in result["per_step"]] == [0.5, 1.0]
+    assert result["zero_gradient_completions"] == 6 / 8  # (0,a) by advantages; (1,a) too; (1,b) one scorable
+    assert any("3 of 8 advantages are missing (NaN or null), in 2 groups" in line for line in result["warnings"])
+    frame["advantage"] = frame["advantage"].fillna(0.5)
+    frame.to_csv(tmp_path / "log.csv", index=False)
+    assert not any("missing" in line for line in audit(tmp_path / "log.csv")["warnings"])
+
+
 def test_formats_agree_and_streaming_merge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     frame = pd.concat([_long(_rewards(20, 4, seed=s), step=s) for s in range(3)], ignore_index=True)
     frame.to_parquet(tmp_path / "a.parquet")

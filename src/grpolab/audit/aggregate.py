@@ -18,8 +18,9 @@ Definitions and where they depart from the papers (see also ``grpolab.diagnostic
 * D_iid: pbar over a trailing window of >= 64 groups (``diagnostics.windowed_p_means``; the whole run
   when shorter), per step; overall, the group-weighted mean of the per-step values.
   ``jensen_gap = uniform - d_iid``. G in ``d_iid`` is the nominal group size (the most common one).
-* zero-gradient completions (and tokens): completions with zero advantage (without an advantage column:
-  every completion of a group whose scorable rewards are all equal, plus every unscorable one); ``sign``
+* zero-gradient completions (and tokens): completions with zero advantage (without an advantage column, and for a
+  group with a missing (NaN or null) advantage, which is unknown, not zero, with a warning: every completion of a
+  group whose scorable rewards are all equal, plus every unscorable one); ``sign``
   (A = 2r - 1) would use every scorable completion.
 * pass@k uses the groups that are fully scored at the nominal size (k = 1..G), pooled over all steps.
 * truncated: the share of completions that hit the token budget without ending (``rollout/truncated``), from
@@ -60,7 +61,8 @@ from grpolab.errors import UserError
 
 __all__ = ["GroupTable", "audit", "collect_groups", "summarize"]
 
-_SUMS = ("rows", "n", "c", "nonbinary", "zero_adv", "tokens", "tokens_scored", "tokens_zero_adv", "truncated")
+_SUMS = ("rows", "n", "c", "nonbinary", "zero_adv", "adv_missing", "tokens", "tokens_scored", "tokens_zero_adv",
+         "truncated")
 _COMPACT_ROWS = 4_000_000  # merge the partial group sums once they hold this many rows
 _MERGE_ROWS = 250_000  # partial rows per step range in one merge
 
@@ -83,6 +85,8 @@ class GroupTable:
     tokens_scored: np.ndarray | None
     tokens_zero_adv: np.ndarray | None
     truncated: np.ndarray | None = None
+    adv_missing: np.ndarray | None = None
+    """Rows whose advantage is missing (NaN or null); None without an advantage column."""
 
 
 def _group_keys(batch: pa.RecordBatch, offset: int, columns: Columns, block: int | None) -> pa.Array:
@@ -108,9 +112,11 @@ def _partial(
     }
     zero_adv = None
     if columns.advantage:
-        advantage = np.nan_to_num(numeric_values(batch, columns.advantage, "advantage"), nan=0.0)
-        zero_adv = np.abs(advantage) <= diagnostics.starvation.ZERO_ADVANTAGE_ATOL
+        advantage = numeric_values(batch, columns.advantage, "advantage")
+        missing = np.isnan(advantage)  # not a zero advantage: unknown (its group is judged by its rewards)
+        zero_adv = ~missing & (np.abs(np.nan_to_num(advantage)) <= diagnostics.starvation.ZERO_ADVANTAGE_ATOL)
         data["zero_adv"] = zero_adv.astype(np.int64)
+        data["adv_missing"] = missing.astype(np.int64)
     if columns.truncated:
         data["truncated"] = flag_values(batch, columns.truncated)
     if columns.step:
@@ -275,15 +281,26 @@ def _to_group_table(table: pa.Table, columns: Columns) -> GroupTable:
         step=step, rows=col("rows"), n=col("n"), c=col("c"), nonbinary=col("nonbinary"),  # type: ignore[arg-type]
         zero_adv=col("zero_adv"), reward_min=bound("reward_min"), reward_max=bound("reward_max"),
         tokens=col("tokens"), tokens_scored=col("tokens_scored"), tokens_zero_adv=col("tokens_zero_adv"),
-        truncated=col("truncated"),
+        truncated=col("truncated"), adv_missing=col("adv_missing"),
     )
 
 
+def _by_advantage(groups: GroupTable) -> np.ndarray | None:
+    """[groups] bool: whether a group's advantages decide its figures (an advantage column, none of the group's
+    missing); None without an advantage column."""
+    if groups.zero_adv is None:
+        return None
+    return np.ones_like(groups.rows, dtype=bool) if groups.adv_missing is None else groups.adv_missing == 0
+
+
 def _degenerate(groups: GroupTable) -> np.ndarray:
-    """[groups] bool: every advantage zero, or (no advantage column) every scorable reward equal."""
-    if groups.zero_adv is not None:
-        return groups.zero_adv == groups.rows
-    return (groups.n <= 1) | (groups.reward_min == groups.reward_max)
+    """[groups] bool: every advantage zero, or (no advantage column, or some of the group's advantages missing)
+    every scorable reward equal."""
+    by_rewards = (groups.n <= 1) | (groups.reward_min == groups.reward_max)
+    by_advantage = _by_advantage(groups)
+    if by_advantage is None:
+        return by_rewards
+    return np.where(by_advantage, groups.zero_adv == groups.rows, by_rewards)
 
 
 def _rates(groups: GroupTable, degenerate: np.ndarray, members: slice, d_iid: float) -> dict[str, Any]:
@@ -332,11 +349,12 @@ def _per_step(groups: GroupTable, group_size: int, window: int) -> list[dict[str
 def _zero_gradient(groups: GroupTable) -> dict[str, Any]:
     """Shares of completions (and tokens) with zero advantage, and what sign would use."""
     total_rows = max(int(groups.rows.sum()), 1)
-    flat = _degenerate(groups)  # used without an advantage column: equal scorable rewards
-    if groups.zero_adv is not None:
-        zero_rows = groups.zero_adv.sum()
-    else:
-        zero_rows = np.where(flat, groups.rows, groups.rows - groups.n).sum()
+    flat = (groups.n <= 1) | (groups.reward_min == groups.reward_max)  # by rewards: equal scorable rewards
+    by_advantage = _by_advantage(groups)
+    if by_advantage is None:
+        by_advantage = np.zeros_like(groups.rows, dtype=bool)
+    zero_rows = np.where(by_advantage, groups.zero_adv if groups.zero_adv is not None else 0,
+                         np.where(flat, groups.rows, groups.rows - groups.n)).sum()
     out: dict[str, Any] = {
         "completions": int(groups.rows.sum()),
         "zero_gradient_completions": float(zero_rows / total_rows),
@@ -347,10 +365,8 @@ def _zero_gradient(groups: GroupTable) -> dict[str, Any]:
     }
     if groups.tokens is not None and groups.tokens_scored is not None:
         total_tokens = max(int(groups.tokens.sum()), 1)
-        if groups.tokens_zero_adv is not None:
-            zero_tokens = groups.tokens_zero_adv.sum()
-        else:
-            zero_tokens = np.where(flat, groups.tokens, groups.tokens - groups.tokens_scored).sum()
+        zero_tokens = np.where(by_advantage, groups.tokens_zero_adv if groups.tokens_zero_adv is not None else 0,
+                               np.where(flat, groups.tokens, groups.tokens - groups.tokens_scored)).sum()
         out |= {
             "tokens": int(groups.tokens.sum()),
             "zero_gradient_tokens": float(zero_tokens / total_tokens),
@@ -449,6 +465,12 @@ def _warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
         warnings.append(f"{nonbinary} rewards are not 0 or 1: a success is a reward >= {info['threshold']}")
     if info.get("group_size_warning"):
         warnings.append(info["group_size_warning"])
+    missing = 0 if groups.adv_missing is None else int(groups.adv_missing.sum())
+    if missing:
+        warnings.append(
+            f"{missing:,} of {int(groups.rows.sum()):,} advantages are missing (NaN or null), in "
+            f"{int((groups.adv_missing > 0).sum()):,} groups: those groups are judged by their rewards (a group of "
+            "equal scorable rewards has zero gradient) instead of their advantages")
     if result["group_size"] == 1:
         warnings.append("most groups hold one completion (G = 1), so the group figures (uniform groups, D_iid, the "
                         "Jensen gap) are not defined and are left out; if the log's groups are larger, name their "
