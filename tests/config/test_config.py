@@ -94,6 +94,8 @@ def test_config_files_yaml_and_toml_and_their_errors(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("lr: 1e-5\nsteps: 3\n")  # YAML 1.1 would read 1e-5 as a string
     (tmp_path / "a.toml").write_text("lr = 1e-5\nsteps = 3\n")
     assert load_config_file(tmp_path / "a.yaml") == load_config_file(tmp_path / "a.toml") == {"lr": 1e-5, "steps": 3}
+    (tmp_path / "marked.toml").write_text("lr = 1e-5\nsteps = 3\n", encoding="utf-8-sig")  # a byte-order mark
+    assert load_config_file(tmp_path / "marked.toml") == {"lr": 1e-5, "steps": 3}
     (tmp_path / "empty.yaml").write_text("")
     assert load_config_file(tmp_path / "empty.yaml") == {}
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")

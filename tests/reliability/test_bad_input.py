@@ -84,6 +84,14 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "deep.toml").write_text("task_options = " + "[" * 100_000 + "]" * 100_000 + "\n")
     (root / "huge-int.yaml").write_text("seed: " + "9" * 5000 + "\n")
     (root / "huge-int.toml").write_text("seed = " + "9" * 5000 + "\n")
+    (root / "array-row.jsonl").write_text(qa + "[1, 2]\n")  # a row that is not an object
+    samples = '{"doc_id": 0, "target": "2", "resps": [["2"]], "filter": "none"}\n'
+    (root / "bad-byte").mkdir()  # lm-eval samples: a bad byte, JSON nested past the recursion limit
+    (root / "bad-byte" / "samples_gsm8k_2026-01-01T00-00-00.jsonl").write_bytes(
+        samples.encode() + b'{"doc_id": 1, "target": "caf\xe9", "resps": [["1"]], "filter": "none"}\n')
+    (root / "deep-samples").mkdir()
+    (root / "deep-samples" / "samples_gsm8k_2026-01-01T00-00-00.jsonl").write_text(
+        samples + "[" * 100_000 + "]" * 100_000 + "\n")
     (root / "state-json-only").mkdir()  # a folder with an unrelated state.json and no data
     (root / "state-json-only" / "state.json").write_text('{"step": 3}')
     return root
@@ -181,6 +189,14 @@ TRAIN_ERRORS = {
                                                ("deep.json", "nested too deeply", "flatten")),
     "file data integer of 5000 digits": (["--task", "file", "--data", "{d}/huge-int.jsonl"],
                                          ("huge-int.jsonl:3001", "more than 4300 digits")),
+    "file data row that is a JSON array": (["--task", "file", "--data", "{d}/array-row.jsonl", "--prompt-column",
+                                            "question"], ("array-row.jsonl:3001: a JSON list", "write each row as an "
+                                                          "object, or remove the line")),
+    "file task option of the wrong type": (["--task", "file", "--data", "{d}/late-bad-byte.jsonl", "--task-options",
+                                            '{"test_fraction": "0.2"}'],
+                                           ("option test_fraction must be a number between 0 and 1", "'0.2' (str)")),
+    "file task limit as text": (["--task", "file", "--data", "{d}/late-bad-byte.jsonl", "--task-options",
+                                 '{"limit": "3"}'], ("option limit must be a positive whole number or null",)),
     "data folder with an unrelated state.json": (["--task", "file", "--data", "{d}/state-json-only"],
                                                  ("state-json-only holds no train/test files", "train.jsonl")),
     "config nested too deeply YAML": (["--config", "{d}/deep.yaml"], ("deep.yaml", "nested too deeply", "flatten")),
@@ -226,6 +242,8 @@ def test_train_bad_input_is_one_line_exit_2(case: str, files: Path, tmp_path: Pa
         (["eval", "--model", "{d}/pickle-model"], ("only safetensors (no pickle)",)),
         (["eval", "--n", "0", "--limit", "2", "--out", "{d}/a-file/e.json"], ("Not a directory", "a-file")),
         (["eval", "--task", "math500", "--data", "{d}/missing.jsonl"], ("missing.jsonl does not exist",)),
+        (["eval", "--from-samples", "{d}/bad-byte"], ("not UTF-8 text", "re-encode the file or re-run lm-eval")),
+        (["eval", "--from-samples", "{d}/deep-samples"], (", line 2", "nested too deeply", "flatten")),
         (["audit", "{t}/nothing-here"], ("nothing-here",)),
         (["audit", "{t}/nothing-here", "--threshold", "nan"], ("--threshold must be a finite number, got nan",)),
         (["audit", "{t}/nothing-here", "--threshold", "inf"], ("--threshold must be a finite number, got inf",)),

@@ -217,7 +217,7 @@ def test_missing_file(tmp_path: Path) -> None:
         ("{not json", r"bad\.jsonl:3: not valid JSON"),
         ('{"question": "q"}', r"bad\.jsonl:3: field 'answer' is missing"),
         ('{"question": "q", "answer": 5}', r"bad\.jsonl:3: field 'answer' is not a string \(int\)"),
-        ("[1, 2]", r"bad\.jsonl:3: expected a JSON object"),
+        ("[1, 2]", r"bad\.jsonl:3: a JSON list, where a JSON object"),
     ],
 )
 def test_malformed_row_names_file_and_line(tmp_path: Path, line: str, message: str) -> None:

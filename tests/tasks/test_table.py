@@ -55,6 +55,19 @@ def test_single_file_is_cut_by_a_seeded_prompt_hash(tmp_path: Path) -> None:
     assert task.summary()["problems"] == {"train": len(task.train), "validation": 0, "test": len(task.test)}
 
 
+@pytest.mark.parametrize("suffix", ["jsonl", "json"])
+def test_a_byte_order_mark_is_no_content(tmp_path: Path, suffix: str) -> None:
+    """Some Windows editors open a UTF-8 file with a byte-order mark; the rows are the same as without it (as for
+    CSV, read as utf-8-sig)."""
+    rows = _qa(60)
+    text = "".join(json.dumps(row) + "\n" for row in rows) if suffix == "jsonl" else json.dumps(rows)
+    plain, marked = tmp_path / f"plain.{suffix}", tmp_path / f"marked.{suffix}"
+    plain.write_text(text, encoding="utf-8")
+    marked.write_text(text, encoding="utf-8-sig")
+    assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert _file_task(marked).train == _file_task(plain).train and _file_task(marked).test == _file_task(plain).test
+
+
 def test_folder_with_own_splits_mixed_formats(tmp_path: Path) -> None:
     _write_jsonl(tmp_path / "d" / "train.jsonl", _qa(10))
     pd.DataFrame({"question": ["100+1=", "007"], "answer": ["101", "007"]}).to_csv(tmp_path / "d" / "test.csv",

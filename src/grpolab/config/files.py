@@ -88,7 +88,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"config file {path} does not exist; pass an existing YAML or TOML file to --config")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (some Windows editors write one) is skipped
     except UnicodeDecodeError as error:
         raise UserError(f"config file {path} is not UTF-8 text ({error.reason}); pass a YAML or TOML file") from None
     try:

@@ -17,13 +17,13 @@ loglikelihood task), two lines for one document and one filter, or two lines of 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
 from grpolab.harness_samples.records import HarnessSamples
+from grpolab.json_input import parse_json
 
 __all__ = ["FILE_NAME", "read_lm_eval"]
 
@@ -38,11 +38,7 @@ def _where(path: Path, line: int) -> str:
 
 
 def _parse(text: str, path: Path, line: int) -> dict[str, Any]:
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"{_where(path, line)}: not valid JSON ({error.msg}); the file is torn or not an lm-eval "
-                        "samples file") from None
+    record = parse_json(text, _where(path, line), "the file is torn or not an lm-eval samples file")
     if not isinstance(record, dict):
         raise UserError(f"{_where(path, line)}: a JSON {type(record).__name__}, not an lm-eval sample object")
     missing = [key for key in _REQUIRED if key not in record]
@@ -70,9 +66,21 @@ def read_lm_eval(path: Path) -> HarnessSamples:
     if match is None:
         raise UserError(f"{path}: not an lm-eval samples file name (samples_<task>_<date>.jsonl)")
     samples = HarnessSamples("lm-eval", path, match["task"])
+    try:
+        _read_lines(path, samples)
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text ({error.reason}); lm-eval writes UTF-8: "
+                        "re-encode the file or re-run lm-eval") from None
+    if not samples.prompts:
+        raise UserError(f"{path}: no samples in the file")
+    return samples
+
+
+def _read_lines(path: Path, samples: HarnessSamples) -> None:
+    """Add every document of ``path`` to ``samples`` (a leading UTF-8 byte-order mark is skipped)."""
     first_line: dict[str, tuple[int, str, list[str]]] = {}  # doc_id -> (line, target, responses)
     filters_seen: dict[tuple[str, str], int] = {}
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding="utf-8-sig") as handle:
         for line, text in enumerate(handle, start=1):
             if not text.strip():
                 raise UserError(f"{_where(path, line)}: an empty line; lm-eval writes one sample per line")
@@ -93,6 +101,3 @@ def read_lm_eval(path: Path) -> HarnessSamples:
                 continue
             first_line[doc_id] = (line, target, responses)
             samples.add(doc_id, target, responses)
-    if not samples.prompts:
-        raise UserError(f"{path}: no samples in the file")
-    return samples

@@ -9,15 +9,14 @@ gigabytes.
 
 from __future__ import annotations
 
-import json
 import random
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
 from grpolab.hub import hub_cached, hub_unavailable
+from grpolab.json_input import parse_json
 
 Row = dict[str, Any]
 
@@ -41,7 +40,7 @@ def read_jsonl(path: Path, fields: Sequence[str]) -> list[Row]:
                 raise UserError(f"{path}:{line_number}: a line longer than {MAX_LINE_BYTES >> 20} MiB, more than "
                                 "any model's context holds; shorten the row or remove it")
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")  # a byte-order mark opens the file
             except UnicodeDecodeError as error:
                 raise UserError(f"{path}:{line_number}: not UTF-8 text ({error.reason} at byte {error.start} of "
                                 "the line); save the file as UTF-8") from None
@@ -53,47 +52,12 @@ def read_jsonl(path: Path, fields: Sequence[str]) -> list[Row]:
     return rows
 
 
-def parse_json(text: str, where: str, fix: str) -> Any:
-    """``json.loads(text)``; ``UserError`` naming ``where`` for bad JSON, nesting past Python's recursion limit
-    and integers past Python's 4,300-digit limit (``RecursionError`` / ``ValueError`` from ``json``), and lone
-    surrogates (``"\\ud800"``: JSON allows the escape, UTF-8 cannot hold what it reads as)."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"{where}: not valid JSON ({error.msg} at line {error.lineno} column {error.colno}); "
-                        f"{fix}") from None
-    except RecursionError:
-        raise UserError(f"{where}: JSON nested too deeply to read (arrays or objects over about 1,000 levels "
-                        "deep); flatten it") from None
-    except ValueError as error:  # int("9" * 5000): "Exceeds the limit (4300 digits) for integer string conversion"
-        if "digits" not in str(error):
-            raise
-        raise UserError(f"{where}: holds an integer of more than 4300 digits, which Python will not read; "
-                        "shorten it or write it as a string") from None
-    if _ESCAPED_SURROGATE.search(text):
-        _refuse_lone_surrogates(value, where)
-    return value
-
-
-# a JSON escape of a UTF-16 surrogate: a pair reads as one character, a lone one as a string UTF-8 cannot hold
-_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-def _refuse_lone_surrogates(value: Any, where: str) -> None:
-    """``UserError`` naming ``where`` when ``value`` holds a lone surrogate (``"\\ud800"``): not text, so it would fail
-    when hashed, tokenized or written, far from the line that holds it."""
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as error:
-        found = f"\\u{ord(error.object[error.start]):04x}"
-        raise UserError(f"{where}: holds a lone surrogate ({found}), half of a UTF-16 pair and not text; write the "
-                        "character it stands for, or remove it") from None
-
-
 def check_row(row: object, fields: Sequence[str], where: str) -> None:
     """Raise ``UserError`` naming ``where`` unless ``row`` is a dict with a string for every field."""
     if not isinstance(row, dict):
-        raise UserError(f"{where}: expected a JSON object with fields {', '.join(fields)}")
+        wanted = f" with fields {', '.join(fields)}" if fields else " (one row: its fields by name)"
+        raise UserError(f"{where}: a JSON {type(row).__name__}, where a JSON object{wanted} was expected; write each "
+                        "row as an object, or remove the line")
     for field in fields:
         if not isinstance(row.get(field), str):
             problem = "missing" if field not in row else f"not a string ({type(row[field]).__name__})"

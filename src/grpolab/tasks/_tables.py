@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
-from grpolab.tasks._loading import Row, parse_json, read_jsonl, require_hub_dataset
+from grpolab.json_input import parse_json
+from grpolab.tasks._loading import Row, read_jsonl, require_hub_dataset
 
 __all__ = ["SUFFIXES", "Table", "read_table", "split_name", "table_files"]
 
@@ -135,7 +136,7 @@ def _read_csv(path: Path) -> list[Row]:
 
 def _read_json(path: Path) -> list[Row]:
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding="utf-8-sig") as handle:  # a byte-order mark is no content
             first = handle.read(4096).lstrip()
     except UnicodeDecodeError as error:
         raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save the file as UTF-8") \
@@ -143,7 +144,7 @@ def _read_json(path: Path) -> list[Row]:
     if not first.startswith("["):
         return read_jsonl(path, ())
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as error:
         raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save the file as UTF-8") \
             from None

@@ -72,6 +72,9 @@ def make_task(
         test_fraction: the share of single-split data that goes to test.
         max_new_tokens: the default generation budget per completion.
     """
+    _check_option_types(prompt_column=prompt_column, reference_column=reference_column, verifier=verifier,
+                        template=template, hub_config=hub_config, limit=limit, seed=seed, test_fraction=test_fraction,
+                        max_new_tokens=max_new_tokens)
     if path is None:
         raise UserError("the file task needs data: pass --data with a .jsonl, .csv or .parquet file, a folder of "
                         "train/test files, or a datasets hub id")
@@ -102,6 +105,33 @@ def make_task(
     return Task(name="file", train=_head(kept["train"], limit), test=_head(kept["test"], limit),
                 validation=_head(kept.get("validation", []), limit), verifier=verifier,
                 max_new_tokens=max_new_tokens, info=info)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_OPTION_KINDS = {
+    "prompt_column": ("a string", lambda v: isinstance(v, str)),
+    "reference_column": ("a string", lambda v: isinstance(v, str)),
+    "verifier": ("a string (a verifier's name or pkg.module:function)", lambda v: isinstance(v, str)),
+    "template": ("a string holding {prompt}", lambda v: isinstance(v, str)),
+    "hub_config": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "limit": ("a positive whole number or null", lambda v: v is None or (_whole(v) and v > 0)),
+    "seed": ("a whole number", _whole),
+    "test_fraction": ("a number between 0 and 1", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    "max_new_tokens": ("a positive whole number", lambda v: _whole(v) and v > 0),
+}
+"""What each option of the file task must be (``--task-options`` is JSON, so a value may be any JSON type)."""
+
+
+def _check_option_types(**options: Any) -> None:
+    """One line naming the first option of the wrong type, what it must be and what it was."""
+    for name, value in options.items():
+        kind, fits = _OPTION_KINDS[name]
+        if not fits(value):
+            raise UserError(f"file task: option {name} must be {kind}; got {value!r} ({type(value).__name__}); "
+                            "fix it in --task-options")
 
 
 def _check_columns(table: Table, columns: tuple[str, ...]) -> None:
