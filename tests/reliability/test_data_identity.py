@@ -133,3 +133,35 @@ def test_a_trl_engine_resume_refuses_data_that_changed(tmp_path: Path, capsys) -
                              str(data), *FLAGS[:2]], capsys)
     assert_one_line_error(code, err, f"the data {data} changed since", "checkpoint-2", "restore the data")
     assert (run / "metrics.jsonl").read_bytes() == before
+
+
+def test_a_resume_from_another_folder_names_the_path_not_a_change(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A run trained on a relative --data path, resumed from another folder: the file is not found from there, which
+    the line says, rather than that the data changed."""
+    (tmp_path / "data").mkdir()
+    _write(tmp_path / "data" / "qa.jsonl", ROWS)
+    run = tmp_path / "run"
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code, err = run_cli(["train", "--out", str(run), "--data", "data/qa.jsonl", *FLAGS], capsys)
+    assert code == 0, err
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, err = run_cli(["train", "--out", str(run), "--resume", "--steps", "3"], capsys)
+    assert_one_line_error(code, err, "the data data/qa.jsonl", "is not found from", str(elsewhere),
+                          "resume from the folder the run started in")
+    assert "changed since" not in err
+
+
+def test_resume_on_a_folder_without_a_run_says_a_fresh_run_starts(tmp_path: Path, capsys) -> None:
+    """--resume is resume-or-start (a preemptible job's script passes it every time), but a mistyped --out must not
+    start a fresh run without a word."""
+    data = _write(tmp_path / "qa.jsonl", ROWS)
+    with pytest.warns(UserWarning, match="holds no saved run") as said:
+        code, err = run_cli(["train", "--out", str(tmp_path / "typo"), "--resume", "--data", str(data), *FLAGS],
+                            capsys)
+    assert code == 0, err
+    line = f"--resume: {tmp_path / 'typo'} holds no saved run (no config.yaml), so a fresh run starts there"
+    assert line in [str(warning.message) for warning in said]

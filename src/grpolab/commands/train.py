@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/{config.task}-{config.advantage}-G{config.group_size}-seed{config.seed}")
     if args.resume:
         explicit = explicit_values(args, TrainConfig, _file_values(args))
-        config = resume_config(out, explicit, trust_run_code=args.trust_run_code) or config
+        saved = resume_config(out, explicit, trust_run_code=args.trust_run_code)
+        if saved is None:  # resume-or-start, as a preemptible job's script asks; a mistyped --out shows here
+            warnings.warn(f"--resume: {out} holds no saved run (no config.yaml), so a fresh run starts there",
+                          UserWarning, stacklevel=1)
+        config = saved or config
     device = devices.describe(devices.resolve(config.device))  # a GPU that is not there fails here, in one line
     with progress_bar(config.progress) as bar:
         task_id = bar.add_task(f"train on {device}", total=config.steps, info="") if bar else None

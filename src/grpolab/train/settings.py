@@ -264,6 +264,10 @@ def check_identity(checkpoint: Path, config: TrainConfig) -> None:
     run_dir = checkpoint.parent.parent
     for key, what in (("data", f"the data {config.data or config.task_options.get('path')}"),
                       ("model", f"the model directory {config.model}")):
+        if key in recorded and key not in now:  # not found from here: a relative path read from another folder
+            raise UserError(f"{what}, which {run_dir} trained on, is not found from {Path.cwd()} (a relative path is "
+                            "read from the folder a command runs in); resume from the folder the run started in, or "
+                            f"restore the {key} there")
         if key in recorded and recorded[key] != now.get(key):
             how = "content" if key == "data" else "file names, sizes or modification times"
             raise UserError(f"{what} changed since {run_dir} wrote its checkpoint {checkpoint.name} (its {how} "
