@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from grpolab import verifiers
+from grpolab.diagnostics.majority import Votes
 from grpolab.diagnostics.sampled import sampled_metrics
 from grpolab.evaluation import evaluate
 from grpolab.models import load_policy
@@ -54,9 +55,15 @@ def test_the_sampled_metrics_sit_beside_pass_at_k(policy) -> None:
     assert sampled["maj@1"] == pytest.approx(sampled["avg@n"], abs=tol)
     assert all(sampled[f"pass^{k}"] - tol <= sampled[f"maj@{k}"] <= sampled[f"pass@{k}"] + tol for k in range(1, 5))
     assert set(result.sampled["se"]) == set(sampled) and result.to_dict()["sampled"] == result.sampled
+    written = result.to_dict()  # what grpolab eval --out writes: maj@k and its SE recomputable from it
+    votes = [Votes(row["correct"], tuple(row["wrong"]), row["abstained"]) for row in written["votes"]]
+    assert [vote.n for vote in votes] == [4] * 6 and [vote.correct for vote in votes] == result.successes
+    assert sampled_metrics(np.full(6, 4), written["successes"], votes).to_dict() == result.sampled
 
 
 def test_a_verifier_without_vote_keys_gives_no_maj_at_k(policy) -> None:
     task = replace(get_task("reverse"), verifier="test-never-scores")
-    sampled = evaluate(policy, task, n=2, limit=3, seed=0).sampled["metrics"]
+    result = evaluate(policy, task, n=2, limit=3, seed=0)
+    sampled = result.sampled["metrics"]
     assert "pass^2" in sampled and not any(key.startswith("maj@") for key in sampled)
+    assert result.votes is None

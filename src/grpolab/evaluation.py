@@ -70,6 +70,10 @@ class EvalResult:
             ``max_new_tokens`` (their completions are still scored).
         sampled: ``SampledMetrics.to_dict()`` of the n samples: ``metrics`` and ``se`` keyed ``avg@n``,
             ``pass@k``, ``maj@k`` and ``pass^k`` for k = 1..n, and lighteval's names (empty if none were drawn).
+        votes: each problem's votes over its n samples (same order as ``problem_ids``): ``correct``, the sizes of
+            the ``wrong`` answers' classes (largest first) and the ``abstained`` samples with no answer, all that
+            maj@k depends on, so that it can be recomputed from the file (``Votes(**row)``); None where the
+            verifier extracts no answers to vote on.
     """
 
     greedy_accuracy: float
@@ -84,10 +88,13 @@ class EvalResult:
     unscorable: float = 0.0
     prompts_truncated: int = 0
     sampled: dict[str, Any] = field(default_factory=dict)
+    votes: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
+        if data["votes"] is None:  # no answers to vote on: no key (an eval.jsonl row holds no nulls but numbers)
+            del data["votes"]
         return data
 
 
@@ -164,6 +171,9 @@ def evaluate(
             curve = pass_at_k_curve(np.full(len(counts), n), counts)
             result.pass_at_k = {int(k): float(v) for k, v in curve.items()}
             result.sampled = sampled_metrics(np.full(len(counts), n), counts, sampled.votes).to_dict()
+            if sampled.votes is not None:
+                result.votes = [{"correct": v.correct, "wrong": list(v.wrong), "abstained": v.abstained}
+                                for v in sampled.votes]
     return result
 
 

@@ -299,7 +299,7 @@ def spans(steps: Sequence[int]) -> str:
 
 # eval.jsonl keys that hold something other than a number (every other value of a log row is a number or null)
 _EVAL_SHAPES: dict[str, type] = {"phase": str, "split": str, "pass_at_k": dict, "successes": list,
-                                 "problem_ids": list, "families": list, "sampled": dict}
+                                 "problem_ids": list, "families": list, "sampled": dict, "votes": list}
 _TORN = "not a JSON object with a step"
 
 
