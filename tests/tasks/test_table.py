@@ -278,3 +278,14 @@ def test_a_prompt_cell_over_16_mib_is_refused_naming_its_row(tmp_path: Path, suf
                                         r"17,825,792 characters.*shorten the row or remove it") as caught:
         get_task("file", path=path, prompt_column="question", reference_column="answer")
     assert "\n" not in str(caught.value)
+
+
+def test_a_folder_whose_only_split_is_test_is_trained_on_with_a_warning(tmp_path: Path) -> None:
+    """A benchmark's held-out split given as the only data: it is cut by the seeded hash as a single file is, and a
+    warning says that the run trains on part of the test split."""
+    _write_jsonl(tmp_path / "bench" / "test.jsonl", _qa(100))
+    with pytest.warns(TaskDataWarning, match="only split is 'test', so the run trains on part of it"):
+        task = get_task("file", path=tmp_path / "bench", prompt_column="question", reference_column="answer")
+    assert len(task.train) + len(task.test) == 100 and not {p.id for p in task.train} & {p.id for p in task.test}
+    _write_jsonl(tmp_path / "bench" / "train.jsonl", _qa(50, start=100))
+    _file_task(tmp_path / "bench")  # with a train split: no warning (_file_task turns one into an error)

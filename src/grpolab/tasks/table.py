@@ -157,6 +157,10 @@ def _roles(table: Table, seed: int, test_fraction: float) -> tuple[dict[str, Any
         raise UserError(f"{table.source} has the splits {', '.join(splits)}; name them train and test, or give a "
                         "single split to be cut by a seeded hash")
     how = f"seeded hash of the prompt (seed {seed}, test_fraction {test_fraction})"
+    if pools[0] == "test":  # a benchmark's held-out split trained on: say so, since it is rarely meant
+        warnings.warn(f"{table.source}'s only split is 'test', so the run trains on part of it: it is cut into train "
+                      f"and test by a {how}; name a train split (train.jsonl) if the test problems must stay unseen",
+                      TaskDataWarning, stacklevel=3)
     return {"train": (pools[0], splits[pools[0]]), "test": None, "validation": validation}, how
 
 
