@@ -113,6 +113,19 @@ def test_missing_advantages_are_unknown_not_zero(tmp_path: Path) -> None:
     assert not any("missing" in line for line in audit(tmp_path / "log.csv")["warnings"])
 
 
+@pytest.mark.parametrize("steps", [["a", "a", "b", "b"], [0.5, 0.5, 1.5, 1.5]])
+def test_a_step_column_of_text_or_fractions_is_named_as_such(tmp_path: Path, steps: list) -> None:
+    """One file, so no two files disagree: the line names the step column and what it holds."""
+    frame = pd.DataFrame({"step": steps, "prompt_id": ["a", "a", "b", "b"], "reward": [1, 0, 1, 1]})
+    frame.to_parquet(tmp_path / "log.parquet")
+    with pytest.raises(UserError, match="the step column 'step' holds .* not whole numbers") as raised:
+        audit(tmp_path / "log.parquet")
+    assert "do not agree" not in str(raised.value)
+    frame["step"] = [0.0, 0.0, 1.0, 1.0]  # whole numbers written as floats are steps
+    frame.to_parquet(tmp_path / "log.parquet")
+    assert audit(tmp_path / "log.parquet")["steps"] == 2
+
+
 def test_formats_agree_and_streaming_merge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     frame = pd.concat([_long(_rewards(20, 4, seed=s), step=s) for s in range(3)], ignore_index=True)
     frame.to_parquet(tmp_path / "a.parquet")

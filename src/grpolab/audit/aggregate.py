@@ -120,7 +120,7 @@ def _partial(
     if columns.truncated:
         data["truncated"] = flag_values(batch, columns.truncated)
     if columns.step:
-        data["step"] = batch.column(columns.step).cast(pa.int64())
+        data["step"] = _steps(batch, columns.step)
     if columns.length:
         length = _lengths(batch, columns.length)
         data["tokens"] = length
@@ -130,6 +130,21 @@ def _partial(
     table = pa.table(data)
     sums = [(name, "sum") for name in _SUMS if name in data]
     return table.group_by(_keys(columns)).aggregate([*sums, ("reward", "min"), ("reward", "max")])
+
+
+def _steps(batch: pa.RecordBatch, name: str) -> pa.Array:
+    """The step column as int64; ``UserError`` naming it when it holds anything but whole numbers (text, 1.5),
+    which pyarrow's cast reports as a schema clash."""
+    column = batch.column(name)
+    if pa.types.is_integer(column.type):
+        return column.cast(pa.int64())
+    if pa.types.is_floating(column.type):
+        values = column.to_numpy(zero_copy_only=False)
+        if np.all(np.isfinite(values) & (values == np.round(values))):
+            return column.cast(pa.int64())
+    example = next((value for value in column.to_pylist() if not isinstance(value, int)), None)
+    raise UserError(f"the step column {name!r} holds {column.type} values such as {example!r}, not whole numbers; "
+                    "write each row's training step as an integer, or name another column with --step-column")
 
 
 _MAX_LENGTH = 1 << 31  # no completion is this many tokens long; below it, the int64 sums of a log cannot overflow
