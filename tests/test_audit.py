@@ -118,7 +118,7 @@ def test_a_step_column_of_text_or_fractions_is_named_as_such(tmp_path: Path, ste
     """One file, so no two files disagree: the line names the step column and what it holds."""
     frame = pd.DataFrame({"step": steps, "prompt_id": ["a", "a", "b", "b"], "reward": [1, 0, 1, 1]})
     frame.to_parquet(tmp_path / "log.parquet")
-    with pytest.raises(UserError, match="the step column 'step' holds .* not whole numbers") as raised:
+    with pytest.raises(UserError, match=r"the step column 'step' holds .* not whole numbers") as raised:
         audit(tmp_path / "log.parquet")
     assert "do not agree" not in str(raised.value)
     frame["step"] = [0.0, 0.0, 1.0, 1.0]  # whole numbers written as floats are steps
