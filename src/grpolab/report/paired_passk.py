@@ -119,9 +119,10 @@ def figure_paired_passk(rows: list[dict[str, Any]]) -> Figure:
 TEXT = ("The paired difference A - B of unbiased pass@k at every k, on the same test prompts. The prompt band "
         "(a paired bootstrap over prompts with a sup-t simultaneous 95% band over k, each arm's runs pooled per "
         "prompt) says whether these trained checkpoints differ on prompts like these; it leaves out the seed of "
-        "training. The seed-level interval (95% Student t over the seeds both arms ran, p-values Holm-adjusted over "
-        "k) is the one that supports a claim about the estimator. docs/evaluation.md, \"Paired comparisons of "
-        "pass@k\".")
+        "training. The seed-level interval (95% Student t over the seeds both arms ran; each p at least 2 / 2^seeds, "
+        "the least an exact test of that many pairs gives, then Holm-adjusted over k: with 5 seeds and 8 values of "
+        "k, for example, none is below 8 x 2 / 2^5 = 0.5) is the one that supports a claim about the estimator. "
+        "docs/evaluation.md, \"Paired comparisons of pass@k\".")
 
 
 def paired_passk_section(results: pd.DataFrame, config: dict[str, Any],
