@@ -292,3 +292,29 @@ def test_no_pickle_in_a_lora_run_directory(tmp_path: Path) -> None:
     assert (tmp_path / "lora" / "final" / "adapter_model.safetensors").is_file()
     _assert_no_pickle(tmp_path / "lora")
 
+
+
+def test_sigterm_to_train_exits_130_in_one_line_and_the_run_resumes(tmp_path: Path) -> None:
+    """A cluster's preemption sends SIGTERM: `grpolab train` stops as on Ctrl-C (was: exit 143 and no line), and
+    `--resume` finishes the run from its last checkpoint."""
+    run = tmp_path / "run"
+    flags = ["--steps", "400", "--prompts-per-step", "2", "--eval-limit", "2", "--eval-samples", "0",
+             "--no-eval-start", "--checkpoint-every", "1", "--threads", "1", "--no-progress"]
+    process = subprocess.Popen([sys.executable, "-m", "grpolab", "train", "--out", str(run), *flags],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180  # a hang guard, not a speed claim
+    while not list((run / "checkpoints").glob("step-*")) if (run / "checkpoints").is_dir() else True:
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()[-2000:]
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=180)
+    assert process.returncode == 130, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == "grpolab train: interrupted; rerun with the same --out to resume"
+    assert "Traceback" not in stderr and not (run / "summary.json").exists()
+    newest = max(int(path.name.removeprefix("step-")) for path in (run / "checkpoints").glob("step-*"))
+    done = subprocess.run([sys.executable, "-m", "grpolab", "train", "--out", str(run), "--resume", "--steps",
+                           str(newest + 2), "--no-progress", "--threads", "1"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == newest + 2

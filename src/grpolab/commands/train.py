@@ -11,6 +11,7 @@ from grpolab import devices
 from grpolab.commands.flags import add_config_arguments, argument_groups, config_from_args
 from grpolab.config import TrainConfig, load_config_file
 from grpolab.progress import console, progress_bar, results_console
+from grpolab.sweep.signals import StopRequest, stop_signals
 from grpolab.train.settings import explicit_values, resume_config
 
 
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
                            else ""))
                 bar.update(task_id, completed=step, info=info)
 
-        result = _run(config, out, args, on_step, bar, task_id)
+        with stop_signals(StopRequest()):  # SIGTERM (a cluster's preemption), SIGHUP: as Ctrl-C, one line
+            result = _run(config, out, args, on_step, bar, task_id)
     _print_summary(result, device)
     return 0
 
