@@ -70,10 +70,11 @@ def source_digest(root: Path | None = None) -> str:
     return _digest((path.relative_to(root).as_posix(), path.read_bytes()) for path in files)
 
 
-def commit_source_digest(commit: str) -> str | None:
+def commit_source_digest(commit: str, prefix: str | None = None) -> str | None:
     """``source_digest`` of grpolab's package folder as ``commit`` holds it, read from git's objects; None where this
-    is no checkout or git cannot read the commit."""
-    prefix = _git("rev-parse", "--show-prefix")
+    is no checkout or git cannot read the commit. ``prefix``: the folder's path in the repository (default: asked
+    of git)."""
+    prefix = _git("rev-parse", "--show-prefix") if prefix is None else prefix
     listing = _git("ls-tree", "-r", "-z", "--full-tree", commit, "--", prefix) if prefix else None
     if not listing:
         return None
@@ -115,7 +116,7 @@ def commits_with_source(digest: str, revisions: int = 200) -> list[str]:
     for commit in log.split():
         tree = _git("rev-parse", f"{commit}:{prefix}")
         if tree not in by_tree:
-            by_tree[tree] = commit_source_digest(commit)
+            by_tree[tree] = commit_source_digest(commit, prefix)
         if (by_tree[tree] or "").startswith(digest.lower()):
             found.append(commit)
     return found

@@ -308,14 +308,22 @@ def _by_advantage(groups: GroupTable) -> np.ndarray | None:
     return np.ones_like(groups.rows, dtype=bool) if groups.adv_missing is None else groups.adv_missing == 0
 
 
+def _equal_rewards(groups: GroupTable) -> np.ndarray:
+    """[groups] bool: every scorable reward of the group equal (or at most one scorable)."""
+    return (groups.n <= 1) | (groups.reward_min == groups.reward_max)
+
+
+def _decided(groups: GroupTable, by_advantages: np.ndarray | None, by_rewards: np.ndarray) -> np.ndarray:
+    """Per group, ``by_advantages`` where the group's advantages decide (``_by_advantage``), else ``by_rewards``."""
+    decide = _by_advantage(groups)
+    return by_rewards if decide is None or by_advantages is None else np.where(decide, by_advantages, by_rewards)
+
+
 def _degenerate(groups: GroupTable) -> np.ndarray:
     """[groups] bool: every advantage zero, or (no advantage column, or some of the group's advantages missing)
     every scorable reward equal."""
-    by_rewards = (groups.n <= 1) | (groups.reward_min == groups.reward_max)
-    by_advantage = _by_advantage(groups)
-    if by_advantage is None:
-        return by_rewards
-    return np.where(by_advantage, groups.zero_adv == groups.rows, by_rewards)
+    by_advantages = None if groups.zero_adv is None else groups.zero_adv == groups.rows
+    return _decided(groups, by_advantages, _equal_rewards(groups))
 
 
 def _rates(groups: GroupTable, degenerate: np.ndarray, members: slice, d_iid: float) -> dict[str, Any]:
@@ -364,12 +372,8 @@ def _per_step(groups: GroupTable, group_size: int, window: int) -> list[dict[str
 def _zero_gradient(groups: GroupTable) -> dict[str, Any]:
     """Shares of completions (and tokens) with zero advantage, and what sign would use."""
     total_rows = max(int(groups.rows.sum()), 1)
-    flat = (groups.n <= 1) | (groups.reward_min == groups.reward_max)  # by rewards: equal scorable rewards
-    by_advantage = _by_advantage(groups)
-    if by_advantage is None:
-        by_advantage = np.zeros_like(groups.rows, dtype=bool)
-    zero_rows = np.where(by_advantage, groups.zero_adv if groups.zero_adv is not None else 0,
-                         np.where(flat, groups.rows, groups.rows - groups.n)).sum()
+    flat = _equal_rewards(groups)  # by rewards: every completion of such a group, and every unscorable one
+    zero_rows = _decided(groups, groups.zero_adv, np.where(flat, groups.rows, groups.rows - groups.n)).sum()
     out: dict[str, Any] = {
         "completions": int(groups.rows.sum()),
         "zero_gradient_completions": float(zero_rows / total_rows),
@@ -380,7 +384,7 @@ def _zero_gradient(groups: GroupTable) -> dict[str, Any]:
     }
     if groups.tokens is not None and groups.tokens_scored is not None:
         total_tokens = max(int(groups.tokens.sum()), 1)
-        zero_tokens = np.where(by_advantage, groups.tokens_zero_adv if groups.tokens_zero_adv is not None else 0,
+        zero_tokens = _decided(groups, groups.tokens_zero_adv,
                                np.where(flat, groups.tokens, groups.tokens - groups.tokens_scored)).sum()
         out |= {
             "tokens": int(groups.tokens.sum()),
