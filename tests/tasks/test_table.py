@@ -142,6 +142,18 @@ def test_python_objects_dataframe_and_dataset() -> None:
     assert all(p.prompt.startswith("Q: ") and p.prompt.endswith("=\nA:") for p in task.train + task.test)
 
 
+def test_a_whole_float_reference_is_its_integer_text(tmp_path: Path) -> None:
+    """An integer column with a gap is stored as floats (18.0); its references must read "18", which an exact
+    verifier compares with the completion "18", while a fraction keeps its digits."""
+    frame = pd.DataFrame({"q": [f"{n}+{n}=" for n in range(6)], "a": [0, 2, 4, None, 8, 2.5]})
+    assert frame["a"].dtype == float
+    frame.to_parquet(tmp_path / "train.parquet")
+    for data in (frame, tmp_path / "train.parquet"):
+        task = get_task("file", path=data, prompt_column="q", reference_column="a", verifier="exact",
+                        test_fraction=0.5)
+        assert sorted(p.reference for p in task.train + task.test) == ["0", "2", "2.5", "4", "8"]
+
+
 def test_missing_column_names_the_columns_that_exist(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "qa.jsonl", _qa(5))
     with pytest.raises(UserError, match=r"column 'questio' is not in .*qa.jsonl; its columns are question, answer; "

@@ -55,6 +55,24 @@ def test_resume_config_keeps_the_saved_settings(tmp_path: Path) -> None:
         resume_config(tmp_path, {"group_size": 8})
 
 
+def test_resume_takes_another_spelling_of_the_saved_data_path(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job script that writes --data ./d.jsonl, or its absolute path, resumes the run saved with d.jsonl, which
+    keeps its saved spelling; another file is refused."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.jsonl").write_text("{}\n", encoding="utf-8")
+    (tmp_path / "e.jsonl").write_text("{}\n", encoding="utf-8")
+    (tmp_path / "run").mkdir()
+    save_config(TrainConfig(task="file", data="d.jsonl"), tmp_path / "run" / "config.yaml")
+    for spelling in ("./d.jsonl", str(tmp_path / "d.jsonl"), "sub/../d.jsonl"):
+        assert resume_config(tmp_path / "run", {"data": spelling}).data == "d.jsonl"
+    with pytest.raises(UserError, match=r"data 'd.jsonl'; this command gives data 'e.jsonl'"):
+        resume_config(tmp_path / "run", {"data": "e.jsonl"})
+    (tmp_path / "d.jsonl").unlink()  # gone: nothing says the two name one file
+    with pytest.raises(UserError, match=r"this command gives data './d.jsonl'"):
+        resume_config(tmp_path / "run", {"data": "./d.jsonl"})
+
+
 def test_the_directory_lock_refuses_a_second_holder(tmp_path: Path) -> None:
     first = DirectoryLock(tmp_path, "grpolab train").acquire()
     with pytest.raises(UserError, match=r"in use by another grpolab process \(pid \d+, grpolab train"):

@@ -4,7 +4,8 @@
 a JSONL, CSV or Parquet file, a folder of ``train`` / ``test`` (and optionally ``validation``) files, a
 ``datasets`` folder saved with ``save_to_disk`` or a ``datasets`` hub id (see ``_tables``). Each row gives
 one problem: its prompt is ``template`` with ``{prompt}`` replaced by the prompt cell, its reference is the
-reference cell (numbers become text).
+reference cell (numbers become text, a whole float without its ".0": pandas and Parquet store an
+integer column with missing cells as floats, and an exact-match verifier would find "18" unequal to "18.0").
 
 Splits: the data's own ``train`` and ``test`` when it has both (other splits except ``validation`` are
 ignored); otherwise its single split is cut by a hash of each prompt seeded with ``seed``, about
@@ -167,6 +168,8 @@ def _roles(table: Table, seed: int, test_fraction: float) -> tuple[dict[str, Any
 def _text(value: Any, where: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return str(int(value))  # 18.0 -> "18": pandas and Parquet keep an integer column with gaps as floats
     if isinstance(value, str | int | float):  # a number becomes its text: 18 -> "18"
         return str(value)
     raise UserError(f"{where} holds a {type(value).__name__}, not text; the prompt and reference columns need "

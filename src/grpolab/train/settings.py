@@ -187,6 +187,8 @@ def resume_config(run_dir: Path, explicit: dict[str, Any], *, trust_run_code: bo
     if saved is None:
         return None
     refuse_run_code(saved, Path(run_dir) / "config.yaml", given=explicit, trust=trust_run_code)
+    explicit = {name: value for name, value in explicit.items()
+                if not (name == "data" and _same_data_path(saved.data, value))}
     wanted = build_config({**saved.to_dict(), **explicit})
     refused = [c for c in _changes(saved.to_dict(), wanted.to_dict(), sorted(explicit))
                if c[0] not in RESUME_MAY_CHANGE]
@@ -195,6 +197,18 @@ def resume_config(run_dir: Path, explicit: dict[str, Any], *, trust_run_code: bo
                         "it with its saved settings "
                         "(only --steps may change on --resume), or choose a new --out for a new run")
     return wanted
+
+
+def _same_data_path(saved: Any, given: Any) -> bool:
+    """Whether ``--data given`` names, from this directory, the existing file or folder the saved ``data`` names:
+    ``./d.jsonl``, ``d.jsonl`` and its absolute path are one data set, which the resume keeps in its saved
+    spelling (the problems themselves are checked against the run's ``task.json`` all the same)."""
+    if not isinstance(saved, str) or not isinstance(given, str) or saved == given:
+        return False
+    try:
+        return Path(saved).exists() and Path(saved).resolve() == Path(given).resolve()
+    except (OSError, RuntimeError):  # a loop of links, a name too long
+        return False
 
 
 def check_resume(run_dir: Path, saved: TrainConfig, config: TrainConfig) -> None:
