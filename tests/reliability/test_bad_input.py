@@ -248,6 +248,8 @@ def test_train_bad_input_is_one_line_exit_2(case: str, files: Path, tmp_path: Pa
         (["audit", "{t}/nothing-here", "--threshold", "nan"], ("--threshold must be a finite number, got nan",)),
         (["audit", "{t}/nothing-here", "--threshold", "inf"], ("--threshold must be a finite number, got inf",)),
         (["audit", "{t}/nothing-here", "--threshold=-inf"], ("--threshold must be a finite number, got -inf",)),
+        (["audit", "{t}/nothing-here", "--html", "{t}"], ("is a folder", "give the report a file name")),
+        (["audit", "{t}/nothing-here", "--html", "{t}/no-folder/a.html"], ("the folder", "no-folder does not exist")),
         (["gradients", "--seed", str(10**23)], ("seed must be at most 4294967295",)),
         (["gradients", "--seed", "-1"], ("seed must be >= 0",)),
         (["mechanism", "{t}", "--seed", str(10**23)], ("seed must be at most 4294967295",)),

@@ -55,6 +55,27 @@ def test_steps_to_the_reward_level_by_hand() -> None:
     assert table.loc["dr_grpo", "reached"] == "1 of 2" and np.isnan(table.loc["dr_grpo", "steps_low"])
 
 
+def test_intervals_are_cut_to_the_range_their_quantity_can_take() -> None:
+    """At 2 seeds the raw t interval of reaching the level at steps 2 and 9 runs from about -42 to 53, and that of
+    end scores 0.1 and 0.9 from -4.6 to 5.6: the table gives the logged steps 1 to 10, and [0, 1]."""
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
+    results = results.copy()
+    ends = results["phase"] == "end"
+    for seed, final in ((0, 0.1), (1, 0.9)):  # sign's end scores spread as widely as a score can
+        rows = ends & (results["estimator"] == "sign") & (results["seed"] == seed)
+        results.loc[rows, "pass_at_k"] = pd.Series([[final]] * int(rows.sum()), index=results.index[rows])
+    reach = {("sign", 0): 2, ("sign", 1): 9, ("dr_grpo", 0): 10, ("dr_grpo", 1): 10}  # the level, 1.0, from then
+    metrics = pd.DataFrame([{"run_id": f"{name}-G2-s{seed}", "estimator": name, "group_size": 2, "seed": seed,
+                             "step": step, "rollout/reward_mean": float(step >= reach[(name, seed)])}
+                            for (name, seed) in reach for step in range(1, 11)])
+    sign = speed_table(results, metrics).set_index("estimator").loc["sign"]
+    assert sign["steps_to_level"] == pytest.approx(5.5)
+    assert (sign["steps_low"], sign["steps_high"]) == (1.0, 10.0)
+    assert sign["end"] == pytest.approx(0.5) and (sign["end_low"], sign["end_high"]) == (0.0, 1.0)
+    raw = scipy_stats.t.ppf(0.975, 1) * np.std([2, 9], ddof=1) / np.sqrt(2)
+    assert 5.5 - raw < 1 and 5.5 + raw > 10  # the cut is what bounded them
+
+
 def test_the_learning_curve_figure_is_dropped_when_runs_have_only_their_start_and_end() -> None:
     results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
     drawn = curves_section(results, None, figure_png)

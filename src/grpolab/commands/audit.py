@@ -54,6 +54,17 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def _check_html_path(path: Path | None) -> None:
+    """Refuse, before reading any log, an ``--html`` that names a folder or sits in a folder that is missing."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UserError(f"--html {path} is a folder; give the report a file name, such as {path / 'audit.html'}")
+    if not path.parent.is_dir():
+        raise UserError(f"--html {path}: the folder {path.parent} does not exist; create it or write the report "
+                        "elsewhere")
+
+
 def run(args: argparse.Namespace) -> int:
     from grpolab.audit import audit
     from grpolab.audit.render import render_terminal, write_html
@@ -63,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--group-size must be >= 1, got {args.group_size}")
     if args.threshold is not None and not math.isfinite(args.threshold):  # nan: every group all-wrong
         raise UserError(f"--threshold must be a finite number, got {args.threshold}; a reward >= it is a success")
+    _check_html_path(args.html)
     try:
         result = audit(
             args.path,

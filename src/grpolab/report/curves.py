@@ -14,6 +14,9 @@ runs that did not diverge:
   (variant, G), which every arm reaches on average. Seeds that never reach it are counted and left out of
   that interval, which then describes only the seeds that did.
 
+Each interval's ends are cut to the range its quantity can take: a score to [0, 1], the steps to those logged
+(at 2 seeds the t interval of 4 and 12 steps runs from -43 to 59).
+
 Departure from the papers: they report end scores and single curves; a claim such as "slow, not stuck" is
 read here from intervals over seeds, not from two points.
 """
@@ -46,13 +49,14 @@ def _finished_evaluations(results: pd.DataFrame) -> pd.DataFrame:
     return labelled(rows).drop_duplicates(["run_id", "step"], keep="last")
 
 
-def _interval(values: np.ndarray) -> tuple[float, float, float]:
-    """(mean, low, high) of the 95% Student-t interval of the finite values; NaN ends for fewer than 2."""
+def _interval(values: np.ndarray, bounds: tuple[float, float] = (0.0, 1.0)) -> tuple[float, float, float]:
+    """(mean, low, high) of the 95% Student-t interval of the finite values, its ends cut to ``bounds`` (the range
+    the quantity can take: the true mean lies in it, so cutting cannot lower coverage); NaN ends for fewer than 2."""
     values = values[np.isfinite(values)]
     if values.size == 0:
         return math.nan, math.nan, math.nan
     mean, low, high = stats.t_interval(values)
-    return float(mean), float(low), float(high)
+    return float(mean), float(np.clip(low, *bounds)), float(np.clip(high, *bounds))
 
 
 def curve_table(results: pd.DataFrame) -> pd.DataFrame:
@@ -102,10 +106,11 @@ def _reward_speed(metrics: pd.DataFrame | None, arms: pd.DataFrame) -> pd.DataFr
     owner = shown.groupby("run_id")[["estimator", "group_size"]].first()
     final = pd.Series({run_id: curve.iloc[-1] for run_id, curve in curves.items() if len(curve)})
     levels = owner.assign(final=final).groupby(["group_size", "estimator"])["final"].mean().groupby(level=0).min()
+    span = (float(shown["step"].min()), float(shown["step"].max()))  # a level is reached within the logged steps
     rows = []
     for (estimator, size), runs in owner.groupby(["estimator", "group_size"]):
         steps = np.array([_steps_to(curves[run_id], levels[size]) for run_id in runs.index])
-        mean, low, high = _interval(steps)
+        mean, low, high = _interval(steps, span)
         rows.append({"estimator": estimator, "group_size": int(size), "level": float(levels[size]),
                      "steps_to_level": mean, "steps_low": low, "steps_high": high,
                      "reached": f"{int(np.isfinite(steps).sum())} of {steps.size}"})
@@ -172,7 +177,8 @@ def curves_section(results: pd.DataFrame, metrics: pd.DataFrame | None, png: Cal
             "training: at equal end scores, the estimator that got there sooner has the larger area); the end "
             "score; and the steps each run's training reward (rolling mean, as in Training dynamics) takes to "
             "reach the reward level of its group size, the lowest arm's mean final training reward, which every "
-            "arm reaches on average (the interval covers only the seeds that reached it).")
+            "arm reaches on average (the interval covers only the seeds that reached it). Each interval is cut to "
+            "the range its quantity can take: a score to 0-100%, the steps to those logged.")
     section = Section("Learning curves", [text], [("Speed against ceiling", _speed_display(speed))])
     if not speed.empty and speed["evaluations"].max() <= 2:
         section.notes.append("Only the start and the end were evaluated (--eval-every 0): no learning-curve figure, "
