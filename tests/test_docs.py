@@ -177,8 +177,9 @@ def test_the_paired_example_is_what_the_code_prints(capsys: pytest.CaptureFixtur
 def test_the_planning_worked_example_is_what_the_code_computes() -> None:
     """docs/planning.md's worked example: the pre-flight table of k = 0, 0, 2, 4, 8 of n = 8, the recommendation,
     and the seeds of `grpolab plan --sd 0.05 --effect 0.05` (alone and in a family of 2)."""
-    from grpolab.planning import paired_power, seeds_needed
+    from grpolab.planning import floored_power, paired_power, seeds_needed
     from grpolab.preflight import analyse
+    from grpolab.stats import sign_flip_floor
 
     text = (REPO / "docs" / "planning.md").read_text()
     result = analyse([0, 0, 2, 4, 8], 8)
@@ -192,8 +193,10 @@ def test_the_planning_worked_example_is_what_the_code_computes() -> None:
     assert f"[{result.band[0]:.3f}, {result.band[1]:.3f}]" in text and f"is {result.group_size} and" in text
     assert table.loc[4, "degenerate"] == pytest.approx((3 + 17 / 70) / 5)
     assert result.mean_p_variance == pytest.approx(0.1)
-    assert f"gives {seeds_needed(0.05, 0.05)} seeds (power {paired_power(0.05, 0.05, 10):.3f}; at 5 seeds it is " \
-           f"{paired_power(0.05, 0.05, 5):.2f})" in " ".join(text.split())
+    assert f"gives {seeds_needed(0.05, 0.05)} seeds (power {paired_power(0.05, 0.05, 10):.3f}; at 5 seeds the " \
+           f"t-test's power is {paired_power(0.05, 0.05, 5):.2f}, but the report's test has none there: its p cannot " \
+           f"fall below 2 / 2^5 = {sign_flip_floor(5):.4f})" in " ".join(text.split())
+    assert floored_power(0.05, 0.05, 5) == 0
     assert f"Holm family of 2): {seeds_needed(0.05, 0.05, family=2)} seeds" in " ".join(text.split())
 
 

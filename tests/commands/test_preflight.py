@@ -79,3 +79,40 @@ def test_an_empty_band_names_the_range_in_one_line(tmp_path: Path, capsys: pytes
     assert "no train prompt has an estimated pass rate in [0.300, 0.400]" in err and "range from" in err
     assert "\n" not in err
     assert len(pd.read_csv(tmp_path / "counts.csv")) == 6  # the sampled counts are kept to look at
+
+
+def test_an_empty_band_still_prints_and_writes_the_predictions(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """An all-wrong model is what the pre-flight is for: its shares are printed and written though no band exists
+    (was: the one-line refusal alone, no summary.json)."""
+    assert main([*ARGS, "--eval-limit", "6", "--out", str(tmp_path), "--band", "0.3,0.4", "--no-progress"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no band to train on" in out and "Jensen" in out  # the sentences and the table
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["band_prompts"] == 0 and summary["band_degenerate"] is None and summary["group_sizes"]
+    assert not (tmp_path / "band").exists() and not (tmp_path / "control").exists()
+    assert "band" not in summary["files"] and "Train on the band" not in (tmp_path / "preflight.html").read_text()
+
+
+def test_the_train_lines_sample_as_the_preflight_did(tmp_path: Path) -> None:
+    """The band's train line repeats the pre-flight's budget (8 tokens, not the task's 7), temperature and chat
+    template (reverse's off, where the file task's default is on), which summary.json records."""
+    assert main([*ARGS, "--eval-limit", "6", "--out", str(tmp_path), "--band", "0,1", "--temperature", "0.7",
+                 "--no-progress", "--json"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["sampling"] == {"temperature": 0.7, "max_new_tokens": 8, "use_chat_template": False,
+                                   "verifier": "exact", "seed": 0}
+    page = (tmp_path / "preflight.html").read_text()
+    assert "--temperature 0.7" in page and "&quot;use_chat_template&quot;: false" in page
+    assert "&quot;max_new_tokens&quot;: 8" in page
+
+
+def test_the_table_gives_each_share_its_standard_error(written: tuple[Path, dict]) -> None:
+    out, summary = written
+    counts = pd.read_csv(out / "counts.csv")["correct"].to_numpy()
+    rows = {row["group_size"]: row for row in summary["group_sizes"]}
+    from grpolab.diagnostics import degeneracy_per_prompt
+
+    per_prompt = degeneracy_per_prompt(counts, 4, 2)
+    assert rows[2]["degenerate_se"] == pytest.approx(per_prompt.std(ddof=1) / len(counts) ** 0.5)
+    assert rows[8]["degenerate_se"] is None

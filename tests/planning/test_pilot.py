@@ -98,3 +98,89 @@ def test_plan_from_numbers_names_the_count_seeds(capsys: pytest.CaptureFixture[s
     assert main(["plan", "--sd", "0.05"]) == 2
     assert "give --sd" in capsys.readouterr().err
     assert main(["plan", "--sd", "0.05", "--effect", "0.05", "--power", "1.5"]) == 2
+
+
+def _plan_lines(folder: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[int, str, str]:
+    code = main(["plan", str(folder), *flags])
+    captured = capsys.readouterr()
+    return code, " ".join(captured.out.split()), captured.err
+
+
+def test_a_pilot_without_a_finished_end_evaluation_is_one_line(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _pilot(tmp_path / "pilot", seeds=2)
+    results = pd.read_parquet(folder / "results.parquet")
+    results.assign(status="diverged").to_parquet(folder / "results.parquet")  # was: KeyError 'seeds'
+    code, _, err = _plan_lines(folder, capsys)
+    assert code == 2 and "holds no end evaluation of a run that did not diverge" in err and "Traceback" not in err
+    assert err.strip().count("\n") == 0
+
+
+def test_a_pilot_without_per_prompt_counts_plans_from_its_seeds(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _pilot(tmp_path / "pilot", seeds=3)
+    pd.read_parquet(folder / "results.parquet").drop(columns="successes").to_parquet(folder / "results.parquet")
+    code, out, _ = _plan_lines(folder, capsys)  # was: KeyError 'successes'
+    assert code == 0 and "seeds per arm detect" in out and "from the per-seed differences" in out
+
+
+def test_a_pilot_with_no_compared_pair_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results, _, _ = synthetic_sweep(("sign",), seeds=3, sizes=(2,))
+    folder = tmp_path / "pilot"
+    folder.mkdir()
+    results.to_parquet(folder / "results.parquet")
+    code, out, _ = _plan_lines(folder, capsys)  # was: the arm table alone, and exit 0
+    assert code == 0 and "no compared pair" in out and "seeds per arm" not in out
+
+
+def test_a_pilot_pair_with_a_tiny_effect_is_not_called_an_effect_of_0(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _pilot(tmp_path / "pilot", seeds=3)
+    code, out, _ = _plan_lines(folder, capsys, "--effect", "1e-9")
+    assert code == 0 and "more than 1,000,000 seeds per arm would be needed to detect a difference of 1e-09" in out
+    assert "an effect of 0" not in out
+
+
+def _one_seed_pilot(folder: Path, n: int, other_seeds: int = 1) -> Path:
+    """sign with one seed and dr_grpo with ``other_seeds``, scored with n samples per prompt (0: greedy)."""
+    sign, _, _ = synthetic_sweep(("sign",), seeds=1, sizes=(2,))
+    other, _, _ = synthetic_sweep(("dr_grpo",), seeds=other_seeds, sizes=(2,))
+    results = pd.concat([sign, other], ignore_index=True)
+    if n < 2:
+        results["n"] = n
+        results["successes"] = [list(np.minimum(s, n)) for s in results["successes"]]
+    folder.mkdir()
+    results.to_parquet(folder / "results.parquet")
+    (folder / "compare.yaml").write_text(yaml.safe_dump({"compare": {"primary": "sign,dr_grpo"}}))
+    return folder
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_one_seed_without_sampling_variance_gives_no_plan(n: int, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Greedy scores (no sampling variance: was an SD of 0 and "6 seeds") or one sample per prompt (was a refusal
+    of an SD of nan) leave one seed nothing to estimate from: the pair has no plan, and the line says what to do."""
+    folder = _one_seed_pilot(tmp_path / "pilot", n)
+    code, out, err = _plan_lines(folder, capsys)
+    assert code == 0 and "no plan: no SD of the paired difference" in out and "pass --sd" in out, err
+    assert "seeds per arm detect" not in out
+    code, out, _ = _plan_lines(folder, capsys, "--sd", "0.05", "--effect", "0.05")
+    assert code == 0 and f"{seeds_needed(0.05, 0.05)} seeds per arm detect +0.05" in out
+
+
+def test_one_seed_against_three_uses_the_measured_arms_variance(tmp_path: Path) -> None:
+    folder = _one_seed_pilot(tmp_path / "pilot", 8, other_seeds=3)
+    results = pd.read_parquet(folder / "results.parquet")
+    arms = variance_components(results).set_index("estimator")
+    (plan,) = pair_plans(results, {"compare": {"primary": "sign,dr_grpo"}})
+    assert plan["sd"] == pytest.approx(math.sqrt(arms.loc["sign", "sampling"] + arms.loc["dr_grpo", "total"]))
+    assert "sign (one seed)" in plan["sd_source"] and arms.loc["dr_grpo", "total"] > arms.loc["dr_grpo", "sampling"]
+
+
+def test_family_is_refused_with_a_pilot_and_sd_must_be_finite(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _pilot(tmp_path / "pilot", seeds=3)
+    code, _, err = _plan_lines(folder, capsys, "--family", "5")  # was: ignored, "Holm over 1"
+    assert code == 2 and "--family applies without a pilot" in err
+    assert main(["plan", "--sd", "inf", "--effect", "0.05"]) == 2
+    assert "must be a finite number >= 0, got inf" in capsys.readouterr().err

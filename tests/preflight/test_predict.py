@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from grpolab.diagnostics import degeneracy_per_prompt
 from grpolab.diagnostics.variance import snr_ratio_from_counts
 from grpolab.errors import UserError
 from grpolab.preflight import analyse, predict
+from grpolab.preflight.page import summary_lines
 
 pytestmark = pytest.mark.fast
 
@@ -111,14 +113,38 @@ def test_the_control_is_a_seeded_draw_from_the_whole_pool() -> None:
     assert len(set(first.tolist())) == 10 and first.min() >= 0 and first.max() < 50
 
 
-def test_analyse_measures_the_band_on_its_own_prompts() -> None:
+def test_analyse_measures_the_band_on_samples_held_out_from_choosing_it() -> None:
     counts = np.array([0, 0, 0, 8, 8, 4, 3, 5, 2, 6])
     result = analyse(counts, 8, band=(0.2, 0.8))
-    inside = counts[(counts >= 2) & (counts <= 6)]
-    assert result.band_size == inside.size == 5
-    band_share = predict.group_table(inside, 8, (result.group_size,))["degenerate"].iloc[0]
-    assert result.band_degenerate == pytest.approx(band_share)
-    assert result.band_degenerate < result.table.set_index("group_size").loc[result.group_size, "degenerate"]
+    assert result.band_size == ((counts >= 2) & (counts <= 6)).sum() == 5
+    assert result.group_size == 8 and math.isnan(result.band_degenerate)  # G > n / 2: no held-out half holds G
+    assert "--eval-samples 16" in summary_lines(result)[2]
+    counts = np.array([0, 0, 16, 8, 3, 13, 6, 10, 2, 14])
+    result = analyse(counts, 16, band=(0.2, 0.8), seed=3)
+    assert result.band_degenerate == predict.held_out_band_degenerate(counts, 16, (0.2, 0.8), result.group_size,
+                                                                      seed=3)
+    assert "held out from choosing the band" in summary_lines(result)[2]
+
+
+@pytest.mark.parametrize(("n", "group_size"), [(16, 4), (16, 8), (8, 4)])
+def test_the_held_out_band_share_is_near_the_truth_where_the_same_counts_understate_it(n: int,
+                                                                                       group_size: int) -> None:
+    """4,000 prompts, p ~ Beta(0.5, 0.5): the band's true share is the mean of p^G + (1 - p)^G over its prompts.
+    The counts that chose the band say it is far lower (a prompt is in it because its k is neither 0 nor n); the
+    held-out estimate is the share of a band chosen on n / 2 samples (simulated directly here), nearer the truth."""
+    rng = np.random.default_rng(1)
+    rates = rng.beta(0.5, 0.5, 4000)
+    counts = rng.binomial(n, rates)
+    band = predict.band_for(group_size)
+    inside = predict.band_mask(counts, n, band)
+    truth = np.mean(rates[inside] ** group_size + (1 - rates[inside]) ** group_size)
+    same_counts = degeneracy_per_prompt(counts[inside], n, group_size).mean()
+    held_out = predict.held_out_band_degenerate(counts, n, band, group_size, seed=0)
+    halves = [predict.band_mask(rng.binomial(n // 2, rates), n // 2, band) for _ in range(20)]
+    half_truth = np.mean([np.mean(rates[m] ** group_size + (1 - rates[m]) ** group_size) for m in halves])
+    assert truth - same_counts > 0.05
+    assert abs(held_out - truth) < truth - same_counts
+    assert held_out == pytest.approx(half_truth, abs=0.02)  # about 4 standard errors of a 1,000-prompt band's mean
 
 
 def test_the_bands_docs_planning_quotes_are_the_codes() -> None:

@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                      "each pair's observed difference)")
     parser.add_argument("--sd", type=float, help=f"the SD of one seed's paired difference, {_UNITS} (default "
                                                  "with a pilot: the pilot's)")
-    parser.add_argument("--family", type=int, default=1, help="tests in the Holm family, without a pilot (default: 1)")
+    parser.add_argument("--family", type=int, help="tests in the Holm family, without a pilot (default: 1; a "
+                                                   "pilot's families are its report's)")
     parser.add_argument("--power", type=float, default=0.8, help="the power wanted (default: 0.8)")
     parser.add_argument("--alpha", type=float, default=0.05, help="the family's level (default: 0.05)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -30,13 +31,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.pilot is None:
+        args.family = 1 if args.family is None else args.family
         return _from_numbers(args)
+    if args.family is not None:
+        raise UserError(f"--family applies without a pilot: with {args.pilot} each pair's Holm family is its "
+                        "report's (the primary pair at every G, the other pairs); drop --family, or drop the folder "
+                        "and give --sd and --effect")
     return _from_pilot(args)
+
+
+def _none_detect(effect: float, sd: float) -> str:
+    """Why no number of seeds is given for ``effect`` at ``sd``: an effect of 0, or one beyond ``MOST_SEEDS``."""
+    from grpolab.planning.power import MOST_SEEDS
+
+    if effect == 0:
+        return "no number of seeds detects an effect of 0"
+    return (f"more than {MOST_SEEDS:,} seeds per arm would be needed to detect a difference of {effect:g} (SD of the "
+            f"paired difference {sd:g})")
 
 
 def _from_numbers(args: argparse.Namespace) -> int:
     from grpolab.planning import floored_power, seeds_needed
-    from grpolab.planning.power import MOST_SEEDS
 
     if args.sd is None or args.effect is None:
         raise UserError("without a pilot COMPARE_DIR, give --sd (of the paired difference) and --effect")
@@ -47,9 +62,7 @@ def _from_numbers(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data))
     elif seeds is None:
-        print_text("no number of seeds detects an effect of 0" if args.effect == 0 else
-                   f"more than {MOST_SEEDS:,} seeds per arm would be needed to detect a difference of {args.effect:g} "
-                   f"(SD of the paired difference {args.sd:g})")
+        print_text(_none_detect(args.effect, args.sd))
     else:
         print_text(f"{seeds} seeds per arm detect a difference of {args.effect:g} (SD of the paired difference "
                    f"{args.sd:g}) with power {data['achieved_power']:.3f} >= {args.power:g}: paired t, two-sided, "
@@ -66,8 +79,14 @@ def _from_pilot(args: argparse.Namespace) -> int:
 
     results, config = read_pilot(args.pilot)
     arms = variance_components(results)
+    if arms.empty:
+        raise UserError(f"{args.pilot} holds no end evaluation of a run that did not diverge, so there is no score "
+                        "to plan from; plan from numbers (--sd, --effect), or run a pilot whose runs finish")
     plans = pair_plans(results, config, effect=args.effect, power=args.power, alpha=args.alpha, sd=args.sd)
     notes = [ONE_SEED] if (arms["seeds"] < 2).any() and args.sd is None else []
+    if not plans:
+        notes.append("no compared pair: the report tests none (one arm per group size, or an arm without a "
+                     "finished run), so there is nothing to plan seeds for; give --sd and --effect without the folder")
     if args.json:
         data = {"arms": [{k: _clean(v) for k, v in row.items()} for row in arms.to_dict(orient="records")],
                 "pairs": [{k: _clean(v) for k, v in row.items()} for row in plans], "notes": notes,
@@ -88,7 +107,12 @@ def _print_pilot(arms: Any, plans: list[dict[str, Any]], notes: list[str], power
         print_text(f"note: {note}")
     for plan in plans:
         label = f"G = {plan['group_size']}" + (f" ({plan['variant']})" if plan["variant"] else "")
-        needed = "no number of seeds (an effect of 0)" if plan["seeds"] is None else f"{plan['seeds']} seeds per arm"
-        print_text(f"{label}, {plan['role']}: {plan['name_a']} vs {plan['name_b']}: {needed} to detect "
-                   f"{plan['effect']:+.3f} at power {power:g} (SD {plan['sd']:.3g} from {plan['sd_source']}; "
+        pair = f"{label}, {plan['role']}: {plan['name_a']} vs {plan['name_b']}"
+        if not math.isfinite(plan["sd"]):
+            print_text(f"{pair}: no plan: no SD of the paired difference ({plan['sd_source']}); rerun the pilot with "
+                       "2 seeds or more, or pass --sd")
+            continue
+        needed = (_none_detect(plan["effect"], plan["sd"]) if plan["seeds"] is None else
+                  f"{plan['seeds']} seeds per arm detect {plan['effect']:+.3g}")
+        print_text(f"{pair}: {needed} at power {power:g} (SD {plan['sd']:.3g} from {plan['sd_source']}; "
                    f"Holm over {plan['family_size']}; {plan['seeds_now']} now)")

@@ -11,6 +11,7 @@ from typing import Any
 from grpolab.commands.evaluate import EVAL_FIELDS
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig
+from grpolab.errors import UserError
 from grpolab.progress import print_frame, print_text, progress_bar
 
 # Where the pre-flight differs from a training run's evaluations: enough samples for G up to 16, every train prompt.
@@ -58,10 +59,20 @@ def run(args: argparse.Namespace) -> int:
         result = preflight(config, args.out, band=args.band, on_start=on_start, on_chunk=on_chunk)
     if args.json:
         print(json.dumps(result.to_dict()))
-        return 0
+        return _refuse_empty_band(result)
     for line in summary_lines(result):
         print_text(line)
     print_frame(display_table(result.table))
     print_text(f"wrote {', '.join(result.files.values())}")
-    return 0
+    return _refuse_empty_band(result)
+
+
+def _refuse_empty_band(result: Any) -> int:
+    """0, or a ``UserError`` (exit 2) when the band holds no prompt: a script's next step, training on band/,
+    has nothing to train on; the predictions are printed and written all the same."""
+    reason = result.empty_band()
+    if reason is None:
+        return 0
+    raise UserError(f"{reason}; the predictions are in {result.files['summary.json']}; widen --band, or sample the "
+                    "model on prompts nearer its level")
 

@@ -25,7 +25,8 @@ MAX_SEED = 2**32 - 1
 """The largest seed: numpy's legacy bound, far inside torch's 64 bits, so that the step seeds derived from it
 (``seed * 1_000_003 + index``) stay in range."""
 
-_HINTS = {"eval_limit": "; to evaluate every test prompt, set eval_limit: null in a --config file",
+_HINTS = {"eval_limit": "; to use every prompt, leave --eval-limit out (grpolab eval and preflight take them all by "
+                        "default) or set eval_limit: null in a --config file",
           "runs_per_gpu": "; 1 gives each run its GPU alone, K puts K runs on each GPU"}
 
 

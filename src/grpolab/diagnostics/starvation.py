@@ -200,6 +200,18 @@ def _mean_over_prompts(c_arr: np.ndarray, n_arr: np.ndarray, table: Any) -> floa
     return total / c_arr.size
 
 
+def degeneracy_per_prompt(c: Any, n: Any, G: int) -> np.ndarray:
+    """Each prompt's unbiased estimate of p^G + (1 - p)^G, (C(c, G) + C(n - c, G)) / C(n, G), from its count c of
+    n samples (n >= G): [P], whose mean is ``expected_degeneracy_from_counts`` and whose spread over prompts gives
+    that mean's standard error."""
+    c_arr, n_arr, G = _checked_counts(c, n, G)
+    estimates = np.empty(c_arr.size, dtype=np.float64)
+    for n_value in np.unique(n_arr):  # one table per distinct n (usually a single value)
+        members = n_arr == n_value
+        estimates[members] = _degeneracy_table(int(n_value), G)[c_arr[members]]
+    return estimates
+
+
 def expected_degeneracy_from_counts(c: Any, n: Any, G: int) -> float:
     """Unbiased estimate of E_x[p_x^G + (1 - p_x)^G] from counts c [P] successes of n [P] samples, n >= G.
 

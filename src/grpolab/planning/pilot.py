@@ -19,7 +19,11 @@ T_s the training seed's effect and E_s the evaluation-sampling noise, independen
 
 Pairs: the report's own rows (``report.comparisons.comparisons``): the primary pair at every G (one Holm family)
 and the other tested pairs (the secondary family). A pair's SD is that of its per-seed differences where the
-seeds pair, else sqrt(total_a + total_b), else (one seed) sqrt(sampling_a + sampling_b).
+seeds pair, else sqrt(v_a + v_b) with each arm's v its ``total`` (two seeds or more) or, for an arm of one seed,
+its ``sampling`` alone (assumed: a lower bound). Where one seed leaves no variance to go on (greedy scores, whose
+sampling part is 0, or one sample per prompt), the pair has no SD and no plan: ``--sd`` gives one. A pair whose
+seeds do not pair (the report's Welch rows) is planned as if they did, with this SD: the paired t's seeds are
+then a little more than Welch's test needs, never fewer.
 """
 
 from __future__ import annotations
@@ -61,8 +65,9 @@ def read_pilot(folder: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 
 def _run_parts(row: pd.Series) -> tuple[float, float]:
-    """(sampling, prompt) variance of one run's end score from its per-prompt counts."""
-    n, successes = int(row["n"]), np.asarray(row["successes"], dtype=float)
+    """(sampling, prompt) variance of one run's end score from its per-prompt counts (none recorded: NaN)."""
+    counts = row.get("successes")
+    n, successes = int(row["n"]), np.asarray([] if counts is None else counts, dtype=float)
     if n < 2 or successes.size == 0:
         return (0.0 if n == 0 else math.nan), math.nan
     within = mean_success_variance(successes, n)
@@ -95,21 +100,26 @@ def variance_components(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def _pair_sd(row: dict[str, Any], arms: pd.DataFrame) -> tuple[float, str]:
-    """The SD of one seed's difference for a report row, and where it came from."""
+    """The SD of one seed's difference for a report row, and where it came from (NaN where one seed leaves none)."""
     if row.get("test") in PAIRED_TESTS and math.isfinite(row.get("difference_sd", math.nan)):
         return float(row["difference_sd"]), "the per-seed differences"
     found = arms.set_index(["estimator"])
     a, b = found.loc[row["name_a"]], found.loc[row["name_b"]]
     if a["seeds"] > 1 and b["seeds"] > 1:
         return math.sqrt(a["total"] + b["total"]), "the two arms' variances (seeds not paired)"
-    return math.sqrt(a["sampling"] + b["sampling"]), "assumed: evaluation sampling only (one seed)"
+    single = [name for name, arm in ((row["name_a"], a), (row["name_b"], b)) if arm["seeds"] < 2]
+    variance = sum(arm["total"] if arm["seeds"] > 1 else arm["sampling"] for arm in (a, b))
+    if not (math.isfinite(variance) and variance > 0):
+        return math.nan, (f"none: {' and '.join(single)} ran one seed, whose score shows no evaluation-sampling "
+                          "variance either (greedy, or one sample per prompt)")
+    return math.sqrt(variance), f"assumed: evaluation sampling only for {' and '.join(single)} (one seed)"
 
 
 def pair_plans(results: pd.DataFrame, config: dict[str, Any], *, effect: float | None = None,
                power: float = 0.8, alpha: float = 0.05, sd: float | None = None) -> list[dict[str, Any]]:
     """One dict per primary or secondary pair of the report: variant, group_size, name_a, name_b, role,
-    family_size, seeds_now, observed (mean difference), sd, sd_source, effect, seeds (per arm, None when the
-    effect is 0), power_now (at the seeds it has, NaN below 2)."""
+    family_size, seeds_now, observed (mean difference), sd, sd_source, effect, seeds (per arm; None when the
+    effect is 0, or too small for ``MOST_SEEDS``, or the SD is NaN), power_now (at the seeds it has, NaN below 2)."""
     rows, _ = comparisons(run_table(results), config)
     rows = [r for r in rows if r["role"] in ("primary", "secondary")]
     sizes = {role: sum(r["role"] == role for r in rows) for role in ("primary", "secondary")}
@@ -123,7 +133,8 @@ def pair_plans(results: pd.DataFrame, config: dict[str, Any], *, effect: float |
         plans.append({**{k: row[k] for k in ("variant", "group_size", "name_a", "name_b", "role")},
                       "family_size": family, "seeds_now": now, "observed": float(row["mean_difference"]),
                       "sd": spread, "sd_source": source, "effect": float(wanted),
-                      "seeds": seeds_needed(wanted, spread, power=power, alpha=alpha, family=family),
-                      "power_now": floored_power(wanted, spread, now, alpha=alpha, family=family) if now > 1
-                      else math.nan})
+                      "seeds": seeds_needed(wanted, spread, power=power, alpha=alpha, family=family)
+                      if math.isfinite(spread) else None,
+                      "power_now": floored_power(wanted, spread, now, alpha=alpha, family=family)
+                      if now > 1 and math.isfinite(spread) else math.nan})
     return plans

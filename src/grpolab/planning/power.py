@@ -38,7 +38,7 @@ MOST_SEEDS = 1_000_000  # seeds_needed gives up (None) beyond this
 
 def _check(sd: float, alpha: float, family: int) -> None:
     if not (math.isfinite(sd) and sd >= 0):
-        raise UserError(f"the standard deviation of the paired difference must be >= 0, got {sd}")
+        raise UserError(f"the standard deviation of the paired difference must be a finite number >= 0, got {sd}")
     if not 0 < alpha < 1:
         raise UserError(f"alpha must lie in (0, 1), got {alpha}")
     if int(family) < 1:

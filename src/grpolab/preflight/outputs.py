@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,8 +49,13 @@ def write_data_folder(folder: Path, train: Sequence[Problem], test: Sequence[Pro
     atomic_write_text(folder / "test.jsonl", _jsonl(test))
 
 
-def train_command(model: str, folder: Path, verifier: str, max_new_tokens: int, group_size: int) -> str:
-    """The ``grpolab train`` line that trains on a data folder written by ``write_data_folder``."""
-    options = json.dumps({"max_new_tokens": max_new_tokens})
-    return (f"grpolab train --model {model} --task file --data {folder} --prompt-column prompt "
-            f"--reference-column answer --verifier {verifier} --task-options '{options}' --group-size {group_size}")
+def train_command(model: str, folder: Path, group_size: int, sampling: dict[str, Any]) -> str:
+    """The ``grpolab train`` line that trains on a data folder written by ``write_data_folder``, sampling as the
+    pre-flight did (``sampling``: its verifier, temperature, max_new_tokens and use_chat_template), so that the
+    run sees the prompts and completions whose counts chose the folder."""
+    options = json.dumps({"max_new_tokens": sampling["max_new_tokens"],
+                          "use_chat_template": sampling["use_chat_template"]})
+    words = ["grpolab", "train", "--model", model, "--task", "file", "--data", str(folder), "--prompt-column",
+             "prompt", "--reference-column", "answer", "--verifier", sampling["verifier"], "--task-options", options,
+             "--temperature", f"{sampling['temperature']:g}", "--group-size", str(group_size)]
+    return shlex.join(words)

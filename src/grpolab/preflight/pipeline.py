@@ -21,18 +21,21 @@ from grpolab.tasks import Problem, Task
 __all__ = ["PreflightResult", "analyse", "preflight"]
 
 
-def analyse(successes: Any, n: int, *, band: tuple[float, float] | None = None,
-            model: str = "", task: str = "", problem_ids: list[str] | None = None) -> PreflightResult:
-    """The predictions of counts successes [P] of n samples each, without sampling anything."""
+def analyse(successes: Any, n: int, *, band: tuple[float, float] | None = None, model: str = "", task: str = "",
+            problem_ids: list[str] | None = None, seed: int = 0,
+            sampling: dict[str, Any] | None = None) -> PreflightResult:
+    """The predictions of counts successes [P] of n samples each, without sampling anything; ``seed`` draws the
+    held-out halves behind the band's share (``predict.held_out_band_degenerate``), ``sampling`` records how the
+    counts were sampled. A band holding no prompt gives ``band_size`` 0 (``PreflightResult.empty_band``)."""
     counts = np.asarray(successes, dtype=int)
     table = predict.group_table(counts, n)
     group_size = predict.recommend_group_size(table)
     chosen = band if band is not None else predict.band_for(group_size)
-    mask = predict.in_band(counts, n, chosen)
-    band_degenerate = float(predict.group_table(counts[mask], n, (group_size,))["degenerate"].iloc[0])
+    size = int(predict.band_mask(counts, n, chosen).sum())
+    band_degenerate = predict.held_out_band_degenerate(counts, n, chosen, group_size, seed=seed) if size else np.nan
     return PreflightResult(model, task, n, list(problem_ids or [str(i) for i in range(counts.size)]), counts, table,
                            float(counts.mean() / n), predict.mean_p_variance(counts, n), group_size, chosen,
-                           int(mask.sum()), band_degenerate)
+                           size, float(band_degenerate), sampling=dict(sampling or {}))
 
 
 def _sample(config: TrainConfig, task: Task, problems: list[Problem],
@@ -68,22 +71,32 @@ def preflight(config: TrainConfig, out_dir: str | Path, *, band: tuple[float, fl
         on_start(len(problems))
     successes = _sample(config, task, problems, on_chunk)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)  # the counts are kept even when the band then holds no prompt
+    out.mkdir(parents=True, exist_ok=True)
     outputs.write_counts(outputs.counts_frame(problems, successes, config.eval_samples), out / "counts.csv")
     result = analyse(successes, config.eval_samples, band=band, model=config.model, task=config.task,
-                     problem_ids=[p.id for p in problems])
+                     problem_ids=[p.id for p in problems], seed=config.seed, sampling=_sampling(config, task))
     _write(result, out, task, problems, config.seed)
     return result
 
 
+def _sampling(config: TrainConfig, task: Task) -> dict[str, Any]:
+    """How the counts were sampled, which a run on the band must repeat to see the prompts preflight measured."""
+    return {"temperature": config.temperature, "max_new_tokens": config.max_new_tokens or task.max_new_tokens,
+            "use_chat_template": task.use_chat_template, "verifier": task.verifier, "seed": config.seed}
+
+
 def _write(result: PreflightResult, out: Path, task: Task, problems: list[Problem], seed: int) -> None:
+    """The band and control folders (none for an empty band), summary.json and the page."""
     from grpolab.preflight.page import write_page
 
-    mask = predict.in_band(result.successes, result.n, result.band)
-    control = predict.control_indices(len(problems), int(mask.sum()), seed)
-    outputs.write_data_folder(out / "band", [p for p, keep in zip(problems, mask, strict=True) if keep], task.test)
-    outputs.write_data_folder(out / "control", [problems[i] for i in control], task.test)
-    result.files = {name: str(out / name) for name in ("counts.csv", "band", "control", "summary.json",
-                                                        "preflight.html")}
+    names = ["counts.csv", "summary.json", "preflight.html"]
+    if result.band_size:
+        mask = predict.band_mask(result.successes, result.n, result.band)
+        control = predict.control_indices(len(problems), result.band_size, seed)
+        outputs.write_data_folder(out / "band", [p for p, keep in zip(problems, mask, strict=True) if keep],
+                                  task.test)
+        outputs.write_data_folder(out / "control", [problems[i] for i in control], task.test)
+        names[1:1] = ["band", "control"]
+    result.files = {name: str(out / name) for name in names}
     atomic_write_text(out / "summary.json", json.dumps(result.to_dict(), indent=1))
-    write_page(result, out / "preflight.html", verifier=task.verifier, max_new_tokens=task.max_new_tokens)
+    write_page(result, out / "preflight.html")

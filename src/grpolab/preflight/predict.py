@@ -14,6 +14,8 @@ Input: successes [P], k_i correct of n samples for each of P train prompts. For 
 * ``informative_per_1000``: the G-groups with signal among 1,000 sampled completions, (1000 / G)(1 - degenerate).
 * ``snr_<name>``: the variance view's predicted SNR² of each fixed-reference estimator (``sign``, ``reinforce``,
   ``nsr``) over ``dr_grpo`` for a batch of these prompts (``diagnostics.variance.snr_ratio_from_counts``).
+* ``degenerate_se``: the standard error of ``degenerate`` over prompts (the SD of the per-prompt unbiased
+  estimates over sqrt(P)): how far another draw of P prompts and n samples could move it.
 
 The rules (departures: neither paper recommends a G or a band; these are grpolab's, stated so they can be
 argued with):
@@ -21,27 +23,50 @@ argued with):
 * recommended G: the smallest G of ``GROUP_SIZES`` (with G <= n) whose predicted degenerate share is at most
   1/2, so that at least half the groups carry signal; when none reaches it, the largest G that n allows.
 * pass-rate band at that G: the pass rates p at which a G-group carries signal at least half as often as at
-  p = 1/2, i.e. 1 - p^G - (1 - p)^G >= (1 - 2^(1-G)) / 2 (at G = 2: p in [0.146, 0.854]; at G = 4: [0.083,
-  0.917]). A prompt is in the band when its estimated p = k / n lies in it.
+  p = 1/2, i.e. 1 - p^G - (1 - p)^G >= (1 - 2^(1-G)) / 2 (at G = 2: p in [0.146, 0.854]; at G = 4: [0.134,
+  0.866]). A prompt is in the band when its estimated p = k / n lies in it.
+* the band's degenerate share at that G (``held_out_band_degenerate``): not from the counts that chose the band,
+  which understate it (a prompt is in the band because its k is neither 0 nor n, so at G = n the same counts
+  say 0). Each prompt's n samples are split at random into halves (its count split hypergeometrically, as two
+  independent halves' counts are distributed); one half chooses the band, the other predicts its share, both
+  ways, over ``HELD_OUT_SPLITS`` splits. That is the share of a band chosen on n / 2 samples, not n, so it can
+  differ a little from the band's own. Simulated (p ~ Beta(0.5, 0.5), 4,000 prompts; the true share, held out,
+  same counts): n = 16, G = 4: 0.281, 0.276, 0.208; n = 16, G = 8: 0.147, 0.192, 0.069; n = 8, G = 4: 0.281,
+  0.328, 0.124 (``tests/preflight/test_predict.py``). It needs G <= n / 2, else NaN.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import brentq
 
-from grpolab.diagnostics import expected_outcomes_from_counts, iid_degeneracy
+from grpolab.diagnostics import degeneracy_per_prompt, expected_outcomes_from_counts, iid_degeneracy
 from grpolab.diagnostics.variance import FIXED_BASELINES, mean_success_variance, snr_ratio_from_counts
 from grpolab.errors import UserError
 
-__all__ = ["GROUP_SIZES", "MAX_DEGENERATE", "band_for", "check_band", "control_indices", "group_table", "in_band",
-           "mean_p_variance", "recommend_group_size"]
+__all__ = [
+    "GROUP_SIZES",
+    "HELD_OUT_SPLITS",
+    "MAX_DEGENERATE",
+    "band_for",
+    "band_mask",
+    "check_band",
+    "control_indices",
+    "empty_band",
+    "group_table",
+    "held_out_band_degenerate",
+    "in_band",
+    "mean_p_variance",
+    "recommend_group_size",
+]
 
 GROUP_SIZES = (2, 4, 8, 16)
 MAX_DEGENERATE = 0.5  # the recommended G is the smallest whose predicted degenerate share is at most this
+HELD_OUT_SPLITS = 200  # random halvings of each prompt's samples behind the band's held-out share
 
 
 def _row(successes: np.ndarray, n: int, group_size: int) -> dict[str, Any]:
@@ -51,10 +76,13 @@ def _row(successes: np.ndarray, n: int, group_size: int) -> dict[str, Any]:
     if group_size <= n:
         parts = expected_outcomes_from_counts(successes, n, group_size)
         degenerate = parts["all_wrong"] + parts["all_right"]
-        row.update(degenerate=degenerate, all_wrong=parts["all_wrong"], all_right=parts["all_right"],
-                   jensen_gap=degenerate - d_iid, informative_per_1000=1000.0 / group_size * (1.0 - degenerate))
+        per_prompt = degeneracy_per_prompt(successes, n, group_size)
+        spread = float(np.std(per_prompt, ddof=1) / math.sqrt(per_prompt.size)) if per_prompt.size > 1 else np.nan
+        row.update(degenerate=degenerate, degenerate_se=spread, all_wrong=parts["all_wrong"],
+                   all_right=parts["all_right"], jensen_gap=degenerate - d_iid,
+                   informative_per_1000=1000.0 / group_size * (1.0 - degenerate))
     else:
-        row.update(degenerate=np.nan, all_wrong=np.nan, all_right=np.nan, jensen_gap=np.nan,
+        row.update(degenerate=np.nan, degenerate_se=np.nan, all_wrong=np.nan, all_right=np.nan, jensen_gap=np.nan,
                    informative_per_1000=np.nan)
     for name, baseline in FIXED_BASELINES.items():
         row[f"snr_{name}"] = snr_ratio_from_counts(successes, n, group_size, baseline)
@@ -62,7 +90,7 @@ def _row(successes: np.ndarray, n: int, group_size: int) -> dict[str, Any]:
 
 
 def group_table(successes: Any, n: int, group_sizes: tuple[int, ...] = GROUP_SIZES) -> pd.DataFrame:
-    """One row per G: degenerate, all_wrong, all_right (NaN where G > n), d_iid, jensen_gap,
+    """One row per G: degenerate, degenerate_se, all_wrong, all_right (NaN where G > n), d_iid, jensen_gap,
     informative_per_1000, snr_sign, snr_reinforce, snr_nsr; successes [P] of n samples each, n >= 2."""
     counts = np.asarray(successes, dtype=int).ravel()
     if n < 2:
@@ -103,16 +131,52 @@ def check_band(band: Any) -> tuple[float, float]:
     return values[0], values[1]
 
 
-def in_band(successes: Any, n: int, band: tuple[float, float]) -> np.ndarray:
-    """Which prompts' estimated pass rate k / n lies in [low, high]: a bool mask [P]; a band holding no prompt
-    is a ``UserError`` naming the range of the estimated rates."""
+def band_mask(successes: Any, n: int, band: tuple[float, float]) -> np.ndarray:
+    """Which prompts' estimated pass rate k / n lies in [low, high]: a bool mask [P] (all False when none does)."""
+    return _rates_in(np.asarray(successes, dtype=float), n, check_band(band))
+
+
+def empty_band(successes: Any, n: int, band: tuple[float, float]) -> str:
+    """The sentence for a band holding no prompt, naming the range of the estimated rates."""
     low, high = check_band(band)
     rates = np.asarray(successes, dtype=float) / n
-    mask = (rates >= low - 1e-12) & (rates <= high + 1e-12)
+    return (f"no train prompt has an estimated pass rate in [{low:.3f}, {high:.3f}]: the {rates.size} prompts range "
+            f"from {rates.min():.3f} to {rates.max():.3f}")
+
+
+def in_band(successes: Any, n: int, band: tuple[float, float]) -> np.ndarray:
+    """``band_mask``; a band holding no prompt is a ``UserError`` (``empty_band``)."""
+    mask = band_mask(successes, n, band)
     if not mask.any():
-        raise UserError(f"no train prompt has an estimated pass rate in [{low:.3f}, {high:.3f}]: the "
-                        f"{rates.size} prompts range from {rates.min():.3f} to {rates.max():.3f}")
+        raise UserError(empty_band(successes, n, band))
     return mask
+
+
+def _rates_in(counts: np.ndarray, n: int, band: tuple[float, float]) -> np.ndarray:
+    rates = counts / n
+    return (rates >= band[0] - 1e-12) & (rates <= band[1] + 1e-12)
+
+
+def held_out_band_degenerate(successes: Any, n: int, band: tuple[float, float], group_size: int, *, seed: int = 0,
+                             splits: int = HELD_OUT_SPLITS) -> float:
+    """The predicted degenerate share at ``group_size`` of the prompts whose pass rate lies in ``band``, on samples
+    held out from choosing them (see the module docstring); NaN when ``group_size`` > n / 2 or no half ever
+    chooses a prompt."""
+    counts, band = np.asarray(successes, dtype=int).ravel(), check_band(band)
+    half = n // 2
+    if group_size > half:
+        return math.nan
+    rng = np.random.default_rng(seed)
+    total, chosen = 0.0, 0
+    for _ in range(splits):
+        first = rng.hypergeometric(counts, n - counts, half)  # each prompt's successes among half its samples
+        for choose, size, rest, rest_size in ((first, half, counts - first, n - half),
+                                              (counts - first, n - half, first, half)):
+            mask = _rates_in(choose, size, band)
+            if mask.any():
+                total += float(degeneracy_per_prompt(rest[mask], rest_size, group_size).sum())
+                chosen += int(mask.sum())
+    return total / chosen if chosen else math.nan
 
 
 def control_indices(pool_size: int, size: int, seed: int) -> np.ndarray:
