@@ -100,10 +100,40 @@ def test_a_directory_is_searched_for_both_kinds(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("task", "verifier"), [("gsm8k", "gsm8k"), ("gsm8k_cot_self_consistency", "gsm8k"),
-                                                ("minerva_math_algebra", "math"), ("math_500|0", "math"),
-                                                ("lighteval|aime24|0", "math"), ("hendrycks_math", "math")])
+                                                ("minerva_math_algebra", "math_final"), ("math_500|0", "math"),
+                                                ("lighteval|aime24|0", "math_final"),
+                                                ("hendrycks_math", "math_final")])
 def test_task_names_find_their_verifier(task: str, verifier: str) -> None:
     assert verifier_for(task) == verifier and verifier_for(task, "exact") == "exact"
+
+
+@pytest.mark.parametrize(("task", "response"), [
+    ("hendrycks_math_algebra", " $24$"),  # the forms each task's prompt asks for, which its process_results reads
+    ("aime24", " 24"),
+    ("minerva_math_algebra", "Final Answer: The final answer is $24$. I hope it is correct."),
+])
+def test_the_math_family_of_lm_eval_is_scored_in_the_answer_form_it_asks_for(task: str, response: str,
+                                                                             tmp_path: Path) -> None:
+    """lm-eval scores these responses 1 (its hendrycks_math, aime and minerva_math utils); under the boxed-only
+    ``math`` verifier they scored 0 with no warning. A wrong answer in the same form still scores 0."""
+    lines = [json.dumps({"doc_id": 0, "doc": {}, "target": "24", "arguments": {}, "filter": "none",
+                         "resps": [[response, response.replace("24", "25")]], "filtered_resps": [response]}) + "\n"]
+    path = _write_lm_eval(tmp_path, lines, name=f"samples_{task}_2026-11-27T10-00-00.000000.jsonl")
+    scored = rescore(read_samples(path))
+    assert scored.verifier == "math_final" and scored.correct.tolist() == [1] and scored.n.tolist() == [2]
+
+
+def test_a_file_whose_references_the_verifier_cannot_read_is_refused(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    """gsm8k's verifier reads no number from these references: every response is unscorable, which was a table of
+    zeros and exit 0, as if the model were always wrong."""
+    lines = [json.dumps({"doc_id": i, "doc": {}, "target": target, "arguments": {}, "filter": "none",
+                         "resps": [["#### 3", "#### 4"]], "filtered_resps": ["3"]}) + "\n"
+             for i, target in enumerate(["\\frac{1}{2}", "x = y"])]
+    path = _write_lm_eval(tmp_path, lines, name="samples_gsm8k_2026-11-27T10-00-00.000000.jsonl")
+    assert main(["eval", "--from-samples", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "scores none of the 4 responses" in err and "--verifier" in err and "\n" not in err
 
 
 @pytest.mark.parametrize("task", ["mmlu", "mathqa", "gsm8kx", "arc_easy|25"])

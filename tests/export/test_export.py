@@ -52,6 +52,9 @@ def test_the_tokenizer_loads_with_auto_tokenizer_and_encodes_as_grpolab_does(ful
     assert (loaded.eos_token_id, loaded.pad_token_id) == (ours.eos_token_id, ours.pad_token_id)
     generation = json.loads((tmp_path / "out" / "generation_config.json").read_text())
     assert generation["eos_token_id"] == ours.eos_token_id
+    # the base pins max_new_tokens 8, which would override a harness's max_gen_toks (transformers lets it win)
+    assert json.loads((full_run / "final" / "generation_config.json").read_text()).get("max_new_tokens") == 8
+    assert "max_new_tokens" not in generation and "max_length" not in generation
 
 
 @pytest.mark.parametrize("run", ["lora_run", "full_run"])

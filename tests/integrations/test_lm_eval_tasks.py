@@ -43,6 +43,15 @@ def test_temperature_zero_is_greedy(tmp_path: Path) -> None:
     assert yaml.safe_load(written.yaml_path.read_text())["generation_kwargs"]["do_sample"] is False
 
 
+def test_the_command_takes_temperature_zero_as_greedy(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The docs' greedy recipe, as a user types it (was: refused, "need ... temperature > 0"); below 0 is refused."""
+    assert main(["lm-eval-tasks", "--out", str(tmp_path), "--task", "reverse", "--n", "1", "--temperature", "0"]) == 0
+    kwargs = yaml.safe_load((tmp_path / "grpolab_reverse.yaml").read_text())["generation_kwargs"]
+    assert kwargs["do_sample"] is False and kwargs["temperature"] == 0
+    assert main(["lm-eval-tasks", "--out", str(tmp_path), "--task", "reverse", "--temperature", "-1"]) == 2
+    assert "temperature > 0" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name", ["reverse", "arith", "gsm8k", "math500"])
 def test_every_built_in_task_is_rescored_with_its_own_verifier(name: str) -> None:
     task = get_task(name, path=DATA[name]) if name in DATA else get_task(name)

@@ -77,6 +77,26 @@ def test_math_table(completion: str, reference: str, expected: float | None) -> 
     assert verifiers.score("math", completion, reference) == expected
 
 
+MATH_FINAL_CASES = [
+    ("so \\boxed{\\frac{1}{2}}", "0.5", 1.0),  # a box first, as math reads it
+    ("$x = 2$ hence \\boxed{3}", "3", 1.0),  # the box wins over dollars
+    ("Final Answer: The final answer is $24$. I hope it is correct.", "24", 1.0),  # minerva_math
+    ("Final Answer: The final answer is 3/4. I hope it is correct.", "\\frac{3}{4}", 1.0),
+    (" $24$", "24", 1.0),  # hendrycks_math: between the first and last $
+    ("We get $2$ and then $\\frac{1}{2}$", "2", 0.0),  # first to last $: "2$ and then $\\frac{1}{2}"
+    (" 204", "204", 1.0),  # aime: the whole response
+    (" 205", "204", 0.0),
+    ("", "3", 0.0),
+    ("$$", "3", 0.0),
+    (" 3", "", None),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference", "expected"), MATH_FINAL_CASES)
+def test_math_final_reads_the_harnesses_answer_forms(completion: str, reference: str, expected: float | None) -> None:
+    assert verifiers.score("math_final", completion, reference) == expected
+
+
 def test_math_details_and_precheck() -> None:
     reward, parts = verifiers.score_with_details("math", "\\boxed{\\left(1,2\\right)}", "(1, 2)")
     assert (reward, parts["mode"], parts["extracted"]) == (1.0, "precheck", "\\left(1,2\\right)")

@@ -38,9 +38,12 @@ def run(args: argparse.Namespace) -> int:
     from grpolab.integrations.lm_eval.tasks import GenerationSettings, write_task
     from grpolab.train.lifecycle import load_task_for
 
+    greedy = getattr(args, "temperature", None) == 0  # the task's greedy recipe: do_sample false
+    if greedy:
+        args.temperature = None  # a training run samples at a temperature > 0, which TrainConfig checks
     config: TrainConfig = config_from_args(args, TrainConfig, file_values=EVAL_TRAIN_DEFAULTS)
     task = load_task_for(config, for_model=False)  # no model here: lm-eval's --model_args names it
-    settings = GenerationSettings(repeats=config.eval_samples, temperature=config.temperature,
+    settings = GenerationSettings(repeats=config.eval_samples, temperature=0.0 if greedy else config.temperature,
                                   max_new_tokens=config.max_new_tokens or task.max_new_tokens)
     written = write_task(task, args.out, settings, limit=config.eval_limit, verifier=config.verifier)
     verifier = "" if _rescored_alike(written.name, task.verifier) else f" --verifier {task.verifier}"

@@ -5,7 +5,8 @@ the run was (``grpolab export RUN --out DIR``).
 directory (its result runs, narrowed by ``arms`` and ``seeds``, one folder each, named by run id). A folder holds
 the model with any LoRA adapter merged into the base weights (peft's ``merge_and_unload``), as safetensors in
 float32 (the weights ``grpolab eval --model RUN`` evaluates, bit for bit), ``config.json``,
-``generation_config.json``, the base model's tokenizer with its chat template, and ``README.md`` (``card``). Every
+``generation_config.json`` (the base's, without its ``max_new_tokens``: the harness sets the budget), the base model's
+tokenizer with its chat template, and ``README.md`` (``card``). Every
 run is checked before any model loads (``source.read_run``: diverged, damaged and unfinished runs are refused in one
 line naming the run), ``--out`` before anything is written (``folder.check_out``), and everything is written into a
 temporary folder beside ``--out`` that is renamed into place only when complete (``folder.staged``).
@@ -78,6 +79,9 @@ def write_model(source: RunSource, folder: Path, *, card_name: str) -> None:
         for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
             if getattr(generation, name, None) is None and getattr(tokenizer, name, None) is not None:
                 setattr(generation, name, getattr(tokenizer, name))
+        # a base's length budget would override the harness's own (lm-eval's max_gen_toks): transformers lets
+        # max_new_tokens win over the max_length a harness passes, so every task would be cut at the base's
+        generation.max_new_tokens = None
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(folder), safe_serialization=True)
     tokenizer.save_pretrained(str(folder))

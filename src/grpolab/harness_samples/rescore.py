@@ -7,7 +7,8 @@ refused in one line that names ``--verifier``.
 
 Every response is scored (``grpolab.rewards.score_batch``: a verifier that raises or times out makes the
 response unscorable; ``check_scores`` stops when that is most of them). As in ``grpolab.evaluation``, an
-unscorable response counts as wrong; their number is reported. A response and reference pair that repeats
+unscorable response counts as wrong; their number is reported. A file none of whose responses the verifier can
+score (it reads no answer from any reference: the wrong verifier) is refused. A response and reference pair that repeats
 is scored once. Wrong responses get their vote key (``grpolab.verifiers.votes``) for maj@k, which is left
 out for a verifier without vote keys.
 """
@@ -31,11 +32,11 @@ __all__ = ["TASK_VERIFIERS", "TaskScore", "rescore", "verifier_for"]
 
 TASK_VERIFIERS: tuple[tuple[str, str], ...] = (
     ("gsm8k", "gsm8k"),
-    ("minerva_math", "math"),
-    ("hendrycks_math", "math"),
+    ("minerva_math", "math_final"),  # their answers come boxed, on Minerva's final-answer line or between $ signs
+    ("hendrycks_math", "math_final"),
     ("math", "math"),
-    ("aime", "math"),
-    ("amc", "math"),
+    ("aime", "math_final"),
+    ("amc", "math_final"),
     # the tasks of `grpolab lm-eval-tasks` (grpolab.integrations.lm_eval.tasks), each with its grpolab task's verifier
     ("grpolab_reverse", "exact"),
     ("grpolab_arith", "exact"),
@@ -99,6 +100,10 @@ def rescore(samples: HarnessSamples, verifier: str | None = None) -> TaskScore:
     pairs = [(text, ref) for texts, ref in zip(samples.responses, samples.references, strict=True) for text in texts]
     rewards, scores = _unique_rewards(fn, pairs)
     check_scores(scores, verifier_name=name, where=str(samples.path))
+    if rewards.size and np.isnan(rewards).all():  # a table of zeros would look like a model that is always wrong
+        raise UserError(f"{samples.path}: the verifier {name} scores none of the {rewards.size} responses: it reads no "
+                        f"answer from the references (the first is {samples.references[0][:80]!r}); name the "
+                        "verifier that reads them with --verifier")
     n = np.array([len(texts) for texts in samples.responses], dtype=np.int64)
     flat_ok = np.nan_to_num(rewards, nan=0.0) >= 0.5  # unscorable counts as wrong, as in grpolab.evaluation
     correct = np.split(flat_ok, np.cumsum(n)[:-1])  # [P] arrays of [n_i]

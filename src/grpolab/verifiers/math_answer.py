@@ -1,4 +1,5 @@
-"""MATH verifier (registry name ``math``): the last ``\\boxed{}`` answer, checked with math-verify.
+"""MATH verifiers: ``math``, the last ``\\boxed{}`` answer, and ``math_final``, the answer in any of the forms the
+harnesses' MATH tasks ask for; both checked with math-verify.
 
 Extraction follows Minerva's ``last_boxed_only_string`` (Lewkowycz et al. 2022; PRM800K and
 lm-eval-harness ``minerva_math`` use the same): the last ``\\boxed{...}`` or ``\\fbox{...}`` with nested
@@ -23,6 +24,13 @@ Departures and limits:
 - a timed-out or crashed check scores 0.0 (as math-verify's own ``verify`` does), with ``timed_out`` in
   the details, so a policy cannot gain by producing slow answers;
 - None only when the reference cannot be parsed.
+
+``math_final`` (``final_answer``) reads the answer as lm-eval's MATH-family tasks ask for it, in this order: the last
+``\\boxed{}``; Minerva's "Final Answer: The final answer is X. I hope it is correct." (``minerva_math``, whose
+few-shot answers carry no box); the text between the first and the last ``$`` (``hendrycks_math``, ``aime``, as their
+``process_results`` read it); else the whole response, stripped. It is the verifier ``grpolab eval --from-samples``
+uses for those tasks: under ``math`` a response such as `` $24$`` scores 0 where the harness scores 1. Training
+keeps ``math``: a boxed answer is the format its prompts ask for.
 """
 
 from __future__ import annotations
@@ -62,9 +70,38 @@ def score_details(
     Parts: ``extracted`` (the boxed answer or None), ``mode`` (``no_answer``, ``too_long``, ``precheck`` or
     ``math_verify``), ``timed_out`` (bool) and ``reason`` (math-verify's outcome, when it ran).
     """
-    gold = reference_answer(reference)
     boxed = last_boxed(completion)
-    answer = None if boxed is None else boxed[0].strip()
+    return _check(None if boxed is None else boxed[0].strip(), reference, time_limit_s=time_limit_s,
+                  precheck=precheck)
+
+
+_MINERVA = re.compile(r"Final Answer: The final answer is(.*?). I hope it is correct.", re.DOTALL)
+
+
+def final_answer(completion: str) -> str | None:
+    """The answer of ``math_final`` (see the module docstring): boxed, Minerva's final-answer line, between the first
+    and last ``$``, else the whole response; None for an empty one. Only the last 8 kB are read, as ``last_boxed``
+    reads them."""
+    tail = completion[-8192:]
+    boxed = last_boxed(tail)
+    if boxed is not None:
+        return boxed[0].strip()
+    minerva = _MINERVA.search(tail + "I hope it is correct.")
+    answer = minerva.group(1) if minerva else tail
+    dollars = [i for i, char in enumerate(answer) if char == "$"]
+    answer = answer[dollars[0] + 1:dollars[-1]] if len(dollars) > 1 else answer
+    return answer.strip() or None
+
+
+def score_final_details(completion: str, reference: str, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+                        precheck: bool = True) -> tuple[float | None, dict]:
+    """``math_final``'s reward and parts: ``score_details`` on the answer ``final_answer`` reads."""
+    return _check(final_answer(completion), reference, time_limit_s=time_limit_s, precheck=precheck)
+
+
+def _check(answer: str | None, reference: str, *, time_limit_s: float, precheck: bool) -> tuple[float | None, dict]:
+    """The reward of an extracted ``answer`` (None: none found) against ``reference``, and its parts."""
+    gold = reference_answer(reference)
     parts: dict = {"extracted": None if answer is None else answer[:200], "mode": None, "timed_out": False}
     if not gold or len(gold) > MAX_ANSWER_CHARS:
         parts["mode"] = "bad_reference"
@@ -94,3 +131,4 @@ def warm_up(servers: int = 1) -> None:
 
 
 register_details("math", score_details)
+register_details("math_final", score_final_details)

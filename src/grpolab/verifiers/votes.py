@@ -8,6 +8,7 @@ vote together when the verifier would read the same answer from both:
 * ``math``: the last ``\\boxed{}`` content after ``math_answer.normalise`` (the pre-check's normalisation);
   two wrong answers that are equal but spelt apart (``0.5`` and ``\\frac{1}{2}``) vote apart, since checking
   every pair with math-verify would cost a call per pair;
+* ``math_final``: its answer (``math_answer.final_answer``), normalised as ``math``'s;
 * ``exact``: the whole completion, whitespace-normalised.
 
 None means no answer was found: the completion abstains. A verifier without a row here (a user verifier given
@@ -46,12 +47,17 @@ def _math(completion: str) -> Hashable | None:
     return answer or None
 
 
+def _math_final(completion: str) -> Hashable | None:
+    answer = math_answer.final_answer(completion)
+    return (math_answer.normalise(answer) or None) if answer is not None else None
+
+
 def _exact(completion: str) -> Hashable | None:
     return exact.normalise(completion) or None
 
 
 VOTE_KEYS: dict[str, VoteKeyFn] = {"gsm8k": _gsm8k_auto, "gsm8k_strict": _gsm8k_strict, "math": _math,
-                                   "exact": _exact}
+                                   "math_final": _math_final, "exact": _exact}
 """Verifier name -> its vote key."""
 
 
