@@ -171,7 +171,9 @@ LINES = FIXTURE.read_text(encoding="utf-8").splitlines(keepends=True)
 BAD_LM_EVAL = {
     "torn last line": ([*LINES[:-1], LINES[-1][:40]], "line 16: not valid JSON"),
     "not JSON": ([*LINES[:3], "<html>\n", *LINES[4:]], "line 4: not valid JSON"),
-    "empty line": ([*LINES[:2], "\n", *LINES[2:]], "line 3: an empty line"),
+    "empty line": ([*LINES[:2], "\n", *LINES[2:]], "line 3: an empty line between samples"),
+    "null doc_id": ([_line(0, doc_id=None)], "line 1: doc_id is null"),
+    "null target": ([_line(0, target=None)], "line 1: target is null"),
     "a list": (["[1, 2]\n"], "line 1: a JSON list"),
     "no resps": ([json.dumps({"doc_id": 0, "target": "1"}) + "\n"], "line 1: no resps"),
     "loglikelihood": ([_line(0, resps=[[[-1.5, False]], [[-0.5, True]]])], "line 1: the responses are not text"),
@@ -179,6 +181,11 @@ BAD_LM_EVAL = {
     "same filter twice": ([*LINES[:2], LINES[0]], "line 3: document 0 appears again for filter strict-match"),
     "filters disagree": ([LINES[0], _line(1, resps=[["#### 1"] * 4])], "line 2: document 0 has other responses"),
 }
+
+
+def test_empty_lines_at_the_end_of_a_samples_file_are_harmless(tmp_path: Path) -> None:
+    path = _write_lm_eval(tmp_path, [*LINES, "\n", "  \n"])  # an editor's or a concatenation's trailing lines
+    assert read_samples(path).references == read_samples(FIXTURE).references
 
 
 @pytest.mark.parametrize("case", sorted(BAD_LM_EVAL))

@@ -80,11 +80,20 @@ def _read_lines(path: Path, samples: HarnessSamples) -> None:
     """Add every document of ``path`` to ``samples`` (a leading UTF-8 byte-order mark is skipped)."""
     first_line: dict[str, tuple[int, str, list[str]]] = {}  # doc_id -> (line, target, responses)
     filters_seen: dict[tuple[str, str], int] = {}
+    blank = None  # the first empty line since the last sample: harmless at the end of the file only
     with path.open(encoding="utf-8-sig") as handle:
         for line, text in enumerate(handle, start=1):
             if not text.strip():
-                raise UserError(f"{_where(path, line)}: an empty line; lm-eval writes one sample per line")
+                blank = blank or line
+                continue
+            if blank is not None:
+                raise UserError(f"{_where(path, blank)}: an empty line between samples; lm-eval writes one sample per "
+                                "line: remove the empty line")
             record = _parse(text, path, line)
+            missing = [name for name in ("doc_id", "target") if record[name] is None]
+            if missing:
+                raise UserError(f"{_where(path, line)}: {' and '.join(missing)} is null; lm-eval writes the document's "
+                                "index and its reference there: re-run lm-eval with --log_samples")
             doc_id, target = str(record["doc_id"]), str(record["target"])
             responses = _responses(record["resps"], path, line)
             key = (doc_id, str(record.get("filter", "none")))
