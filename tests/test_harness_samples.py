@@ -90,6 +90,15 @@ def test_a_lighteval_details_file_gives_the_same_numbers_as_lm_eval_for_the_same
     assert score.verifier == "gsm8k" and score.metrics.values == rescore(read_samples(FIXTURE)).metrics.values
 
 
+def test_a_lighteval_row_without_an_id_cannot_take_another_rows_id(tmp_path: Path) -> None:
+    """Was: an empty doc.id became the row number, "0", beside a real "0": two documents of one id, which
+    ``--against`` pairs by."""
+    rows = _lighteval_rows()[:3]
+    rows[1]["doc"]["id"] = ""
+    samples = read_samples(_write_lighteval(tmp_path, rows))
+    assert samples.doc_ids == ["0", "row 2", "2"]
+
+
 def test_a_directory_is_searched_for_both_kinds(tmp_path: Path) -> None:
     nested = tmp_path / "out" / "model" / "2026"
     nested.mkdir(parents=True)

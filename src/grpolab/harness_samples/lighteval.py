@@ -9,7 +9,8 @@ dataclass of ``lighteval/tasks/requests.py``: ``query``, ``choices``, ``gold_ind
 with reasoning removed when lighteval post-processed it, plus tokens and log-probs). ``<task>`` is the task's
 ``full_name`` (``gsm8k|0``); ``<date>`` is ``datetime.now().isoformat()`` with ``:`` replaced by ``-``.
 
-Read here: ``doc.id`` (the row number when empty), the reference ``doc.choices[doc.gold_index]`` (the first
+Read here: ``doc.id`` (``row N`` when empty, N 1-based: no id lighteval writes), the reference
+``doc.choices[doc.gold_index]`` (the first
 gold, as lighteval's ``Doc.get_golds()[0]``; a list ``gold_index`` uses its first entry) and every string of
 ``model_response.text``, raw, as generated (lighteval's metrics read ``text_post_processed`` when set;
 grpolab's verifiers take the last answer of the whole text either way). Refused, naming file and row (1-based):
@@ -75,11 +76,11 @@ def read_lighteval(path: Path) -> HarnessSamples:
     for row, record in enumerate(_table_rows(path), start=1):
         where = f"{path}, row {row}"
         doc = record["doc"]
-        doc_id = str(doc.get("id") or "") if isinstance(doc, dict) else ""
-        if doc_id and doc_id in seen:
+        doc_id = (str(doc.get("id") or "") if isinstance(doc, dict) else "") or f"row {row}"  # never a real id
+        if doc_id in seen:
             raise UserError(f"{where}: document {doc_id} appears again (first at row {seen[doc_id]})")
         seen[doc_id] = row
-        samples.add(doc_id or str(row - 1), _reference(doc, where), _texts(record["model_response"], where))
+        samples.add(doc_id, _reference(doc, where), _texts(record["model_response"], where))
         samples.records += 1
     if not samples.prompts:
         raise UserError(f"{path}: no rows in the file")
