@@ -42,6 +42,21 @@ def test_a_safetensors_error_is_named_as_disk_full():
     assert str(write_error("x/final", error)).startswith("cannot write x/final (disk full)")
 
 
+@pytest.mark.parametrize(("error", "said"), [
+    (OSError(errno.EFBIG, os.strerror(errno.EFBIG)), "(file too large); raise the file-size limit (ulimit -f)"),
+    (OSError(errno.EACCES, os.strerror(errno.EACCES)), "(permission denied); give this user access to it"),
+    (OSError(errno.EROFS, os.strerror(errno.EROFS)), "(read-only file system); write to a folder on a writable"),
+    (type("SafetensorError", (Exception,), {})("IoError(Os { code: 27, message: \"File too large\" })"),
+     "(file too large); raise the file-size limit"),
+    (OSError(errno.EIO, os.strerror(errno.EIO)), "(Input/output error); check the folder, then rerun"),
+])
+def test_each_write_fault_gets_its_own_remedy(error: BaseException, said: str) -> None:
+    """Was: "free disk space" for a file-size limit (ulimit -f), and the same words for every other fault."""
+    line = str(write_error("run/metrics.jsonl", error, then="rerun with --resume"))
+    assert line.startswith("cannot write run/metrics.jsonl ") and said in line and line.endswith("--resume")
+    assert "disk space" not in line
+
+
 @pytest.mark.parametrize("relative", ["/etc", "../x", "a/../../x", ""])
 def test_inside_refuses_paths_that_leave_the_folder(tmp_path, relative):
     with pytest.raises(UserError, match="does not name a place inside"):

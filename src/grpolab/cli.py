@@ -207,10 +207,12 @@ def _run(module, args: argparse.Namespace) -> int:
         print(printable(f"grpolab {args.command}: error: {error}"), file=sys.stderr)
         return 2
     except OSError as error:  # unwritable --out, full disk, ...: the environment, not a bug of grpolab
+        from grpolab.io import os_error_advice
+
+        reason, remedy = os_error_advice(error)
         where = f" ({error.filename})" if error.filename else ""
-        print(printable(f"grpolab {args.command}: error: {error.strerror or error}{where}; check that the path is "
-                        "writable and the disk has space, then rerun (runs resume from their last checkpoint)"),
-              file=sys.stderr)
+        print(printable(f"grpolab {args.command}: error: {reason}{where}; {remedy}, then rerun (runs resume from "
+                        "their last checkpoint)"), file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as error:  # torch's OutOfMemoryError is a RuntimeError
         if not out_of_memory(error):

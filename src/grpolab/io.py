@@ -36,6 +36,7 @@ from typing import TextIO
 from grpolab.errors import UserError
 
 __all__ = [
+    "RESUME",
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_write_with",
@@ -47,7 +48,10 @@ __all__ = [
     "number_after",
     "numbered",
     "open_no_follow",
+    "os_error_advice",
+    "read_error",
     "refuse_links",
+    "share_modes",
     "write_error",
 ]
 
@@ -162,6 +166,18 @@ def _mode(path: Path) -> int:
         return 0o666 & ~umask
 
 
+def share_modes(folder: str | Path) -> None:
+    """Give ``folder`` and everything in it the modes a plain ``mkdir`` or ``open`` gives under the umask (links left
+    alone): ``tempfile.mkdtemp`` makes 0700 and safetensors writes 0600, which would keep a run's checkpoints,
+    models and exports from the owner's group, whatever the umask says."""
+    umask = os.umask(0)
+    os.umask(umask)
+    root = Path(folder)
+    for path in (root, *root.rglob("*")):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Replace ``path`` by ``data`` atomically (``atomic_write_with``: temp file in the same directory, fsync,
     rename, fsync dir; a symbolic link refused); ``UserError`` naming ``path`` when it cannot be written."""
@@ -178,22 +194,43 @@ def is_write_error(error: BaseException) -> bool:
     return isinstance(error, OSError) or type(error).__name__ == "SafetensorError"
 
 
-def _reason(error: BaseException) -> str:
+_CAUSES = (  # (errno, words a library's message holds, the reason said, what to do): the one table of write faults
+    (errno.ENOSPC, ("No space left", "StorageFull"), "disk full", "free disk space"),
+    (errno.EFBIG, ("File too large",), "file too large",
+     "raise the file-size limit (ulimit -f) or write to a file system that takes larger files"),
+    (errno.EACCES, ("Permission denied",), "permission denied",
+     "give this user access to it (its owner and mode), or work in a folder of this user's"),
+    (errno.EPERM, ("Operation not permitted",), "operation not permitted",
+     "give this user access to it (its owner and mode), or work in a folder of this user's"),
+    (errno.EROFS, ("Read-only file system",), "read-only file system", "write to a folder on a writable disk"),
+)
+RESUME = "rerun with --resume"
+"""The end of a ``grpolab train`` write error's advice; a sweep says how its own rerun resumes instead."""
+
+
+def os_error_advice(error: BaseException) -> tuple[str, str]:
+    """(reason, remedy) of a failed read or write: disk full, file too large, permission denied, read-only file
+    system, else the error's own words and "check the folder"."""
+    code, text = getattr(error, "errno", None), str(error)
+    for number, words, reason, remedy in _CAUSES:
+        if code == number or any(word in text for word in words):
+            return reason, remedy
     if isinstance(error, OSError):
-        if error.errno == errno.ENOSPC:
-            return "disk full"
-        return error.strerror or str(error)
-    text = str(error)
-    if "StorageFull" in text or "No space left" in text:
-        return "disk full"
-    return " ".join(text.split())[:200]
+        return error.strerror or text, "check the folder"
+    return " ".join(text.split())[:200], "check the folder"
 
 
-def write_error(path: str | Path, error: BaseException, *, fix: str = "") -> UserError:
-    """A one-line ``UserError``: ``path`` could not be written, why, and what to do."""
-    reason = _reason(error)
-    advice = fix or ("free disk space and rerun" if reason == "disk full" else "check the folder and rerun")
-    return UserError(f"cannot write {path} ({reason}); {advice}")
+def read_error(path: str | Path, error: BaseException) -> UserError:
+    """A one-line ``UserError``: ``path`` could not be read, why and what to do (``os_error_advice``)."""
+    reason, remedy = os_error_advice(error)
+    return UserError(f"cannot read {path} ({reason}); {remedy}, then rerun")
+
+
+def write_error(path: str | Path, error: BaseException, *, then: str = "rerun") -> UserError:
+    """A one-line ``UserError``: ``path`` could not be written, why (``os_error_advice``), what to do, and ``then``
+    (how to go on once that is done)."""
+    reason, remedy = os_error_advice(error)
+    return UserError(f"cannot write {path} ({reason}); {remedy}, then {then}")
 
 
 def inside(folder: str | Path, relative: str, *, what: str = "path") -> Path:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,10 @@ def test_the_export_holds_the_weights_grpolab_evaluates(run: str, request: pytes
     assert [(w.run_dir, w.step, w.folder) for w in written] == [(run_dir, 2, tmp_path / "out")]
     files = {p.name for p in (tmp_path / "out").iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md"} <= files
+    umask = os.umask(0)
+    os.umask(umask)  # the folder is for sharing: the umask's modes, not mkdtemp's 0700 and safetensors' 0600
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o777 & ~umask
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out").iterdir()} == {0o666 & ~umask}
     assert not {"adapter_config.json", "adapter_model.safetensors", "base_model.txt"} & files
     exported = _weights(tmp_path / "out")
     assert not any("lora" in name for name in exported)

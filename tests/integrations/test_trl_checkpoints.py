@@ -48,6 +48,19 @@ def test_a_damaged_newest_checkpoint_is_skipped_for_the_one_before(damage: str, 
     assert any_checkpoint(tmp_path)
 
 
+def test_only_damaged_sealed_checkpoints_are_refused_and_an_unfinished_save_alone_is_none(tmp_path: Path) -> None:
+    """Was: None, so a resume restarted at step 0 and rewrote a trained run's logs. A save killed before its seal
+    (TRL writes in place) is no trained state to lose: a fresh start is right then."""
+    from grpolab.errors import UserError
+
+    (tmp_path / "checkpoints" / "checkpoint-3").mkdir(parents=True)  # killed inside TRL's first save
+    with pytest.warns(UserWarning, match="checkpoint-3 is damaged"):
+        assert latest_checkpoint(tmp_path) is None
+    (_checkpoint(tmp_path, 2) / "optimizer.pt").write_bytes(b"changed")
+    with pytest.warns(UserWarning), pytest.raises(UserError, match=r"\(checkpoint-2 damaged\).*move them aside"):
+        latest_checkpoint(tmp_path)
+
+
 def test_whole_checkpoints_are_taken_newest_first_and_none_without_any(tmp_path: Path) -> None:
     assert latest_checkpoint(tmp_path) is None and not any_checkpoint(tmp_path)
     _checkpoint(tmp_path, 9)

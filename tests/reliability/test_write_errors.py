@@ -121,3 +121,34 @@ def test_disk_full_while_writing_a_report_keeps_the_old_report_and_is_one_line(t
     assert "disk full" in str(caught.value) and "\n" not in str(caught.value)
     assert html.read_bytes() == before
     assert _leftovers(tmp_path) == []
+
+
+def test_disk_full_in_the_metrics_log_names_the_fault_and_the_resume_and_frees_the_lock(tmp_path, monkeypatch):
+    """Was: the log's own close, failing again in the run's ``finally``, replaced the one-line error with a bare
+    ``OSError`` (no file, no --resume) and left the run directory locked."""
+    import errno
+    import os
+
+    from grpolab.config import TrainConfig
+    from grpolab.errors import UserError
+    from grpolab.train.lock import DirectoryLock
+    from grpolab.train.trainer import Trainer
+
+    real_write, rows = runlog.MetricsLog.write, []
+
+    def write(self, step, metrics, **kwargs):
+        rows.append(step)
+        if step == 2:
+            self._handle.close = lambda: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+        return real_write(self, step, metrics, **kwargs)
+
+    monkeypatch.setattr(runlog.MetricsLog, "write", write)
+    config = TrainConfig(steps=3, prompts_per_step=2, group_size=2, eval_start=False, eval_samples=0, eval_limit=2,
+                         threads=1)
+    with pytest.raises(UserError) as caught:
+        Trainer(config, tmp_path / "run").run()
+    line = str(caught.value)
+    assert "metrics.jsonl (disk full); free disk space, then rerun with --resume" in line and "\n" not in line
+    assert rows == [1, 2]
+    DirectoryLock(tmp_path / "run", "grpolab train").acquire().release()  # given up: a resume may take the folder

@@ -75,3 +75,19 @@ def test_worker_warnings_follow_the_sweep_process_filters() -> None:
             show_worker_warnings({"warnings": [("FutureWarning", "hidden"), ("LibraryWarning", "shown"),
                                                ("RuntimeWarning", "overflow")]})
     assert [(w.category, str(w.message)) for w in caught] == [(UserWarning, "shown"), (RuntimeWarning, "overflow")] * 2
+
+
+def test_a_runs_write_error_tells_how_a_sweep_resumes(tmp_path: Path, monkeypatch) -> None:
+    """A full disk in a sweep's run said "rerun with --resume", a flag grpolab compare does not have."""
+    import errno
+
+    import grpolab.train.engines as engines
+    from grpolab.io import RESUME, write_error
+
+    def train(config, run_dir, **kwargs):
+        raise write_error(run_dir / "metrics.jsonl", OSError(errno.ENOSPC, "No space left on device"), then=RESUME)
+
+    monkeypatch.setattr(engines, "train", train)
+    (failed,) = (run_one(spec) for spec in _specs(tmp_path, 1))
+    assert "disk full); free disk space, then rerun the same grpolab compare command" in failed["error"]
+    assert "--resume" not in failed["error"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from grpolab.errors import UserError
 from grpolab.train.checkpoint import (
     checkpoint_settings,
     load_latest,
@@ -57,11 +58,32 @@ def test_a_damaged_newest_checkpoint_is_skipped_for_the_one_before(tmp_path: Pat
     torch.testing.assert_close(checkpoint.weights["layer.weight"], torch.ones(3, 2))
 
 
-def test_no_checkpoint_is_none(tmp_path: Path) -> None:
+def test_no_checkpoint_is_none_and_only_damaged_ones_are_refused(tmp_path: Path) -> None:
+    """Was: None for a run whose only checkpoint fails its checksums, so a resume restarted at step 0 and rewrote
+    the trained run's logs."""
     assert load_latest(tmp_path) is None
     save_checkpoint(tmp_path, 1, _weights(1.0), {}, {})
     (tmp_path / "checkpoints" / "step-000001" / "state.json").write_text(json.dumps({"step": 9}))
-    assert load_latest(tmp_path) is None  # its only checkpoint fails its checksums
+    with pytest.warns(UserWarning, match="step-000001 is damaged"), \
+            pytest.raises(UserError, match=r"every checkpoint in .* is damaged \(step-000001\).*move .* aside"):
+        load_latest(tmp_path)
+
+
+def test_a_checkpoint_this_user_cannot_read_is_refused_not_skipped(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group member resuming another's run (files 0600) was told the newest checkpoint was damaged; with every one
+    unreadable the run restarted at step 0 and deleted the owner's summary.json."""
+    from grpolab.train import checkpoint as module
+
+    save_checkpoint(tmp_path, 1, _weights(1.0), {}, {})
+    save_checkpoint(tmp_path, 2, _weights(2.0), {}, {})
+
+    def denied(path: Path) -> str:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(module, "file_sha256", denied)
+    with pytest.raises(UserError, match=r"cannot read checkpoint .*step-000002 \(Permission denied: weights"):
+        load_latest(tmp_path)
 
 
 def test_a_restored_optimizer_takes_the_same_next_step() -> None:
@@ -116,3 +138,19 @@ def test_the_trl_engines_newest_checkpoint_is_found_by_its_number(tmp_path: Path
         (tmp_path / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
         seal(tmp_path / "checkpoints" / f"checkpoint-{step}")
     assert latest_checkpoint(tmp_path).name == "checkpoint-1000000"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_a_checkpoint_has_the_modes_the_umask_gives(tmp_path: Path, umask: int) -> None:
+    """Was 0700 folders (mkdtemp) and 0600 files (safetensors) whatever the umask: a group could not resume, read or
+    export a run its member trained."""
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        path = save_checkpoint(tmp_path, 1, _weights(1.0), {}, {})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o777 & ~umask
+    assert {stat.S_IMODE(p.stat().st_mode) for p in path.iterdir()} == {0o666 & ~umask}

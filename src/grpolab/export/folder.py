@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from grpolab.errors import UserError
-from grpolab.io import fsync_dir, is_write_error, link_error, write_error
+from grpolab.io import fsync_dir, is_write_error, link_error, read_error, share_modes, write_error
 
 __all__ = ["EXPORT_FILES", "check_out", "staged"]
 
@@ -68,12 +68,21 @@ def staged(out: Path) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
         yield staging
+        share_modes(staging)
         _replace(staging, out)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(error, Exception) and is_write_error(error):
-            raise write_error(out, error, fix="free disk space (or choose another --out), then rerun") from None
+            source = getattr(error, "filename", None)
+            if source and not _within(Path(source), (staging, out)):  # reading the run failed, not writing
+                raise read_error(source, error) from None
+            raise write_error(out, error, then="rerun (or choose another --out)") from None
         raise
+
+
+def _within(path: Path, folders: tuple[Path, ...]) -> bool:
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(folder.resolve()) for folder in folders)
 
 
 def _replace(staging: Path, out: Path) -> None:

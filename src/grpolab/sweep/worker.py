@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from grpolab.io import RESUME
 from grpolab.sweep.plan import RunSpec
 
 __all__ = ["EventFn", "init_worker", "post_progress", "run_one", "show_worker_warnings", "warning_texts"]
@@ -56,7 +57,8 @@ def run_one(spec: RunSpec, post: EventFn | None = None) -> dict[str, Any]:
                   start_eval_cache=spec.run_dir.parent.parent / "start-evals")  # the config's engine
             outcome = {"run_id": spec.run_id, "ok": True, "seconds": time.perf_counter() - started}
         except Exception as error:  # one failed run must not end the sweep; it is reported at the end
-            outcome = {"run_id": spec.run_id, "ok": False, "error": f"{type(error).__name__}: {error}"}
+            text = str(error).replace(RESUME, "rerun the same grpolab compare command (it resumes each run)")
+            outcome = {"run_id": spec.run_id, "ok": False, "error": f"{type(error).__name__}: {text}"}
     return {**outcome, "warnings": warning_texts(caught)}
 
 

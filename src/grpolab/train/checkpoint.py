@@ -5,7 +5,8 @@ Layout: ``RUN/checkpoints/step-000010/`` with ``weights.safetensors`` (trainable
 anything JSON-safe) and ``checksums.json`` (SHA-256 of each file). A checkpoint is written into a
 temporary directory and renamed into place, so a kill at any moment leaves either the complete
 checkpoint or none, and a write that fails (a full disk) removes its temporary directory and stops the run
-with one line; ``load_latest`` verifies the checksums and skips a damaged checkpoint with a warning naming it.
+with one line; ``load_latest`` verifies the checksums and skips a damaged checkpoint with a warning naming it
+(refusing when every one is damaged, or when one cannot be read: a restart from step 0 would rewrite the run).
 ``state.json`` also holds the settings the run was trained under (``"settings"``), so that a run's
 ``config.yaml`` can be checked against them, or restored from them (``checkpoint_settings``), and the identity
 of the data and local model they name (``"identity"``, ``grpolab.train.identity.run_identity``), so that a resume
@@ -34,7 +35,7 @@ from grpolab.checksums import file_sha256
 from grpolab.config import TrainConfig
 from grpolab.devices import to_host
 from grpolab.errors import UserError
-from grpolab.io import fsync_dir, is_write_error, write_error
+from grpolab.io import RESUME, fsync_dir, is_write_error, share_modes, write_error
 
 if TYPE_CHECKING:
     from grpolab.models import Policy
@@ -114,8 +115,7 @@ def save_checkpoint(
             shutil.rmtree(staging, ignore_errors=True)
         if not is_write_error(error):
             raise
-        raise write_error(final, error, fix="free disk space, then rerun with --resume (it continues from the "
-                                            "last complete checkpoint)") from None
+        raise write_error(final, error, then=f"{RESUME} (it continues from the last complete checkpoint)") from None
     _prune(root, keep)
     return final
 
@@ -130,6 +130,7 @@ def _write_checkpoint(staging: Path, final: Path, step: int, weights: dict[str, 
     for name in (*_FILES, "checksums.json"):
         with (staging / name).open("rb") as handle:
             os.fsync(handle.fileno())
+    share_modes(staging)
     if final.exists():
         shutil.rmtree(final)
     os.replace(staging, final)
@@ -194,17 +195,25 @@ def checkpoint_model(checkpoint: Path, config: TrainConfig, source: str) -> Poli
 
 
 def _verify(path: Path) -> bool:
+    """Whether the checkpoint at ``path`` is whole (every file matches its checksum); a file this user may not read
+    is a ``UserError``, not damage: skipping it would restart the run from an older step, or from step 0."""
     try:
         checksums = json.loads((path / "checksums.json").read_text())
         return all(file_sha256(path / name) == checksums[name] for name in _FILES)
+    except PermissionError as error:
+        raise UserError(f"cannot read checkpoint {path} ({error.strerror}: {Path(error.filename or path).name}); "
+                        "give this user read access to the run folder, or resume as its owner; nothing was "
+                        "changed") from None
     except (OSError, KeyError, TypeError, ValueError):  # ValueError: not JSON, not UTF-8
         return False
 
 
 def load_latest(run_dir: Path) -> Checkpoint | None:
-    """The newest checkpoint whose checksums verify, or None if there is none."""
+    """The newest checkpoint whose checksums verify, or None if the run has none. Damaged ones are skipped with a
+    warning; when every one is damaged, a ``UserError``: restarting at step 0 would rewrite a trained run's logs."""
     root = run_dir / "checkpoints"
-    for path in reversed(checkpoint_dirs(root)):
+    found = checkpoint_dirs(root)
+    for path in reversed(found):
         if not _verify(path):
             warnings.warn(f"checkpoint {path} is damaged (its checksums do not match); skipping it", UserWarning,
                           stacklevel=2)
@@ -217,6 +226,10 @@ def load_latest(run_dir: Path) -> Checkpoint | None:
             state=state,
             path=path,
         )
+    if found:
+        names = ", ".join(p.name for p in found)
+        raise UserError(f"every checkpoint in {root} is damaged ({names}), so a resume would restart at step 0 and "
+                        f"rewrite the run's logs; move {root} aside to train the run afresh, or choose a new --out")
     return None
 
 

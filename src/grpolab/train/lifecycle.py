@@ -25,7 +25,7 @@ from grpolab.config.budget import parse_budget
 from grpolab.config.fields import names_in_scope
 from grpolab.errors import UserError
 from grpolab.evaluation import EvalResult, evaluate
-from grpolab.io import atomic_write_text, fsync_dir, is_write_error, open_no_follow, write_error
+from grpolab.io import RESUME, atomic_write_text, fsync_dir, is_write_error, open_no_follow, share_modes, write_error
 from grpolab.models import Policy
 from grpolab.provenance import software
 from grpolab.tasks import Task, get_task, with_validation
@@ -266,6 +266,7 @@ def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
         if lora:
             (staging / "base_model.txt").write_text(policy.source + "\n")
         seal_folder(staging)  # checked whenever final/ is loaded (grpolab.models)
+        share_modes(staging)
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)
@@ -275,8 +276,7 @@ def _save_final_model(run_dir: Path, policy: Policy, lora: bool) -> None:
             shutil.rmtree(staging, ignore_errors=True)
         if not is_write_error(error):
             raise
-        raise write_error(final, error, fix="free disk space, then rerun with --resume (it writes final/ again "
-                                            "from the last checkpoint)") from None
+        raise write_error(final, error, then=f"{RESUME} (it writes final/ again from the last checkpoint)") from None
 
 
 def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict[str, Any], *,

@@ -149,15 +149,18 @@ class RunShell:
             self.lock = lock.acquire()
 
     def release(self) -> None:
-        """Close the metrics log and give up the lock (each a no-op when done already)."""
-        self._close_metrics()
-        if self.lock is not None:
-            self.lock.release()
+        """Close the metrics log and give up the lock (each a no-op when done already; the lock is given up even when
+        closing the log fails, as on a full disk)."""
+        try:
+            self._close_metrics()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
     def _close_metrics(self) -> None:
-        if self.metrics_log is not None:
-            self.metrics_log.close()
-            self.metrics_log = None
+        log, self.metrics_log = self.metrics_log, None  # closed once, even when closing fails
+        if log is not None:
+            log.close()
 
     # ------------------------------------------------------------------ before the model loads
 

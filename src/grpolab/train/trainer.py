@@ -43,6 +43,7 @@ Departures from the papers and from TRL, all deliberate:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -65,7 +66,7 @@ from grpolab.engine.rollout import fixed_weights
 from grpolab.engine.sampler_path import SamplerRecord, sampler_metrics
 from grpolab.errors import UserError
 from grpolab.gradients.geometry import gradient_metrics_for_step
-from grpolab.io import is_write_error, write_error
+from grpolab.io import RESUME, is_write_error, write_error
 from grpolab.models import Policy, load_policy
 from grpolab.rewards import check_scores
 from grpolab.tasks import Problem, Task
@@ -330,14 +331,15 @@ class Trainer:
         """Train from ``start_step`` to ``config.steps`` with evaluations and checkpoints; then give up the
         run directory's lock."""
         try:
-            return self._run()
-        except Exception as error:  # a full disk while logging: one line, naming the file
-            if not is_write_error(error):
-                raise
-            raise write_error(getattr(error, "filename", None) or self.run_dir, error,
-                              fix="free disk space, then rerun with --resume") from None
-        finally:
-            self.shell.release()
+            result = self._run()
+            self.shell.release()  # closing the metrics log flushes it: a full disk there is a write error too
+            return result
+        except BaseException as error:
+            with contextlib.suppress(Exception):  # the first failure is the one to report; the lock goes all the same
+                self.shell.release()
+            if isinstance(error, Exception) and is_write_error(error):  # a full disk while logging: one line
+                raise write_error(getattr(error, "filename", None) or self.run_dir, error, then=RESUME) from None
+            raise
 
     def _run(self) -> RunResult:
         config = self.config

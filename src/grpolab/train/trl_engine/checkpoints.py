@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from grpolab import capabilities
 from grpolab.checksums import SEAL, seal_folder, seal_problem
 from grpolab.config import TrainConfig
-from grpolab.io import atomic_write_text
+from grpolab.errors import UserError
+from grpolab.io import atomic_write_text, share_modes
 from grpolab.train.identity import run_identity
 
 if TYPE_CHECKING:
@@ -60,8 +61,10 @@ def record_state(checkpoint: Path, config: TrainConfig) -> None:
 
 
 def seal(checkpoint: Path) -> None:
-    """Write ``checkpoint``'s ``checksums.json``: the SHA-256 of each of its files, by relative path."""
+    """Write ``checkpoint``'s ``checksums.json``: the SHA-256 of each of its files, by relative path; and give its
+    files the umask's modes (``io.share_modes``: TRL's safetensors are 0600)."""
     seal_folder(checkpoint)
+    share_modes(checkpoint)
 
 
 def checkpoint_problem(checkpoint: Path) -> str | None:
@@ -88,12 +91,20 @@ def checkpoint_model(checkpoint: Path, config: TrainConfig, source: str) -> Poli
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The newest checkpoint whose files match their seal; each newer one that does not is skipped with a warning
-    naming it and why. None when there is none."""
+    naming it and why. None when there is none, or only saves that never finished (a kill during TRL's save); a
+    ``UserError`` when every sealed one is damaged: restarting at step 0 would rewrite a trained run's logs."""
+    damaged = []
     for _, checkpoint in _checkpoints(run_dir):
         problem = checkpoint_problem(checkpoint)
         if problem is None:
             return checkpoint
         warnings.warn(f"checkpoint {checkpoint} is damaged ({problem}); skipping it", UserWarning, stacklevel=2)
+        if (checkpoint / SEAL).is_file():
+            damaged.append(checkpoint.name)
+    if damaged:
+        raise UserError(f"every checkpoint of {run_dir} is damaged or unfinished ({', '.join(damaged)} damaged), so "
+                        "a resume would restart at step 0 and rewrite the run's logs; move them aside to train the "
+                        "run afresh, or choose a new --out")
     return None
 
 
