@@ -1189,3 +1189,18 @@ def test_part_metrics_are_each_parts_mean_weighted_magnitude() -> None:
     assert part_metrics("dr_grpo", MIX_REWARDS, lengths) == {}
     degenerate = part_metrics("mix-grpo-dr_grpo-0.5", np.zeros((2, 3)), np.ones((2, 3)))
     assert degenerate == {"loss/mix_first": 0.0, "loss/mix_second": 0.0}  # no share of nothing
+
+
+@pytest.mark.parametrize("group_size", [3, 5, 6, 7])
+def test_reinforce_pp_leaves_all_equal_groups_at_exactly_zero(group_size: int) -> None:
+    """Was: the batch mean of the centred values, rounding of about 1e-17 at G not a power of two, was subtracted,
+    so all-equal groups got tiny non-zero advantages: trained by the engine's skip, and counted useful by
+    ``starvation/useful_fraction`` beside ``degenerate`` 0.75."""
+    rewards = torch.zeros(4, group_size, dtype=torch.float64)
+    rewards[0] = 1.0
+    rewards[2, 0] = 1.0  # the one mixed group
+    advantages = compute_advantages("reinforce_pp", rewards)
+    assert (advantages[[0, 1, 3]] == 0).all() and (advantages[2] != 0).all()
+    centred = rewards[2] - rewards[2].mean()
+    spread = torch.cat([centred, torch.zeros(3 * group_size, dtype=torch.float64)]).std(unbiased=False)
+    torch.testing.assert_close(advantages[2], centred / (spread + 1e-6))  # eps 1e-6

@@ -177,6 +177,21 @@ def test_opo_gets_the_gathered_completion_lengths(tiny_model: str, tmp_path: Pat
     torch.testing.assert_close(groups.advantages.double(), expected, rtol=1e-6, atol=1e-6)
 
 
+def test_opo_gets_the_lengths_as_generated_under_mask_truncated_completions(tiny_model: str, tmp_path: Path) -> None:
+    """TRL zeroes a truncated completion's completion_mask under mask_truncated_completions; lengths read from it
+    were 0, so opo's length-weighted baseline (and the token counts) were wrong. A 6-token budget at temperature
+    1.5 on a random model truncates most completions."""
+    runs = {}
+    for masked in (False, True):
+        trainer = _trainer(tiny_model, str(tmp_path / str(masked)), "opo", max_steps=1,
+                           mask_truncated_completions=masked)
+        trainer.train()
+        runs[masked] = trainer.last_groups
+    assert (runs[False].lengths == 6).any(), "no completion was truncated"
+    torch.testing.assert_close(runs[True].lengths, runs[False].lengths)  # the same seed samples the same tokens
+    assert (runs[True].lengths > 0).all()
+
+
 def test_resolve_advantage_names_and_callables() -> None:
     from grpolab.integrations.trl import resolve_advantage
 

@@ -128,16 +128,16 @@ def reinforce_pp(rewards: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
     Hu et al. 2025, REINFORCE++ (arXiv 2501.03262), the "REINFORCE++-baseline" variant: the group mean
     is subtracted, then the batch mean and batch standard deviation (population) of the centred values
     normalise them. Departure: grpolab whitens per completion, not per token (equal under outcome
-    rewards when all completions have the same length).
+    rewards when all completions have the same length). The batch mean of the centred values is 0 by
+    construction (each group's sum to 0), so it is not subtracted: the computed one is rounding (8e-17 at G = 3),
+    which would give an all-equal group advantages of -8e-17 instead of 0, training it and counting it useful.
     """
     _, mean, _ = _group_stats(rewards)
     centred = rewards - mean
     scored = centred[~torch.isnan(centred)]
     if scored.numel() == 0:
         return torch.zeros_like(rewards)
-    batch_mean = scored.mean()
-    batch_std = scored.std(unbiased=False)
-    return _divide(centred - batch_mean, batch_std, eps)
+    return _divide(centred, scored.std(unbiased=False), eps)
 
 
 

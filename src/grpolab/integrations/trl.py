@@ -27,7 +27,8 @@ Departures from TRL (and from the papers):
 * With ``advantage="grpo"`` (sample std, eps 1e-4; grpolab's defaults) the advantages equal TRL's
   default ``scale_rewards="group"`` ones up to float rounding: tests/integrations/test_trl.py checks it.
 * An estimator that weighs completions by length (``opo``) gets the gathered completion lengths [P, G] (tokens
-  of ``completion_mask``) as ``lengths``.
+  as generated, also under ``mask_truncated_completions``, which zeroes a truncated one's ``completion_mask``) as
+  ``lengths``.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ class GRPOTrainer(_TRLGRPOTrainer):
         entry = advantage_registry.info(advantage) if isinstance(advantage, str) else None
         self._needs_lengths = entry is not None and entry.needs_lengths  # opo: lengths [P, G] with the rewards
         self._gathered_rewards: torch.Tensor | None = None
+        self._local_lengths: list[int] = []
         self.last_groups: GroupedBatch | None = None  # the newest generation batch, grouped
         self._success_windows = {"train": diagnostics.SuccessWindow(), "eval": diagnostics.SuccessWindow()}
         super().__init__(*args, **kwargs)
@@ -135,6 +137,9 @@ class GRPOTrainer(_TRLGRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._gathered_rewards = rewards_per_func  # [N_all_processes, F], same on every rank
+        # this process's lengths as generated: under mask_truncated_completions TRL zeroes a truncated completion's
+        # completion_mask, which would make its length 0 (and opo's baseline, and the token counts, wrong)
+        self._local_lengths = [len(ids) for ids in completion_ids_list]
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):  # type: ignore[override]
@@ -145,7 +150,8 @@ class GRPOTrainer(_TRLGRPOTrainer):
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         rewards = group_rewards(rewards_per_func, self.reward_weights, num_generations)  # [P, G], on the device
-        lengths = self.accelerator.gather(output["completion_mask"].sum(dim=1)).view_as(rewards)  # [P, G] tokens
+        local_lengths = torch.tensor(self._local_lengths, device=output["completion_mask"].device)
+        lengths = self.accelerator.gather(local_lengths).view_as(rewards)  # [P, G] tokens
         extra = {"lengths": lengths} if self._needs_lengths else {}
         advantages = self.advantage_fn(rewards, **self.advantage_kwargs, **extra)  # [P, G]
         all_advantages = advantages.reshape(-1).to(rewards_per_func.dtype)  # [N_all]
