@@ -192,6 +192,14 @@ def test_opo_gets_the_lengths_as_generated_under_mask_truncated_completions(tiny
     assert (runs[True].lengths > 0).all()
 
 
+def test_a_scale_rewards_that_contradicts_grpo_is_refused(tiny_model: str, tmp_path: Path) -> None:
+    """Was: scale_rewards="none" with the default advantage gave std-scaled grpo advantages without a word."""
+    for scale in ("none", "batch"):
+        with pytest.raises(ValueError, match=rf"scale_rewards='{scale}' does not apply.*advantage='dr_grpo'"):
+            _trainer(tiny_model, str(tmp_path), "grpo", scale_rewards=scale, max_steps=1)
+    assert _trainer(tiny_model, str(tmp_path), "dr_grpo", scale_rewards="none", max_steps=1).advantage_name == "dr_grpo"
+
+
 def test_resolve_advantage_names_and_callables() -> None:
     from grpolab.integrations.trl import resolve_advantage
 

@@ -42,6 +42,18 @@ def test_an_unclassified_field_is_refused_when_set(monkeypatch: pytest.MonkeyPat
         check_supported(TrainConfig(engine="trl", eval_limit=5))
 
 
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"advantage": "nosuch"}, "unknown advantage estimator 'nosuch'"),
+    ({"advantage": "passk", "advantage_kwargs": {"k": 5}}, "fix --advantage-kwargs"),
+    ({"advantage": "sign", "group_size": 1}, "group_size 1 is not supported by engine trl"),
+])
+def test_what_grpolabs_engine_refuses_before_it_starts_trl_refuses_too(changes: dict[str, Any], words: str) -> None:
+    """Was: a 30-line traceback, or one in TRL's training step after the start evaluation had run."""
+    with pytest.raises(UserError) as error:
+        check_supported(TrainConfig(engine="trl", **changes))
+    assert words in str(error.value) and "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize(("changes", "setting"), [
     ({"dynamic_sampling": True}, "dynamic_sampling"),
     ({"reward_granularity": "token", "advantage": "grpo"}, "reward_granularity"),

@@ -23,7 +23,9 @@ Departures from TRL (and from the papers):
 * The reward of a completion is TRL's weighted sum over reward functions (``reward_weights``), with
   NaN when every reward function returned ``None``; the estimator then sees NaN (advantage 0).
 * ``scale_rewards`` and ``multi_objective_aggregation`` are TRL's advantage knobs and do not apply;
-  ``multi_objective_aggregation="normalize_then_sum"`` is refused rather than silently ignored.
+  ``multi_objective_aggregation="normalize_then_sum"`` is refused rather than silently ignored, and so is a
+  ``scale_rewards`` other than ``"group"`` with ``advantage="grpo"`` (the default), which it would contradict
+  (``dr_grpo`` is ``"none"``, ``batch_std`` is ``"batch"``).
 * With ``advantage="grpo"`` (sample std, eps 1e-4; grpolab's defaults) the advantages equal TRL's
   default ``scale_rewards="group"`` ones up to float rounding: tests/integrations/test_trl.py checks it.
 * An estimator that weighs completions by length (``opo``) gets the gathered completion lengths [P, G] (tokens
@@ -127,6 +129,12 @@ class GRPOTrainer(_TRLGRPOTrainer):
         self.last_groups: GroupedBatch | None = None  # the newest generation batch, grouped
         self._success_windows = {"train": diagnostics.SuccessWindow(), "eval": diagnostics.SuccessWindow()}
         super().__init__(*args, **kwargs)
+        if self.advantage_name == "grpo" and self.scale_rewards != "group":  # the default estimator scales by group
+            raise ValueError(
+                f"scale_rewards={self.scale_rewards!r} does not apply: grpolab's GRPOTrainer makes the advantages "
+                "with its advantage= estimator, here 'grpo' (each group's std); pass advantage='dr_grpo' for "
+                "r - mean (scale_rewards='none') or advantage='batch_std' (scale_rewards='batch')"
+            )
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 "grpolab's GRPOTrainer computes advantages from the weighted sum of the rewards; "

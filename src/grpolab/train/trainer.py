@@ -101,7 +101,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.on_step = on_step
         self.start_eval_cache = start_eval_cache  # shared start evaluations (a sweep's runs at one seed)
-        _check_estimator(config)  # before the run directory exists: a refused estimator leaves nothing behind
+        check_estimator(config)  # before the run directory exists: a refused estimator leaves nothing behind
         self.shell = RunShell(config, self.run_dir, command="grpolab train")  # locked until run() ends
         try:  # under the lock: --overwrite deletes no live files
             self.shell.check_fresh(resume=resume, overwrite=overwrite, has_checkpoint=_has_checkpoint(self.run_dir))
@@ -397,8 +397,9 @@ def _has_checkpoint(run_dir: Path) -> bool:
     return capabilities.engine("grpolab").has_checkpoint(run_dir)
 
 
-def _check_estimator(config: TrainConfig) -> None:
-    """Fail before loading anything on an unknown estimator or a group size it cannot use."""
+def check_estimator(config: TrainConfig) -> None:
+    """Fail before loading anything on an unknown estimator, a group size it cannot use or ``--advantage-kwargs`` it
+    does not take (both engines: ``trl_engine.arguments.check_supported`` calls it too)."""
     try:
         entry = advantage_registry.info(config.advantage)
     except ValueError as error:

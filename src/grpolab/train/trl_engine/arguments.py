@@ -188,7 +188,14 @@ def settings_for_trl_name(name: str) -> list[str]:
 
 
 def check_supported(config: TrainConfig) -> None:
-    """Refuse, in one line naming the setting and the engine, a setting TRL cannot honour."""
+    """Refuse, in one line naming the setting and the engine, a setting TRL cannot honour; and, as grpolab's engine
+    does, an unknown estimator or bad ``--advantage-kwargs`` (``trainer.check_estimator``), before anything runs."""
+    from grpolab.train.trainer import check_estimator
+
+    check_estimator(config)
+    if config.group_size < 2:
+        raise UserError(f"group_size {config.group_size} is not supported by engine trl (TRL's GRPOTrainer needs at "
+                        "least 2 generations per prompt); raise --group-size or use --engine grpolab")
     for name in (f.name for f in dataclasses.fields(config)):
         value = getattr(config, name)
         if name in MAPPED or name in GRPOLAB_SIDE or value == _default(name):
@@ -320,7 +327,7 @@ def grpo_arguments(config: TrainConfig, *, output_dir: str, num_processes: int, 
         "seed": config.seed, "data_seed": config.seed, "use_vllm": config.use_vllm, "vllm_mode": config.vllm_mode,
         "use_cpu": devices.resolve(config.device).type == "cpu",  # else accelerate's (run.py makes the GPU current)
         **_checkpoints(config),
-        "scale_rewards": "none",  # not read: grpolab's estimator makes the advantages
+        "scale_rewards": "group",  # TRL's default, not read: grpolab's estimator makes the advantages
         **_no_activation_checkpointing(), "logging_steps": 1, "logging_strategy": "steps", "eval_strategy": "no",
         "report_to": ["none"], "disable_tqdm": True, "log_completions": False, "save_only_model": False,
         "remove_unused_columns": False, "dataloader_pin_memory": False,
