@@ -298,3 +298,18 @@ def test_trls_adaptive_entropy_moves_its_coefficient(tmp_path: Path) -> None:
                          "entropy_coef_delta": 0.02}), tmp_path / "run")
     rows = [row for row in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss/total" in row]
     assert [row["trl/entropy_coef"] for row in rows] == pytest.approx([0.03, 0.05])
+
+
+def test_a_resumed_run_keeps_its_success_window(tmp_path: Path) -> None:
+    """Was: the TRL engine's checkpoints held no success window, so a resumed run's d_iid, window_groups and
+    jensen_gap at step 3 saw step 3 alone, where the undisturbed run saw steps 1 to 3."""
+    from grpolab.train import train
+
+    settings = {**TINY, "steps": 3, "eval_samples": 0, "eval_start": False, "advantage": "dr_grpo"}
+    train(TrainConfig(**settings), tmp_path / "whole")
+    train(TrainConfig(**{**settings, "steps": 2}), tmp_path / "resumed")
+    train(TrainConfig(**settings), tmp_path / "resumed", resume=True)
+    keys = ("starvation/window_groups", "starvation/d_iid", "starvation/jensen_gap")
+    whole, resumed = (read_metrics(tmp_path / name / "metrics.jsonl")[-1] for name in ("whole", "resumed"))
+    assert whole["step"] == resumed["step"] == 3 and whole["starvation/window_groups"] == 6
+    assert [resumed[k] for k in keys] == pytest.approx([whole[k] for k in keys])

@@ -142,6 +142,15 @@ class GRPOTrainer(_TRLGRPOTrainer):
                 "use 'sum_then_normalize' (TRL's default)"
             )
 
+    def success_window_state(self) -> list[list[float]]:
+        """The training success window behind ``starvation/d_iid`` and ``jensen_gap`` (``SuccessWindow.state``), for
+        a checkpoint to keep."""
+        return self._success_windows["train"].state()
+
+    def load_success_window(self, state: list[list[float]]) -> None:
+        """Restore the training success window a checkpoint kept (``success_window_state``)."""
+        self._success_windows["train"].load_state(state)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._gathered_rewards = rewards_per_func  # [N_all_processes, F], same on every rank

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from grpolab.models import Policy
 
 __all__ = ["LAYOUT", "SEAL", "any_checkpoint", "checkpoint_model", "checkpoint_problem", "latest_checkpoint", "prune",
-           "record_state", "seal", "trl_checkpoint_settings", "unreadable"]
+           "record_state", "saved_success_window", "seal", "trl_checkpoint_settings",
+           "unreadable"]
 
 LAYOUT = capabilities.engine("trl").checkpoints
 """TRL's folder names, ``checkpoint-N`` for N optimiser steps (``grpolab.capabilities``)."""
@@ -52,12 +53,25 @@ def any_checkpoint(run_dir: Path) -> bool:
     return capabilities.engine("trl").has_checkpoint(run_dir)
 
 
-def record_state(checkpoint: Path, config: TrainConfig) -> None:
+def record_state(checkpoint: Path, config: TrainConfig, success_window: list[list[float]] | None = None) -> None:
     """Write ``state.json`` with the settings the run trains under and the identity of its data and local model
     (``run_identity``), as grpolab's own checkpoints hold them, so that a resume refuses changed settings or data
-    (``settings.checked_resume_settings``, ``settings.check_identity``)."""
-    atomic_write_text(checkpoint / "state.json",
-                      json.dumps({"settings": config.to_dict(), "identity": run_identity(config)}))
+    (``settings.checked_resume_settings``, ``settings.check_identity``); and the training success window
+    (``SuccessWindow.state``), so that a resumed run's ``d_iid`` and ``jensen_gap`` see the steps before it."""
+    state = {"settings": config.to_dict(), "identity": run_identity(config)}
+    if success_window is not None:
+        state["success_window"] = success_window
+    atomic_write_text(checkpoint / "state.json", json.dumps(state))
+
+
+def saved_success_window(checkpoint: Path) -> list[list[float]]:
+    """The training success window ``record_state`` saved in ``checkpoint`` ([] when it holds none)."""
+    try:
+        state = json.loads((checkpoint / "state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    window = state.get("success_window") if isinstance(state, dict) else None
+    return window if isinstance(window, list) else []
 
 
 def seal(checkpoint: Path) -> None:

@@ -123,7 +123,7 @@ class RunRecorder(TrainerCallback):
         self.drain()  # a checkpoint's steps are in rollouts/ and durable in metrics.jsonl too
         if self.shell.writer:  # TRL's save has returned: seal what it wrote, then rotate (trl_engine.checkpoints)
             checkpoint = Path(args.output_dir) / LAYOUT.name(state.global_step)
-            record_state(checkpoint, self.shell.config)
+            record_state(checkpoint, self.shell.config, self.trainer.success_window_state())
             seal(checkpoint)
             prune(self.shell.run_dir, self.shell.config.keep_checkpoints)
 

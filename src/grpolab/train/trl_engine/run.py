@@ -53,7 +53,7 @@ from grpolab.train.runlog import read_metrics
 from grpolab.train.settings import check_identity
 from grpolab.train.shell import RunShell, step_problems
 from grpolab.train.trl_engine.arguments import check_supported, grpo_arguments, lora_config
-from grpolab.train.trl_engine.checkpoints import any_checkpoint, latest_checkpoint
+from grpolab.train.trl_engine.checkpoints import any_checkpoint, latest_checkpoint, saved_success_window
 
 __all__ = ["TRLRun"]
 
@@ -189,6 +189,8 @@ class TRLRun:
             callbacks=[self.recorder], advantage=config.advantage, advantage_kwargs=config.advantage_kwargs,
         )
         self.recorder.trainer = trainer
+        if self.checkpoint is not None:  # the window of the steps before the checkpoint, as grpolab's engine keeps it
+            trainer.load_success_window(saved_success_window(self.checkpoint))
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # grpolab shows its own progress and writes metrics.jsonl
