@@ -178,7 +178,7 @@ KEYS: tuple[MetricKey, ...] = (
               "entropy bonus",
               trl=("loss",)),
     MetricKey("loss/kl", "nats/token", "mean per-token KL to the reference policy (k3)",
-              {"grpolab": ALWAYS, "trl": "beta > 0"}, trl=("kl",)),
+              {"grpolab": "beta > 0", "trl": "beta > 0"}, trl=("kl",)),
     MetricKey("loss/entropy", "nats/token", "mean entropy of the trained tokens under the policy being updated "
               "(the loss's forward pass; grpolab's update computes it only for the entropy bonus, its rollout/entropy "
               "is the sampling entropy)", {"grpolab": "entropy_coef > 0", "trl": ALWAYS}, trl=("entropy",)),

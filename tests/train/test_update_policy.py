@@ -241,3 +241,15 @@ def test_with_a_kl_term_every_row_is_forwarded() -> None:
                             reference=reference)
     assert metrics["loss/trained_sequences"] == 6 and metrics["loss/kl"] > 0
     assert model.forwarded == [6] and model.bias.grad.abs().max() > 0  # the KL term alone has a gradient
+
+
+def test_without_a_kl_term_no_kl_is_reported() -> None:
+    """Was: loss/kl 0.0 at beta 0, where no reference policy exists to measure it: a policy that has moved read as
+    one at KL 0 beside the TRL engine's runs, which leave the key out."""
+    batch = _batch(PROMPTS, COMPLETIONS, group_size=3)
+    model = BagOfTokens()
+    optimizer = torch.optim.SGD(list(model.parameters()), lr=0.0)
+    metrics = update_policy(model, optimizer, batch, torch.tensor([[1.0, -1.0, 0.5], [0.5, -0.5, 1.0]]),
+                            TrainConfig(beta=0.0, max_grad_norm=0.0, micro_batch_size=64), lr=0.0,
+                            max_length=MAX_LENGTH)
+    assert "loss/kl" not in metrics and metrics["loss/trained_sequences"] == 6

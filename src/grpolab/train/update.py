@@ -187,13 +187,14 @@ def update_policy(
     tokens = float(mask[rows].sum()) if rows else 0.0
     metrics = {
         "loss/total": totals.loss,
-        "loss/kl": totals.kl / max(tokens, 1.0),
         "loss/clip_fraction": totals.clipped / max(tokens, 1.0),
         "loss/grad_norm": grad_norm,
         "loss/lr": lr,
         "loss/trained_sequences": float(len(rows)),
         "loss/train_tokens": tokens,
     }
+    if config.beta > 0:  # with no reference policy there is no KL to report (0 would read as "not moved")
+        metrics["loss/kl"] = totals.kl / max(tokens, 1.0)
     metrics["loss/clipped"] = float(0 < config.max_grad_norm < grad_norm)  # loss/grad_norm is the pre-clip norm
     if batch.sampler_logprobs is not None and tokens > 0:
         metrics["rollout/sampler_kl"] = totals.sampler_kl / tokens
