@@ -8,7 +8,7 @@ import os
 import pytest
 
 from grpolab.errors import UserError
-from grpolab.io import atomic_write_text, inside, write_error
+from grpolab.io import atomic_write_text, check_output_file, check_output_folder, inside, write_error
 
 pytestmark = pytest.mark.fast
 
@@ -151,3 +151,48 @@ def test_an_atomic_write_gives_the_mode_a_plain_write_would(tmp_path):
     atomic.chmod(0o640)
     atomic_write_text(atomic, "y")
     assert atomic.stat().st_mode & 0o777 == 0o640  # a file's own mode is kept
+
+
+def _no_permission(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creating a file fails as it does for a user without write permission (the tests may run as root)."""
+    real_open = os.open
+
+    def refuse(path, flags, *args):
+        if flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refuse)
+
+
+def test_an_output_folder_is_made_probed_and_left_clean(tmp_path):
+    folder = check_output_folder(tmp_path / "a" / "b")
+    assert folder.is_dir() and list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("check", [check_output_folder, check_output_file])
+def test_an_output_that_cannot_be_written_is_one_line_naming_the_flag(tmp_path, monkeypatch, check):
+    _no_permission(monkeypatch)
+    with pytest.raises(UserError) as caught:
+        check(tmp_path / "x", flag="--html")
+    line = str(caught.value)
+    assert "--html" in line and "(permission denied)" in line and "choose another --html" in line
+    assert "\n" not in line and not (tmp_path / "x").is_file()
+    assert not (tmp_path / "x").exists() or list((tmp_path / "x").iterdir()) == []
+
+
+def test_an_output_file_is_refused_when_it_is_a_folder_or_its_folder_is_not_there(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    for path, said in [(tmp_path, "is a folder; give a file name"),
+                       (tmp_path / "missing" / "r.json", "missing does not exist"),
+                       (tmp_path / "a-file" / "r.json", "a-file is a file, not a folder")]:
+        with pytest.raises(UserError, match=said):
+            check_output_file(path)
+    assert check_output_file(tmp_path / "r.json") == tmp_path / "r.json" and not (tmp_path / "r.json").exists()
+
+
+def test_an_output_folder_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "a-file").write_text("kept")
+    with pytest.raises(UserError, match="a-file is a file; choose a folder"):
+        check_output_folder(tmp_path / "a-file")
+    assert (tmp_path / "a-file").read_text() == "kept"

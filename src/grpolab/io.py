@@ -17,6 +17,9 @@
   name, so ``open_no_follow`` and ``refuse_links`` refuse it in one line (``hard_link_error``) before a byte is
   written (``"w"`` truncates only after the check); the atomic writers replace the name, leaving the other
   names' file as it was.
+* ``check_output_folder`` / ``check_output_file``: an output a command writes at its end (a folder made, or a
+  file's folder) probed writable before any work, so that a read-only or missing place is refused in one line
+  before minutes of sampling, not after (``probe_writable``).
 * ``numbered``: the entries ``PREFIX<N>`` of a folder (checkpoints, step logs) by the number N, read as ASCII
   digits only (``str.isdigit`` also takes ``²`` and ``٣``, which ``int`` then refuses or reads as 3).
 """
@@ -40,6 +43,8 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "atomic_write_with",
+    "check_output_file",
+    "check_output_folder",
     "fsync_dir",
     "hard_link_error",
     "inside",
@@ -49,6 +54,7 @@ __all__ = [
     "numbered",
     "open_no_follow",
     "os_error_advice",
+    "probe_writable",
     "read_error",
     "refuse_links",
     "share_modes",
@@ -231,6 +237,50 @@ def write_error(path: str | Path, error: BaseException, *, then: str = "rerun") 
     (how to go on once that is done)."""
     reason, remedy = os_error_advice(error)
     return UserError(f"cannot write {path} ({reason}); {remedy}, then {then}")
+
+
+def probe_writable(folder: Path) -> None:
+    """Create and remove a new file in ``folder``: an ``OSError`` when this user cannot write there. The probe
+    is named per process (two starting writers do not collide) and made with ``O_EXCL`` (never a link's target);
+    a killed writer's probe, or a link planted under its name, is removed first."""
+    probe = folder / f".write-test-{os.getpid()}"
+    probe.unlink(missing_ok=True)
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    probe.unlink()
+
+
+def check_output_folder(folder: str | Path, *, flag: str = "--out") -> Path:
+    """``folder``, made (with its parents) and probed writable, or a one-line ``UserError`` naming ``flag``."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{flag} {folder} is a file; choose a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe_writable(folder)
+    except OSError as error:
+        reason, remedy = os_error_advice(error)
+        raise UserError(f"cannot write to {flag} {folder} ({reason}); {remedy}, or choose another {flag}") from None
+    return folder
+
+
+def check_output_file(path: str | Path, *, flag: str = "--out", example: str = "result.json") -> Path:
+    """``path``, refused in one line naming ``flag`` when it is a folder, its folder is missing, or that folder
+    cannot be written (``probe_writable``); the file itself is written later, whole (``atomic_write_text``).
+    ``example`` is the file name the refusal of a folder suggests."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{flag} {path} is a folder; give a file name, such as {path / example}")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UserError(f"{flag} {path}: {path.parent} is a file, not a folder; choose another {flag}")
+    if not path.parent.is_dir():
+        raise UserError(f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another "
+                        f"{flag}")
+    try:
+        probe_writable(path.parent)
+    except OSError as error:
+        reason, remedy = os_error_advice(error)
+        raise UserError(f"cannot write {flag} {path} ({reason}); {remedy}, or choose another {flag}") from None
+    return path
 
 
 def inside(folder: str | Path, relative: str, *, what: str = "path") -> Path:

@@ -116,3 +116,39 @@ def test_the_table_gives_each_share_its_standard_error(written: tuple[Path, dict
     per_prompt = degeneracy_per_prompt(counts, 4, 2)
     assert rows[2]["degenerate_se"] == pytest.approx(per_prompt.std(ddof=1) / len(counts) ** 0.5)
     assert rows[8]["degenerate_se"] is None
+
+
+def test_a_rerun_whose_band_is_empty_removes_the_earlier_band(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A second pre-flight into the same --out with an empty band left the first one's band/ and control/ there,
+    to be trained on as if they were this pre-flight's."""
+    assert main([*ARGS, "--eval-limit", "6", "--out", str(tmp_path), "--band", "0,1", "--no-progress"]) == 0
+    assert (tmp_path / "band" / "train.jsonl").is_file() and (tmp_path / "control" / "train.jsonl").is_file()
+    assert main([*ARGS, "--eval-limit", "6", "--out", str(tmp_path), "--band", "0.3,0.4", "--no-progress"]) == 2
+    assert not (tmp_path / "band").exists() and not (tmp_path / "control").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["band_prompts"] == 0
+
+
+def test_an_empty_band_leaves_a_band_folder_of_the_users_and_says_so(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "band").mkdir()
+    (tmp_path / "band" / "notes.txt").write_text("mine")
+    assert main([*ARGS, "--eval-limit", "6", "--out", str(tmp_path), "--band", "0.3,0.4", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds files the pre-flight does not write (notes.txt)" in err and "move it away" in err
+    assert "\n" not in err and (tmp_path / "band" / "notes.txt").read_text() == "mine"
+    assert json.loads((tmp_path / "summary.json").read_text())["band_prompts"] == 0  # the predictions are kept
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_sampling(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from grpolab.preflight import pipeline
+
+    monkeypatch.setattr(pipeline, "_sample", lambda *a, **k: pytest.fail("sampled before checking --out"))
+    (tmp_path / "a-file").write_text("")
+    assert main([*ARGS, "--out", str(tmp_path / "a-file" / "pf"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"cannot write to --out {tmp_path / 'a-file' / 'pf'}" in err and "\n" not in err
+    assert main([*ARGS, "--out", str(tmp_path / "a-file"), "--no-progress"]) == 2
+    assert "a-file is a file; choose a folder" in capsys.readouterr().err

@@ -125,3 +125,15 @@ def test_a_wrong_directory_and_a_missing_final_model_fail_in_one_line(
     assert main(["mechanism", str(copy)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no final model" in err and f"grpolab compare --out {copy}" in err, err
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_measuring(
+        compared: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: every run's model loaded and sampled, then the write failed."""
+    import grpolab.mechanism
+
+    monkeypatch.setattr(grpolab.mechanism, "measure_runs", lambda *a, **k: pytest.fail("measured before --out"))
+    (tmp_path / "a-file").write_text("")
+    assert main(["mechanism", str(compared), "--out", str(tmp_path / "a-file" / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"cannot write to --out {tmp_path / 'a-file' / 'm'}" in err, err

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
+from grpolab.io import check_output_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,14 +56,10 @@ def _json_safe(value: Any) -> Any:
 
 
 def _check_html_path(path: Path | None) -> None:
-    """Refuse, before reading any log, an ``--html`` that names a folder or sits in a folder that is missing."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise UserError(f"--html {path} is a folder; give the report a file name, such as {path / 'audit.html'}")
-    if not path.parent.is_dir():
-        raise UserError(f"--html {path}: the folder {path.parent} does not exist; create it or write the report "
-                        "elsewhere")
+    """Refuse, before reading any log, an ``--html`` that names a folder, sits in a folder that is missing, or
+    cannot be written."""
+    if path is not None:
+        check_output_file(path, flag="--html", example="audit.html")
 
 
 def run(args: argparse.Namespace) -> int:

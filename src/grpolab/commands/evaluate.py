@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ import numpy as np
 from grpolab.commands.flags import add_config_arguments, config_from_args
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
+from grpolab.io import atomic_write_text, check_output_file
 from grpolab.progress import results_console as console
 
 # The TrainConfig fields this command reads; each is a flag as in `grpolab train`.
@@ -64,6 +64,8 @@ def _run_paired(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out:
+        check_output_file(args.out)  # before minutes of sampling, not after
     if args.against or args.compare:
         return _run_paired(args)
     if args.from_samples:
@@ -94,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
                       temperature=config.temperature, max_new_tokens=config.max_new_tokens)
     data = {"model": config.model, "task": config.task, **result.to_dict()}
     if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=1))
+        atomic_write_text(args.out, json.dumps(data, indent=1))
     if args.json:
         print(json.dumps({k: v for k, v in data.items() if k not in ("successes", "problem_ids")}))
         return 0

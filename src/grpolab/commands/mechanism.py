@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from grpolab.errors import UserError
+from grpolab.io import check_output_folder
 from grpolab.progress import progress_bar
 from grpolab.progress import results_console as console
 
@@ -57,10 +58,12 @@ def run(args: argparse.Namespace) -> int:
     options = Options(prompts=args.prompts, samples=args.samples, seed=args.seed, device=args.device,
                       end_samples=not args.no_end_samples, parts=parse_parts(args.parts),
                       trust_run_code=args.trust_run_code, variant=args.variant)
-    # fails before any model loads, on a wrong device, a wrong directory, a missing variant or untrusted code
+    # fails before any model loads, on a wrong device, a wrong directory, a missing variant, untrusted code or an
+    # --out that cannot be written
     resolve_device(args.device)
     runs = runs_to_analyse(compare_dir, need_final=options.sampled, trust_run_code=args.trust_run_code,
                            variant=args.variant)
+    out = check_output_folder(Path(args.out) if args.out else _default_out(compare_dir, args.variant))
     total = (len(runs) + 1 if options.sampled else 0) + ("updates" in options.parts)
     with progress_bar(True) as bar:
         task_id = bar.add_task("mechanism", total=total, info="measuring") if bar else None
@@ -71,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
 
         per_run, facts = measure_runs(compare_dir, options, on_progress)
     summary = summarise(per_run)
-    out = Path(args.out) if args.out else _default_out(compare_dir, args.variant)
     paths = write_outputs(out, per_run, summary, {**facts, "out": str(compare_dir)})
     if "tokens" in options.parts or "passk" in options.parts:
         console.print(terminal_table(summary))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.errors import UserError
+from grpolab.io import atomic_write_text
 from grpolab.progress import results_console as console
 
 PROMPT_CLAIM = ("prompt-level band (prompts resampled): a claim about these two checkpoints on prompts like these, "
@@ -49,7 +50,7 @@ def run_compare(args: Any) -> int:
 
 def _emit(args: Any, data: dict[str, Any], show: Any) -> int:
     if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=1))
+        atomic_write_text(args.out, json.dumps(data, indent=1))
     if args.json:
         print(json.dumps(data))
     else:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
+from grpolab.io import atomic_write_text
 from grpolab.progress import results_console as console
 
 
@@ -32,7 +32,7 @@ def run(args: Any) -> int:
     scores = score_files(args.from_samples, args.verifier)
     data = {"tasks": [task_dict(score) for score in scores]}
     if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=1))
+        atomic_write_text(args.out, json.dumps(data, indent=1))
     if args.json:
         print(json.dumps(data))
         return 0

@@ -6,7 +6,8 @@
   equal-size random control from the whole pool), ``test.jsonl`` the task's own test split, so that runs on
   either folder are scored on the same held-out prompts as runs on the task itself. Prompts are written as the
   model saw them (the task's template already applied), so the ``file`` task's default template ``{prompt}``
-  reproduces them.
+  reproduces them. A pre-flight whose band is empty writes neither, and removes the ones an earlier pre-flight
+  left in the same ``--out`` (``remove_data_folder``), which would otherwise read as this one's.
 * ``summary.json``: the result of ``grpolab preflight --json``.
 """
 
@@ -21,10 +22,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from grpolab.errors import UserError
 from grpolab.io import atomic_write_text
 from grpolab.tasks import Problem
 
-__all__ = ["counts_frame", "train_command", "write_counts", "write_data_folder"]
+__all__ = ["counts_frame", "remove_data_folder", "train_command", "write_counts", "write_data_folder"]
 
 
 def counts_frame(problems: Sequence[Problem], successes: np.ndarray, n: int) -> pd.DataFrame:
@@ -47,6 +49,24 @@ def write_data_folder(folder: Path, train: Sequence[Problem], test: Sequence[Pro
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / "train.jsonl", _jsonl(train))
     atomic_write_text(folder / "test.jsonl", _jsonl(test))
+
+
+def remove_data_folder(folder: Path) -> None:
+    """Remove a folder ``write_data_folder`` wrote (train.jsonl and test.jsonl, nothing else); a folder holding
+    anything more is the user's, and is refused in one line rather than deleted or left to be read as current."""
+    if not folder.is_dir() or folder.is_symlink():
+        if folder.is_symlink() or folder.exists():
+            raise UserError(f"{folder} is not a folder the pre-flight wrote, and this pre-flight's band is empty; "
+                            "move it away so that it is not read as this band (the predictions are written)")
+        return
+    names = {entry.name for entry in folder.iterdir()}
+    if not names <= {"train.jsonl", "test.jsonl"}:
+        raise UserError(f"{folder} holds files the pre-flight does not write ({', '.join(sorted(names)[:3])}), "
+                        "and this pre-flight's band is empty; move it away so that it is not read as this band (the "
+                        "predictions are written)")
+    for name in names:
+        (folder / name).unlink()
+    folder.rmdir()
 
 
 def train_command(model: str, folder: Path, group_size: int, sampling: dict[str, Any]) -> str:

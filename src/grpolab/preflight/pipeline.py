@@ -13,7 +13,7 @@ import numpy as np
 
 from grpolab.config import TrainConfig
 from grpolab.errors import UserError
-from grpolab.io import atomic_write_text
+from grpolab.io import atomic_write_text, check_output_folder
 from grpolab.preflight import outputs, predict
 from grpolab.preflight.result import PreflightResult
 from grpolab.tasks import Problem, Task
@@ -65,13 +65,12 @@ def preflight(config: TrainConfig, out_dir: str | Path, *, band: tuple[float, fl
                         f"{config.eval_samples}")
     if band is not None:
         band = predict.check_band(band)  # a malformed band fails before any sampling
+    out = check_output_folder(out_dir)  # an unwritable --out fails before the sampling, not after it
     task = load_task_for(config)
     problems = list(task.train[: config.eval_limit] if config.eval_limit else task.train)
     if on_start is not None:
         on_start(len(problems))
     successes = _sample(config, task, problems, on_chunk)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     outputs.write_counts(outputs.counts_frame(problems, successes, config.eval_samples), out / "counts.csv")
     result = analyse(successes, config.eval_samples, band=band, model=config.model, task=config.task,
                      problem_ids=[p.id for p in problems], seed=config.seed, sampling=_sampling(config, task))
@@ -100,3 +99,6 @@ def _write(result: PreflightResult, out: Path, task: Task, problems: list[Proble
     result.files = {name: str(out / name) for name in names}
     atomic_write_text(out / "summary.json", json.dumps(result.to_dict(), indent=1))
     write_page(result, out / "preflight.html")
+    if not result.band_size:  # an earlier pre-flight's folders in the same --out would read as this one's band
+        for name in ("band", "control"):
+            outputs.remove_data_folder(out / name)

@@ -24,7 +24,6 @@ The metric keys a step writes are listed once, in ``grpolab.metric_keys``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import numpy as np
 
 from grpolab.config import TrainConfig, save_config
 from grpolab.errors import UserError
+from grpolab.io import probe_writable
 from grpolab.models import Policy
 from grpolab.tasks import Problem, Task
 from grpolab.train.divergence import RunDiverged, record_divergence
@@ -110,10 +110,7 @@ def prepare_run_dir(run_dir: Path) -> None:
     refuse_a_file(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / f".write-test-{os.getpid()}"  # per process: two starting writers must not collide
-        probe.unlink(missing_ok=True)  # a killed writer's probe, or a link planted there (its target untouched)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL))  # a new file, never a link's target
-        probe.unlink()
+        probe_writable(run_dir)
     except OSError as error:
         raise UserError(f"cannot write to output directory {run_dir} ({error.strerror}); choose a writable --out") \
             from None
