@@ -20,6 +20,9 @@
 * ``check_output_folder`` / ``check_output_file``: an output a command writes at its end (a folder made, or a
   file's folder) probed writable before any work, so that a read-only or missing place is refused in one line
   before minutes of sampling, not after (``probe_writable``).
+* ``naming``: an ``OSError`` raised inside the block with no file name (a write, flush or fsync on an open handle,
+  pyarrow's writer) gets the block's path as its ``filename``, so that a full disk's one line names the file it
+  stopped, not the run folder.
 * ``numbered``: the entries ``PREFIX<N>`` of a folder (checkpoints, step logs) by the number N, read as ASCII
   digits only (``str.isdigit`` also takes ``²`` and ``٣``, which ``int`` then refuses or reads as 3).
 """
@@ -32,7 +35,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -50,6 +53,7 @@ __all__ = [
     "inside",
     "is_write_error",
     "link_error",
+    "naming",
     "number_after",
     "numbered",
     "open_no_follow",
@@ -237,6 +241,17 @@ def write_error(path: str | Path, error: BaseException, *, then: str = "rerun") 
     (how to go on once that is done)."""
     reason, remedy = os_error_advice(error)
     return UserError(f"cannot write {path} ({reason}); {remedy}, then {then}")
+
+
+@contextlib.contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """Within the block, an ``OSError`` that names no file is given ``path`` as its ``filename``."""
+    try:
+        yield
+    except OSError as error:
+        if not error.filename:
+            error.filename = str(path)
+        raise
 
 
 def probe_writable(folder: Path) -> None:

@@ -152,3 +152,42 @@ def test_disk_full_in_the_metrics_log_names_the_fault_and_the_resume_and_frees_t
     assert "metrics.jsonl (disk full); free disk space, then rerun with --resume" in line and "\n" not in line
     assert rows == [1, 2]
     DirectoryLock(tmp_path / "run", "grpolab train").acquire().release()  # given up: a resume may take the folder
+
+
+def test_disk_full_in_a_rollout_or_eval_log_names_that_file(tmp_path, monkeypatch):
+    """A full disk in pyarrow's writer or in an append's fsync raises an OSError with no file name; the one line
+    named the run folder. Now it names the file the disk stopped."""
+    import errno
+    import os
+
+    import pyarrow.parquet as pq
+
+    from grpolab.config import TrainConfig
+    from grpolab.errors import UserError
+    from grpolab.train import lifecycle
+    from grpolab.train.trainer import Trainer
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")  # as pyarrow's and os.fsync's: no filename
+
+    config = TrainConfig(steps=2, prompts_per_step=2, group_size=2, eval_start=False, eval_samples=0, eval_limit=2,
+                         threads=1)
+    monkeypatch.setattr(pq, "write_table", full)
+    with pytest.raises(UserError) as caught:
+        Trainer(config, tmp_path / "run").run()
+    line = str(caught.value)
+    assert f"cannot write {tmp_path / 'run' / 'rollouts' / 'step-000001.parquet'} (disk full)" in line, line
+    monkeypatch.undo()
+
+    real_fsync = os.fsync
+    monkeypatch.setattr(lifecycle.os, "fsync", full)
+    with pytest.raises(OSError) as raised:
+        lifecycle.append_evaluation(tmp_path, {"step": 0})
+    assert raised.value.filename == str(tmp_path / "eval.jsonl")
+    monkeypatch.setattr(lifecycle.os, "fsync", real_fsync)
+
+    log = runlog.MetricsLog(tmp_path / "metrics.jsonl")
+    monkeypatch.setattr(runlog.os, "fsync", full)
+    with pytest.raises(OSError) as raised:
+        log.write(1, {"loss": 0.5})
+    assert raised.value.filename == str(tmp_path / "metrics.jsonl")

@@ -25,7 +25,16 @@ from grpolab.config.budget import parse_budget
 from grpolab.config.fields import names_in_scope
 from grpolab.errors import UserError
 from grpolab.evaluation import EvalResult, evaluate
-from grpolab.io import RESUME, atomic_write_text, fsync_dir, is_write_error, open_no_follow, share_modes, write_error
+from grpolab.io import (
+    RESUME,
+    atomic_write_text,
+    fsync_dir,
+    is_write_error,
+    naming,
+    open_no_follow,
+    share_modes,
+    write_error,
+)
 from grpolab.models import Policy
 from grpolab.provenance import software
 from grpolab.tasks import Task, get_task, with_validation
@@ -247,7 +256,7 @@ def _read_cached_evaluation(cache: Path) -> dict[str, Any] | None:
 def append_evaluation(run_dir: Path, row: dict[str, Any]) -> None:
     """Append one evaluation row to the run's ``eval.jsonl``, flushed and fsynced (never through a link planted
     there: ``open_no_follow``)."""
-    with open_no_follow(run_dir / "eval.jsonl", "a") as handle:
+    with naming(run_dir / "eval.jsonl"), open_no_follow(run_dir / "eval.jsonl", "a") as handle:
         handle.write(json.dumps(row) + "\n")
         handle.flush()
         os.fsync(handle.fileno())

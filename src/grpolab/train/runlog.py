@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from grpolab.config.checks import REPORT_BACKENDS, report_backends
 from grpolab.errors import UserError
-from grpolab.io import link_error, number_after, open_no_follow
+from grpolab.io import link_error, naming, number_after, open_no_follow
 from grpolab.metric_keys import upgrade_row
 
 __all__ = ["MetricsLog", "RolloutLog", "evaluation_key", "missing_steps", "open_backends", "read_evaluations",
@@ -70,10 +70,11 @@ class MetricsLog:
     def write(self, step: int, metrics: dict[str, Any], *, sync: bool = True) -> None:
         """Append the row of ``step``, flushed; fsynced too unless ``sync`` is False (then ``sync()`` later)."""
         row = {"step": step, **{k: _json_safe(v) for k, v in metrics.items()}}
-        self._handle.write(json.dumps(row) + "\n")
-        self._handle.flush()
-        if sync:
-            os.fsync(self._handle.fileno())
+        with naming(self.path):
+            self._handle.write(json.dumps(row) + "\n")
+            self._handle.flush()
+            if sync:
+                os.fsync(self._handle.fileno())
         scalars = {key: value for key, value in metrics.items()
                    if isinstance(value, int | float) and not isinstance(value, bool)}
         for writer in self._writers:
@@ -81,10 +82,12 @@ class MetricsLog:
 
     def sync(self) -> None:
         """Make every row written so far durable (fsync)."""
-        os.fsync(self._handle.fileno())
+        with naming(self.path):
+            os.fsync(self._handle.fileno())
 
     def close(self) -> None:
-        self._handle.close()
+        with naming(self.path):
+            self._handle.close()
         for writer in self._writers:
             writer.close()
 
@@ -354,8 +357,9 @@ class RolloutLog:
             raise link_error(final)
         staging = final.with_suffix(".parquet.tmp")
         staging.unlink(missing_ok=True)  # what a kill left (or a planted link): the write below makes a new file
-        pq.write_table(table, staging)
-        os.replace(staging, final)
+        with naming(final):
+            pq.write_table(table, staging)
+            os.replace(staging, final)
         return final
 
 
