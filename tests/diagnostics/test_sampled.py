@@ -92,6 +92,14 @@ def test_lighteval_names_sit_beside_grpolab_keys() -> None:
     assert [m.family for m in METRICS] == ["avg@n", "pass@k", "maj@k", "pass^k"]
 
 
+def test_prompts_of_different_n_get_no_lighteval_name_that_carries_an_n() -> None:
+    """lighteval samples one n for every document: "pass@k:k=1&n=4" named a mean over prompts of 4 and 16 samples
+    (the smallest n); now only the names without an n are given."""
+    result = sampled_metrics([4, 16], [1, 8], [Votes(1, (3,)), Votes(8, (8,))], ks=[1, 4])
+    assert result.lighteval == {"maj@1": "maj@n:n=1", "maj@4": "maj@n:n=4"}
+    assert result.n == 4 and set(result.values) >= {"avg@n", "pass@1", "pass@4"}
+
+
 @pytest.mark.parametrize(("n", "c", "ks", "message"), [
     ([4], [5], None, "0 <= c <= n"), ([], [], None, "at least one prompt"), ([4, 2], [1, 1], [3], "1 <= k <= n"),
 ])

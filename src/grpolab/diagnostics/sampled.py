@@ -13,7 +13,8 @@ Each metric is the mean of its per-prompt values over the P prompts; its standar
 std(per-prompt values, ddof = 1) / sqrt(P), the spread over prompts only (the per-prompt estimators are
 unbiased, so their sampling noise is inside that spread; seeds of training are not). With one prompt the
 standard error is NaN. ``METRICS`` is the one table of the families: their names, formulas and lighteval's
-names for the same numbers.
+names for the same numbers. lighteval samples one n for every document, so where the prompts' n differ the names
+that carry an n (``avg@n:n=``, ``pass@k:...&n=``) are not given: no lighteval number is this mean over mixed n.
 
 Shapes: n, c [P]; votes: one ``majority.Votes`` per prompt.
 """
@@ -136,7 +137,7 @@ def sampled_metrics(n: Any, c: Any, votes: Sequence[Votes] | None = None, ks: Se
     if not ks_list or ks_list[0] < 1 or ks_list[-1] > n_arr.min():
         raise UserError(f"sampled metrics need 1 <= k <= n for every prompt; the smallest n is {int(n_arr.min())}")
     maj = _majority_matrix(votes, n_arr, c_arr, max(ks_list))
-    n_label = int(n_arr.min())
+    n_label, one_n = int(n_arr.min()), bool(n_arr.min() == n_arr.max())
     result = SampledMetrics(n=n_label, prompts=int(n_arr.size))
     for metric in METRICS:
         for k in [n_label] if metric.family == "avg@n" else ks_list:
@@ -145,6 +146,6 @@ def sampled_metrics(n: Any, c: Any, votes: Sequence[Votes] | None = None, ks: Se
                 continue
             key = metric.key(k)
             result.values[key] = _estimate(values)
-            if metric.lighteval:
+            if metric.lighteval and ("{n}" not in metric.lighteval or one_n):  # lighteval runs one n for all
                 result.lighteval[key] = metric.lighteval.format(k=k, n=n_label)
     return result
