@@ -1,16 +1,19 @@
 """Every committed experiment config runs, in a reduced form, with the command its doc gives.
 
 The reductions only shrink budgets (steps, prompts, seeds, evaluation size, completion length); the model,
-task, verifier, estimators, LoRA and precision settings are the config's own, so a change that breaks the
-real experiment breaks this test. The runs train in this process (``in_process_workers``, tests/conftest.py), and
-a model is loaded from its files once per module (``one_load_per_model``): what is tested is the configs, not the
-sweep's worker processes (``tests/sweep/test_signals.py`` runs those) nor a second parse of the same file.
+task, verifier, estimators, LoRA and precision settings are the config's own (a config that names no estimators
+runs with the ones the commands in its comments add, as its doc runs it: ``_doc_estimators``), so a change that
+breaks the real experiment breaks this test. The runs train in this process (``in_process_workers``,
+tests/conftest.py), and a model is loaded from its files once per module (``one_load_per_model``): what is tested
+is the configs, not the sweep's worker processes (``tests/sweep/test_signals.py`` runs those) nor a second parse
+of the same file.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,14 @@ def _reduced_vary(settings: dict) -> list[str]:
     if name.strip() != "prompts_per_step":
         return []
     return ["--vary", "prompts_per_step=" + ",".join(str(2 + i) for i in range(len(values.split(","))))]
+
+
+def _doc_estimators(config: Path) -> str:
+    """The estimators the commands in ``config``'s comments pass (``--estimators A,B`` in each), in order, once
+    each; "" where they pass none."""
+    named = re.findall(r"--estimators[ =]([\w+,]+)", "\n".join(
+        line for line in config.read_text().splitlines() if line.lstrip().startswith("#")))
+    return ",".join(dict.fromkeys(name for names in named for name in names.split(",") if name))
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +77,15 @@ def test_compare_config_runs_reduced(config: Path, tmp_path: Path, in_process_wo
         pytest.skip("needs CUDA, vLLM and its model; tests/integrations/test_trl_paper1.py runs it reduced")
     defaults = TrainConfig()
     skip_without_model(settings.get("model", defaults.model))
-    estimators = settings.get("estimators", CompareConfig().estimators).split(",")  # none: the default set
+    doc = _doc_estimators(config)  # a config without estimators runs with those its doc's commands add
+    estimators = settings.get("estimators", doc or CompareConfig().estimators).split(",")  # else the default set
     # one lr of the grid (the selection itself is tested on `embedded`), or the config's one lr
     grid = settings.get("lrs", None if "lr" in settings else CompareConfig().lrs)  # no lr given: the default grid
     lrs = grid.split(",")[1:2] if grid else []
     task_options = {**settings.get("task_options", {}), "max_new_tokens": 8}
     out = tmp_path / "out"
     code = main(["compare", "--config", str(config), "--out", str(out), *REDUCED, *_reduced_vary(settings),
+                 *(["--estimators", doc] if doc and "estimators" not in settings else []),
                  *(["--lrs", ",".join(lrs)] if lrs else []),
                  "--task-options", pd.Series([task_options]).to_json(orient="values")[1:-1]])
     assert code == 0
