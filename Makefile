@@ -41,9 +41,11 @@ test-verl: setup-verl
 	GRPOLAB_REQUIRE_VERL=1 $(VERL_BIN)/python -m pytest -q -p no:cacheprovider \
 		tests/integrations/test_verl_real.py tests/integrations/test_verl.py
 
+# Two pytest processes (pytest-xdist), each module whole in one of them (--dist loadfile: a module's fixtures are
+# built once). Measured 2026-11-28 on 2 cores: 3,368 tests in 25 min 11 s, against 38 min 5 s in one process.
 test: setup test-verl
 	$(BIN)/ruff check src tests benchmarks scripts examples
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n 2 --dist loadfile
 
 # The inner loop: the test modules marked fast (no subprocess, signal or kill; `make test` runs them too).
 # Measured 2026-11-27 on 2 cores shared with other jobs (load average 6.5): 1,710 tests, 2 min 21 s wall,

@@ -79,3 +79,10 @@ def test_make_test_runs_every_tier_and_make_test_fast_only_the_fast_one() -> Non
     assert '-m "fast and not slow"' in _recipe("test-fast")
     comment = (ROOT / "Makefile").read_text().split("test-fast:")[0].rsplit("\n\n", 1)[-1]
     assert re.search(r"\d{4}-\d{2}-\d{2}", comment), "the comment above test-fast dates its measured time"
+
+
+def test_make_test_runs_two_pytest_processes_with_each_module_whole() -> None:
+    """A module's fixtures (a compare run, a model load) are built once only when its tests share a process."""
+    assert "-n 2 --dist loadfile" in _recipe("test")
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert any(requirement.startswith("pytest-xdist") for requirement in dev)
