@@ -53,10 +53,9 @@ from grpolab.audit.sources import (
     numeric_values,
     prompt_keys,
     resolve_columns,
-    stated_group_size_warning,
     trl_file_steps,
-    trl_group_size,
 )
+from grpolab.audit.trl_groups import stated_group_size_warning, trl_group_size
 from grpolab.errors import UserError
 
 __all__ = ["GroupTable", "audit", "collect_groups", "summarize"]
