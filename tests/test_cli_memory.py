@@ -50,7 +50,7 @@ def test_out_of_gpu_memory_is_one_line_that_says_gpu(monkeypatch: pytest.MonkeyP
     ("mechanism", "lower --samples or --prompts (or --parts passk,updates, which sample nothing) (or free memory), "
                   "then rerun\n"),
     ("audit", "lower the files audited at once (audit a folder's tables one by one) (or free memory), then rerun\n"),
-    ("train", "(or free memory), then rerun (runs resume from their last checkpoint)\n"),
+    ("train", "(or free memory), then rerun with --resume and the same --out to continue from the last checkpoint\n"),
 ])
 def test_each_command_names_its_own_settings(command: str, said: str, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture, tmp_path) -> None:

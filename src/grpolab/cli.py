@@ -48,7 +48,10 @@ MEMORY_SETTINGS: dict[str, str] = {
     "mechanism": "--samples or --prompts (or --parts passk,updates, which sample nothing)",
     "audit": "the files audited at once (audit a folder's tables one by one)",
 }
-_RESUMES = ("train", "compare")  # the commands whose runs resume from their last checkpoint
+# How to go on after an interruption, a full disk or running out of memory, for the commands whose runs resume
+# from their last checkpoint (a train --out that holds a checkpoint is refused without --resume); others rerun.
+_RERUN = {"train": "rerun with --resume and the same --out to continue from the last checkpoint",
+          "compare": "rerun with the same --out to resume (its runs go on from their last checkpoints)"}
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
@@ -66,12 +69,11 @@ def _out_of_memory_line(command: str, error: BaseException) -> str:
     if found:
         size = f" allocating {_size(int(found[1]))}" if found[1] else f" allocating {found[2]}"
     settings = MEMORY_SETTINGS.get(command, "the sizes of its batches")
+    rerun = _RERUN.get(command, "rerun")
     if "cuda" in str(error).lower() or "gpu" in str(error).lower():  # torch.cuda.OutOfMemoryError's text
-        resume = " (runs resume from their last checkpoint)" if command in _RESUMES else ""
         return (f"grpolab {command}: error: ran out of GPU memory{size}; lower {settings} (or free the GPU, or give "
-                f"each run its own GPU), then rerun{resume}")
-    resume = " (runs resume from their last checkpoint)" if command in _RESUMES else ""
-    return f"grpolab {command}: error: ran out of memory{size}; lower {settings} (or free memory), then rerun{resume}"
+                f"each run its own GPU), then {rerun}")
+    return f"grpolab {command}: error: ran out of memory{size}; lower {settings} (or free memory), then {rerun}"
 
 
 def _size(count: int) -> str:
@@ -211,8 +213,8 @@ def _run(module, args: argparse.Namespace) -> int:
 
         reason, remedy = os_error_advice(error)
         where = f" ({error.filename})" if error.filename else ""
-        print(printable(f"grpolab {args.command}: error: {reason}{where}; {remedy}, then rerun (runs resume from "
-                        "their last checkpoint)"), file=sys.stderr)
+        print(printable(f"grpolab {args.command}: error: {reason}{where}; {remedy}, then "
+                        f"{_RERUN.get(args.command, 'rerun')}"), file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as error:  # torch's OutOfMemoryError is a RuntimeError
         if not out_of_memory(error):
@@ -221,7 +223,8 @@ def _run(module, args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the exit into a traceback
-        print(f"grpolab {args.command}: interrupted; rerun with the same --out to resume", file=sys.stderr)
+        again = f"; {_RERUN[args.command]}" if args.command in _RERUN else ""
+        print(f"grpolab {args.command}: interrupted{again}", file=sys.stderr)
         return 130
 
 

@@ -34,7 +34,7 @@ from grpolab.errors import UserError
 from grpolab.hub import hub_cached, hub_unavailable
 
 __all__ = ["EMBEDDED", "EMBEDDED_ARITH", "SMOLLM2", "Policy", "check_finite_weights", "embedded_model_dir",
-           "load_lora_adapter", "load_policy", "resolve_model_dir"]
+           "load_lora_adapter", "load_policy", "resolve_model_dir", "run_directory_of"]
 
 transformers_logging.disable_progress_bar()  # grpolab shows its own progress; no per-file bars
 
@@ -147,12 +147,28 @@ def _run_directory_model(path: Path) -> tuple[Path, str | None]:
     return final, (base_file.read_text().strip() if base_file.is_file() else None)
 
 
+def _is_run_directory(path: Path) -> bool:
+    return path.is_dir() and (path / "config.yaml").is_file() and not (path / "config.json").is_file()
+
+
+def run_directory_of(name: str) -> Path | None:
+    """The grpolab run directory whose model ``name`` loads: ``RUN`` itself or its ``RUN/final``; None for any
+    other model (a hub id, an exported folder, the embedded models)."""
+    path = Path(name)
+    if _is_run_directory(path):
+        return path
+    if path.name == "final" and _is_run_directory(path.parent):
+        return path.parent
+    return None
+
+
 def load_policy(name: str) -> Policy:
     """Load model and tokenizer for ``name`` (see the module docstring for what names mean)."""
     path, extra = resolve_model_dir(name)
-    if path.is_dir() and (path / "config.yaml").is_file() and not (path / "config.json").is_file():
+    if _is_run_directory(path):
         return _checked_run_model(path, name)
     if path.is_dir():
+        _refuse_a_checkpoint(path)
         if "gguf_file" not in extra and not any(path.glob("*.safetensors")):
             raise UserError(
                 f"{path} has no .safetensors weights; grpolab loads only safetensors (no pickle). "
@@ -170,6 +186,19 @@ def load_policy(name: str) -> Policy:
     if Path(name).exists() or name.startswith((".", "/")):
         raise UserError(f"model path {name} is not a directory; pass a Hugging Face model directory")
     return _load_hub(name)
+
+
+def _refuse_a_checkpoint(path: Path) -> None:
+    """``UserError`` for a run's training checkpoint (``RUN/checkpoints/step-N``): it holds weights and optimizer
+    state but no tokenizer or model config, so it is no model folder; the line names the two that are."""
+    if not ((path / "state.json").is_file() and (path / "weights.safetensors").is_file()
+            and not (path / "config.json").is_file()):
+        return
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    step = path.name.removeprefix("step-").lstrip("0") or "0"
+    raise UserError(f"{path} is a training checkpoint (weights and optimizer state, no tokenizer), not a model "
+                    f"folder; pass --model {run_dir} for the run's final model, or write this checkpoint as one "
+                    f"with grpolab export {run_dir} --step {step} --out DIR and pass --model DIR")
 
 
 def _checked_run_model(run_dir: Path, name: str) -> Policy:

@@ -36,7 +36,7 @@ def test_every_field_has_its_docstring(cls: type) -> None:
 
 
 @pytest.mark.parametrize(("command", "own"), [(evaluate, {"json", "out", "from_samples", "against", "compare", "arms",
-                                                        "resamples"}), (gradients, {"json"}),
+                                                        "resamples", "trust_run_code"}), (gradients, {"json"}),
                                              (preflight, {"json", "out", "band"})])
 def test_eval_and_gradients_take_their_settings_from_train_config(command, own: set[str]) -> None:
     dests = _dests(_parser(command))

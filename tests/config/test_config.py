@@ -29,7 +29,8 @@ def test_derived_sizes_are_properties_of_the_fields() -> None:
         ({"eval_limit": 0}, "set eval_limit: null in a --config file"),
         ({"lr": 0.0}, "lr must be > 0"),
         ({"lr": float("inf")}, "lr must be a finite number"),
-        ({"top_p": 1.5}, "0 < top_p <= 1"),
+        ({"top_p": 1.5}, "top_p must be in (0, 1] (the nucleus' share of probability), got 1.5"),
+        ({"temperature": 0.0}, "temperature must be > 0, got 0.0"),  # was: "got 1.0, 0.0", which value unsaid
         ({"adam_betas": (1.0, 0.99)}, "adam_betas must be two numbers in [0, 1)"),
         ({"loss_aggregation": "sum"}, "loss_aggregation must be token_mean, seq_mean_token_mean, "
                                       "seq_mean_token_sum_norm or seq_mean_token_sum, got 'sum'"),

@@ -76,6 +76,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Python's recursion limit, an integer past Python's 4,300-digit limit; config files: the same two
     qa = '{"question": "1+1?", "answer": "2"}\n' * 3000
     (root / "late-bad-byte.jsonl").write_bytes(qa.encode() + b'{"question": "\xff", "answer": "1"}\n')
+    (root / "bad-byte.csv").write_bytes(b"question,answer\n\xff\xfe,1\n")
     (root / "late-bad-byte.json").write_bytes(b"[" + qa.replace("\n", ",").encode() + b'{"question": "\xff"}]')
     (root / "deep.jsonl").write_text(qa + "[" * 100_000 + "]" * 100_000 + "\n")
     (root / "deep.json").write_text("[" + "[" * 100_000 + "]" * 100_000 + "]")
@@ -181,6 +182,10 @@ TRAIN_ERRORS = {
                                       ("late-bad-byte.jsonl:3001: not UTF-8 text", "save the file as UTF-8")),
     "file data JSON array bad byte after 4 KB": (["--task", "file", "--data", "{d}/late-bad-byte.json"],
                                                  ("late-bad-byte.json: not UTF-8 text", "save the file as UTF-8")),
+    "file data CSV bad byte": (["--task", "file", "--data", "{d}/bad-byte.csv"],
+                               ("bad-byte.csv: not UTF-8 text", "save the file as UTF-8")),  # was: "check the file"
+    "temperature 0": (["--temperature", "0"], ("temperature must be > 0, got 0.0",)),
+    "top-p above 1": (["--top-p", "1.5"], ("top_p must be in (0, 1]", "got 1.5")),
     "gsm8k data bad byte after 4 KB": (["--task", "gsm8k", "--data", "{d}/late-bad-byte.jsonl"],
                                        ("late-bad-byte.jsonl:3001: not UTF-8 text",)),
     "file data nested too deeply": (["--task", "file", "--data", "{d}/deep.jsonl"],

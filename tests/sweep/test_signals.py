@@ -90,6 +90,7 @@ def test_sigterm_while_the_report_is_written_exits_130_in_one_line_leaving_no_pa
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=180)  # a hang guard: the exit took over 60 s once on 2 loaded cores
     assert process.returncode == 130, stderr[-2000:]
-    assert stderr.strip().splitlines()[-1] == "grpolab compare: interrupted; rerun with the same --out to resume"
+    assert stderr.strip().splitlines()[-1] == ("grpolab compare: interrupted; rerun with the same --out to resume (its "
+                                               "runs go on from their last checkpoints)")
     assert "Traceback" not in stderr, stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["writing"]  # neither report.html nor its staging file

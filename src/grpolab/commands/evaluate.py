@@ -25,6 +25,10 @@ EVAL_FIELDS = ("model", "task", "data", "prompt_column", "reference_column", "ta
 # curve, and every test prompt. Precedence: TrainConfig defaults < these < flags.
 EVAL_TRAIN_DEFAULTS: dict[str, Any] = {"eval_samples": 16, "eval_limit": None}
 EVAL_ALIASES = {"eval_samples": "--n", "eval_limit": "--limit"}  # the command's earlier, shorter spellings
+# What `eval --model RUN` (or RUN/final) takes from the run's config.yaml where no flag gives it: the task it trained
+# on, as one block (a flag naming any of TASK_FIELDS takes none of them), and how it sampled.
+TASK_FIELDS = ("task", "data", "prompt_column", "reference_column", "task_options")
+RUN_FIELDS = (*TASK_FIELDS, "verifier", "temperature", "max_new_tokens")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "prompt-level band and the seed-level interval")
     parser.add_argument("--arms", metavar="A,B", help="the two arms --compare pairs (estimators as the report names "
                                                       "them, e.g. sign,dr_grpo)")
+    parser.add_argument("--trust-run-code", action="store_true",
+                        help="with --model RUN: import the task or verifier that the run's config.yaml names by "
+                             "dotted path (pkg.module:function); only for run directories you trust")
     parser.add_argument("--resamples", type=int, default=2000,
                         help="bootstrap resamples of the prompts for the paired band (default: 2000; seed 0)")
 
@@ -83,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
     from grpolab.models import load_policy
     from grpolab.train.lifecycle import load_task_for
 
-    config: TrainConfig = config_from_args(args, TrainConfig, file_values=EVAL_TRAIN_DEFAULTS)  # checks the values
+    run_values = _run_settings(args)
+    config: TrainConfig = config_from_args(args, TrainConfig,
+                                           file_values={**EVAL_TRAIN_DEFAULTS, **run_values})  # checks the values
     if config.threads:
         import torch
 
@@ -102,6 +111,32 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print(data, result.successes, config.eval_samples)
     return 0
+
+
+def _run_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The task and sampling settings (``RUN_FIELDS``) of the run directory ``--model`` names, as its
+    ``config.yaml`` saved them, less those the flags give; {} for a model that is no run directory. Said in one
+    line, since they decide what the scores mean."""
+    from grpolab.models import run_directory_of
+    from grpolab.progress import console as notes
+    from grpolab.train.settings import load_saved_config, refuse_run_code
+
+    run_dir = run_directory_of(args.model) if args.model else None
+    saved = load_saved_config(run_dir) if run_dir is not None else None
+    if saved is None:
+        return {}
+    given = {name: getattr(args, name) for name in EVAL_FIELDS if getattr(args, name, None) is not None}
+    skip = set(TASK_FIELDS) | {"verifier"} if any(name in given for name in TASK_FIELDS) else set()
+    values = saved.to_dict()
+    taken = {name: values[name] for name in RUN_FIELDS
+             if name not in given and name not in skip and values[name] not in (None, {})}
+    refuse_run_code(taken, run_dir / "config.yaml", given={}, trust=args.trust_run_code)
+    defaults = TrainConfig().to_dict()
+    shown = ", ".join(f"{name} {value!r}" for name, value in taken.items() if value != defaults[name])
+    if shown:  # what makes this evaluation differ from one of the model outside its run
+        notes.print(f"from {run_dir / 'config.yaml'}: {shown} (flags override them)", markup=False,
+                    highlight=False, soft_wrap=True)
+    return taken
 
 
 def _print(data: dict, successes: list[int], n: int) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from grpolab import devices
 from grpolab.commands.flags import add_config_arguments, argument_groups, config_from_args
 from grpolab.config import TrainConfig, load_config_file
+from grpolab.errors import UserError
 from grpolab.progress import console, progress_bar, results_console
 from grpolab.sweep.signals import StopRequest, stop_signals
 from grpolab.train.settings import explicit_values, resume_config
@@ -36,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     out = Path(args.out or f"runs/{config.task}-{config.advantage}-G{config.group_size}-seed{config.seed}")
+    if args.resume and args.overwrite:
+        raise UserError("--resume continues the run in --out and --overwrite replaces it; pass one of them")
     if args.resume:
         explicit = explicit_values(args, TrainConfig, _file_values(args))
         saved = resume_config(out, explicit, trust_run_code=args.trust_run_code)
@@ -44,22 +47,28 @@ def run(args: argparse.Namespace) -> int:
                           UserWarning, stacklevel=1)
         config = saved or config
     device = devices.describe(devices.resolve(config.device))  # a GPU that is not there fails here, in one line
-    with progress_bar(config.progress) as bar:
-        task_id = bar.add_task(f"train on {device}", total=config.steps, info="") if bar else None
-
-        def on_step(step: int, metrics: dict) -> None:
-            if bar is not None:
-                reward = metrics.get("rollout/reward_mean")  # absent on a step with nothing scored
-                info = (f"reward {'-' if reward is None else f'{reward:.2f}'}  degenerate "
-                        f"{metrics.get('starvation/degenerate', 0):.2f}  {metrics['perf/step_time']:.2f}s/step"
-                        + ("  sampler fell back (summary.json says why)" if metrics.get("perf/sampler_fell_back")
-                           else ""))
-                bar.update(task_id, completed=step, info=info)
-
-        with stop_signals(StopRequest()):  # SIGTERM (a cluster's preemption), SIGHUP: as Ctrl-C, one line
-            result = _run(config, out, args, on_step, bar, task_id)
-    _print_summary(result, device)
+    # SIGTERM (a cluster's preemption) and SIGHUP end the run as Ctrl-C does, in one line, until the summary is out
+    with stop_signals(StopRequest()):
+        with progress_bar(config.progress) as bar:
+            task_id = bar.add_task(f"train on {device}", total=config.steps, info="") if bar else None
+            result = _run(config, out, args, _step_reporter(bar, task_id), bar, task_id)
+        _print_summary(result, device)
     return 0
+
+
+def _step_reporter(bar: Any, task_id: Any) -> Any:
+    """The trainer's ``on_step``: the bar at the step, with its reward, degenerate share and time."""
+
+    def on_step(step: int, metrics: dict) -> None:
+        if bar is None:
+            return
+        reward = metrics.get("rollout/reward_mean")  # absent on a step with nothing scored
+        info = (f"reward {'-' if reward is None else f'{reward:.2f}'}  degenerate "
+                f"{metrics.get('starvation/degenerate', 0):.2f}  {metrics['perf/step_time']:.2f}s/step"
+                + ("  sampler fell back (summary.json says why)" if metrics.get("perf/sampler_fell_back") else ""))
+        bar.update(task_id, completed=step, info=info)
+
+    return on_step
 
 
 def _run(config: TrainConfig, out: Path, args: argparse.Namespace, on_step: Any, bar: Any, task_id: Any) -> Any:

@@ -68,8 +68,12 @@ def validate(config: Any) -> None:
     check_settings(config)
     if config.lr <= 0:
         raise UserError(f"lr must be > 0, got {config.lr}")
-    if not 0 < config.top_p <= 1 or config.temperature <= 0:
-        raise UserError(f"need 0 < top_p <= 1 and temperature > 0, got {config.top_p}, {config.temperature}")
+    if not 0 < config.top_p <= 1:
+        raise UserError(f"top_p must be in (0, 1] (the nucleus' share of probability), got {config.top_p}; "
+                        "1 samples from the whole distribution")
+    if not config.temperature > 0:
+        raise UserError(f"temperature must be > 0, got {config.temperature}; grpolab samples every completion (greedy "
+                        "decoding, temperature 0, would make a group's G completions one), e.g. 1.0")
     if config.beta < 0 or config.epsilon_low < 0 or config.clip_high < 0:
         raise UserError("beta, epsilon_low and epsilon_high must be >= 0")
     _validate_mappings(config)

@@ -128,7 +128,10 @@ def _read_csv(path: Path) -> list[Row]:
 
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save the file as UTF-8") \
+            from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         problem = " ".join(str(error).split())
         raise UserError(f"{path}: cannot read it as CSV ({problem}); check the file") from None
     return frame.to_dict("records")

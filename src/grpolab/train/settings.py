@@ -33,6 +33,7 @@ __all__ = [
     "RUNTIME_ONLY",
     "check_identity",
     "check_resume",
+    "check_resume_steps",
     "check_same_problems",
     "checked_resume_settings",
     "explicit_values",
@@ -228,15 +229,21 @@ def record_resume(run_dir: Path, saved: TrainConfig, config: TrainConfig, start_
     loaded, refuses one whose problems differ from those the run recorded (``check_same_problems``)."""
     if task is not None:
         check_same_problems(run_dir, task)
-    if config.steps != saved.steps and config.steps <= start_step:
-        raise UserError(f"{run_dir} has already trained {start_step} steps; --steps must be more than that "
-                        f"(or the saved {saved.steps})")
+    check_resume_steps(run_dir, saved, config, start_step)
     names = sorted(RESUME_MAY_CHANGE & {f.name for f in dataclasses.fields(TrainConfig)})
     changed = {name: [old, new] for name, old, new in _changes(saved.to_dict(), config.to_dict(), names)}
     row = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "from_step": start_step, "changed": changed}
     with open_no_follow(Path(run_dir) / "resumes.jsonl", "a") as handle:
         handle.write(json.dumps(row) + "\n")
     return changed
+
+
+def check_resume_steps(run_dir: Path, saved: TrainConfig, config: TrainConfig, start_step: int) -> None:
+    """Refuse a resume whose ``--steps`` (changed from the saved) is at or below the ``start_step`` already
+    trained: before anything about the run's logs is checked or said."""
+    if config.steps != saved.steps and config.steps <= start_step:
+        raise UserError(f"{run_dir} has already trained {start_step} steps; --steps must be more than that "
+                        f"(or the saved {saved.steps})")
 
 
 def check_same_problems(run_dir: Path, task: Any) -> None:

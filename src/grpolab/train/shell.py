@@ -51,7 +51,7 @@ from grpolab.train.lock import DirectoryLock, refuse_a_file
 from grpolab.train.no_signal import NoSignalWatch
 from grpolab.train.ownership import check_fresh_run_dir, refuse_planted_links, remove_run_files
 from grpolab.train.runlog import MetricsLog, RolloutLog, open_backends, read_metrics
-from grpolab.train.settings import checked_resume_settings, record_resume
+from grpolab.train.settings import check_resume_steps, checked_resume_settings, record_resume
 
 __all__ = ["RunShell", "prepare_run_dir", "rollout_figures", "rollout_table", "step_problems", "step_seed"]
 
@@ -204,6 +204,8 @@ class RunShell:
         if not self.writer:
             return
         config, run_dir = self.config, self.run_dir
+        if saved is not None:  # a refused --steps is said alone, before any warning about the logs
+            check_resume_steps(run_dir, saved, config, start_step)
         if start_step:  # before training (and before an extension drops summary.json): no gap in the logs
             check_logs_reach(run_dir, config, start_step)
         self.resumed_changes = {} if saved is None else record_resume(run_dir, saved, config, start_step,
