@@ -60,6 +60,7 @@ def test_against_samples_prints_the_table_and_what_the_band_supports(tmp_path, c
     assert main(["eval", "--from-samples", str(better), "--against", str(FIXTURE)]) == 0
     out = capsys.readouterr().out
     assert "8 prompts, paired" in out and "band over k" in out and "these two checkpoints" in out
+    assert f"A = {better}, B = {FIXTURE};" in " ".join(out.split())  # was: "A = A, B = B"
 
 
 def test_documents_that_differ_are_refused_naming_the_first(tmp_path, capsys):

@@ -15,6 +15,7 @@ from device_tensors import DeviceTensor, is_device_tensor
 from grpolab.cli import main
 from grpolab.config import TrainConfig
 from grpolab.engine.rollout import encode_prompts, sample
+from grpolab.engine.sampler_path import SamplerRecord
 from grpolab.models import load_policy
 from grpolab.train.trainer import Trainer
 from simulated_gpu import on_simulated_gpu, simulated_gpu
@@ -167,3 +168,22 @@ def test_a_finished_run_resumed_again_keeps_its_sampler_record(tmp_path: Path) -
     assert first == {"paths": {"lean dynamic": 2}, "fallback": None}
     _train(run, "cpu", 2, resume=True)
     assert json.loads((run / "summary.json").read_text())["sampler"] == first
+
+
+def test_an_extended_run_counts_the_rollouts_of_every_start(tmp_path: Path) -> None:
+    """The record travels in each checkpoint: extended from 2 to 4 steps, summary.json counts 4 rollouts (was: the
+    2 of the last start only, the first start's record dropped with its summary)."""
+    run = tmp_path / "run"
+    _train(run, "cpu", 2)
+    _train(run, "cpu", 4, resume=True)
+    assert json.loads((run / "summary.json").read_text())["sampler"] == {"paths": {"lean dynamic": 4},
+                                                                          "fallback": None}
+
+
+def test_a_checkpoint_without_a_record_counts_from_its_step() -> None:
+    """A checkpoint saved before the record travelled in it: the summary says from which step it counts."""
+    record = SamplerRecord()
+    record.load_state(None, 3)
+    assert record.summary() == {"paths": {}, "fallback": None, "from_step": 3}
+    record.load_state({"paths": {"lean graph": 5}, "fallback": "", "from_step": 0}, 5)
+    assert record.summary() == {"paths": {"lean graph": 5}, "fallback": None}

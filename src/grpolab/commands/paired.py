@@ -89,7 +89,7 @@ def _print_sides(data: dict[str, Any]) -> None:
         _line(note)
     _line(f"{PROMPT_CLAIM}; sup-t critical value {band['critical']:.3f}, {band['resamples']} resamples, seed "
           f"{band['seed']}")
-    for line in band_lines(band, "A", "B"):
+    for line in band_lines(band, data["a"], data["b"]):
         _line(line)
 
 

@@ -104,4 +104,5 @@ def _print_summary(result, device: str) -> None:
     if sampler and sampler.get("paths"):
         paths = ", ".join(f"{path} ({count} rollouts)" for path, count in sampler["paths"].items())
         fallback = f"; fell back: {sampler['fallback']}" if sampler.get("fallback") else ""
-        results_console.print(f"sampled with: {paths}{fallback}", soft_wrap=True)
+        since = f" in the steps after {sampler['from_step']}" if sampler.get("from_step") else ""
+        results_console.print(f"sampled with: {paths}{since}{fallback}", soft_wrap=True)

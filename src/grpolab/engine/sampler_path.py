@@ -4,7 +4,9 @@ Each ``Rollout`` carries its ``sampler`` (one of ``fast_decode.SAMPLER_PATHS``: 
 "lean dynamic", "transformers") and ``sampler_fallback`` (why it did not sample the way its device and model call
 for, or ""). A run turns them into two per-step metrics (``sampler_metrics``: ``perf/sampler_graph``,
 ``perf/sampler_fell_back``) and, at its end, into ``summary.json``'s ``"sampler"`` (``SamplerRecord``): every path
-its rollouts took, with the number of rollouts each, and the first fall-back's reason.
+its rollouts took, with the number of rollouts each, and the first fall-back's reason. The record travels in each
+checkpoint (``state``), so a resumed run's summary counts every step; a run resumed from a checkpoint saved before
+the record did says from which step it counts (``"from_step"``).
 
 Nothing here departs from the papers: they say nothing of samplers.
 """
@@ -32,13 +34,30 @@ class SamplerRecord:
     def __init__(self) -> None:
         self.paths: Counter[str] = Counter()
         self.fallback = ""
+        self.from_step = 0  # the record counts the rollouts of the steps after this one
 
     def note(self, rollout: Rollout) -> None:
         """Count ``rollout``'s path; keep the first fall-back's reason."""
         self.paths[rollout.sampler or "unknown"] += 1
         self.fallback = self.fallback or rollout.sampler_fallback
 
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint saves of the record (``load_state`` takes it back)."""
+        return {"paths": dict(self.paths), "fallback": self.fallback, "from_step": self.from_step}
+
+    def load_state(self, state: Any, step: int) -> None:
+        """The record a checkpoint of ``step`` saved; one saved before the record (``state`` None) counts from
+        ``step`` on."""
+        if not isinstance(state, dict) or not isinstance(state.get("paths"), dict):
+            self.paths, self.fallback, self.from_step = Counter(), "", step
+            return
+        self.paths = Counter({str(path): int(count) for path, count in state["paths"].items()})
+        self.fallback = str(state.get("fallback") or "")
+        self.from_step = int(state.get("from_step", 0))
+
     def summary(self) -> dict[str, Any]:
-        """``{"paths": {path: rollouts}, "fallback": reason or None}`` for the rollouts noted since the run (or
-        its resume) started; an empty ``paths`` for a run that sampled nothing."""
-        return {"paths": dict(self.paths), "fallback": self.fallback or None}
+        """``{"paths": {path: rollouts}, "fallback": reason or None}`` for every rollout of the run, with
+        ``"from_step"`` when the record counts only the steps after it; an empty ``paths`` for a run that sampled
+        nothing."""
+        record: dict[str, Any] = {"paths": dict(self.paths), "fallback": self.fallback or None}
+        return {**record, "from_step": self.from_step} if self.from_step else record

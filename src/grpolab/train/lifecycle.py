@@ -305,7 +305,8 @@ def finish_run(run_dir: Path, policy: Policy, config: TrainConfig, metrics: dict
         evaluations += [row for row in earlier.get("evaluations") or []
                         if isinstance(row, dict) and evaluation_key(row) not in logged]
         metrics = metrics or earlier.get("final_metrics") or {}
-        sampler = _with_earlier_sampler(earlier.get("sampler"), sampler)
+        if sampler is not None and sampler.get("from_step"):  # counted only since a checkpoint of before
+            sampler = _with_earlier_sampler(earlier.get("sampler"), sampler)
     metrics = metrics or _last_logged_metrics(run_dir / "metrics.jsonl")
     summary = {"status": "finished", "steps": config.steps,
                "device": devices.describe(devices.model_device(policy.model)), "final_metrics": metrics,
@@ -330,8 +331,8 @@ def budget_record(budget: str | None) -> dict[str, str] | None:
 
 
 def _with_earlier_sampler(earlier: Any, sampler: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A finished run's sampler record (``summary.json``) with what a later start of it sampled added: the rollouts
-    per path summed, the first fall-back kept."""
+    """A finished run's sampler record (``summary.json``) with what a later start of it, resumed from a checkpoint
+    that holds no record, sampled added: the rollouts per path summed, the first fall-back kept."""
     if not isinstance(earlier, dict) or not isinstance(earlier.get("paths"), dict):
         return sampler
     if sampler is None:

@@ -162,6 +162,7 @@ class Trainer:
         self.completions_generated = int(checkpoint.state.get("completions_generated", 0))
         self._restore_spent(checkpoint.state, checkpoint.step)
         self.success_window.load_state(checkpoint.state.get("success_window", []))
+        self.sampler.load_state(checkpoint.state.get("sampler"), checkpoint.step)
         if self.curriculum is not None:
             self.curriculum.load_state(checkpoint.state.get("curriculum", {}))
         if self.replay is not None:
@@ -183,7 +184,8 @@ class Trainer:
         tensors, extras = optimizer_tensors(self.optimizer, names)
         state = {"optimizer": extras, "completions_generated": self.completions_generated,
                  "compute": self.spent.state(), "compute_from_step": self.spent_from_step,
-                 "success_window": self.success_window.state(), "settings": self.config.to_dict()}
+                 "success_window": self.success_window.state(), "sampler": self.sampler.state(),
+                 "settings": self.config.to_dict()}
         if self.curriculum is not None:
             state["curriculum"] = self.curriculum.state()
         if self.replay is not None:
