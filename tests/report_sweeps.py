@@ -7,6 +7,7 @@ import pandas as pd
 
 from grpolab.advantages import entry_for
 from grpolab.diagnostics import pass_at_k_curve
+from grpolab.metric_keys import GROUP_RANK
 
 # Final score (pass@1 = greedy accuracy here) per (estimator, G) and seed: the hand-computed means below come
 # from these.
@@ -87,7 +88,7 @@ def _metrics_rows(rng: np.random.Generator, base: dict, final: float, with_rank:
             zero_sum = (entry := entry_for(base["estimator"])) is not None and entry.zero_sum
             tracked = step % 10 == 0
             rank = (1.9 if zero_sum else 1.5 + size) + rng.normal(0, 0.05)
-            row["grad/effective_rank"] = rank if tracked else np.nan
+            row[GROUP_RANK] = rank if tracked else np.nan
         rows.append(row)
     return rows
 

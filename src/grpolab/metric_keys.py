@@ -41,14 +41,20 @@ from typing import Any
 
 from grpolab.capabilities import ENGINES as _ENGINE_TABLE
 
-__all__ = ["ALWAYS", "COMPUTE", "ENGINES", "KEYS", "RENAMED", "MetricKey", "audit_columns", "default_keys",
-           "dynamics_keys", "known", "label", "lookup", "render_markdown", "trl_names", "unknown_keys", "upgrade_row"]
+__all__ = ["ALWAYS", "COMPUTE", "ENGINES", "GROUP_RANK", "KEYS", "RENAMED", "MetricKey", "audit_columns",
+           "default_keys", "dynamics_keys", "known", "label", "lookup", "render_markdown", "trl_names", "unknown_keys",
+           "upgrade_row"]
 
 ENGINES = tuple(_ENGINE_TABLE)
 """The training engines (``TrainConfig.engine``)."""
 
 ALWAYS = ""
 """The condition of a key written at every step at default settings."""
+
+GROUP_RANK = "grad/weighted_group_effective_rank"
+"""The gradient effective rank the compare report plots (one of the ``grad/*`` family that
+``grpolab.gradients.geometry`` writes): of each group's [G, D] matrix of A_i g_i, mean over the groups, the matrix
+where the foundations paper's "effective rank about 2" is in question (docs/gradient-geometry.md)."""
 
 
 @dataclass(frozen=True)

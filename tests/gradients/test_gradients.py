@@ -24,6 +24,7 @@ from grpolab.gradients import (
     token_advantages,
 )
 from grpolab.gradients.geometry import analyze_gradients, decompose_group_gradient, gradient_metrics_for_step
+from grpolab.metric_keys import GROUP_RANK
 
 pytestmark = pytest.mark.fast
 
@@ -152,6 +153,8 @@ def test_analyze_gradients_metrics(policy, batch) -> None:
         assert metrics["grad/token_advantage_within_completion_std"] == 0.0
         assert all(np.isfinite(metrics[f"grad/{m}_effective_rank"]) for m in ("weighted", "raw", "layer"))
         assert metrics["grad/split_group_effective_rank"] <= 2.0 + 1e-9
+        # the key the compare report plots is one the analysis writes (was: a key nothing wrote, so no section)
+        assert 1.0 <= metrics[GROUP_RANK] <= 4.0  # G = 4 rows
     assert dr["grad/rank1_residual"] < 1e-5 and sign["grad/rank1_residual"] > 1e-3
     assert dr["grad/zero_advantage_completions"] == pytest.approx(4 / 12)  # the all-wrong group
     assert sign["grad/zero_advantage_completions"] == 0.0

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from grpolab import metric_keys
 from grpolab.errors import UserError
 from grpolab.io import atomic_write_bytes, atomic_write_text
 from grpolab.render import Section, render_html, render_markdown
@@ -79,7 +80,7 @@ def build_sections(results: pd.DataFrame, metrics: pd.DataFrame | None, config: 
     sections += [clipping] if clipping is not None else []
     if results["estimator"].str.contains(DYNAMIC, regex=False).any():
         sections.append(equal_cost_section(labelled(results)))
-    if present(usable, ["grad/effective_rank"]):
+    if present(usable, [metric_keys.GROUP_RANK]):
         sections.append(rank_section(shown))
     sections.append(methods_section(selection, config))
     sections.append(

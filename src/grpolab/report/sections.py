@@ -3,7 +3,7 @@
 Summary; final accuracy per estimator (paper Fig. 1); statistics of every pairwise comparison (no claim without its
 p-value and n); pass@k (Fig. 3); training dynamics (Fig. 4: the ``dynamics`` rows of ``grpolab.metric_keys``), also
 against completions generated when an estimator uses dynamic sampling (``+dynamic``), with an equal-cost table; the
-gradient's effective rank when ``grad/effective_rank`` was tracked. Each function returns a ``Section`` with its
+gradient's effective rank when ``metric_keys.GROUP_RANK`` was tracked. Each function returns a ``Section`` with its
 figures already rendered to PNG; a section whose inputs are missing (no metrics, missing columns) says so in a note
 instead of failing. The numbers come from ``grpolab.report.tables``, the figures from ``grpolab.report.figures``;
 ``grpolab.report.document`` puts the sections in order. The start policy's section (Fig. 2) is
@@ -343,21 +343,17 @@ def equal_cost_section(results: pd.DataFrame) -> Section:
     return section
 
 
-def _zero_sum(metrics: pd.DataFrame) -> list[str]:
-    """The zero-sum estimators among the runs, by the registry's flag (group-centred: rank <= 2 per group)."""
-    names = display_order(metrics["estimator"])
-    return [n for n in names if (entry := entry_for(n)) is not None and entry.zero_sum] or ["none here"]
-
-
 def rank_section(metrics: pd.DataFrame) -> Section:
     text = (
-        "Effective rank (exp of the entropy of the normalised singular values) of the gradient matrix, at the "
-        f"steps where it was tracked. For the zero-sum estimators ({', '.join(_zero_sum(metrics))}) the "
-        "advantages of a group sum to 0, so with binary rewards a group contributes a combination of two "
-        "vectors, the summed gradients of its correct and of its wrong completions: the rank-2 bound (dotted "
-        "line) of the policy-gradient foundations paper. sign (A = 2r - 1) is not zero-sum: all-correct and all-wrong "
-        "groups still contribute and the two weights are not tied, so the bound does not apply to it and its "
-        "measured rank can exceed 2."
+        "Effective rank (exp of the entropy of the normalised singular values, Roy & Vetterli 2007) of each "
+        "group's matrix of per-completion contributions A_i g_i [G, D], mean over the groups with a nonzero "
+        f"matrix ({metric_keys.GROUP_RANK}), at the steps where it was tracked. The policy-gradient foundations "
+        "paper reports an effective rank of about 2 (dotted line). With binary rewards a group's gradient lies in "
+        "the span of the summed gradients of its correct and of its wrong completions for any estimator that is a "
+        "function of the reward, sign included (grad/rank2_residual: an identity), and along one direction for a "
+        "zero-sum estimator (grad/rank1_residual). The matrix's rank is bounded by G, not by 2, and on the embedded "
+        "model it grows with G (docs/gradient-geometry.md). metrics.parquet holds the other matrices' ranks "
+        "(grad/*_effective_rank)."
     )
     return Section(
         "Gradient effective rank",
@@ -365,7 +361,7 @@ def rank_section(metrics: pd.DataFrame) -> Section:
         figures=[
             (
                 "effective_rank",
-                "Gradient effective rank per estimator and group size; dotted: the bound 2 of zero-sum estimators.",
+                "Gradient effective rank per estimator and group size; dotted: the paper's 'about 2'.",
                 figure_png(figs.figure_effective_rank(metrics)),
             )
         ],
