@@ -405,7 +405,9 @@ def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAUL
     """Everything the report says about one pair: a [n_a], b [n_b] (>= 2 runs each) -> one row.
 
     ``paired``: run i of a and run i of b share a seed (n_a == n_b), so the test is the paired t-test and the
-    interval that of the mean paired difference; else Welch's test and interval. ``test`` names the one used,
+    interval that of the mean paired difference (``paired_within_floor``); else Welch's test and interval
+    (``welch_within_floor``). Either p, and tost_p, is floored at the smallest p an exact permutation test of these
+    runs can give; an interval with no spread to build it from is NaN. ``test`` names the one used,
     ``p`` is its p-value and difference_low / difference_high its 95% interval of mean(a) - mean(b);
     ``seed_correlation`` is the Pearson correlation of the paired scores (NaN unpaired or constant);
     ``difference_sd`` the SD of one seed's difference (of the paired differences, else sqrt(var_a + var_b),
@@ -427,8 +429,9 @@ def compare_pair(a: Any, b: Any, *, paired: bool = False, margin: float = DEFAUL
         correlation = float(np.corrcoef(x, y)[0, 1]) if both_vary else math.nan
         tost_p = max(tost_p, sign_flip_floor(x.size))
     else:
-        p, correlation = welch_p, math.nan
-        _, low, high = welch_interval(x, y)
+        p, low, high, test = welch_within_floor(x, y)
+        correlation = math.nan
+        tost_p = max(tost_p, permutation_floor(x.size, y.size))
     improvement, improvement_low, improvement_high = improvement_interval(x, y)
     return {
         "n_a": int(x.size), "n_b": int(y.size), "mean_a": float(x.mean()), "mean_b": float(y.mean()),
@@ -472,6 +475,29 @@ def paired_within_floor(a: Any, b: Any) -> tuple[float, float, float, str]:
     return (floor, low, high, "paired t (floored)") if p < floor else (p, low, high, "paired t")
 
 
+def permutation_floor(n_a: int, n_b: int) -> float:
+    """The smallest p-value an exact two-sided permutation test of the difference of means of n_a against n_b runs
+    can give: 1 / C(n_a + n_b, n_a), twice that for equal sizes (a split and its mirror reach the same |difference|)."""
+    return min(1.0, (2.0 if n_a == n_b else 1.0) / math.comb(n_a + n_b, n_a))
+
+
+def welch_within_floor(a: Any, b: Any) -> tuple[float, float, float, str]:
+    """a [n_a], b [n_b] (>= 2 runs each) -> (p, low, high, test name) of the unpaired comparison of mean(a) -
+    mean(b): Welch's test and interval, its p raised to ``permutation_floor`` where it falls below ("Welch
+    (floored)"); where neither sample varies the interval is NaN, as in ``paired_within_floor`` (Welch's p is then
+    0 for any difference, and the interval of zero width)."""
+    x, y = _as_runs(a, "welch_within_floor a", 2), _as_runs(b, "welch_within_floor b", 2)
+    _, _, p = welch_t_test(x, y)
+    _, low, high = welch_interval(x, y)
+    if np.ptp(x) == 0 and np.ptp(y) == 0:
+        low = high = math.nan
+    floor = permutation_floor(x.size, y.size)
+    return (floor, low, high, "Welch (floored)") if p < floor else (p, low, high, "Welch")
+
+
+WELCH_TESTS = ("Welch", "Welch (floored)")
+"""The ``test`` names of an unpaired row (``compare_pair``): Welch's test, and the same with its p raised to the
+floor of what an exact permutation test of these runs can give."""
 P_FAMILIES = ("p", "welch_p", "tost_p", "permutation_p", "mann_whitney_p")
 PAIRED_TESTS = ("paired t", "paired t (floored)")
 """The ``test`` names of a paired row (``compare_pair``): the paired t-test, and the same with its p raised to the

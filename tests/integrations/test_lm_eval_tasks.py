@@ -49,7 +49,7 @@ def test_the_command_takes_temperature_zero_as_greedy(tmp_path: Path, capsys: py
     kwargs = yaml.safe_load((tmp_path / "grpolab_reverse.yaml").read_text())["generation_kwargs"]
     assert kwargs["do_sample"] is False and kwargs["temperature"] == 0
     assert main(["lm-eval-tasks", "--out", str(tmp_path), "--task", "reverse", "--temperature", "-1"]) == 2
-    assert "temperature > 0" in capsys.readouterr().err
+    assert "temperature must be > 0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["reverse", "arith", "gsm8k", "math500"])

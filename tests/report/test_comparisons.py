@@ -4,6 +4,8 @@ and never tested."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,7 +13,7 @@ from scipy import stats as scipy_stats
 
 from grpolab.report.comparisons import comparisons, finding, primary_pair, reading
 from grpolab.report.tables import run_table
-from grpolab.stats import holm_correction
+from grpolab.stats import WELCH_TESTS, compare_pair, holm_correction, permutation_floor
 from report_sweeps import FINALS, synthetic_sweep, with_lrs, with_variants
 
 ALL = ("sign", "dr_grpo", "grpo", "rloo")
@@ -93,7 +95,18 @@ def test_arms_whose_seeds_do_not_pair_fall_back_to_welch() -> None:
     keep = ~(results["estimator"].eq("sign") & results["seed"].eq(2))  # sign lost seed 2: 2 vs 3 seeds
     rows, _ = comparisons(run_table(results[keep]), config)
     raw = scipy_stats.ttest_ind(FINALS[("sign", 4)][:2], FINALS[("dr_grpo", 4)], equal_var=False).pvalue
-    assert rows[0]["test"] == "Welch" and rows[0]["p"] == pytest.approx(raw) and rows[0]["family_size"] == 1
+    assert rows[0]["test"] in WELCH_TESTS and rows[0]["family_size"] == 1
+    assert rows[0]["p"] == pytest.approx(max(raw, permutation_floor(2, 3)))  # no p below what 5 runs can carry
+
+
+def test_unpaired_arms_without_spread_claim_nothing_beyond_their_runs() -> None:
+    """Constant scores and unequal seeds (one run diverged): was Welch p = 0, a zero-width interval, "resolved",
+    and TOST p = 0 ("equivalent")."""
+    row = compare_pair([0.25] * 3, [0.125] * 2)
+    assert row["test"] == "Welch (floored)" and row["p"] == pytest.approx(0.1)  # 1 / C(5, 2)
+    assert math.isnan(row["difference_low"]) and math.isnan(row["difference_high"])
+    tie = compare_pair([0.25] * 3, [0.25] * 2)
+    assert tie["tost_p"] == pytest.approx(0.1) and math.isnan(tie["difference_low"])
 
 
 def test_no_same_update_claim_with_a_kl_term_or_hyper_parameters() -> None:
