@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from tests.engine.test_static_decode import _reordering_gap
 
 from grpolab import render, verifiers
 from grpolab.mechanism import content_mask, is_content_text, passk_reading, shifts, summarise
@@ -142,7 +143,10 @@ def test_start_logprobs_match_what_the_sampler_recorded() -> None:
                         use_chat_template=False)
     logprobs = shifts.completion_logprobs(policy.model, batch, temperature=1.0, rows=4)
     mask = batch.rollout.completion_mask.bool()
-    assert torch.allclose(logprobs[mask], batch.rollout.logprobs.double()[mask], atol=1e-4)
+    # the sampler's decoder and a teacher-forced forward of 4 rows sum in other orders: within the derived
+    # reordering gap (tests/float_bounds.py; ~1.3e-4 here), not a measured 1e-4
+    gap = _reordering_gap(policy.model, batch.rollout, torch.float32)
+    assert (logprobs[mask] - batch.rollout.logprobs.double()[mask]).abs().max() <= gap
     again = shifts.completion_logprobs(policy.model, batch, temperature=1.0, rows=4)
     assert torch.equal(logprobs, again)
 

@@ -169,7 +169,9 @@ def test_a_constant_gradient_reaches_ratio_one() -> None:
         weights.grad = torch.tensor([1.0, -2.0, 0.5])
         optimizer.step()
     ratio, _ = adam_rms_ratio({f"w/{k}": v for k, v in optimizer.state[weights].items()}, BETAS)
-    assert ratio == pytest.approx(1.0)
+    # AdamW keeps m and v in float32: 7 steps of ~3 roundings each (how many fuse depends on the CPU's kernels) put
+    # each off by at most 21 eps in relative terms, and |m| / sqrt(v) by 1.5 times that; not pytest.approx's 1e-6.
+    assert ratio == pytest.approx(1.0, rel=32 * torch.finfo(torch.float32).eps, abs=0)
 
 
 def test_the_updates_section_and_terminal_lines(full_runs: list[ReportedRun]) -> None:

@@ -1,14 +1,15 @@
 """The lean Llama decoder (``fast_decode``) against the transformers forward it replaces in ``rollout.sample``.
 
-Tolerances, measured on the embedded model (P = 8, G = 4, T = 16) and stated here:
+Tolerances, on the embedded model (P = 8, G = 4, T = 16):
 * float32 lean weights: the same tokens as the transformers path for the same generator, and the
-  sampler's log-probs within 1e-4 of ``token_logprobs`` (measured max 7e-6);
+  sampler's log-probs and entropies within the reordering gap of the sums along the path (derived,
+  ``tests/engine/test_static_decode.py``'s ``_reordering_gap``: ~1.3e-4 here; measured max 1e-5);
 * bfloat16 lean weights: log-probs within 0.05 mean / 0.5 max absolute (measured 0.009 / 0.11), and
   the sampled next-token distribution passes a chi-square test against the float32 probabilities.
 
 Today's families (Qwen3 bare and with LoRA, Llama with Llama 3.x rope scaling, Mistral) on random tiny configs: the
-float32 bounds above (measured max 5e-7), and the bfloat16 bounds above with their logits spread as a trained
-model's (derived and measured in ``test_todays_families_bfloat16_logprobs_are_close_to_the_float32_reference``).
+float32 bound above (~7e-5 there; measured max 5e-7), and the bfloat16 bounds above with their logits spread as a
+trained model's (derived and measured in ``test_todays_families_bfloat16_logprobs_are_close_to_the_float32_reference``).
 """
 
 from __future__ import annotations
@@ -54,13 +55,22 @@ def _logprob_gap(model, rollout) -> torch.Tensor:
     return (rollout.logprobs - reference)[rollout.completion_mask.bool()].abs()
 
 
+def _reordering_gap(model, rollout, weights: torch.dtype) -> float:
+    """``test_static_decode``'s derived bound on two summation orders' log-prob gap (imported here, where it is
+    used, since that module imports this one)."""
+    from tests.engine.test_static_decode import _reordering_gap
+
+    return _reordering_gap(model, rollout, weights)
+
+
 def _assert_float32_lean_equals_reference(model, tokenizer) -> None:
     reference = _run(model, tokenizer, engine="hf")
     lean = _run(model, tokenizer, engine="lean")
     assert torch.equal(lean.completion_ids, reference.completion_ids)
     assert lean.texts == reference.texts
-    assert _logprob_gap(model, lean).max() < 1e-4
-    assert torch.allclose(lean.entropy, reference.entropy, atol=1e-4)
+    gap = _reordering_gap(model, reference, torch.float32)  # two kernels' summation orders, not a measured 1e-4
+    assert _logprob_gap(model, lean).max() <= gap
+    assert (lean.entropy - reference.entropy).abs().max() <= gap
 
 
 def test_float32_lean_path_samples_the_same_tokens_as_transformers(embedded) -> None:
@@ -173,12 +183,12 @@ def test_the_static_shape_step_samples_the_tokens_of_the_dynamic_step(embedded, 
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The step a CUDA graph replays, run eagerly on the CPU: over the whole cache, unwritten slots under -inf.
     Its logits differ from the dynamic step's only in the summation order over the (zero-weighted) extra slots:
-    float32 log-probs within 1e-5, bfloat16 ones within 1e-2 (both measured ~1e-6 / ~1e-3)."""
+    log-probs within the reordering gap of that dtype (derived, ``_reordering_gap``; measured ~1e-6 / ~1e-3)."""
     model = _random_llama(len(embedded.tokenizer), kv_heads=kv_heads, tied=True)
     dynamic = _modes_sample(model, embedded.tokenizer, "dynamic", monkeypatch, dtype=dtype, tokens=16)
     static = _modes_sample(model, embedded.tokenizer, "static", monkeypatch, dtype=dtype, tokens=16)
     assert torch.equal(static.completion_ids, dynamic.completion_ids)
-    assert (static.logprobs - dynamic.logprobs).abs().max() < (1e-5 if dtype == "float32" else 1e-2)
+    assert (static.logprobs - dynamic.logprobs).abs().max() <= _reordering_gap(model, dynamic, getattr(torch, dtype))
 
 
 def test_the_cpu_keeps_the_dynamic_step(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -315,12 +325,12 @@ def test_todays_families_bfloat16_logprobs_are_close_to_the_float32_reference(em
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_qwen3_static_shape_step_samples_the_tokens_of_the_dynamic_step(embedded, dtype: str,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """As for Llama: float32 log-probs within 1e-5, bfloat16 ones within 1e-2 of the dynamic step's."""
+    """As for Llama: log-probs within the reordering gap of the dynamic step's."""
     model = _random_qwen3(len(embedded.tokenizer))
     dynamic = _modes_sample(model, embedded.tokenizer, "dynamic", monkeypatch, dtype=dtype, tokens=16)
     static = _modes_sample(model, embedded.tokenizer, "static", monkeypatch, dtype=dtype, tokens=16)
     assert torch.equal(static.completion_ids, dynamic.completion_ids)
-    assert (static.logprobs - dynamic.logprobs).abs().max() < (1e-5 if dtype == "float32" else 1e-2)
+    assert (static.logprobs - dynamic.logprobs).abs().max() <= _reordering_gap(model, dynamic, getattr(torch, dtype))
     assert static.sampler == "lean static"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.engine.test_static_decode import _reordering_gap
 
 from grpolab.engine import memory
 from grpolab.engine.rollout import encode_prompts, release_sampler, sample
@@ -39,7 +40,11 @@ def test_a_batch_sampled_in_chunks_equals_one_pass(embedded, temperature: float)
     assert torch.equal(whole.completion_ids, chunked.completion_ids)
     assert torch.equal(whole.completion_mask, chunked.completion_mask)
     assert whole.texts == chunked.texts
-    assert torch.allclose(whole.entropy, chunked.entropy) and torch.allclose(whole.logprobs, chunked.logprobs)
+    # Chunks are smaller matmuls, which the CPU's BLAS may sum in another order: within the reordering gap of the
+    # sums along the path to a log-prob (tests/float_bounds.py), not allclose's 1e-8 (measured 4e-6 at temperature 1).
+    gap = _reordering_gap(embedded.model, whole, torch.float32)
+    assert (whole.logprobs - chunked.logprobs).abs().max() <= gap
+    assert (whole.entropy - chunked.entropy).abs().max() <= gap
     # the generator is left where one pass leaves it, so the next batch is the same too
     assert torch.equal(torch.rand(4, generator=after_whole), torch.rand(4, generator=after_chunked))
 

@@ -18,7 +18,7 @@ import weakref
 import pytest
 import torch
 from tests.engine.test_fast_decode import PROMPTS, _random_llama, _run
-from tests.engine.test_static_decode import _FakeCuda
+from tests.engine.test_static_decode import _FakeCuda, _reordering_gap
 
 from grpolab.engine import fast_decode, rollout, static_decode
 from grpolab.engine.rollout import encode_prompts, fixed_weights, release_sampler, sample
@@ -225,7 +225,9 @@ def test_kept_graphs_read_the_new_weights_and_are_captured_again_only_for_new_sh
     monkeypatch.setattr(fast_decode, "step_mode", "dynamic")  # a new decoder, on the new weights
     reference = _run(model, embedded.tokenizer, engine="lean")
     assert torch.equal(second.completion_ids, reference.completion_ids)
-    torch.testing.assert_close(second.logprobs, reference.logprobs, atol=1e-5, rtol=0)
+    # the captured static step against the dynamic one: two summation orders (derived, not a measured 1e-5)
+    gap = _reordering_gap(model, reference, torch.float32)
+    torch.testing.assert_close(second.logprobs, reference.logprobs, atol=gap, rtol=0)
     assert (second.logprobs - first.logprobs).abs().max() > 1e-3
     monkeypatch.setattr(fast_decode, "step_mode", "graph")
     longer = _run(model, embedded.tokenizer, engine="lean", tokens=16)
