@@ -320,8 +320,9 @@ def test_sapo_hand_computed_loss_and_gradient() -> None:
             for a, row in zip([2.0, -1.0], gate, strict=True)]
     temperatures = {"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05}
     terms, got = _grad({"objective": "sapo", **temperatures}, LOGPROBS, OLD, ADVANTAGES, ONES)
-    torch.testing.assert_close(terms.loss, torch.tensor(loss, dtype=F64))
-    torch.testing.assert_close(got, torch.tensor(grad, dtype=F64))
+    # float64 throughout: was tau 1.05 rounded through float32 (1.04999995), 0.35 of the default tolerance off
+    torch.testing.assert_close(terms.loss, torch.tensor(loss, dtype=F64), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(got, torch.tensor(grad, dtype=F64), atol=1e-12, rtol=1e-12)
     assert terms.loss[0, 0].item() == pytest.approx(-8 * 0.52497918747894)  # sigmoid(0.1), tau 1
     # on-policy (r = 1) the gate's gradient is the policy gradient's: -A per token
     _, on_policy = _grad({"objective": "sapo"}, OLD, OLD, ADVANTAGES, ONES)

@@ -323,7 +323,7 @@ def vespo_weights(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages
 
 def _sapo(ratio: torch.Tensor, advantages: torch.Tensor, tau_pos: float, tau_neg: float) -> torch.Tensor:
     """SAPO's ``-A sigmoid(tau (r - 1)) 4 / tau`` [B, T], tau = tau_pos where A > 0, else tau_neg."""
-    tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
+    tau = torch.where(advantages > 0, ratio.new_tensor(tau_pos), ratio.new_tensor(tau_neg))  # in ratio's dtype
     return -advantages * torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
 
 
