@@ -110,7 +110,9 @@ def test_missing_advantages_are_unknown_not_zero(tmp_path: Path) -> None:
     assert any("3 of 8 advantages are missing (NaN or null), in 2 groups" in line for line in result["warnings"])
     frame["advantage"] = frame["advantage"].fillna(0.5)
     frame.to_csv(tmp_path / "log.csv", index=False)
-    assert not any("missing" in line for line in audit(tmp_path / "log.csv")["warnings"])
+    warned = audit(tmp_path / "log.csv")["warnings"]
+    assert not any("advantages are missing" in line for line in warned)
+    assert any("1 of 8 rewards are missing (NaN or null); 0 group(s) have none scorable" in line for line in warned)
 
 
 @pytest.mark.parametrize("steps", [["a", "a", "b", "b"], [0.5, 0.5, 1.5, 1.5]])
@@ -295,7 +297,9 @@ def test_trl_completion_logs(tmp_path: Path) -> None:
     assert result["groups"] == 2 and result["completions"] == 4 and result["group_size"] == 2
     assert result["degenerate"] == 0.5  # q1: every advantage zero
     assert result["unscorable_groups"] == 0.5 and result["all_correct"] == 0.0 and result["uniform"] == 0.5
-    assert result["warnings"] == []  # steps 1 and 2 are both logged (2 as a duplicate of 1)
+    # steps 1 and 2 are both logged (2 as a duplicate of 1); the two empty accuracies are said
+    assert result["warnings"] == ["2 of 4 rewards are missing (NaN or null); 1 group(s) have none scorable: they "
+                                  "count as uniform (D_real) but have no success rate, so they widen the Jensen gap"]
     (folder / "completions_00001.parquet").rename(folder / "completions_00001.parquet.bak.parquet")
     pd.DataFrame({"step": 1, **table}).to_parquet(folder / "completions_00001.parquet")
     (folder / "completions_00002.parquet").rename(folder / "completions_00002 (copy).parquet")
@@ -470,3 +474,34 @@ def test_groups_of_one_completion_keep_the_shares_their_advantages_give(tmp_path
                              "advantage": [1.0, -1.0, 0.0, 0.0]}), path)
     result = audit(path)
     assert result["degenerate"] == 0.5 and result["zero_gradient_completions"] == 0.5 and result["uniform"] is None
+
+
+def test_a_log_with_no_scorable_reward_is_refused_naming_it(tmp_path: Path) -> None:
+    """Was: exit 0, "success rate 0.0%, D_iid 100%" from a NaN mean read as 0."""
+    frame = pd.DataFrame({"prompt_id": ["p0", "p0", "p1", "p1"], "reward": [np.nan] * 4})
+    frame.to_parquet(tmp_path / "log.parquet")
+    frame.to_csv(tmp_path / "log.csv", index=False)  # pyarrow reads the empty column as null, not float
+    for name in ("log.parquet", "log.csv"):
+        with pytest.raises(UserError, match=f"{name}: every reward in the column 'reward' is missing"):
+            audit(tmp_path / name)
+
+
+def test_groups_of_other_sizes_are_said_and_the_gap_is_given_in_points_and_as_a_ratio(tmp_path: Path) -> None:
+    """Four groups of 4 and a pair and a single: the shares count all six, a warning names the sizes; the gap is
+    D_real - D_iid in points, and its ratio to D_iid is the sign paper's "% Jensen gap"."""
+    rewards = [[0] * 4, [0] * 4, [0] * 4, [1] * 4, [1, 0], [1]]
+    frame = pd.DataFrame({"prompt_id": [f"p{i}" for i, group in enumerate(rewards) for _ in group],
+                          "reward": [r for group in rewards for r in group]})
+    frame.to_csv(tmp_path / "log.csv", index=False)
+    result = audit(tmp_path / "log.csv")
+    assert result["uniform"] == pytest.approx(5 / 6)
+    assert any("2 of 6 groups hold other than G = 4 completions (sizes 1, 2)" in w for w in result["warnings"])
+    assert result["jensen_ratio"] == pytest.approx(result["jensen_gap"] / result["d_iid"])
+    from rich.console import Console
+
+    from grpolab.audit.render import render_terminal
+
+    console = Console(record=True, width=200)
+    render_terminal(result, console)
+    shown = console.export_text()
+    assert f"{100 * result['jensen_gap']:+.1f} pts ({100 * result['jensen_ratio']:+.0f}% of D_iid)" in shown

@@ -5,7 +5,10 @@ of G consecutive rows of one file (see ``grpolab.audit.sources``), never a promp
 is reduced to per-group partial sums with pyarrow's ``group_by`` (rows, scorable rows n, successes c,
 zero-advantage rows, reward min / max, tokens), and partials are merged whenever they pile up, so memory
 is bounded by the number of groups, not rows. The figures are those of
-``grpolab.diagnostics.starvation_metrics`` (same keys, same window for D_iid) and ``pass_at_k_curve``.
+``grpolab.diagnostics.starvation_metrics`` (same keys) and ``pass_at_k_curve``. D_iid's window departs from the
+trainer's: the trainer's ``starvation/d_iid`` at a step reads the groups logged up to it, while the audit, which
+reads the whole log at once, gives the steps before the first full window that first full window (the whole log
+when it never fills; ``diagnostics.windowed_p_means``), so early steps can differ.
 
 Definitions and where they depart from the papers (see also ``grpolab.diagnostics.starvation``):
 
@@ -17,7 +20,11 @@ Definitions and where they depart from the papers (see also ``grpolab.diagnostic
   agree for grpo / dr_grpo / rloo on one binary reward; under ``sign`` nothing is degenerate.
 * D_iid: pbar over a trailing window of >= 64 groups (``diagnostics.windowed_p_means``; the whole run
   when shorter), per step; overall, the group-weighted mean of the per-step values.
-  ``jensen_gap = uniform - d_iid``. G in ``d_iid`` is the nominal group size (the most common one).
+  ``jensen_gap = uniform - d_iid``, a difference of shares (percentage points); the sign paper's "60% Jensen gap" is
+  the ratio ``jensen_gap / d_iid`` (``jensen_ratio``). G in ``d_iid`` is the nominal group size (the most common
+  one); groups of other sizes are counted in the shares, with a warning. Groups with nothing scorable count as
+  uniform (D_real) but have no success rate, so they widen the gap; missing rewards are warned about, and a log
+  with no scorable reward at all is refused.
 * zero-gradient completions (and tokens): completions with zero advantage (without an advantage column, and for a
   group with a missing (NaN or null) advantage, which is unknown, not zero, with a warning: every completion of a
   group whose scorable rewards are all equal, plus every unscorable one); ``sign``
@@ -336,6 +343,7 @@ def _rates(groups: GroupTable, degenerate: np.ndarray, members: slice, d_iid: fl
         "success_rate": float(c.sum() / max(n.sum(), 1)),
         "d_iid": d_iid,
         "jensen_gap": shares["uniform"] - d_iid,
+        "jensen_ratio": (shares["uniform"] - d_iid) / d_iid if d_iid > 0 else None,
         "truncated": _truncated_share(groups, members),
     }
 
@@ -437,7 +445,7 @@ def summarize(groups: GroupTable, window: int = diagnostics.DEFAULT_WINDOW_GROUP
 
 
 # the figures that compare the completions of a group: none where groups hold one completion (G = 1)
-_GROUP_FIGURES = ("uniform", "all_correct", "all_wrong", "unscorable_groups", "d_iid", "jensen_gap")
+_GROUP_FIGURES = ("uniform", "all_correct", "all_wrong", "unscorable_groups", "d_iid", "jensen_gap", "jensen_ratio")
 
 
 def _without_group_figures(result: dict[str, Any], groups: GroupTable) -> dict[str, Any]:
@@ -483,6 +491,7 @@ def _warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
         warnings.append(f"{nonbinary} rewards are not 0 or 1: a success is a reward >= {info['threshold']}")
     if info.get("group_size_warning"):
         warnings.append(info["group_size_warning"])
+    warnings += _data_warnings(result, groups)
     missing = 0 if groups.adv_missing is None else int(groups.adv_missing.sum())
     if missing:
         warnings.append(
@@ -513,11 +522,36 @@ def _warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
     return warnings
 
 
+def _data_warnings(result: dict[str, Any], groups: GroupTable) -> list[str]:
+    """Missing rewards, and groups of other sizes than the nominal G: the figures count them, the output says so."""
+    said, unscored = [], int(groups.rows.sum() - groups.n.sum())
+    if unscored:
+        empty = int((groups.n == 0).sum())
+        said.append(f"{unscored:,} of {int(groups.rows.sum()):,} rewards are missing (NaN or null); {empty:,} "
+                    "group(s) have none scorable: they count as uniform (D_real) but have no success rate, so they "
+                    "widen the Jensen gap")
+    size = result["group_size"]
+    other = groups.rows != size
+    if size > 1 and other.any():
+        sizes = ", ".join(f"{int(n)}" for n in np.unique(groups.rows[other])[:6])
+        said.append(f"{int(other.sum()):,} of {groups.rows.size:,} groups hold other than G = {size} completions "
+                    f"(sizes {sizes}): they count in the shares (a group of one is uniform by construction), "
+                    "D_iid uses G for every group, and pass@k only the groups of G")
+    return said
+
+
+def _refuse_nothing_scorable(groups: GroupTable, info: dict[str, Any]) -> None:
+    if int(groups.n.sum()) == 0:
+        raise UserError(f"{info['path']}: every reward in the column {info['columns']['reward']!r} is missing (NaN or "
+                        "null), so there is nothing to audit; name the 0/1 correctness column with --reward-column")
+
+
 def audit(path: Path | str, *, window: int = diagnostics.DEFAULT_WINDOW_GROUPS, **options: Any) -> dict[str, Any]:
     """Audit the rollout logs at ``path``: ``summarize(collect_groups(path, **options))``, the input read,
     ``warnings`` (missing steps, non-binary rewards under ``threshold``) and, for a grpolab run, ``prompt_fate``
     (``grpolab.audit.fate_source.run_fate``; None for other logs)."""
     groups, info = collect_groups(Path(path), **options)
+    _refuse_nothing_scorable(groups, info)
     result = {"input": info, **summarize(groups, window)}
     result["prompt_fate"] = run_fate(Path(path)) if info["kind"] == "grpolab" else None
     result["warnings"] = _warnings(result, groups)

@@ -31,6 +31,11 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _points(value: float | None) -> str:
+    """A difference of two shares, in percentage points."""
+    return "-" if value is None else f"{100 * value:+.1f} pts"
+
+
 def sample_steps(per_step: list[dict[str, Any]], limit: int = 12) -> list[dict[str, Any]]:
     """At most ``limit`` evenly spaced rows of the per-step table (first and last always included)."""
     if len(per_step) <= limit:
@@ -66,7 +71,8 @@ def _headline_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
         ("  all wrong", _pct(result["all_wrong"])),
         ("  nothing scorable", _pct(result["unscorable_groups"])),
         (f"D_iid (i.i.d., pbar over >= {result['window_groups']} groups)", _pct(result["d_iid"])),
-        ("Jensen gap (D_real - D_iid)", _pct(result["jensen_gap"])),
+        ("Jensen gap (D_real - D_iid)", _points(result["jensen_gap"])
+         + (f" ({100 * result['jensen_ratio']:+.0f}% of D_iid)" if result.get("jensen_ratio") is not None else "")),
         ("success rate", _pct(result["success_rate"])),
         ("zero-advantage completions", _pct(result["zero_gradient_completions"])),
         ("completions sign (2r-1) would use", _pct(result["sign_used_completions"])),

@@ -397,6 +397,8 @@ def _refuse_empty_steps(path: Path, batch: pa.RecordBatch, step: str | None, off
 def numeric_values(batch: pa.RecordBatch, name: str, what: str) -> np.ndarray:
     """Column ``name`` of ``batch`` as float64 [N], NaN where missing; ``UserError`` if not numeric."""
     array = batch.column(name)
+    if pa.types.is_null(array.type):  # a CSV column left empty in every row read: all missing
+        return np.full(len(array), np.nan)
     if not (pa.types.is_floating(array.type) or pa.types.is_integer(array.type) or pa.types.is_boolean(array.type)):
         raise UserError(f"{what} column {name!r} must be numeric, found {array.type}")
     return array.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)  # integers past 2^53: rounded
