@@ -14,8 +14,10 @@ from rich.table import Table
 from grpolab import advantages
 from grpolab.progress import results_console as console
 
-COLUMNS = ("name", "needs G >= 2", "binary only", "zero-sum (starves)", "granularity", "hyper-parameters", "arXiv",
-           "year", "paper")
+COLUMNS = ("name", "needs G >= 2", "binary only", "zero-sum", "starves on", "granularity", "hyper-parameters",
+           "arXiv", "year", "paper")
+UNIFORM_GROUPS = ((0.0,) * 4, (1.0,) * 4)
+"""The groups ``starves on`` computes each estimator on: all wrong and all right, at G = 4."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 WIDE = 140
-"""Columns below which the table's nine columns are cut to '…' (80 in a pipe): each estimator is a block instead."""
+"""Columns below which the table's ten columns are cut to '…' (80 in a pipe): each estimator is a block instead."""
 
 
 def _print_records(rows: list[tuple[str, ...]]) -> None:
@@ -64,10 +66,25 @@ def estimator_rows() -> list[tuple[str, ...]]:
     for name in advantages.display_order(advantages.available()):
         entry = advantages.info(name)
         paper = entry.paper
-        rows.append((name, _yes(entry.needs_group), _yes(entry.binary_only), _yes(entry.zero_sum),
+        rows.append((name, _yes(entry.needs_group), _yes(entry.binary_only), _yes(entry.zero_sum), starves_on(entry),
                      ", ".join(entry.granularities), hyperparameters(entry), paper.arxiv if paper else "",
                      str(paper.year) if paper else "", paper.title if paper else ""))
     return rows
+
+
+def starves_on(entry: advantages.Estimator) -> str:
+    """The uniform groups (``UNIFORM_GROUPS``) the estimator, at its default hyper-parameters, gives advantages all
+    zero (|A| <= the audit's ``ZERO_ADVANTAGE_ATOL``): computed, not read from a flag (``zero_sum`` is not the same:
+    pkpo is not zero-sum and still starves both); "-" for one whose advantages depend on the policy's per-token
+    statistics."""
+    from grpolab.diagnostics.starvation import ZERO_ADVANTAGE_ATOL
+
+    if entry.needs_token_statistics:
+        return "-"
+    lengths = [[8] * len(group) for group in UNIFORM_GROUPS] if entry.needs_lengths else None
+    values = advantages.compute_advantages(entry.name, [list(group) for group in UNIFORM_GROUPS], lengths=lengths)
+    zero = (values.abs() <= ZERO_ADVANTAGE_ATOL).all(dim=1).tolist()
+    return ", ".join(kind for kind, starved in zip(("all wrong", "all right"), zero, strict=True) if starved) or "no"
 
 
 def hyperparameters(entry: advantages.Estimator) -> str:
