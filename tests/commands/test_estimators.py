@@ -65,8 +65,8 @@ def test_the_table_goes_to_stdout(capsys) -> None:
 def test_starves_on_is_computed_from_the_estimator_not_its_zero_sum_flag() -> None:
     """Was one column "zero-sum (starves)" reading the flag: pkpo, grpo_passk and opo starve on both uniform
     groups and read "no"; ngrpo starves on all-right groups and read "no"."""
-    said = {name: estimators.starves_on(advantages.info(name)) for name in ("sign", "reinforce", "nsr", "ngrpo", "pkpo", "opo",
-                                                                  "grpo", "optimal_token_baseline")}
+    names = ("sign", "reinforce", "nsr", "ngrpo", "pkpo", "opo", "grpo", "optimal_token_baseline")
+    said = {name: estimators.starves_on(advantages.info(name)) for name in names}
     assert said == {"sign": "no", "reinforce": "all wrong", "nsr": "all right", "ngrpo": "all right",
                     "pkpo": "all wrong, all right", "opo": "all wrong, all right", "grpo": "all wrong, all right",
                     "optimal_token_baseline": "-"}
