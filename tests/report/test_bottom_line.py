@@ -28,8 +28,10 @@ def test_an_unresolved_difference_says_how_many_seeds_would_resolve_it() -> None
     lines = _lines(results, config)
     assert len(lines) == 2  # one per group size
     needed = seeds_needed(0.44, 0.02, family=2)
-    assert lines[0] == ("On pass@1, sign vs dr_grpo at G = 2: +44.0 points [+39.0, +49.0]; not resolved at 3 seeds "
-                        f"(Holm-adjusted p = 0.5); about {needed} seeds per arm would resolve a difference this size.")
+    # the interval excludes 0 and the family's p does not resolve it: the line says the interval is unadjusted
+    assert lines[0] == ("On pass@1, sign vs dr_grpo at G = 2: +44.0 points [+39.0, +49.0] (95% CI, not adjusted for "
+                        "the family); not resolved at 3 seeds (Holm-adjusted p = 0.5); about "
+                        f"{needed} seeds per arm would resolve a difference this size.")
     assert lines[1].startswith("On pass@1, sign vs dr_grpo at G = 4: +49.0 points [")
 
 
@@ -62,3 +64,13 @@ def test_a_primary_pair_without_a_test_says_why() -> None:
     one_seed, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=1, sizes=(2,))
     assert _lines(one_seed, config) == ["The primary pair sign vs dr_grpo at G = 2: not tested: a test needs at least "
                                         "2 finished runs per arm (n = 1 vs 1)."]
+
+
+def test_differences_without_spread_give_no_interval_rather_than_nan() -> None:
+    """Every seed's difference the same: was "+0.0 points [+nan, +nan]"."""
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
+    sign = results[results["estimator"] == "sign"]
+    copy = sign.assign(estimator="dr_grpo", run_id=sign["run_id"].str.replace("sign", "dr_grpo"))
+    [line] = _lines(pd.concat([sign, shifted(copy, "dr_grpo", 0.1)], ignore_index=True), config)
+    assert line.startswith("On pass@1, sign vs dr_grpo at G = 2: -10.0 points (no interval: the seeds' differences "
+                           "have no spread)"), line

@@ -168,7 +168,7 @@ def test_verdict_of_a_task_without_families_says_nothing_of_families() -> None:
     results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
     results = _with_families(results, [""] * N_PROMPTS, {"": 2}, {"": 10})
     verdict = _verdict(results)
-    assert "sign learns most, held-out pass@1 25.0% -> " in verdict  # the line names its metric
+    assert "sign has the highest mean held-out pass@1, 25.0% -> " in verdict  # the line names its metric
     assert "Where the gain sits" not in verdict and "n/a" not in verdict
     assert families_section(results) is None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from grpolab.advantages import display_order
@@ -22,6 +23,14 @@ __all__ = ["bottom_line"]
 
 def _signed(value: float) -> str:
     return f"{100 * value:+.1f}"
+
+
+def _interval(low: float, high: float) -> str:
+    """The 95% interval of a difference, said to be unadjusted (the family's Holm p decides, and can leave a
+    difference unresolved whose interval excludes 0); "no interval" where the scores had no spread."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "(no interval: the seeds' differences have no spread)"
+    return f"[{_signed(low)}, {_signed(high)}] (95% CI, not adjusted for the family)"
 
 
 def _seeds(row: dict[str, Any]) -> str:
@@ -45,9 +54,9 @@ def _tested(row: dict[str, Any]) -> str:
     if said in ("higher", "lower"):
         ahead = row["name_a"] if said == "higher" else row["name_b"]
         ends = (low, high) if said == "higher" else (-high, -low)  # the interval of the leader's lead
-        return (f"{ahead} is ahead by {100 * abs(diff):.1f} points [{_signed(ends[0])}, {_signed(ends[1])}] "
+        return (f"{ahead} is ahead by {100 * abs(diff):.1f} points {_interval(*ends)} "
                 f"(resolved: Holm-adjusted p = {row['p_holm']:.2g})")
-    numbers = f"{_signed(diff)} points [{_signed(low)}, {_signed(high)}]"
+    numbers = f"{_signed(diff)} points {_interval(low, high)}"
     if said == "ceiling":
         return (f"{numbers}; both at the ceiling (within ±{100 * row['margin']:.1f} points of 100%), cannot be "
                 f"resolved (Holm-adjusted p = {row['p_holm']:.2g})")

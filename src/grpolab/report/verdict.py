@@ -15,8 +15,8 @@ and the arms with too few runs, a table with each reason. "The verdict in detail
    at the equivalence margin; P(A > B) with its interval and the interquartile means (rliable, Agarwal et
    al. 2021, arXiv 2108.13264); the same test on greedy accuracy, saying so where the two metrics disagree;
    or why it cannot be tested (an arm missing, fewer than 2 finished runs, the same update under Adam).
-2. Who learns most: the best arm's gain with its Student-t CI and its smallest per-seed gain, and its margin
-   over the runner-up with the p of that pair's family.
+2. The arm with the highest mean final score (a tie named as one, not ordered), its gain with its Student-t CI and
+   its smallest per-seed gain, and its margin over the runner-up with the p of that pair's family.
 3. Secondary: sign against each group-centred (zero-sum, by the registry) estimator, Holm-adjusted over the
    secondary family (every other tested pair of every group size and variant).
 4. What qualifies the numbers: arms that ran at different lrs, runs that diverged (left out of every mean and
@@ -166,14 +166,17 @@ def _best_line(runs: pd.DataFrame, rows: list[dict[str, Any]], variant: str, siz
     group = runs[(runs["group_size"] == size) & (runs["variant"] == variant)]
     means = group.groupby("estimator")["final_accuracy"].mean().sort_values(ascending=False)
     best, label = means.index[0], arm_label(variant, size)
+    metric = "pass@1" if (group["n"] > 0).all() else "greedy accuracy"
+    tied = [name for name, mean in means.items() if abs(mean - means.iloc[0]) <= 1e-12]
+    if len(tied) > 1:  # an order of equal means would name a winner the scores do not
+        return f"{label}: {', '.join(tied)} tie for the highest mean held-out {metric}, {_pct(means.iloc[0])}."
     mine = group[group["estimator"] == best]
     gains = (mine["final_accuracy"] - mine["start_accuracy"]).to_numpy(float)
     gains = gains[np.isfinite(gains)]  # a run without a start evaluation has no gain
-    metric = "pass@1" if (group["n"] > 0).all() else "greedy accuracy"
     if gains.size == 0:
         return f"{label}: {best} reaches the highest held-out {metric}, {_pct(means.iloc[0])} (no start evaluation)."
     low, high = stats.t_interval(gains)[1:] if gains.size >= 2 else (np.nan, np.nan)
-    text = (f"{label}: {best} learns most, held-out {metric} {_pct(mine['start_accuracy'].mean())} -> "
+    text = (f"{label}: {best} has the highest mean held-out {metric}, {_pct(mine['start_accuracy'].mean())} -> "
             f"{_pct(means.iloc[0])} ({points(gains.mean())}, 95% CI [{points(low)}, {points(high)}]; smallest gain "
             f"of its {gains.size} seeds {points(gains.min())})")
     if len(means) > 1:
