@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 from scipy import stats as scipy_stats
@@ -240,3 +241,18 @@ def test_signs_gain_between_group_sizes_is_paired_by_seed() -> None:
     expected = max(scipy_stats.ttest_rel(gains[4].to_numpy(), gains[2].to_numpy()).pvalue, 2 / 2**4)
     assert "G = 4 vs G = 2: paired t" in line and "Welch" not in line
     assert f"p = {expected:.2g}." in line
+
+
+def test_a_diverged_run_is_left_out_of_the_family_and_equal_cost_tables() -> None:
+    """Was: the per-family table (and the verdict's "where the gain sits" line) averaged the diverged run's last
+    evaluation with the others; the tables now equal those of the sweep without it."""
+    from grpolab.report.tables import equal_cost_table, family_table
+
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(4,))
+    prompts = len(results["successes"].iloc[0])
+    results["families"] = [["a" if i % 2 else "b" for i in range(prompts)]] * len(results)
+    kept = with_diverged(results, {("sign", 4, 2): 999}, drop_end=False)  # keeps its end evaluation
+    alone = kept[kept["status"] != "diverged"]
+    pd.testing.assert_frame_equal(family_table(kept), family_table(alone))
+    pd.testing.assert_frame_equal(equal_cost_table(kept), equal_cost_table(alone))
+    assert not family_table(kept).equals(family_table(results))  # the diverged run's scores differ from the others'
