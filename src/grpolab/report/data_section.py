@@ -35,6 +35,19 @@ def _left_out(summary: dict[str, Any]) -> list[str]:
     ]
 
 
+def _evaluated(summary: dict[str, Any], train: dict[str, Any]) -> list[str]:
+    """How many prompts of which split each evaluation scored: the split's size cut to ``eval_limit``."""
+    split = train.get("eval_split") or "test"
+    size, limit = summary.get("problems", {}).get(split), train.get("eval_limit")
+    if not isinstance(size, int):
+        return []
+    scored = min(size, limit) if isinstance(limit, int) else size
+    cut = f" (--eval-limit {limit} of its {size})" if scored < size else ""
+    samples = train.get("eval_samples")
+    drawn = f", greedily and with {samples} samples each" if isinstance(samples, int) and samples else ", greedily"
+    return [f"Each evaluation scored the first {scored} prompts of the {split} split{cut}{drawn}."]
+
+
 def data_sections(config: dict[str, Any]) -> list[Section]:
     """The Data section (a list of one) when ``config`` holds the task summary, else an empty list."""
     summary = config.get("task")
@@ -44,6 +57,7 @@ def data_sections(config: dict[str, Any]) -> list[Section]:
     if "source" in summary:
         lines.append(f"Data: {summary['source']} (prompt column {summary.get('prompt_column')!r}, reference column "
                      f"{summary.get('reference_column')!r}); test split: {summary.get('test_split')}.")
+    lines += _evaluated(summary, config.get("train") or {})
     if not summary.get("problems", {}).get("validation"):
         lines.append("The task has no validation split of its own: learning-rate selection (--lrs) carves one from "
                      "about a tenth of train for its runs; the reported runs train on all of train.")
