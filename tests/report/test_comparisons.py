@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from grpolab.report.comparisons import comparisons, finding, primary_pair, reading
+from grpolab.report.comparisons import comparisons, finding, primary_pair, reading, resolve_phrase
 from grpolab.report.tables import run_table
 from grpolab.stats import WELCH_TESTS, compare_pair, holm_correction, permutation_floor
 from report_sweeps import FINALS, synthetic_sweep, with_lrs, with_variants
@@ -187,3 +187,15 @@ def test_a_tiny_observed_difference_is_neither_rounded_to_0_nor_called_0() -> No
     assert resolve_phrase(row) == f"more than {MOST_SEEDS:,} seeds per arm would be needed to detect a difference " \
                                   "of +0.002 points"
     assert resolve_phrase({**row, "mean_difference": 0.0}) == "no number of seeds resolves an observed difference of 0"
+
+
+def test_seeds_to_resolve_an_unpaired_row_say_what_they_plan_from() -> None:
+    """A Welch row's seeds are planned for a paired design from the unpaired SD: was labelled "(paired t, ...)" as
+    if its own pairing had been measured."""
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(4,))
+    keep = ~(results["estimator"].eq("sign") & results["seed"].eq(2))
+    rows, _ = comparisons(run_table(results[keep]), config)
+    said = resolve_phrase(rows[0])
+    assert rows[0]["test"] in WELCH_TESTS and "planned from these unpaired runs' SD" in said, said
+    paired, _ = comparisons(run_table(results), config)
+    assert "(paired t, " in resolve_phrase(paired[0])

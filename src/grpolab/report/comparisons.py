@@ -344,8 +344,11 @@ def resolve_phrase(row: dict[str, Any], prefix: str = "") -> str:
     if needed is None:
         return ("no number of seeds resolves an observed difference of 0" if diff == 0 else
                 f"more than {MOST_SEEDS:,} seeds per arm would be needed to detect a difference of {points(diff)}")
+    unpaired = row.get(prefix + "test") in stats.WELCH_TESTS
+    test = ("paired t of a paired design, planned from these unpaired runs' SD (more seeds than their pairing "
+            "would ask)" if unpaired else "paired t")
     return (f"{needed} seeds per arm would detect a difference of {points(diff)} at {PLANNED_POWER:.0%} power "
-            f"(paired t, {family}; grpolab plan)")
+            f"({test}, {family}; grpolab plan)")
 
 
 def seeds_to_resolve(row: dict[str, Any], prefix: str = "") -> int | None:
