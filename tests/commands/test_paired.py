@@ -159,3 +159,11 @@ def test_compare_unknown_arm_is_refused(tmp_path, capsys):
     _results(np.random.default_rng(2)).to_parquet(tmp_path / "results.parquet")
     _refused(["eval", "--compare", str(tmp_path), "--arms", "sign,grpo"], capsys,
              "no finished run of arm 'grpo'.*dr_grpo, sign")
+
+
+def test_a_k_whose_prompts_all_differ_alike_shows_no_zero_width_interval(tmp_path, capsys):
+    """Both files solve every prompt at k = n: was "[+0.0000, +0.0000]", read as a certain zero difference."""
+    better = _write(tmp_path, "b", _all_right)
+    assert main(["eval", "--from-samples", str(better), "--against", str(better)]) == 0
+    out = capsys.readouterr().out
+    assert "[+0.0000, +0.0000]" not in out and "each prompt +0.0000" in out

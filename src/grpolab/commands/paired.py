@@ -67,9 +67,11 @@ def band_lines(band: dict[str, Any], label_a: str, label_b: str) -> list[str]:
     level = round(100 * band["level"])
     lines = [f"{'k':>4} {'A':>8} {'B':>8} {'A - B':>8}  {f'{level}% pointwise':>18}  {f'{level}% band over k':>18}"]
     for j, k in enumerate(band["ks"]):
+        flat = band["se"][j] == 0  # every prompt's difference the same: a zero-width interval would read as certainty
+        same = f"each prompt {band['difference'][j]:+.4f}"
         lines.append(f"{k:>4} {band['pass_a'][j]:>8.4f} {band['pass_b'][j]:>8.4f} {band['difference'][j]:>+8.4f}  "
-                     f"{_pair(band['pointwise_low'][j], band['pointwise_high'][j]):>18}  "
-                     f"{_pair(band['band_low'][j], band['band_high'][j]):>18}")
+                     f"{same if flat else _pair(band['pointwise_low'][j], band['pointwise_high'][j]):>18}  "
+                     f"{same if flat else _pair(band['band_low'][j], band['band_high'][j]):>18}")
     excluded = band["excludes_zero"]
     lines.append(f"A = {label_a}, B = {label_b}; the band excludes 0 at k = {', '.join(map(str, excluded))}"
                  if excluded else f"A = {label_a}, B = {label_b}; the band holds 0 at every k")

@@ -86,8 +86,14 @@ class PairedBand:
     seed: int
 
     def excludes_zero(self) -> list[int]:
-        """The k at which the simultaneous band lies wholly above or below 0."""
-        return [k for k, low, high in zip(self.ks, self.band_low, self.band_high, strict=True) if low > 0 or high < 0]
+        """The k at which the simultaneous band lies wholly above or below 0. Where every prompt's difference is
+        the same (no spread: the band has zero width) a nonzero difference counts only when the exact sign-flip
+        test of that many prompts could reject at the band's level (2 / 2^prompts < 1 - level): three prompts
+        each solved by A and never by B are no evidence (p = 0.25)."""
+        exact = stats.sign_flip_floor(self.prompts) < 1 - self.level
+        return [k for k, low, high, se, d in zip(self.ks, self.band_low, self.band_high, self.se, self.difference,
+                                                 strict=True)
+                if (low > 0 or high < 0) and (se > 0 or (exact and d != 0))]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: one list per field, keyed by name, each [K] in the order of ``ks``."""

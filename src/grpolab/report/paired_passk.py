@@ -67,7 +67,9 @@ def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
             lines.append({"Pair (A vs B)": f"{row['arm_a']} vs {row['arm_b']}", "G": row["group_size"],
                           "Seeds": len(row["seeds"]), "k": band["ks"][j],
                           "A - B (pts, pooled)": f"{100 * band['difference'][j]:+.1f}",
-                          "Prompt band over k": _interval(band["band_low"][j], band["band_high"][j]),
+                          "Prompt band over k": (f"none: each prompt {100 * band['difference'][j]:+.1f}"
+                                                 if band["se"][j] == 0 else
+                                                 _interval(band["band_low"][j], band["band_high"][j])),
                           "Seed k": "-" if seed is None else seed["ks"][seed_j],
                           "Seed-level 95% t": "-" if seed is None else _interval(seed["low"][seed_j],
                                                                                  seed["high"][seed_j]),
