@@ -85,3 +85,13 @@ def test_the_learning_curve_figure_is_dropped_when_runs_have_only_their_start_an
     assert two_points.notes[0].startswith("Only the start and the end were evaluated (--eval-every 0): no "
                                           "learning-curve figure")
     assert two_points.tables  # the speed table stays
+
+
+def test_values_without_spread_give_their_mean_and_no_zero_width_interval() -> None:
+    """Every seed reached the level at step 10: was "10.0 [10.0, 10.0]", an interval of no width read as certainty."""
+    results, _, _ = synthetic_sweep(("sign", "dr_grpo"), seeds=2, sizes=(2,))
+    metrics = pd.DataFrame([{"run_id": f"{name}-G2-s{seed}", "estimator": name, "group_size": 2, "seed": seed,
+                             "step": step, "rollout/reward_mean": float(step >= 10)}
+                            for name in ("sign", "dr_grpo") for seed in (0, 1) for step in range(1, 11)])
+    sign = speed_table(results, metrics).set_index("estimator").loc["sign"]
+    assert sign["steps_to_level"] == 10.0 and np.isnan(sign["steps_low"]) and np.isnan(sign["steps_high"])

@@ -51,10 +51,13 @@ def _finished_evaluations(results: pd.DataFrame) -> pd.DataFrame:
 
 def _interval(values: np.ndarray, bounds: tuple[float, float] = (0.0, 1.0)) -> tuple[float, float, float]:
     """(mean, low, high) of the 95% Student-t interval of the finite values, its ends cut to ``bounds`` (the range
-    the quantity can take: the true mean lies in it, so cutting cannot lower coverage); NaN ends for fewer than 2."""
+    the quantity can take: the true mean lies in it, so cutting cannot lower coverage); NaN ends for fewer than 2,
+    and for values without spread (a zero-width interval would read as certainty)."""
     values = values[np.isfinite(values)]
     if values.size == 0:
         return math.nan, math.nan, math.nan
+    if np.ptp(values) == 0:
+        return float(values[0]), math.nan, math.nan
     mean, low, high = stats.t_interval(values)
     return float(mean), float(np.clip(low, *bounds)), float(np.clip(high, *bounds))
 
