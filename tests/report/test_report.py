@@ -83,11 +83,11 @@ def test_full_report_is_complete_and_self_contained(full_report: tuple[Path, Pat
     assert "| dr_grpo+dynamic | 2 | 3 | 25.0% | 50.0% | [" in markdown  # mean of 0.50, 0.46, 0.54
     # paired by seed: sign - dr_grpo per seed is 0.42, 0.44, 0.46 (mean 0.44, sd 0.02, t_{2, 0.975} = 4.303)
     # ... but three seeds cannot carry the t-test's p = 0.0007: it is raised to 2 / 2^3, what an exact test can give
-    assert "G = 2 (primary): on pass@1, no evidence either way at this n (sign - dr_grpo = +44.0 points, 95% CI " \
-           "[+39.0 points, +49.0 points], paired t (floored) p = 0.25" in markdown
+    assert "G = 2 (primary): on pass@1, no evidence either way at this n (sign - dr_grpo = +44.0 points, unadjusted " \
+           "95% CI [+39.0 points, +49.0 points], paired t (floored) p = 0.25" in markdown
     # dr_grpo+dynamic - dr_grpo per seed is 0.22, 0.16, 0.22: the interval of the larger minus the smaller
-    assert "G = 2: on pass@1, no evidence either way at this n (dr_grpo - dr_grpo+dynamic = -20.0 points, 95% CI " \
-           "[-28.6 points, -11.4 points], paired t (floored) p = 0.25" in markdown
+    assert "G = 2: on pass@1, no evidence either way at this n (dr_grpo - dr_grpo+dynamic = -20.0 points, unadjusted " \
+           "95% CI [-28.6 points, -11.4 points], paired t (floored) p = 0.25" in markdown
     assert "With n = 3 vs 3 seeds the exact permutation test cannot go below p = 0.1" in markdown  # 2 / 20
     budget = f"| dr_grpo+dynamic | 4 | 3 | {int(STEPS * PROMPTS_PER_STEP * 4 * 1.6):,} | 56.0% | 1,920 |"
     assert budget in markdown  # dynamic sampling used 1.6x the completions; budget = the others' total

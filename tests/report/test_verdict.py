@@ -54,7 +54,7 @@ def test_the_primary_comparison_comes_first_paired_and_holm_corrected_over_its_f
     assert max(paired) < 2 / 2**3  # the t-test claims more than 3 seeds can carry: its p is raised to 2 / 2^3
     holm = [0.5, 0.5]  # 2 / 2^3 = 0.25 for each (every seed's difference has the same sign), Holm over two
     assert bullets[0].startswith("Primary comparison (sign vs dr_grpo), G = 2: on pass@1, no evidence either way at "
-                                 "this n (sign - dr_grpo = +44.0 points, 95% CI [")
+                                 "this n (sign - dr_grpo = +44.0 points, unadjusted 95% CI [")
     assert (f"paired t (floored) p = 0.25, Holm-adjusted {holm[0]:.2g} over the primary family of 2 tests, "
             "n = 3 vs 3") in bullets[0]
     assert "interquartile means 74.0% vs 30.0%" in bullets[0]  # 3 runs: floor(3 / 4) = 0 cut, the plain means

@@ -301,8 +301,14 @@ def finding(row: dict[str, Any], prefix: str = "") -> str:
     return "equivalent" if row[prefix + "tost_p_holm"] < ALPHA else "unclear"
 
 
+def _ci(row: dict[str, Any]) -> str:
+    """'95% CI', or 'unadjusted 95% CI' where the pair's family holds more tests (the interval is the pair's own
+    t interval, while its p is Holm-adjusted: it can exclude 0 where the adjusted p does not resolve)."""
+    return "unadjusted 95% CI" if row["family_size"] > 1 else "95% CI"
+
+
 def _interval(row: dict[str, Any], prefix: str = "") -> str:
-    return f"95% CI [{points(row[prefix + 'difference_low'])}, {points(row[prefix + 'difference_high'])}]"
+    return f"{_ci(row)} [{points(row[prefix + 'difference_low'])}, {points(row[prefix + 'difference_high'])}]"
 
 
 def finding_phrase(row: dict[str, Any], prefix: str = "") -> str:
@@ -316,7 +322,7 @@ def finding_phrase(row: dict[str, Any], prefix: str = "") -> str:
         high, low = (a, b) if said == "higher" else (b, a)
         ends = (row[prefix + "difference_low"], row[prefix + "difference_high"])
         ends = ends if said == "higher" else (-ends[1], -ends[0])  # the interval of high - low
-        return (f"{high} > {low} by {100 * abs(diff):.1f} points, 95% CI [{points(ends[0])}, {points(ends[1])}] "
+        return (f"{high} > {low} by {100 * abs(diff):.1f} points, {_ci(row)} [{points(ends[0])}, {points(ends[1])}] "
                 f"({numbers})")
     margin = 100 * row.get(prefix + "margin", row["margin"])
     if said == "ceiling":
