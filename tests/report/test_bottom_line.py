@@ -74,3 +74,14 @@ def test_differences_without_spread_give_no_interval_rather_than_nan() -> None:
     [line] = _lines(pd.concat([sign, shifted(copy, "dr_grpo", 0.1)], ignore_index=True), config)
     assert line.startswith("On pass@1, sign vs dr_grpo at G = 2: -10.0 points (no interval: the seeds' differences "
                            "have no spread)"), line
+
+
+def test_a_primary_pair_declared_after_results_is_called_exploratory_in_the_opening_line() -> None:
+    """Was: the caveat only in the detail section, the opening sentence read as a confirmatory test."""
+    results, _, config = synthetic_sweep(("sign", "dr_grpo"), seeds=3, sizes=(2,))
+    record = {"primary_declared": "2026-11-26T13:00:00Z", "primary_declared_after_results": True,
+              "primary_replaced": "sign,grpo"}
+    [line] = _lines(results, {**config, "primary_declaration": record})
+    assert line.endswith("(exploratory: this pair was declared after results were seen).")
+    [plain] = _lines(results, {**config, "primary_declaration": {**record, "primary_declared_after_results": False}})
+    assert "exploratory" not in plain

@@ -74,6 +74,13 @@ def _primary_row(rows: list[dict[str, Any]], variant: str, size: int, pair: tupl
                  and {r["name_a"], r["name_b"]} == set(pair)), None)
 
 
+def _exploratory(config: dict[str, Any]) -> str:
+    """The caveat of a primary pair declared after runs had trained (``verdict.declaration_line`` says when)."""
+    if (config.get("primary_declaration") or {}).get("primary_declared_after_results"):
+        return " (exploratory: this pair was declared after results were seen)"
+    return ""
+
+
 def bottom_line(runs: pd.DataFrame, rows: list[dict[str, Any]], config: dict[str, Any]) -> list[str]:
     """One sentence per (variant, G) on the primary pair, e.g. "On pass@1, sign vs dr_grpo at G = 2: +9.2 points
     [+0.2, +18.2]; not resolved at 5 seeds (Holm-adjusted p = 0.13); about 12 seeds per arm would resolve a
@@ -86,7 +93,7 @@ def bottom_line(runs: pd.DataFrame, rows: list[dict[str, Any]], config: dict[str
         row = _primary_row(rows, variant, int(size), pair)
         head = f"{pair[0]} vs {pair[1]} at {arm_label(variant, int(size))}"
         if row is not None and row["tested"]:
-            lines.append(f"On {metric_name(row)}, {head}: {_tested(row)}.")
+            lines.append(f"On {metric_name(row)}, {head}: {_tested(row)}{_exploratory(config)}.")
         else:
             lines.append(f"The primary pair {head}: {_untested(row, pair, set(group['estimator']))}.")
     return lines
