@@ -14,7 +14,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from grpolab.pairing import UNPAIRED_NOTE
-from grpolab.stats import PAIRED_TESTS
+from grpolab.stats import PAIRED_TESTS, WELCH_TESTS
 
 pytestmark = pytest.mark.fast
 
@@ -105,7 +105,10 @@ def test_the_committed_table_is_paired_by_seed_and_holm_adjusted_over_the_four_e
 def test_welch_runs_on_shared_seeds_only_when_asked_and_says_so() -> None:
     per_run = pd.read_csv(ROOT / "experiments" / "smollm2" / "lowp_runs.csv")
     table = _script().arm_table(per_run, unpaired=True).set_index("arm")
-    assert set(table["vs_dr_grpo_test"].dropna()) == {"Welch"}
-    assert table.loc["sign", "vs_dr_grpo_p_holm"] == pytest.approx(0.030, abs=5e-4)  # the earlier, unpaired table
-    assert table.loc["nsr", "vs_dr_grpo_p_holm"] == pytest.approx(0.031, abs=5e-4)
+    assert "Welch" in set(table["vs_dr_grpo_test"]) and set(table["vs_dr_grpo_test"].dropna()) <= set(WELCH_TESTS)
+    # the earlier, unpaired table gave Holm 0.030 and 0.031: below what 3 against 3 runs can carry (an exact
+    # permutation test's least p, 2 / C(6, 3) = 0.1, Holm over four arms: 0.4)
+    assert table.loc["sign", "vs_dr_grpo_test"] == "Welch (floored)"
+    assert table.loc["sign", "vs_dr_grpo_p_holm"] == pytest.approx(0.4)
+    assert table.loc["nsr", "vs_dr_grpo_p_holm"] == pytest.approx(0.4)
     assert UNPAIRED_NOTE in _script()._markdown(table.reset_index())
