@@ -489,7 +489,7 @@ def welch_within_floor(a: Any, b: Any) -> tuple[float, float, float, str]:
     x, y = _as_runs(a, "welch_within_floor a", 2), _as_runs(b, "welch_within_floor b", 2)
     _, _, p = welch_t_test(x, y)
     _, low, high = welch_interval(x, y)
-    if np.ptp(x) == 0 and np.ptp(y) == 0:
+    if no_spread(x, x, y) and no_spread(y, x, y):  # constant up to the rounding of equal scores, as paired
         low = high = math.nan
     floor = permutation_floor(x.size, y.size)
     return (floor, low, high, "Welch (floored)") if p < floor else (p, low, high, "Welch")
